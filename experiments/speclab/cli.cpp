@@ -1,0 +1,78 @@
+#include "experiments/speclab/cli.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <iostream>
+
+#include "framework/core/error.h"
+#include "models/llama/llama_model.h"
+
+namespace speclab::cli {
+
+void ModelArgs::add_to(po::options_description& desc) {
+  desc.add_options()
+      ("model,m", po::value(&model)->default_value(model),
+       "model path (.gguf file, llama2.c .bin, HF directory) or named entry: smollm2-135m-instruct, stories260K")
+      ("format", po::value(&format)->default_value(format), "auto | gguf | safetensors | llama2c")
+      ("tokenizer", po::value(&tokenizer), "llama2.c tokenizer.bin (default: beside the model)")
+      ("threads", po::value(&threads)->default_value(threads), "CPU threads for libtorch (0 = default)");
+}
+
+ModelSource ModelArgs::source() const {
+  ModelSource s;
+  s.path = model;
+  s.format = format;
+  s.tokenizer = tokenizer;
+  return s;
+}
+
+void set_threads(int threads) {
+  if (threads < 0) throw Error(ErrorKind::kConfig, "expected >= 0, found " + std::to_string(threads), "cli", "--threads");
+  if (threads > 0) at::set_num_threads(threads);
+}
+
+RuntimeModel load_runtime_model(const ModelArgs& args) {
+  set_threads(args.threads);
+  auto t0 = std::chrono::steady_clock::now();
+  RuntimeModel rm;
+  rm.info = load_model(args.source());
+  rm.model = std::make_unique<LlamaModel>(rm.info);
+  rm.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rm;
+}
+
+TokenList build_prompt(const RuntimeModel& m, const std::string& text, const std::string& chat,
+                       const std::string& system) {
+  if (chat != "on" && chat != "off" && chat != "auto")
+    throw Error(ErrorKind::kConfig, "expected on, off or auto; found '" + chat + "'", "cli", "--chat");
+  const bool use_chat = chat == "on" || (chat == "auto" && m.info.chat_template.available());
+  std::string rendered = text;
+  if (use_chat) {
+    if (!m.info.chat_template.available())
+      throw Error(ErrorKind::kConfig, "the model ships no chat template; use --chat off", m.info.source, "--chat");
+    std::vector<ChatMessage> msgs;
+    if (!system.empty()) msgs.push_back({"system", system});
+    msgs.push_back({"user", text});
+    rendered = m.info.chat_template.render(msgs, true);
+  }
+  return m.info.tokenizer->encode(rendered, m.info.add_bos);
+}
+
+bool parse_or_help(const std::string& usage, po::options_description& desc, const std::vector<std::string>& args,
+                   po::variables_map& vm) {
+  desc.add_options()("help,h", "show this help");
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    if (vm.count("help")) {
+      std::cout << usage << "\n\n" << desc << "\n";
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Error(ErrorKind::kConfig, e.what(), "command line");
+  }
+  return true;
+}
+
+}  // namespace speclab::cli

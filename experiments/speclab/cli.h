@@ -1,0 +1,56 @@
+// Shared pieces of the `speclab` front end: subcommand registry, model options, prompt
+// building. Only this directory prints and picks exit codes (STYLE.md §9).
+#pragma once
+
+#include <boost/program_options.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/sampling/sampling.h"
+#include "models/model.h"
+#include "models/model_loader.h"
+
+namespace speclab::cli {
+
+namespace po = boost::program_options;
+
+// Exit codes: 0 ok, 1 internal error, 2 bad input / config (a speclab::Error).
+constexpr int kExitOk = 0;
+constexpr int kExitInternal = 1;
+constexpr int kExitBadInput = 2;
+
+struct ModelArgs {
+  std::string model = "smollm2-135m-instruct";
+  std::string format = "auto";
+  std::string tokenizer;
+  int threads = 0;  // 0 = libtorch default
+
+  void add_to(po::options_description& desc);
+  ModelSource source() const;
+};
+
+struct RuntimeModel {
+  LoadedModel info;              // config, tokenizer, chat template (weights moved out)
+  std::unique_ptr<Model> model;  // stateless model
+  double load_seconds = 0.0;
+};
+
+RuntimeModel load_runtime_model(const ModelArgs& args);
+
+// Prompt text -> ids. chat: "on" wraps the text as one user message through the model's chat
+// template, "off" uses it raw, "auto" = on when the model ships a template.
+TokenList build_prompt(const RuntimeModel& m, const std::string& text, const std::string& chat,
+                       const std::string& system = {});
+
+// Parses `args` with `desc`; returns false (after printing help) when --help was given.
+bool parse_or_help(const std::string& usage, po::options_description& desc, const std::vector<std::string>& args,
+                   po::variables_map& vm);
+
+void set_threads(int threads);
+
+int cmd_generate(const std::vector<std::string>& args);
+int cmd_bench(const std::vector<std::string>& args);
+
+}  // namespace speclab::cli

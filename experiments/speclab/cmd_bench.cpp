@@ -1,0 +1,212 @@
+// speclab bench — runtime throughput, measured side by side in one run:
+//   prefill tok/s; per-token decode rate at several context lengths, cached vs naive (the naive
+//   mode's cost per token grows linearly with context, so its total is quadratic); decode rate
+//   against the memory-bandwidth floor (weight bytes per token / measured read bandwidth);
+//   peak RSS; and, when llama-cpp-python is installed, llama.cpp's decode on the same GGUF.
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "experiments/speclab/cli.h"
+#include "framework/core/error.h"
+#include "framework/kv/contiguous_kv.h"
+
+#ifndef SPECLAB_SOURCE_DIR
+#define SPECLAB_SOURCE_DIR "."
+#endif
+
+namespace speclab::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+at::Tensor synthetic_tokens(int64_t n, int64_t vocab) {
+  // Deterministic, spread over the vocabulary; avoids the low special ids.
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = 3 + (i * 7919 + 13) % (vocab - 3);
+  return at::tensor(v, at::kLong);
+}
+
+// Seconds per decoded token at context length `ctx`, cached mode.
+double cached_step_seconds(const Model& model, int64_t ctx, int steps) {
+  const ModelConfig& c = model.config();
+  ContiguousKv kv(c, ctx + steps);
+  at::Tensor prompt = synthetic_tokens(ctx, c.vocab_size);
+  model.forward(prompt, at::arange(ctx, at::kLong), kv.append_view(ctx), ForwardOptions{{}, 1});
+  kv.commit(ctx);
+  auto t0 = Clock::now();
+  for (int s = 0; s < steps; ++s) {
+    const int64_t pos = kv.length();
+    model.forward(at::full({1}, 5 + s, at::kLong), at::full({1}, pos, at::kLong), kv.append_view(1));
+    kv.commit(1);
+  }
+  return since(t0) / steps;
+}
+
+// Seconds per decoded token at context length `ctx`, naive mode (full recompute of ctx tokens).
+double naive_step_seconds(const Model& model, int64_t ctx, int steps) {
+  const ModelConfig& c = model.config();
+  at::Tensor seq = synthetic_tokens(ctx, c.vocab_size);
+  auto t0 = Clock::now();
+  for (int s = 0; s < steps; ++s) {
+    ContiguousKv kv(c, ctx);
+    model.forward(seq, at::arange(ctx, at::kLong), kv.append_view(ctx), ForwardOptions{{}, 1});
+  }
+  return since(t0) / steps;
+}
+
+double prefill_seconds(const Model& model, int64_t n, int reps) {
+  const ModelConfig& c = model.config();
+  at::Tensor prompt = synthetic_tokens(n, c.vocab_size);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    ContiguousKv kv(c, n);
+    auto t0 = Clock::now();
+    model.forward(prompt, at::arange(n, at::kLong), kv.append_view(n), ForwardOptions{{}, 1});
+    best = std::min(best, since(t0));
+  }
+  return best;
+}
+
+// Read bandwidth in bytes/s: summing a buffer much larger than the caches.
+double read_bandwidth(int64_t bytes) {
+  c10::InferenceMode guard;
+  at::Tensor buf = at::ones({bytes / 4}, at::kFloat);
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    auto t0 = Clock::now();
+    volatile float s = buf.sum().item<float>();
+    (void)s;
+    best = std::min(best, since(t0));
+  }
+  return static_cast<double>(bytes) / best;
+}
+
+double peak_rss_mib() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
+}
+
+std::string run_capture(const std::string& cmd, int& status) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    status = -1;
+    return out;
+  }
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  status = pclose(p);
+  return out;
+}
+
+std::string field(const std::string& json_line, const std::string& key) {
+  auto at = json_line.find("\"" + key + "\"");
+  if (at == std::string::npos) return {};
+  at = json_line.find(':', at);
+  auto end = json_line.find_first_of(",}", at);
+  std::string v = json_line.substr(at + 1, end - at - 1);
+  v.erase(std::remove(v.begin(), v.end(), '"'), v.end());
+  v.erase(0, v.find_first_not_of(' '));
+  return v;
+}
+
+}  // namespace
+
+int cmd_bench(const std::vector<std::string>& args) {
+  ModelArgs margs;
+  std::vector<int64_t> contexts = {64, 256, 1024};
+  int64_t prefill_len = 128;
+  int steps = 16, naive_steps = 3;
+  std::string llama_cpp = "auto";
+  po::options_description desc("speclab bench");
+  margs.add_to(desc);
+  desc.add_options()
+      ("contexts", po::value(&contexts)->multitoken(), "context lengths for the decode rates (default 64 256 1024)")
+      ("prefill", po::value(&prefill_len)->default_value(prefill_len), "prompt length for the prefill rate")
+      ("steps", po::value(&steps)->default_value(steps), "decode steps timed per context (cached)")
+      ("naive-steps", po::value(&naive_steps)->default_value(naive_steps), "steps timed per context (naive)")
+      ("llama-cpp", po::value(&llama_cpp)->default_value(llama_cpp),
+       "compare with llama.cpp via llama-cpp-python: auto | on | off");
+  po::variables_map vm;
+  if (!parse_or_help("usage: speclab bench [options]", desc, args, vm)) return kExitOk;
+  if (steps <= 0 || naive_steps <= 0 || prefill_len <= 0)
+    throw Error(ErrorKind::kConfig, "expected positive --steps, --naive-steps and --prefill", "command line");
+
+  RuntimeModel m = load_runtime_model(margs);
+  const Model& model = *m.model;
+  const ModelConfig& c = model.config();
+  for (int64_t ctx : contexts)
+    if (ctx <= 0 || ctx + steps > c.max_position_embeddings)
+      throw Error(ErrorKind::kConfig, "context " + std::to_string(ctx) + " does not fit the model context " +
+                                          std::to_string(c.max_position_embeddings), "command line", "--contexts");
+  const int threads = at::get_num_threads();
+  std::printf("SpecLab bench — %s (%s), libtorch %s, %d threads, weights float32 (dequantized from %s)\n",
+              m.info.source.c_str(), m.info.format.c_str(), SPECLAB_TORCH_VERSION, threads,
+              m.info.storage_types.c_str());
+
+  // Warm up allocator and caches.
+  cached_step_seconds(model, 16, 4);
+
+  const double pf = prefill_seconds(model, std::min<int64_t>(prefill_len, c.max_position_embeddings - 1), 3);
+  std::printf("\nprefill: %lld tokens in %.4f s = %.1f tok/s\n", static_cast<long long>(prefill_len), pf,
+              prefill_len / pf);
+
+  std::printf("\n%-10s %16s %16s %14s\n", "context", "cached tok/s", "naive tok/s", "naive/cached");
+  double cached_first = 0.0;
+  for (int64_t ctx : contexts) {
+    const double tc = cached_step_seconds(model, ctx, steps);
+    const double tn = naive_step_seconds(model, ctx, naive_steps);
+    if (cached_first == 0.0) cached_first = tc;
+    std::printf("%-10lld %16.1f %16.2f %13.1fx\n", static_cast<long long>(ctx), 1.0 / tc, 1.0 / tn, tn / tc);
+  }
+  std::printf("(per-token time at each context; naive recomputes all tokens every step, so generating T tokens "
+              "costs O(T^2) naive vs O(T) cached)\n");
+
+  const double bw = read_bandwidth(int64_t(1) << 30);
+  const double wbytes = static_cast<double>(model.weight_bytes());
+  const double floor_s = wbytes / bw;
+  std::printf("\nmemory bandwidth (sum over 1 GiB): %.2f GB/s; weights %.1f MB float32 per token\n", bw / 1e9,
+              wbytes / 1e6);
+  std::printf("bandwidth floor: %.2f ms/token = %.1f tok/s; measured cached decode at context %lld: %.1f tok/s "
+              "(%.0f%% of the floor rate)\n",
+              floor_s * 1e3, 1.0 / floor_s, static_cast<long long>(contexts.front()), 1.0 / cached_first,
+              100.0 * floor_s / cached_first);
+
+  if (llama_cpp != "off" && m.info.format == "gguf") {
+    int status = 0;
+    const std::string script = std::string(SPECLAB_SOURCE_DIR) + "/scripts/llamacpp_bench.py";
+    std::ostringstream cmd;
+    cmd << "python3 " << script << " --model '" << m.info.source << "' --n-prompt " << prefill_len
+        << " --n-decode " << 64 << " --threads " << threads << " 2>/dev/null";
+    std::string out = run_capture(cmd.str(), status);
+    if (status != 0 || out.find("decode_tok_s") == std::string::npos) {
+      if (llama_cpp == "on")
+        throw Error(ErrorKind::kConfig, "llama-cpp-python is not usable (pip install llama-cpp-python)", "--llama-cpp");
+      std::printf("\nllama.cpp: not installed (pip install llama-cpp-python to compare)\n");
+    } else {
+      const double lc = std::atof(field(out, "decode_tok_s").c_str());
+      std::printf("\nllama.cpp %s on the same file (%s weights, native quantized kernels): decode %.1f tok/s, "
+                  "prefill %s tok/s\n",
+                  field(out, "version").c_str(), m.info.storage_types.c_str(), lc, field(out, "prefill_tok_s").c_str());
+      std::printf("SpecLab (float32) / llama.cpp decode time ratio at context %lld: %.2fx (precision differs: "
+                  "F32 vs quantized)\n",
+                  static_cast<long long>(contexts.front()), lc * cached_first);
+    }
+  }
+  std::printf("\npeak RSS: %.1f MiB\n", peak_rss_mib());
+  return kExitOk;
+}
+
+}  // namespace speclab::cli

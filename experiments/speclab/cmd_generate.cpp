@@ -1,0 +1,90 @@
+// speclab generate — decode one prompt and print the text.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "experiments/speclab/cli.h"
+#include "framework/core/error.h"
+#include "framework/engine/ar_decode.h"
+
+namespace speclab::cli {
+
+namespace {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 3) {
+    b /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
+  return buf;
+}
+
+void print_model_info(const RuntimeModel& m, std::ostream& os) {
+  const ModelConfig& c = m.info.config;
+  os << "model:        " << m.info.source << " (" << m.info.format << ", loaded in " << m.load_seconds << " s)\n"
+     << "architecture: " << c.architecture << ", " << c.num_hidden_layers << " layers, hidden " << c.hidden_size
+     << ", heads " << c.num_attention_heads << "/" << c.num_key_value_heads << " (q/kv), head_dim " << c.head_dim
+     << ", vocab " << c.vocab_size << ", context " << c.max_position_embeddings << ", rope_theta " << c.rope_theta
+     << "\n"
+     << "on disk:      " << m.info.storage_types << "; " << human_bytes(static_cast<double>(m.info.file_bytes))
+     << " of tensor data\n"
+     << "weights:      " << human_bytes(static_cast<double>(m.model->weight_bytes())) << " in memory (float32)\n"
+     << "KV per token: 2 * " << c.num_hidden_layers << " layers * " << c.num_key_value_heads << " kv_heads * "
+     << c.head_dim << " head_dim * 4 bytes = " << c.kv_bytes_per_token(4) << " bytes ("
+     << human_bytes(static_cast<double>(c.kv_bytes_per_token(4)) * c.max_position_embeddings)
+     << " for the full context)\n";
+}
+
+}  // namespace
+
+int cmd_generate(const std::vector<std::string>& args) {
+  ModelArgs margs;
+  std::string prompt, chat = "auto", system;
+  GenerationOptions gen;
+  SamplingOptions samp;
+  bool naive = false, verbose = false;
+  po::options_description desc("speclab generate");
+  margs.add_to(desc);
+  desc.add_options()
+      ("prompt,p", po::value(&prompt)->required(), "prompt text")
+      ("chat", po::value(&chat)->default_value(chat), "apply the model's chat template: auto | on | off")
+      ("system", po::value(&system), "system message (chat mode)")
+      ("max-new-tokens,n", po::value(&gen.max_new_tokens)->default_value(gen.max_new_tokens), "maximum new tokens")
+      ("stop", po::value(&gen.stop)->multitoken(), "stop string(s)")
+      ("ignore-eos", po::bool_switch(&gen.ignore_eos), "do not stop at EOS")
+      ("temperature,t", po::value(&samp.temperature)->default_value(samp.temperature), "0 = greedy")
+      ("top-k", po::value(&samp.top_k)->default_value(samp.top_k), "0 = off")
+      ("top-p", po::value(&samp.top_p)->default_value(samp.top_p), "1 = off")
+      ("seed", po::value(&samp.seed)->default_value(samp.seed), "RNG seed")
+      ("naive", po::bool_switch(&naive), "no KV cache: recompute the whole sequence every step")
+      ("verbose,v", po::bool_switch(&verbose), "print model memory accounting and timings to stderr");
+  po::variables_map vm;
+  if (!parse_or_help("usage: speclab generate --prompt TEXT [options]", desc, args, vm)) return kExitOk;
+  gen.validate();
+  samp.validate();
+
+  RuntimeModel m = load_runtime_model(margs);
+  if (verbose) print_model_info(m, std::cerr);
+  TokenList ids = build_prompt(m, prompt, chat, system);
+
+  StreamDecoder stream(*m.info.tokenizer);
+  const Tokenizer& tok = *m.info.tokenizer;
+  GenerationResult r = generate_ar(*m.model, tok, ids, gen, samp, naive ? KvMode::kNaive : KvMode::kCached);
+  std::cout << r.text << std::endl;
+  if (verbose) {
+    const double n = static_cast<double>(r.tokens.size());
+    std::fprintf(stderr,
+                 "prompt tokens: %zu, new tokens: %zu, stop: %s\n"
+                 "prefill: %.3f s (%.1f tok/s); decode: %.3f s (%.1f tok/s); mode: %s\n",
+                 r.prompt.size(), r.tokens.size(), to_string(r.stop_reason), r.prefill_seconds,
+                 r.prompt.size() / std::max(r.prefill_seconds, 1e-9), r.decode_seconds,
+                 (n - 1) / std::max(r.decode_seconds, 1e-9), naive ? "naive" : "cached");
+  }
+  return kExitOk;
+}
+
+}  // namespace speclab::cli

@@ -1,0 +1,57 @@
+// speclab — the SpecLab command line. Subcommands: generate, bench.
+#include <c10/util/Exception.h>
+
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "experiments/speclab/cli.h"
+#include "framework/core/error.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: speclab <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  generate   decode a prompt with a model (AR, cached or naive)\n"
+    "  bench      prefill/decode throughput, cached vs naive, bandwidth floor, peak RSS\n"
+    "\n"
+    "Run `speclab <command> --help` for the options of a command.";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace speclab::cli;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kUsage << "\n";
+    return args.empty() ? kExitBadInput : kExitOk;
+  }
+  const std::map<std::string, int (*)(const std::vector<std::string>&)> commands = {
+      {"generate", cmd_generate},
+      {"bench", cmd_bench},
+  };
+  auto it = commands.find(args[0]);
+  if (it == commands.end()) {
+    std::cerr << "error: unknown command '" << args[0] << "'; known commands: generate, bench\n";
+    return kExitBadInput;
+  }
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  try {
+    return it->second(rest);
+  } catch (const speclab::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return e.kind() == speclab::ErrorKind::kInternal ? kExitInternal : kExitBadInput;
+  } catch (const c10::Error& e) {
+    std::cerr << "internal error (libtorch): " << e.what_without_backtrace() << "\n";
+    return kExitInternal;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "internal error: " << e.what() << "\n";
+    return kExitInternal;
+  }
+}

@@ -1,0 +1,41 @@
+// speclab::Rng — the one seeded random number generator of SpecLab.
+//
+// xoshiro256** 1.0 (Blackman & Vigna, "Scrambled linear pseudorandom number generators",
+// ACM TOMS 2021; https://prng.di.unimi.it/xoshiro256starstar.c), its 256-bit state filled by
+// four consecutive outputs of splitmix64 started at `seed` (the seeding the authors recommend).
+//
+// The stream is a pure function of the seed, identical on every platform and compiler: only
+// 64-bit integer arithmetic is used, and uniform() converts the top 53 bits exactly. Do not
+// wrap it in <random> distributions, whose algorithms differ between standard libraries.
+//
+// Every sampling and acceptance function documents how many uniform() draws it makes, so
+// that runs are reproducible and draws can be counted.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace speclab {
+
+// splitmix64 (Steele, Lea & Flood 2014): advances `state` by 0x9e3779b97f4a7c15 and returns
+// the mixed value. Exposed so that tests and seed derivations can use the same function.
+uint64_t splitmix64(uint64_t& state);
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+
+  // The next 64-bit output of xoshiro256**.
+  uint64_t next_u64();
+
+  // A double in [0, 1): (next_u64() >> 11) * 2^-53, one next_u64() per call.
+  double uniform();
+
+  // The raw state, for checkpointing and for comparing two generators.
+  const std::array<uint64_t, 4>& state() const { return s_; }
+
+ private:
+  std::array<uint64_t, 4> s_;
+};
+
+}  // namespace speclab

@@ -1,0 +1,59 @@
+// Generation options, stop criteria and results shared by AR and speculative decoding.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "framework/core/types.h"
+#include "models/tokenizers/tokenizer.h"
+
+namespace speclab {
+
+// Maps to the YAML `generation` section; names follow HF GenerationConfig.
+struct GenerationOptions {
+  int64_t max_new_tokens = 128;
+  std::vector<std::string> stop;  // stop strings (HF `stop_strings`)
+  bool ignore_eos = false;        // keep going past EOS ids (benchmarks)
+
+  void validate() const;  // throws Error(kConfig, ..., "generation", <field>)
+};
+
+enum class StopReason { kNone, kEos, kLength, kStopString, kContext };
+const char* to_string(StopReason r);
+
+// Decides when to stop, token by token. The text is the decoded bytes of the new tokens; when a
+// stop string appears, text() is cut just before it (the tokens are kept as generated).
+class StopCriteria {
+ public:
+  StopCriteria(const Tokenizer& tok, const GenerationOptions& opts, int64_t prompt_len, int64_t context_len);
+  // Appends one generated token; returns true when generation must stop after it.
+  bool push(Token t);
+  StopReason reason() const { return reason_; }
+  const std::string& text() const { return text_; }
+  int64_t n_generated() const { return n_; }
+
+ private:
+  const Tokenizer& tok_;
+  const GenerationOptions& opts_;
+  int64_t prompt_len_, context_len_;
+  int64_t n_ = 0;
+  std::string text_;
+  size_t max_stop_len_ = 0;
+  StopReason reason_ = StopReason::kNone;
+};
+
+struct GenerationResult {
+  TokenList prompt;               // as fed to the model (BOS included when used)
+  TokenList tokens;               // new tokens, including the one that triggered a stop
+  std::string text;               // decoded new tokens (cut before a stop string)
+  StopReason stop_reason = StopReason::kNone;
+  double prefill_seconds = 0.0;   // first forward over the prompt (cached mode)
+  double decode_seconds = 0.0;    // everything after the prefill
+  int64_t forward_calls = 0;      // target forward passes
+};
+
+using TokenCallback = std::function<void(Token)>;
+
+}  // namespace speclab

@@ -1,0 +1,73 @@
+// Negative controls only: see faulty_acceptance.h. These are wrong on purpose.
+#include "framework/verify/faulty_acceptance.h"
+
+#include <algorithm>
+#include <string>
+
+#include "framework/core/error.h"
+#include "framework/sampling/sampling.h"
+
+namespace speclab {
+namespace faulty {
+
+namespace {
+
+std::vector<double> normalised(const std::vector<float>& v, const char* field) {
+  double s = 0.0;
+  for (float x : v) {
+    if (!(x >= 0.0f))
+      throw Error(ErrorKind::kBadInput, "expected probabilities >= 0", "faulty_acceptance", field);
+    s += x;
+  }
+  if (!(s > 0.0))
+    throw Error(ErrorKind::kBadInput, "expected a positive probability sum", "faulty_acceptance",
+                field);
+  std::vector<double> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = v[i] / s;
+  return out;
+}
+
+}  // namespace
+
+Verdict verify_always_accept(const TokenList& draft,
+                             const std::vector<std::vector<float>>& target_probs,
+                             const std::vector<std::vector<float>>& draft_probs, Rng& rng) {
+  check_rejection_inputs(draft, target_probs, draft_probs);
+  Verdict v;
+  for (size_t i = 0; i < draft.size(); ++i) {
+    const double p = target_probs[i][static_cast<size_t>(draft[i])];
+    const double q = draft_probs.empty() ? 1.0 : draft_probs[i][static_cast<size_t>(draft[i])];
+    v.accept_prob.push_back(q > 0.0 ? std::min(1.0, p / q) : 1.0);
+  }
+  v.n_accepted = static_cast<int32_t>(draft.size());
+  v.next_token = sample(target_probs[draft.size()], rng);
+  v.bonus = true;
+  return v;
+}
+
+std::vector<double> first_token_distribution_top_p_on_p_only(const std::vector<float>& p_processed,
+                                                             const std::vector<float>& q_raw,
+                                                             const std::vector<float>& q_drawn) {
+  if (p_processed.empty() || q_raw.size() != p_processed.size() ||
+      q_drawn.size() != p_processed.size())
+    throw Error(ErrorKind::kBadInput, "expected p, q_raw and q_drawn of one non-empty vocab size",
+                "faulty_acceptance", "q_raw");
+  const std::vector<double> p = normalised(p_processed, "p_processed");
+  const std::vector<double> qr = normalised(q_raw, "q_raw");
+  const std::vector<double> qd = normalised(q_drawn, "q_drawn");
+  const size_t n = p.size();
+  std::vector<double> out(n);
+  double rejected = 0.0, residual = 0.0;
+  for (size_t y = 0; y < n; ++y) {
+    const double a = qr[y] > 0.0 ? std::min(1.0, p[y] / qr[y]) : 1.0;
+    out[y] = qd[y] * a;
+    rejected += qd[y] * (1.0 - a);
+    residual += std::max(0.0, p[y] - qr[y]);
+  }
+  for (size_t y = 0; y < n; ++y)
+    out[y] += rejected * (residual > 0.0 ? std::max(0.0, p[y] - qr[y]) / residual : p[y]);
+  return out;
+}
+
+}  // namespace faulty
+}  // namespace speclab

@@ -1,0 +1,40 @@
+// DELIBERATELY WRONG acceptance rules — negative controls only.
+//
+// The statistical equivalence checks (tests/unit/test_acceptance.cpp and the later
+// spec-decode equivalence tests) must be shown able to fail: each one is run against these
+// broken rules and has to REJECT them. Never call these from the engine or a drafter.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "framework/core/rng.h"
+#include "framework/core/types.h"
+#include "framework/verify/acceptance.h"
+
+namespace speclab {
+namespace faulty {
+
+// WRONG: accepts every draft token and emits a bonus token drawn from p_k. The emitted
+// tokens follow q, not p. Same arguments, validation and Verdict layout as verify_rejection
+// (accept_prob still reports min(1, p/q)); makes exactly one rng.uniform() draw (the bonus).
+Verdict verify_always_accept(const TokenList& draft,
+                             const std::vector<std::vector<float>>& target_probs,
+                             const std::vector<std::vector<float>>& draft_probs, Rng& rng);
+
+// WRONG: the first-token distribution when top-p (or any truncation) is applied to p and to
+// the drafter's sampling, but verification is handed the drafter's UNtruncated q: the draft
+// token is drawn from q_drawn (truncated) while the acceptance test and the residual use
+// q_raw. (Giving verification the q that x was really drawn from is lossless whatever p is;
+// the bug is the mismatch.)
+//   P(out = y) = q_drawn(y)·min(1, p(y)/q_raw(y))
+//              + (Σ_x q_drawn(x)·(1 − min(1, p(x)/q_raw(x)))) · norm(max(0, p − q_raw))(y)
+// p_processed, q_raw, q_drawn: [vocab], normalised in double first. Where q_raw(x) == 0 but
+// q_drawn(x) > 0 the test treats min(1, p/q_raw) as 1. Equals first_token_distribution(p, q)
+// when q_drawn == q_raw.
+std::vector<double> first_token_distribution_top_p_on_p_only(const std::vector<float>& p_processed,
+                                                             const std::vector<float>& q_raw,
+                                                             const std::vector<float>& q_drawn);
+
+}  // namespace faulty
+}  // namespace speclab

@@ -1,0 +1,28 @@
+// LoadedModel — everything a loader returns: config, canonical weights, tokenizer, chat
+// template and provenance. Torch-free; models/llama builds the runtime model from it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "models/chat_template.h"
+#include "models/model_config.h"
+#include "models/tokenizers/tokenizer.h"
+#include "models/weights.h"
+
+namespace speclab {
+
+struct LoadedModel {
+  ModelConfig config;
+  WeightMap weights;                     // canonical HF names, float32 (see weights.h)
+  std::shared_ptr<Tokenizer> tokenizer;  // never null after a successful load
+  ChatTemplate chat_template;            // family kNone when the model ships none
+  std::string source;                    // path it was loaded from
+  std::string format;                    // "gguf", "safetensors", "llama2c"
+  std::string storage_types;             // on-disk tensor types, e.g. "Q4_1 x 211, Q6_K x 1, F32 x 61"
+  uint64_t file_bytes = 0;               // bytes of weight data on disk
+  bool add_bos = true;                   // prepend tokenizer->bos_id() when encoding a prompt
+};
+
+}  // namespace speclab

@@ -1,0 +1,44 @@
+// Model — a stateless causal LM: (tokens, positions, KvView) -> logits.
+//
+// A Model holds weights only. All per-sequence state (K/V) lives in storage owned by a KV
+// manager and reaches the model through a KvView (STYLE.md §2), so the target, a draft model
+// and a layer-skip drafter can share one manager.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/kv/kv_view.h"
+#include "models/loaded_model.h"
+
+namespace speclab {
+
+struct ForwardOptions {
+  // Layers to run, ascending; empty = all. Skipped layers neither read nor write their KV.
+  std::vector<int64_t> layers;
+  // Only compute logits for the last `logits_last_n` tokens (0 = all tokens).
+  int64_t logits_last_n = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ModelConfig& config() const = 0;
+
+  // tokens:    [n] int64 token ids
+  // positions: [n] int64 absolute positions (ascending; the last ctx_len - n slots of kv)
+  // kv:        the sequence's cache view; K/V of the new tokens are written to kv.write_slots
+  // returns:   [n_out, vocab] float32 logits, n_out = n or opts.logits_last_n
+  virtual at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
+                             const ForwardOptions& opts = {}) const = 0;
+
+  // Bytes held by the weights in memory.
+  virtual uint64_t weight_bytes() const = 0;
+};
+
+}  // namespace speclab

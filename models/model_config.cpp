@@ -1,0 +1,39 @@
+#include "models/model_config.h"
+
+#include "framework/core/error.h"
+
+namespace speclab {
+
+namespace {
+void require_positive(const std::string& source, const char* field, int64_t value) {
+  if (value <= 0)
+    throw Error(ErrorKind::kBadInput,
+                "expected a positive integer, found " + std::to_string(value), source, field);
+}
+}  // namespace
+
+void ModelConfig::validate(const std::string& source) const {
+  require_positive(source, "vocab_size", vocab_size);
+  require_positive(source, "hidden_size", hidden_size);
+  require_positive(source, "intermediate_size", intermediate_size);
+  require_positive(source, "num_hidden_layers", num_hidden_layers);
+  require_positive(source, "num_attention_heads", num_attention_heads);
+  require_positive(source, "num_key_value_heads", num_key_value_heads);
+  require_positive(source, "head_dim", head_dim);
+  require_positive(source, "max_position_embeddings", max_position_embeddings);
+  if (num_attention_heads % num_key_value_heads != 0)
+    throw Error(ErrorKind::kBadInput,
+                "num_attention_heads (" + std::to_string(num_attention_heads) +
+                    ") must be a multiple of num_key_value_heads (" +
+                    std::to_string(num_key_value_heads) + ")",
+                source, "num_key_value_heads");
+  if (head_dim % 2 != 0)
+    throw Error(ErrorKind::kBadInput, "head_dim must be even for RoPE, found " + std::to_string(head_dim),
+                source, "head_dim");
+  if (!(rope_theta > 0.0))
+    throw Error(ErrorKind::kBadInput, "expected rope_theta > 0", source, "rope_theta");
+  if (!(rms_norm_eps > 0.0))
+    throw Error(ErrorKind::kBadInput, "expected rms_norm_eps > 0", source, "rms_norm_eps");
+}
+
+}  // namespace speclab

@@ -1,0 +1,39 @@
+// ModelConfig — the hyper-parameters of a Llama-family decoder (Llama 2/3, SmolLM/SmolLM2,
+// Qwen2, Mistral, llama2.c). Field names follow HF `config.json` so that researchers can map
+// them one to one. Every loader fills one of these and calls validate().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace speclab {
+
+struct ModelConfig {
+  std::string architecture = "llama";  // "llama", "qwen2", "mistral" (informational)
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;              // model dim
+  int64_t intermediate_size = 0;        // SwiGLU hidden dim
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;      // GQA: divides num_attention_heads
+  int64_t head_dim = 0;                 // usually hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 0;  // context length
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;
+  bool tie_word_embeddings = false;     // lm_head shares model.embed_tokens.weight
+  bool attention_bias = false;          // q/k/v projections carry a bias (Qwen2)
+
+  // Throws Error(kBadInput) naming `source` and the offending field when a value is
+  // missing, non-positive or inconsistent (e.g. heads not divisible by kv heads).
+  void validate(const std::string& source) const;
+
+  // Bytes of K and V per token over all layers: 2 · layers · kv_heads · head_dim · bytes.
+  size_t kv_bytes_per_token(size_t bytes_per_element) const {
+    return 2 * static_cast<size_t>(num_hidden_layers) * static_cast<size_t>(num_key_value_heads) *
+           static_cast<size_t>(head_dim) * bytes_per_element;
+  }
+};
+
+}  // namespace speclab

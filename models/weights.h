@@ -1,0 +1,55 @@
+// HostTensor and WeightMap — torch-free, loader-side storage for model weights.
+//
+// Loaders (GGUF, safetensors, llama2.c) produce float32 row-major tensors with PyTorch/HF
+// shape order (outermost dimension first) and *canonical HF names and layouts*:
+//   model.embed_tokens.weight                    [vocab, hidden]
+//   model.layers.{i}.input_layernorm.weight      [hidden]
+//   model.layers.{i}.self_attn.q_proj.weight     [heads*head_dim, hidden]   (HF rotate_half layout)
+//   model.layers.{i}.self_attn.k_proj.weight     [kv_heads*head_dim, hidden] (HF rotate_half layout)
+//   model.layers.{i}.self_attn.v_proj.weight     [kv_heads*head_dim, hidden]
+//   model.layers.{i}.self_attn.{q,k,v}_proj.bias [out]                      (only if attention_bias)
+//   model.layers.{i}.self_attn.o_proj.weight     [hidden, heads*head_dim]
+//   model.layers.{i}.post_attention_layernorm.weight [hidden]
+//   model.layers.{i}.mlp.gate_proj.weight        [intermediate, hidden]
+//   model.layers.{i}.mlp.up_proj.weight          [intermediate, hidden]
+//   model.layers.{i}.mlp.down_proj.weight        [hidden, intermediate]
+//   model.norm.weight                            [hidden]
+//   lm_head.weight                               [vocab, hidden]  (absent if tie_word_embeddings)
+// Formats whose q/k use the interleaved (Meta / GGUF "llama") RoPE layout are un-permuted by
+// their loader with unpermute_rope_rows(), so the model has a single RoPE code path.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/model_config.h"
+
+namespace speclab {
+
+struct HostTensor {
+  std::vector<int64_t> shape;  // outermost first
+  std::vector<float> data;     // row-major, product(shape) elements
+
+  int64_t numel() const;
+};
+
+using WeightMap = std::map<std::string, HostTensor>;
+
+// The names of the tensors a model with `config` needs, with their expected shapes.
+std::map<std::string, std::vector<int64_t>> expected_weight_shapes(const ModelConfig& config);
+
+// Throws Error(kBadInput) naming `source` and the tensor when a required tensor is missing or
+// its shape disagrees with the config ("expected [576, 576], found [576, 192]").
+void validate_weights(const ModelConfig& config, const WeightMap& weights, const std::string& source);
+
+// Meta/GGUF interleaved RoPE rows -> HF rotate_half rows, for a [n_heads*head_dim, in] weight
+// (or a [n_heads*head_dim] bias, with cols = 1). Inverse of HF's convert script `permute`.
+void unpermute_rope_rows(HostTensor& t, int64_t n_heads);
+// HF rotate_half rows -> Meta/GGUF interleaved rows (what convert_hf_to_gguf.py writes).
+void permute_rope_rows(HostTensor& t, int64_t n_heads);
+
+std::string shape_to_string(const std::vector<int64_t>& shape);
+
+}  // namespace speclab
