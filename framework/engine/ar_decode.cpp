@@ -1,9 +1,11 @@
 #include "framework/engine/ar_decode.h"
 
 #include <chrono>
+#include <memory>
 
 #include "framework/core/error.h"
 #include "framework/kv/contiguous_kv.h"
+#include "framework/kv/kv_cache_manager.h"
 
 namespace speclab {
 
@@ -17,6 +19,15 @@ at::Tensor as_tensor(const TokenList& ids) {
   return at::tensor(v, at::kLong);
 }
 }  // namespace
+
+KvOptions kv_options_for(const ModelConfig& config, int64_t tokens, int32_t block_size) {
+  KvOptions o;
+  o.block_size = block_size;
+  const int64_t blocks = (tokens + block_size - 1) / block_size + 1;
+  o.budget_bytes = blocks * kv_bytes_per_block(config.num_hidden_layers, config.num_key_value_heads,
+                                               config.head_dim, block_size, 4);
+  return o;
+}
 
 void check_prompt_fits(const TokenList& prompt, const ModelConfig& config) {
   if (prompt.empty()) throw Error(ErrorKind::kBadInput, "expected at least one prompt token, found none", "prompt");
@@ -43,7 +54,7 @@ Token pick_token(const float* logits, int64_t vocab, const SamplingOptions& samp
 
 GenerationResult generate_ar(const Model& model, const Tokenizer& tokenizer, const TokenList& prompt,
                              const GenerationOptions& gen, const SamplingOptions& sampling, KvMode mode,
-                             const TokenCallback& on_token) {
+                             const TokenCallback& on_token, KvTarget kv_target) {
   gen.validate();
   sampling.validate();
   const ModelConfig& c = model.config();
@@ -69,19 +80,28 @@ GenerationResult generate_ar(const Model& model, const Tokenizer& tokenizer, con
 
   auto t0 = Clock::now();
   if (mode == KvMode::kCached) {
-    ContiguousKv kv(c, capacity);
-    at::Tensor logits = model.forward(as_tensor(prompt), at::arange(n_prompt, at::kLong), kv.append_view(n_prompt),
+    std::unique_ptr<KvCacheManager> own;
+    if (!kv_target.kv) {
+      own = std::make_unique<KvCacheManager>(kv_options_for(c, capacity));
+      kv_target = {own.get(), own->add_pool(c)};
+    }
+    KvCacheManager& kv = *kv_target.kv;
+    KvSequence seq_kv(kv, kv_target.pool);
+    const SeqId sid = seq_kv.id();
+    kv.reserve(sid, n_prompt);
+    at::Tensor logits = model.forward(as_tensor(prompt), at::arange(n_prompt, at::kLong), kv.view(sid, n_prompt),
                                       ForwardOptions{{}, 1});
-    kv.commit(n_prompt);
+    SPECLAB_CHECK(kv.commit(sid, n_prompt) == KvStatus::kOk, "commit of the prompt");
     ++res.forward_calls;
     bool done = emit(logits[0]);
     res.prefill_seconds = seconds_since(t0);
     auto t1 = Clock::now();
     while (!done) {
-      const int64_t pos = kv.length();
+      const int64_t pos = kv.length(sid);
+      kv.reserve(sid, 1);
       at::Tensor tok = at::full({1}, static_cast<int64_t>(seq.back()), at::kLong);
-      logits = model.forward(tok, at::full({1}, pos, at::kLong), kv.append_view(1));
-      kv.commit(1);
+      logits = model.forward(tok, at::full({1}, pos, at::kLong), kv.view(sid, 1));
+      SPECLAB_CHECK(kv.commit(sid, 1) == KvStatus::kOk, "commit of a decoded token");
       ++res.forward_calls;
       done = emit(logits[0]);
     }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "framework/engine/generation.h"
+#include "framework/kv/kv_cache_manager.h"
 #include "framework/sampling/sampling.h"
 #include "models/model.h"
 
@@ -15,11 +16,22 @@ namespace speclab {
 
 enum class KvMode { kCached, kNaive };
 
+// Where the cached mode keeps K/V: a pool of a shared manager, or (kv == nullptr) a private
+// manager sized for this one sequence.
+struct KvTarget {
+  KvCacheManager* kv = nullptr;
+  PoolId pool = 0;
+};
+
 // prompt: token ids including BOS when the model wants one. Throws Error(kBadInput, ...,
 // "prompt") when the prompt is empty or does not fit the model context.
 GenerationResult generate_ar(const Model& model, const Tokenizer& tokenizer, const TokenList& prompt,
                              const GenerationOptions& gen, const SamplingOptions& sampling,
-                             KvMode mode = KvMode::kCached, const TokenCallback& on_token = {});
+                             KvMode mode = KvMode::kCached, const TokenCallback& on_token = {},
+                             KvTarget kv_target = {});
+
+// A private KV manager big enough for one sequence of `tokens` tokens of `config`'s model.
+KvOptions kv_options_for(const ModelConfig& config, int64_t tokens, int32_t block_size = 16);
 
 // Picks the next token from one row of logits: argmax when greedy, else a draw from the
 // processed distribution. logits: [vocab] float32 (host memory).

@@ -318,7 +318,7 @@ Reservation BlockManager::reserve(SeqId seq, int64_t n) {
     if (p.refcount(old) <= 1) continue;
     BlockId fresh = p.allocate();
     bytes_used_ += p.bytes_per_block();
-    if (static_cast<int64_t>(i) * bs < s.length) ;
+    if (static_cast<int64_t>(i) * bs < s.length) out.copies.push_back({old, fresh});
     p.decref(old);  // still referenced by another sequence: never frees here
     s.blocks[i] = fresh;
   }

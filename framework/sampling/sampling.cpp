@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -21,17 +23,107 @@ std::string num(double v) {
   return os.str();
 }
 
+// A top-p candidate: `key` orders candidates (descending logit, then ascending token id) with
+// one integer comparison; `w` is its unnormalised softmax weight.
+struct Cand {
+  uint64_t key;
+  double w;
+  uint32_t bucket;  // floor((max - logit) / T * kBucketsPerUnit), clamped: coarse order
+};
+
+// Top-p buckets candidates by log-weight so that only the bucket where the cumulative mass
+// crosses top_p has to be ordered exactly.
+constexpr uint32_t kBuckets = 1024;
+constexpr double kBucketsPerUnit = 16.0;  // bucket width 1/16 in log-weight
+
+// Maps a non-NaN float to a uint32 with the same order.
+inline uint32_t ordered_bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+inline uint64_t cand_key(float logit, int32_t id) {
+  return (static_cast<uint64_t>(ordered_bits(logit)) << 32) |
+         (0xFFFFFFFFu - static_cast<uint32_t>(id));
+}
+
+inline int32_t cand_id(uint64_t key) {
+  return static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(key & 0xFFFFFFFFu));
+}
+
 // Per-thread buffers reused across calls, so that a decode loop does not allocate V-sized
-// temporaries at every step.
+// temporaries at every step (they grow once to the largest vocab seen on the thread).
 struct Scratch {
-  std::vector<float> values;     // [vocab] a copy of the logits for nth_element
-  std::vector<double> weights;   // [vocab] exp((logit - max) / temperature), 0 when masked
-  std::vector<int32_t> ids;      // [n_candidates] token ids for the nucleus partial sort
+  std::vector<float> values;  // [vocab] a copy of the logits for nth_element (large top_k),
+                              // or a min-heap of the top_k largest logits (small top_k)
+  std::vector<Cand> cands;    // [n_cand] tokens that survived top-k with weight > 0
+  std::vector<Cand> boundary; // [n_boundary] the candidates of the top-p boundary bucket
+  std::vector<double> bucket_mass = std::vector<double>(kBuckets);  // [kBuckets]
 };
 
 Scratch& scratch() {
   thread_local Scratch s;
   return s;
+}
+
+// The k-th largest of logits[0..vocab) (counting repeats), 0 < k < vocab.
+float kth_largest(const float* logits, int64_t vocab, int64_t k, Scratch& sc) {
+  std::vector<float>& v = sc.values;
+  v.clear();
+  if (k <= 256) {
+    // One pass with a min-heap of the k largest seen so far: most elements are rejected by
+    // one comparison with the heap's minimum; a replacement costs O(log k).
+    v.assign(logits, logits + k);
+    std::make_heap(v.begin(), v.end(), std::greater<float>());
+    for (int64_t i = k; i < vocab; ++i) {
+      const float x = logits[i];
+      if (x > v.front()) {
+        std::pop_heap(v.begin(), v.end(), std::greater<float>());
+        v.back() = x;
+        std::push_heap(v.begin(), v.end(), std::greater<float>());
+      }
+    }
+    return v.front();
+  }
+  v.assign(logits, logits + vocab);
+  const auto kth = v.begin() + (k - 1);
+  std::nth_element(v.begin(), kth, v.end(), std::greater<float>());
+  return *kth;
+}
+
+// Number of leading candidates kept by top-p, and their total weight. On return
+// c[0 .. n_keep) are the kept candidates (in no particular order). Rule: in descending key
+// order (= descending probability, ties by lower token id), candidate j is kept iff j == 0 or
+// the weight before it is < stop_at. Found by repeatedly halving the unresolved range with
+// nth_element (O(n) overall, worst case included), then sorting the small rest.
+size_t nucleus(std::vector<Cand>& c, double stop_at, double& kept_mass) {
+  const auto before = [](const Cand& a, const Cand& b) { return a.key > b.key; };
+  // Invariants: c[0 .. lo) are the lo first candidates in order, all kept, of total weight
+  // acc; the answer n_keep is in (lo, hi] (or lo == 0).
+  size_t lo = 0, hi = c.size();
+  double acc = 0.0;
+  auto it = [&c](size_t i) { return c.begin() + static_cast<std::ptrdiff_t>(i); };
+  while (hi - lo > 64) {
+    const size_t mid = lo + (hi - lo) / 2;
+    std::nth_element(it(lo), it(mid), it(hi), before);
+    double m = 0.0;
+    for (size_t j = lo; j < mid; ++j) m += c[j].w;
+    if (acc + m >= stop_at) {
+      hi = mid;  // the weight before position mid already reaches top_p
+    } else {
+      acc += m;
+      lo = mid;
+    }
+  }
+  std::sort(it(lo), it(hi), before);
+  size_t n_keep = lo;
+  for (; n_keep < hi; ++n_keep) {
+    if (n_keep > 0 && acc >= stop_at) break;
+    acc += c[n_keep].w;
+  }
+  kept_mass = acc;
+  return n_keep;
 }
 
 void check_vocab(const void* data, int64_t vocab, const char* field) {
@@ -114,91 +206,89 @@ void logits_to_probs(const float* logits, int64_t vocab, const SamplingOptions& 
   // ties). Temperature > 0 preserves the order, so thresholding the raw logits is the same
   // as thresholding the scaled ones.
   float threshold = -kInf;
-  if (opts.top_k > 0 && opts.top_k < vocab) {
-    sc.values.assign(logits, logits + vocab);
-    const auto kth = sc.values.begin() + (opts.top_k - 1);
-    std::nth_element(sc.values.begin(), kth, sc.values.end(), std::greater<float>());
-    threshold = *kth;
-  }
+  if (opts.top_k > 0 && opts.top_k < vocab) threshold = kth_largest(logits, vocab, opts.top_k, sc);
 
-  // Temperature and unnormalised softmax weights, in double. Subtracting the maximum first
-  // is the usual overflow guard; softmax((l - m) / T) == softmax(l / T).
-  sc.weights.assign(static_cast<size_t>(vocab), 0.0);
-  double* w = sc.weights.data();
+  // Temperature and unnormalised softmax weights of the candidates, in double. Subtracting
+  // the maximum first is the usual overflow guard: softmax((l - m) / T) == softmax(l / T).
+  // Tokens whose weight underflows to 0 are not candidates (HF's top-p drops them too).
+  std::vector<Cand>& cands = sc.cands;
+  cands.clear();
   const double t = opts.temperature;
   const double m = max_v;
   double total = 0.0;
-  int64_t n_positive = 0;
   for (int64_t i = 0; i < vocab; ++i) {
     const float v = logits[i];
     if (v >= threshold && v != -kInf) {
-      const double e = std::exp((static_cast<double>(v) - m) / t);
-      w[i] = e;
-      total += e;
-      n_positive += (e > 0.0);
+      const double x = (m - static_cast<double>(v)) / t;  // >= 0: minus the log-weight
+      const double e = std::exp(-x);
+      if (e > 0.0) {
+        const double b = x * kBucketsPerUnit;
+        const uint32_t bucket = b < kBuckets - 1 ? static_cast<uint32_t>(b) : kBuckets - 1;
+        cands.push_back(Cand{cand_key(v, static_cast<int32_t>(i)), e, bucket});
+        total += e;
+      }
     }
   }
-  // The maximum contributes exp(0) = 1, so total >= 1.
+  // The maximum contributes exp(0) = 1, so total >= 1 and cands is not empty.
 
   if (opts.top_p >= 1.0) {
-    for (int64_t i = 0; i < vocab; ++i)
-      if (w[i] > 0.0) probs[static_cast<size_t>(i)] = static_cast<float>(w[i] / total);
+    for (const Cand& c : cands)
+      probs[static_cast<size_t>(cand_id(c.key))] = static_cast<float>(c.w / total);
     return;
   }
 
-  // Top-p: walk the candidates in descending probability (ties: lower id first) and stop at
-  // the first token whose preceding cumulative mass has reached top_p. Tokens of weight 0
-  // would be dropped by HF's rule anyway (their ascending cumulative sum is 0). The sort is
-  // extended in growing chunks so that a small nucleus costs O(V + n log m), not O(V log V).
-  std::vector<int32_t>& ids = sc.ids;
-  ids.clear();
-  ids.reserve(static_cast<size_t>(n_positive));
-  for (int64_t i = 0; i < vocab; ++i)
-    if (w[i] > 0.0) ids.push_back(static_cast<int32_t>(i));
-  const auto by_prob_desc = [w](int32_t a, int32_t b) {
-    return w[a] > w[b] || (w[a] == w[b] && a < b);
-  };
+  // Top-p: by descending probability (= descending logit, as T > 0 and exp is monotone;
+  // ties: lower id first), keep candidate j iff it is the first or the mass before it is
+  // < top_p (within kTopPTolerance). Buckets are ordered like the candidates, so every
+  // candidate of a bucket before the boundary bucket (the first where the cumulative mass
+  // reaches top_p) is kept, every one after it dropped, and only the boundary bucket is
+  // ordered exactly.
   const double stop_at = (opts.top_p - kTopPTolerance) * total;
-  const size_t n = ids.size();
-  size_t sorted = 0;
-  size_t chunk = 64;
-  size_t n_keep = 0;
-  double cum = 0.0;  // mass of ids[0 .. n_keep)
-  bool done = false;
-  while (!done) {
-    const size_t upto = std::min(n, sorted + chunk);
-    std::partial_sort(ids.begin() + static_cast<std::ptrdiff_t>(sorted),
-                      ids.begin() + static_cast<std::ptrdiff_t>(upto), ids.end(), by_prob_desc);
-    for (; n_keep < upto; ++n_keep) {
-      if (n_keep > 0 && cum >= stop_at) {
-        done = true;
-        break;
-      }
-      cum += w[ids[n_keep]];
-    }
-    sorted = upto;
-    if (sorted == n) done = true;
-    chunk *= 4;
-  }
-  // Renormalise over the nucleus; cum is exactly its mass.
-  for (size_t j = 0; j < n_keep; ++j) {
-    const int32_t id = ids[j];
-    probs[static_cast<size_t>(id)] = static_cast<float>(w[id] / cum);
-  }
+  std::vector<double>& mass = sc.bucket_mass;
+  std::fill(mass.begin(), mass.end(), 0.0);
+  for (const Cand& c : cands) mass[c.bucket] += c.w;
+  uint32_t edge = 0;
+  double before_edge = 0.0;  // mass of the buckets before `edge`
+  while (edge + 1 < kBuckets && before_edge + mass[edge] < stop_at) before_edge += mass[edge++];
+  // The edge bucket is not empty: an empty one would not have moved the sum past stop_at,
+  // and the last one holds all that remains. Its first candidate is kept, since the mass
+  // before it (before_edge) is < stop_at.
+  std::vector<Cand>& boundary = sc.boundary;
+  boundary.clear();
+  for (const Cand& c : cands)
+    if (c.bucket == edge) boundary.push_back(c);
+  double boundary_kept = 0.0;
+  const size_t n_boundary = nucleus(boundary, stop_at - before_edge, boundary_kept);
+  const double kept_mass = before_edge + boundary_kept;
+  for (const Cand& c : cands)
+    if (c.bucket < edge) probs[static_cast<size_t>(cand_id(c.key))] = static_cast<float>(c.w / kept_mass);
+  for (size_t j = 0; j < n_boundary; ++j)
+    probs[static_cast<size_t>(cand_id(boundary[j].key))] = static_cast<float>(boundary[j].w / kept_mass);
 }
 
 int32_t sample(const float* probs, int64_t n, Rng& rng) {
   check_vocab(probs, n, "probs");
-  double total = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = probs[i];
-    if (!(v >= 0.0f))
-      throw Error(ErrorKind::kBadInput,
-                  "expected probabilities >= 0, found " + num(v) + " at index " +
-                      std::to_string(i),
-                  kSection, "probs");
-    total += v;
+  // Validation and the sum in one pass; four partial sums shorten the add-latency chain.
+  double part[4] = {0.0, 0.0, 0.0, 0.0};
+  bool ok = true;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int r = 0; r < 4; ++r) {
+      ok &= probs[i + r] >= 0.0f;
+      part[r] += probs[i + r];
+    }
+  for (; i < n; ++i) {
+    ok &= probs[i] >= 0.0f;
+    part[0] += probs[i];
   }
+  if (!ok)
+    for (int64_t j = 0; j < n; ++j)
+      if (!(probs[j] >= 0.0f))
+        throw Error(ErrorKind::kBadInput,
+                    "expected probabilities >= 0, found " + num(probs[j]) + " at index " +
+                        std::to_string(j),
+                    kSection, "probs");
+  const double total = (part[0] + part[1]) + (part[2] + part[3]);
   if (!(total > 0.0) || !std::isfinite(total))
     throw Error(ErrorKind::kBadInput,
                 "expected a positive finite probability sum, found " + num(total), kSection,
@@ -206,11 +296,11 @@ int32_t sample(const float* probs, int64_t n, Rng& rng) {
   const double u = rng.uniform() * total;
   double cum = 0.0;
   int64_t last = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (probs[i] > 0.0f) {
-      cum += probs[i];
-      last = i;
-      if (u < cum) return static_cast<int32_t>(i);
+  for (int64_t j = 0; j < n; ++j) {
+    if (probs[j] > 0.0f) {
+      cum += probs[j];
+      last = j;
+      if (u < cum) return static_cast<int32_t>(j);
     }
   }
   // Only reachable when rounding leaves u * total >= the final cumulative sum.

@@ -8,9 +8,11 @@
 // `generate()` applies them: TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 // (min_tokens_to_keep = 1), then a softmax over the tokens that were kept.
 //
-// Performance contract (vocab ~ 50k): O(V) passes plus a partial sort of the nucleus
-// candidates; the only heap memory is the output vector and a per-thread scratch buffer that
-// is reused across calls (it grows once to the largest vocab seen on that thread).
+// Performance contract (vocab ~ 50k): a few O(V) passes (one exp per surviving token); top-k
+// uses a size-k heap (k <= 256) or nth_element; top-p buckets tokens by log-weight and orders
+// only the bucket where the cumulative mass crosses top_p. The only heap memory is the
+// output vector and per-thread scratch buffers reused across calls (they grow once to the
+// largest vocab seen on that thread).
 #pragma once
 
 #include <cstdint>

@@ -392,6 +392,12 @@ void dequantize(uint32_t type_id, const uint8_t* src, size_t src_bytes, float* d
 
 std::vector<uint8_t> quantize(GgmlType type, const float* src, size_t n, const std::string& what) {
   const uint32_t id = static_cast<uint32_t>(type);
+  if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::Q8_0 &&
+      type != GgmlType::Q4_0 && type != GgmlType::Q4_1)
+    throw Error(ErrorKind::kUnsupported,
+                "cannot encode as " + ggml_type_name(id) +
+                    " (expected one of F32, F16, Q8_0, Q4_0, Q4_1)",
+                {}, what);
   const uint64_t bytes = ggml_row_bytes(id, n, what);
   if (type != GgmlType::F32 && type != GgmlType::F16)
     for (size_t i = 0; i < n; ++i)
@@ -401,27 +407,24 @@ std::vector<uint8_t> quantize(GgmlType type, const float* src, size_t n, const s
                         ggml_type_name(id),
                     {}, what);
   std::vector<uint8_t> out(bytes);
+  uint8_t* dst = out.data();
+  const size_t blocks = n / kQK;
   switch (type) {
     case GgmlType::F32:
-      std::memcpy(out.data(), src, n * 4);
+      std::memcpy(dst, src, n * 4);
       break;
     case GgmlType::F16:
-      for (size_t i = 0; i < n; ++i) store_u16(out.data() + 2 * i, fp32_to_fp16(src[i]));
+      for (size_t i = 0; i < n; ++i) store_u16(dst + 2 * i, fp32_to_fp16(src[i]));
       break;
     case GgmlType::Q8_0:
-      for (size_t i = 0; i < n / kQK; ++i) quant_q8_0(src + i * kQK, out.data() + i * 34);
+      for (size_t i = 0; i < blocks; ++i) quant_q8_0(src + i * kQK, dst + i * 34);
       break;
     case GgmlType::Q4_0:
-      for (size_t i = 0; i < n / kQK; ++i) quant_q4_0(src + i * kQK, out.data() + i * 18);
+      for (size_t i = 0; i < blocks; ++i) quant_q4_0(src + i * kQK, dst + i * 18);
       break;
-    case GgmlType::Q4_1:
-      for (size_t i = 0; i < n / kQK; ++i) quant_q4_1(src + i * kQK, out.data() + i * 20);
+    default:  // Q4_1
+      for (size_t i = 0; i < blocks; ++i) quant_q4_1(src + i * kQK, dst + i * 20);
       break;
-    default:
-      throw Error(ErrorKind::kUnsupported,
-                  "cannot encode as " + ggml_type_name(id) +
-                      " (expected one of F32, F16, Q8_0, Q4_0, Q4_1)",
-                  {}, what);
   }
   return out;
 }

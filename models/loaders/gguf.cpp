@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -910,7 +911,7 @@ void write_gguf(const std::string& path, const GgufMetadata& metadata,
                 const std::vector<GgufTensorToWrite>& tensors) {
   uint32_t alignment = kDefaultAlignment;
   Out head;
-  head.bytes.insert(head.bytes.end(), {'G', 'G', 'U', 'F'});
+  head.put<uint32_t>(0x46554747u);  // "GGUF" as little-endian bytes
   head.put<uint32_t>(3);
   head.put<uint64_t>(tensors.size());
   head.put<uint64_t>(metadata.size());
@@ -948,6 +949,8 @@ void write_gguf(const std::string& path, const GgufMetadata& metadata,
       if (d <= 0)
         throw Error(ErrorKind::kBadInput, "expected positive dimensions, found " + shape_to_string(t.shape),
                     path, field);
+      if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / static_cast<uint64_t>(d))
+        throw Error(ErrorKind::kBadInput, "element count overflows", path, field);
       n *= static_cast<uint64_t>(d);
     }
     if (!t.data) throw Error(ErrorKind::kBadInput, "no data", path, field);

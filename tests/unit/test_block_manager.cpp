@@ -416,8 +416,8 @@ TEST_CASE("preemption releases only what helps and accounts for shared blocks") 
   m.add_pool(p);
   p.n_blocks = 2;
   m.add_pool(p);
-  SeqId other_pool = m.create(0, 0);
   SeqId victim = m.create(1, 0);
+  SeqId other_pool = m.create(0, 0);  // newer, so tried first, then found useless and kept
   SeqId req = m.create(1, 1);
   m.reserve(other_pool, 4);
   m.reserve(victim, 4);

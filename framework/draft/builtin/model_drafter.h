@@ -1,0 +1,57 @@
+// Model-based drafters: an autoregressive draft from a model.
+//
+//   draft_model  a separate small model (same vocabulary as the target) with its own sequence in
+//                its own pool of the shared KvCacheManager. Before drafting it feeds, in one
+//                forward, every context token it has not seen yet (its cache is truncated to the
+//                accepted prefix after each step).
+//   layer_skip   self-speculation: the target itself running only a subset of its layers
+//                (the first k, or an explicit ascending list). It shares the target's KV
+//                sequence: for context positions it reads the K/V the target's verification
+//                pass wrote (all layers, full-model values); for its own draft positions it
+//                writes only the layers it runs, into the target's reserved slots past the
+//                committed length. The verification pass then overwrites those positions in
+//                every layer, so for accepted tokens the skipped (and the run) layers' K/V are
+//                the full model's, and rejected positions are rolled back by the engine's
+//                truncate. Nothing is recomputed and no second cache exists.
+// Under sampling the draft samples from its processed distribution q (same transform as p)
+// and returns q; under greedy decoding it drafts argmax and returns no probabilities.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "framework/draft/drafter.h"
+#include "framework/draft/drafter_options.h"
+#include "framework/kv/kv_cache_manager.h"
+#include "models/model.h"
+
+namespace speclab {
+
+class ModelDrafter : public Drafter {
+ public:
+  // draft_model: owns `model`, gets its own pool in env.kv.
+  static std::unique_ptr<ModelDrafter> separate(std::unique_ptr<Model> model, const DrafterEnv& env);
+  // layer_skip: runs `layers` of env.target on the target's own sequence.
+  static std::unique_ptr<ModelDrafter> layer_skip(const DrafterEnv& env, std::vector<int64_t> layers);
+
+  std::string name() const override { return name_; }
+  void begin(SeqId seq, const TokenList& prompt) override;
+  DraftBlock propose(const DraftContext& ctx, int max_k) override;
+  void accept(SeqId seq, int n_accepted) override;
+  void end(SeqId seq) override;
+
+ private:
+  ModelDrafter() = default;
+
+  std::string name_;
+  std::unique_ptr<Model> owned_;
+  const Model* model_ = nullptr;
+  KvCacheManager* kv_ = nullptr;
+  PoolId pool_ = -1;            // own pool (draft_model) or -1 (shares the target's sequence)
+  std::vector<int64_t> layers_;  // empty = all
+  SeqId dseq_ = -1;             // the sequence the draft writes to
+  int64_t context_at_propose_ = 0;  // tokens->size() when the last block was proposed
+  std::vector<float> scratch_;
+};
+
+}  // namespace speclab

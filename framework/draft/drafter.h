@@ -1,0 +1,66 @@
+// Drafter — the one interface every draft strategy implements (STYLE.md §5; compare llama.cpp's
+// common/speculative.h init/draft/accept/free).
+//
+// Lifecycle for one sequence:
+//   begin(seq, prompt)        once, after the target prefilled `prompt`
+//   propose(ctx, max_k)       each step: up to max_k draft tokens continuing ctx.tokens
+//   accept(seq, n_accepted)   each step: how many of the proposed tokens the target kept
+//   end(seq)                  once, when the sequence finishes (release drafter state)
+// The engine (framework/engine/spec_decode.h) never branches on the drafter type.
+//
+// Probabilities: a drafter that samples its tokens from a distribution returns, for each draft
+// token, the full processed distribution q it sampled from (after the same temperature/top-k/
+// top-p transform the target's p gets: framework/sampling/sampling.h logits_to_probs). A
+// deterministic drafter (n-gram lookup, a greedy draft) returns no probs; the verifier then
+// treats q as one-hot at the draft token, which is still lossless (Leviathan et al. 2023).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/core/rng.h"
+#include "framework/core/types.h"
+#include "framework/sampling/sampling.h"
+
+namespace speclab {
+
+class KvCacheManager;
+class Model;
+
+struct DraftBlock {
+  TokenList tokens;                      // [k] proposed tokens, k <= max_k (may be 0)
+  std::vector<std::vector<float>> probs;  // [k][vocab] processed q per token, or empty
+  std::vector<float> confidence;          // [k] the drafter's top probability per step (if known)
+};
+
+// What a drafter sees when proposing.
+struct DraftContext {
+  SeqId seq = -1;                      // the target's KV sequence
+  const TokenList* tokens = nullptr;   // prompt + every emitted token; back() is the pending token
+                                       // (emitted, not yet fed to the target)
+  int64_t n_prompt = 0;
+  const SamplingOptions* sampling = nullptr;  // the run's sampling options (q uses the same)
+  Rng* rng = nullptr;                  // the drafter's own stream (never the verifier's)
+  double min_confidence = 0.0;         // stop drafting once the top draft prob drops below this
+};
+
+// Shared resources a drafter may use; handed over by the registry at construction.
+struct DrafterEnv {
+  const Model* target = nullptr;   // the target model (layer_skip runs a subset of its layers)
+  KvCacheManager* kv = nullptr;    // the shared KV manager (one budget for target and drafts)
+  int32_t target_pool = -1;        // the target's pool in `kv`
+  int64_t vocab_size = 0;          // the target's vocabulary size
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual std::string name() const = 0;
+  virtual void begin(SeqId seq, const TokenList& prompt) = 0;
+  virtual DraftBlock propose(const DraftContext& ctx, int max_k) = 0;
+  virtual void accept(SeqId seq, int n_accepted) = 0;
+  virtual void end(SeqId seq) {}
+};
+
+}  // namespace speclab

@@ -1,0 +1,32 @@
+#include "framework/draft/drafter_options.h"
+
+#include "framework/core/error.h"
+
+namespace speclab {
+
+namespace {
+void bad(const std::string& field, const std::string& msg) { throw Error(ErrorKind::kConfig, msg, "drafter", field); }
+}  // namespace
+
+void DrafterOptions::validate() const {
+  if (name.empty()) bad("name", "expected a drafter name, found nothing");
+  if (num_speculative_tokens <= 0 || num_speculative_tokens > 64)
+    bad("num_speculative_tokens", "expected gamma in 1..64, found " + std::to_string(num_speculative_tokens));
+  if (schedule != "constant" && schedule != "heuristic")
+    bad("schedule", "expected constant or heuristic, found '" + schedule + "'");
+  if (max_speculative_tokens < num_speculative_tokens || max_speculative_tokens > 64)
+    bad("max_speculative_tokens", "expected gamma <= max_speculative_tokens <= 64, found " +
+                                      std::to_string(max_speculative_tokens));
+  if (!(confidence_threshold >= 0.0 && confidence_threshold < 1.0))
+    bad("confidence_threshold", "expected a probability in [0, 1), found " + std::to_string(confidence_threshold));
+  if (prompt_lookup_min < 1 || prompt_lookup_max < prompt_lookup_min)
+    bad("prompt_lookup_min", "expected 1 <= prompt_lookup_min <= prompt_lookup_max, found " +
+                                 std::to_string(prompt_lookup_min) + " and " + std::to_string(prompt_lookup_max));
+  if (draft_layers_first < 0) bad("draft_layers_first", "expected >= 0, found " + std::to_string(draft_layers_first));
+  for (size_t i = 1; i < draft_layers.size(); ++i)
+    if (draft_layers[i] <= draft_layers[i - 1]) bad("draft_layers", "expected a strictly ascending list of layer indices");
+  for (int64_t l : draft_layers)
+    if (l < 0) bad("draft_layers", "expected layer indices >= 0, found " + std::to_string(l));
+}
+
+}  // namespace speclab

@@ -1,0 +1,39 @@
+// DrafterOptions — the YAML `drafter` section / `speclab generate --drafter ...` flags.
+// Knob names follow HF GenerationConfig / vLLM speculative_config where one exists.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace speclab {
+
+struct DrafterOptions {
+  std::string name = "prompt_lookup";   // built-in name, or a plugin's name when `plugin` is set
+  std::string plugin;                   // path to a plugin .so (optional)
+  int num_speculative_tokens = 4;       // gamma: max draft tokens per step (vLLM name; HF num_assistant_tokens)
+  // Draft-length schedule: "constant" or "heuristic" (HF: +2 after full acceptance, -1 otherwise).
+  std::string schedule = "constant";
+  int max_speculative_tokens = 16;      // cap for the heuristic schedule
+  // Stop drafting when the drafter's top probability falls below this (HF
+  // assistant_confidence_threshold, llama.cpp --draft-p-min). 0 = off.
+  double confidence_threshold = 0.0;
+  // prompt_lookup (HF prompt_lookup_num_tokens is gamma; vLLM prompt_lookup_min/max)
+  int prompt_lookup_min = 1;
+  int prompt_lookup_max = 3;
+  // layer_skip: the target's layers the draft runs: an explicit ascending list, or the first
+  // `draft_layers_first` layers when the list is empty.
+  std::vector<int64_t> draft_layers;
+  int64_t draft_layers_first = 0;
+  // draft_model: a model path or named entry (+ format)
+  std::string draft_model;
+  std::string draft_model_format = "auto";
+  // Free-form parameters for plugins (key -> value as text).
+  std::map<std::string, std::string> params;
+
+  // Throws Error(kConfig, ..., "drafter", <field>) with expected vs found.
+  void validate() const;
+};
+
+}  // namespace speclab

@@ -1,0 +1,252 @@
+#include "framework/draft/plugin_loader.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "framework/core/error.h"
+
+namespace speclab {
+namespace {
+
+constexpr size_t kCreateErrorLen = 1024;  // bytes of the buffer handed to create()
+
+Error plugin_error(const std::string& path, const std::string& message) {
+  return Error(ErrorKind::kConfig, message, path, "plugin");
+}
+
+void close_library(void* handle) {
+  if (handle != nullptr) dlclose(handle);
+}
+
+std::string dlerror_text() {
+  const char* text = dlerror();
+  return text != nullptr ? std::string(text) : std::string("unknown dynamic loader error");
+}
+
+// The drafter a plugin created, seen by the engine as an ordinary Drafter. It owns the plugin's
+// object (freed with the plugin's own destroy) and a reference to the library, so the plugin's
+// code stays mapped for as long as the object can be called. Members are destroyed after the
+// destructor body, so the library is released only after destroy() has returned.
+class PluginDrafter final : public Drafter {
+ public:
+  PluginDrafter(Drafter* inner, const LoadedPlugin& plugin, int64_t vocab_size)
+      : inner_(inner),
+        destroy_(plugin.descriptor->destroy),
+        library_(plugin.library),
+        path_(plugin.path),
+        plugin_name_(plugin.name),
+        vocab_size_(vocab_size) {}
+
+  ~PluginDrafter() override { destroy_(inner_); }
+
+  PluginDrafter(const PluginDrafter&) = delete;
+  PluginDrafter& operator=(const PluginDrafter&) = delete;
+
+  std::string name() const override {
+    return guarded("name", [&] { return inner_->name(); });
+  }
+
+  void begin(SeqId seq, const TokenList& prompt) override {
+    guarded("begin", [&] { inner_->begin(seq, prompt); });
+  }
+
+  DraftBlock propose(const DraftContext& ctx, int max_k) override {
+    DraftBlock block = guarded("propose", [&] { return inner_->propose(ctx, max_k); });
+    check_block(block, max_k);
+    return block;
+  }
+
+  void accept(SeqId seq, int n_accepted) override {
+    guarded("accept", [&] { inner_->accept(seq, n_accepted); });
+  }
+
+  void end(SeqId seq) override {
+    guarded("end", [&] { inner_->end(seq); });
+  }
+
+ private:
+  // Runs a call into the plugin; an exception that is not a speclab::Error (the plugin cannot
+  // normally build one without linking SpecLab) becomes one naming the plugin and the method.
+  template <typename F>
+  auto guarded(const char* method, F&& call) const -> decltype(call()) {
+    try {
+      return call();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::kBadInput, plugin_name_ + "." + method + "() threw: " + e.what(), path_, method);
+    } catch (...) {
+      throw Error(ErrorKind::kBadInput,
+                  plugin_name_ + "." + method + "() threw an exception that is not a std::exception", path_,
+                  method);
+    }
+  }
+
+  // The DraftBlock contract of drafter.h, checked where the plugin's data enters SpecLab.
+  void check_block(const DraftBlock& block, int max_k) const {
+    const size_t k = block.tokens.size();
+    const size_t limit = max_k > 0 ? static_cast<size_t>(max_k) : 0;
+    auto fail = [&](const std::string& what) {
+      return Error(ErrorKind::kBadInput, plugin_name_ + ".propose() returned " + what, path_, "propose");
+    };
+    if (k > limit) {
+      throw fail(std::to_string(k) + " tokens for max_k " + std::to_string(max_k) + ": expected at most " +
+                 std::to_string(limit) + ", found " + std::to_string(k));
+    }
+    for (size_t i = 0; i < k; ++i) {
+      const Token t = block.tokens[i];
+      if (t < 0 || (vocab_size_ > 0 && t >= vocab_size_)) {
+        throw fail("token " + std::to_string(t) + " at draft position " + std::to_string(i) +
+                   ": expected a token id in [0, " +
+                   (vocab_size_ > 0 ? std::to_string(vocab_size_) : std::string("vocab")) + ")");
+      }
+    }
+    if (!block.probs.empty()) {
+      if (block.probs.size() != k) {
+        throw fail("probs for " + std::to_string(block.probs.size()) + " positions: expected 0 or " +
+                   std::to_string(k) + " (one per draft token), found " + std::to_string(block.probs.size()));
+      }
+      const size_t width = vocab_size_ > 0 ? static_cast<size_t>(vocab_size_) : block.probs[0].size();
+      for (size_t i = 0; i < k; ++i) {
+        if (block.probs[i].size() != width) {
+          throw fail("a probs row of size " + std::to_string(block.probs[i].size()) + " at draft position " +
+                     std::to_string(i) + ": expected the vocabulary size " + std::to_string(width) +
+                     ", found " + std::to_string(block.probs[i].size()));
+        }
+        if (static_cast<size_t>(block.tokens[i]) >= width) {
+          throw fail("token " + std::to_string(block.tokens[i]) + " at draft position " + std::to_string(i) +
+                     " outside its probs row: expected a token id in [0, " + std::to_string(width) + ")");
+        }
+      }
+    }
+    if (!block.confidence.empty() && block.confidence.size() != k) {
+      throw fail("confidence for " + std::to_string(block.confidence.size()) + " positions: expected 0 or " +
+                 std::to_string(k) + ", found " + std::to_string(block.confidence.size()));
+    }
+  }
+
+  Drafter* inner_;
+  void (*destroy_)(Drafter*);
+  std::shared_ptr<void> library_;
+  std::string path_;
+  std::string plugin_name_;
+  int64_t vocab_size_;
+};
+
+}  // namespace
+
+LoadedPlugin load_drafter_plugin(const std::string& path) {
+  if (path.empty()) {
+    throw plugin_error(path, "expected the path of a drafter plugin (a .so file), found an empty path");
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) {
+      throw plugin_error(path, "no such file: expected a drafter plugin (a .so file) at this path");
+    }
+    throw plugin_error(path, std::string("cannot access the drafter plugin: ") + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    throw plugin_error(path, std::string("expected a shared library file, found ") +
+                                 (S_ISDIR(st.st_mode) ? "a directory" : "something that is not a regular file"));
+  }
+
+  // dlopen searches the library path for a name without a '/'; the user meant this file.
+  const std::string open_path = path.find('/') == std::string::npos ? "./" + path : path;
+  dlerror();  // clear any stale error
+  void* handle = dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    throw plugin_error(path, "cannot load it as a shared library: " + dlerror_text());
+  }
+  LoadedPlugin plugin;
+  plugin.path = path;
+  plugin.library = std::shared_ptr<void>(handle, close_library);
+
+  dlerror();
+  void* symbol = dlsym(handle, SPECLAB_DRAFTER_PLUGIN_SYMBOL);
+  if (symbol == nullptr) {
+    throw plugin_error(path, std::string("does not export ") + SPECLAB_DRAFTER_PLUGIN_SYMBOL +
+                                 " \xE2\x80\x94 is it a SpecLab drafter plugin?");
+  }
+  auto entry = reinterpret_cast<SpeclabDrafterPluginEntry>(symbol);
+
+  const SpeclabDrafterPlugin* descriptor = nullptr;
+  try {
+    descriptor = entry();
+  } catch (...) {
+    throw plugin_error(path, std::string(SPECLAB_DRAFTER_PLUGIN_SYMBOL) +
+                                 "() threw: expected it to return its descriptor (exceptions must not cross "
+                                 "the plugin boundary)");
+  }
+  if (descriptor == nullptr) {
+    throw plugin_error(path, std::string(SPECLAB_DRAFTER_PLUGIN_SYMBOL) +
+                                 "() returned null: expected a pointer to the plugin's static descriptor");
+  }
+  // abi_version first: with any other version the rest of the struct may be laid out differently.
+  if (descriptor->abi_version != SPECLAB_DRAFTER_ABI_VERSION) {
+    throw plugin_error(path, "built for drafter ABI version " + std::to_string(descriptor->abi_version) +
+                                 ", this SpecLab expects " + std::to_string(SPECLAB_DRAFTER_ABI_VERSION) +
+                                 ": rebuild the plugin against this SpecLab");
+  }
+  if (descriptor->name == nullptr || descriptor->name[0] == '\0') {
+    throw plugin_error(path, std::string("expected a non-empty drafter name in the descriptor, found ") +
+                                 (descriptor->name == nullptr ? "null" : "an empty string"));
+  }
+  if (descriptor->create == nullptr) {
+    throw plugin_error(path, "drafter '" + std::string(descriptor->name) +
+                                 "': expected a create function in the descriptor, found null");
+  }
+  if (descriptor->destroy == nullptr) {
+    throw plugin_error(path, "drafter '" + std::string(descriptor->name) +
+                                 "': expected a destroy function in the descriptor, found null");
+  }
+  plugin.name = descriptor->name;
+  plugin.description = descriptor->description != nullptr ? descriptor->description : "";
+  plugin.descriptor = descriptor;
+  return plugin;
+}
+
+std::unique_ptr<Drafter> make_plugin_drafter(const LoadedPlugin& plugin, const DrafterOptions& options,
+                                             const DrafterEnv& env) {
+  if (plugin.descriptor == nullptr || !plugin.library) {
+    throw Error(ErrorKind::kInternal,
+                "make_plugin_drafter: expected a plugin returned by load_drafter_plugin, found an empty one",
+                plugin.path, "plugin");
+  }
+  const SpeclabDrafterPlugin& d = *plugin.descriptor;
+  std::vector<char> error(kCreateErrorLen, '\0');
+  Drafter* raw = nullptr;
+  try {
+    raw = d.create(&options, &env, error.data(), error.size());
+  } catch (const std::exception& e) {
+    throw plugin_error(plugin.path, plugin.name + ": create threw (exceptions must not cross the plugin boundary; "
+                                                  "report errors through the error buffer): " + e.what());
+  } catch (...) {
+    throw plugin_error(plugin.path, plugin.name + ": create threw (exceptions must not cross the plugin boundary; "
+                                                  "report errors through the error buffer)");
+  }
+  if (raw == nullptr) {
+    error.back() = '\0';  // a plugin that ignored error_len still yields a terminated string
+    std::string text(error.data());
+    if (text.empty()) text = "create returned null without an error message";
+    throw plugin_error(plugin.path, plugin.name + ": " + text);
+  }
+  try {
+    return std::make_unique<PluginDrafter>(raw, plugin, env.vocab_size);
+  } catch (...) {
+    d.destroy(raw);
+    throw;
+  }
+}
+
+}  // namespace speclab

@@ -1,0 +1,38 @@
+// Drafter registry: built-ins registered explicitly in register_builtin_drafters() (no static
+// initialisers, STYLE.md §6), plugins loaded from a shared library by path.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/draft/drafter.h"
+#include "framework/draft/drafter_options.h"
+
+namespace speclab {
+
+using DrafterFactory = std::function<std::unique_ptr<Drafter>(const DrafterOptions&, const DrafterEnv&)>;
+
+class DrafterRegistry {
+ public:
+  // A registry with the built-ins: prompt_lookup, layer_skip, draft_model.
+  static DrafterRegistry with_builtins();
+
+  void add(const std::string& name, DrafterFactory factory);
+  std::vector<std::string> names() const;
+  // Loads options.plugin (if set) and registers the drafter it exports. Throws Error(kConfig)
+  // naming the file on a missing file/symbol or an ABI version mismatch.
+  void load_plugin(const std::string& path);
+  // Builds options.name (loading options.plugin first when set). An unknown name gives
+  // Error(kConfig) listing the known ones.
+  std::unique_ptr<Drafter> create(const DrafterOptions& options, const DrafterEnv& env);
+
+ private:
+  std::map<std::string, DrafterFactory> factories_;
+};
+
+void register_builtin_drafters(DrafterRegistry& registry);
+
+}  // namespace speclab

@@ -1,0 +1,93 @@
+#include "framework/kv/kv_cache_manager.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include "framework/core/error.h"
+
+namespace speclab {
+
+void KvOptions::validate() const {
+  if (block_size <= 0 || block_size > 4096)
+    throw Error(ErrorKind::kConfig, "expected 1..4096 tokens, found " + std::to_string(block_size), "kv", "block_size");
+  if (budget_bytes <= 0)
+    throw Error(ErrorKind::kConfig, "expected a positive byte count, found " + std::to_string(budget_bytes), "kv",
+                "budget_bytes");
+}
+
+KvCacheManager::KvCacheManager(const KvOptions& options)
+    : options_(options), blocks_([&] {
+        options.validate();
+        BlockManagerOptions o;
+        o.budget_bytes = options.budget_bytes;
+        o.preemption = options.preemption;
+        return o;
+      }()) {}
+
+PoolId KvCacheManager::add_pool(const ModelConfig& c) {
+  BlockPoolOptions po;
+  po.block_size = options_.block_size;
+  po.bytes_per_block = kv_bytes_per_block(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, po.block_size, 4);
+  const int64_t max_blocks = options_.budget_bytes / po.bytes_per_block;
+  if (max_blocks < 1)
+    throw Error(ErrorKind::kConfig,
+                "KV budget of " + std::to_string(options_.budget_bytes) + " bytes is smaller than one block (" +
+                    std::to_string(po.bytes_per_block) + " bytes)",
+                "kv", "budget_bytes");
+  // Never more slots than a budget-filling pool could use; contexts are bounded by the model too.
+  po.n_blocks = static_cast<int32_t>(std::min<int64_t>(max_blocks, int64_t(1) << 20));
+  PoolId id = blocks_.add_pool(po);
+  c10::InferenceMode guard(false);
+  Storage s;
+  const int64_t slots = static_cast<int64_t>(po.n_blocks) * po.block_size;
+  s.k = at::empty({c.num_hidden_layers, slots, c.num_key_value_heads, c.head_dim}, at::kFloat);
+  s.v = at::empty_like(s.k);
+  storage_.push_back(std::move(s));
+  return id;
+}
+
+SeqId KvCacheManager::create(PoolId pool, int priority) { return blocks_.create(pool, priority); }
+
+void KvCacheManager::reserve(SeqId seq, int64_t n) {
+  Reservation r = blocks_.reserve(seq, n);
+  if (r.copies.empty()) return;
+  Storage& s = storage_[static_cast<size_t>(blocks_.pool_of(seq))];
+  const int64_t bs = options_.block_size;
+  for (const BlockCopy& c : r.copies) {
+    s.k.narrow(1, c.dst * bs, bs).copy_(s.k.narrow(1, c.src * bs, bs));
+    s.v.narrow(1, c.dst * bs, bs).copy_(s.v.narrow(1, c.src * bs, bs));
+  }
+}
+
+KvView KvCacheManager::view_at(SeqId seq, int64_t start, int64_t n_new) const {
+  const int64_t len = start;
+  const int64_t ctx = len + n_new;
+  if (n_new <= 0 || start < 0 || ctx > blocks_.capacity(seq))
+    throw Error(ErrorKind::kInternal, "view of " + std::to_string(n_new) + " new tokens needs capacity " +
+                                          std::to_string(ctx) + ", reserved " +
+                                          std::to_string(blocks_.capacity(seq)) + " (reserve first)",
+                "kv", "view");
+  const Storage& s = storage_[static_cast<size_t>(blocks_.pool_of(seq))];
+  KvView v;
+  v.k_cache = s.k;
+  v.v_cache = s.v;
+  v.ctx_len = ctx;
+  std::vector<int64_t> write(static_cast<size_t>(n_new));
+  for (int64_t i = 0; i < n_new; ++i) write[i] = blocks_.slot(seq, len + i);
+  v.write_slots = at::tensor(write, at::kLong);
+  v.read_base = blocks_.contiguous_base(seq, ctx);
+  if (v.read_base < 0) {
+    const auto& table = blocks_.block_table(seq);
+    const int64_t bs = options_.block_size;
+    std::vector<int64_t> read(static_cast<size_t>(ctx));
+    for (int64_t p = 0; p < ctx; ++p) read[p] = table[p / bs] * bs + p % bs;
+    v.read_slots = at::tensor(read, at::kLong);
+  }
+  return v;
+}
+
+KvStatus KvCacheManager::commit(SeqId seq, int64_t n) { return blocks_.commit(seq, n); }
+KvStatus KvCacheManager::truncate(SeqId seq, int64_t new_len) { return blocks_.truncate(seq, new_len); }
+SeqId KvCacheManager::fork(SeqId seq) { return blocks_.fork(seq); }
+KvStatus KvCacheManager::release(SeqId seq) { return blocks_.release(seq); }
+
+}  // namespace speclab

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""llama.cpp throughput on a GGUF file, for `speclab bench` (experiments/speclab/cmd_bench.cpp).
+
+Measures, with llama-cpp-python, on the same synthetic prompt SpecLab uses
+(token i = 3 + (i*7919 + 13) % (vocab - 3)):
+  prefill_tok_s  n_prompt tokens in one llama_decode batch, from an empty KV cache;
+  decode_tok_s   n_decode single-token greedy steps after that prefill (argmax of the last logits).
+Each is the best of 3 runs. Prints exactly one JSON line on stdout:
+  {"version", "decode_tok_s", "prefill_tok_s", "threads", "n_prompt", "n_decode"}
+Errors go to stderr with a non-zero exit status (the caller then reports llama.cpp as unavailable).
+"""
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+
+
+def synthetic_tokens(n, vocab):
+    return [3 + (i * 7919 + 13) % (vocab - 3) for i in range(n)]
+
+
+def last_logits(llm, vocab):
+    """Logits of the last token of the last llama_decode batch, [vocab] float32 (a view).
+
+    With logits_all=False llama-cpp-python does not copy logits into llm.scores, so they are
+    read from the context directly (llama_get_logits_ith(ctx, -1)).
+    """
+    import ctypes
+    import numpy as np
+    ptr = llm._ctx.get_logits_ith(-1)
+    return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(vocab,))
+
+
+def last_argmax(llm, vocab):
+    import numpy as np
+    return int(np.argmax(last_logits(llm, vocab)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="path to a .gguf file")
+    ap.add_argument("--n-prompt", type=int, default=128)
+    ap.add_argument("--n-decode", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    if args.n_prompt <= 0 or args.n_decode <= 0 or args.threads <= 0 or args.repeats <= 0:
+        ap.error("--n-prompt, --n-decode, --threads and --repeats must be positive")
+    n_ctx = 2048
+    if args.n_prompt + args.n_decode > n_ctx:
+        ap.error(f"--n-prompt + --n-decode must be <= {n_ctx}")
+
+    import llama_cpp
+
+    # llama.cpp's C code may log to stdout/stderr even with verbose=False; keep stdout clean
+    # for the one JSON line by pointing fd 1 at stderr while the library runs.
+    saved_stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            llm = llama_cpp.Llama(model_path=args.model, n_ctx=n_ctx, n_batch=max(512, args.n_prompt),
+                                  n_ubatch=max(512, args.n_prompt), n_threads=args.threads,
+                                  n_threads_batch=args.threads, verbose=False, logits_all=False)
+            vocab = llm.n_vocab()
+            prompt = synthetic_tokens(args.n_prompt, vocab)
+
+            best_prefill = float("inf")
+            best_decode = float("inf")
+            for _ in range(args.repeats):
+                llm.reset()  # n_tokens = 0; eval() then drops every cached position >= 0
+                t0 = time.perf_counter()
+                llm.eval(prompt)
+                best_prefill = min(best_prefill, time.perf_counter() - t0)
+                # Greedy decode: argmax of the last row of logits, one token per llama_decode.
+                tok = last_argmax(llm, vocab)
+                t0 = time.perf_counter()
+                for _ in range(args.n_decode):
+                    llm.eval([tok])
+                    tok = last_argmax(llm, vocab)
+                best_decode = min(best_decode, time.perf_counter() - t0)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_stdout, 1)
+        os.close(saved_stdout)
+
+    out = {
+        "version": llama_cpp.__version__,
+        "decode_tok_s": round(args.n_decode / best_decode, 2),
+        "prefill_tok_s": round(args.n_prompt / best_prefill, 2),
+        "threads": args.threads,
+        "n_prompt": args.n_prompt,
+        "n_decode": args.n_decode,
+    }
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

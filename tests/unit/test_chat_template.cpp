@@ -1,0 +1,106 @@
+// ChatTemplate against jinja2 renderings of the real templates (SmolLM2's from its GGUF, the
+// standard Llama 3 and Llama 2 chat templates): tests/fixtures/tokenizer/
+// chat_template_reference.json, written by scripts/make_tokenizer_reference.py.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "framework/core/error.h"
+#include "models/chat_template.h"
+
+using namespace speclab;
+using nlohmann::json;
+
+namespace {
+
+json load_reference() {
+  std::ifstream in(std::string(SPECLAB_SOURCE_DIR) + "/tests/fixtures/tokenizer/chat_template_reference.json");
+  REQUIRE(in.good());
+  return json::parse(in);
+}
+
+std::vector<ChatMessage> to_messages(const json& j) {
+  std::vector<ChatMessage> out;
+  for (const auto& m : j) out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  return out;
+}
+
+const char* kSmolSystem = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+
+}  // namespace
+
+TEST_CASE("ChatTemplate: renders exactly like jinja2", "[chat]") {
+  json ref = load_reference();
+  int rendered = 0, rejected = 0;
+  for (const auto& c : ref["cases"]) {
+    const std::string name = c["template"];
+    ChatTemplate t = ChatTemplate::from_jinja(ref["templates"][name].get<std::string>(), name);
+    const auto messages = to_messages(c["messages"]);
+    const bool gen = c["add_generation_prompt"];
+    INFO("template " << name << ", " << c["messages"].dump() << ", add_generation_prompt " << gen);
+    if (c["expected"].is_null()) {
+      CHECK_THROWS_AS(t.render(messages, gen), Error);
+      ++rejected;
+    } else {
+      CHECK(t.render(messages, gen) == c["expected"].get<std::string>());
+      ++rendered;
+    }
+  }
+  CHECK(rendered >= 40);
+  CHECK(rejected >= 1);
+}
+
+TEST_CASE("ChatTemplate: detects the SmolLM2 template and its default system prompt", "[chat]") {
+  json ref = load_reference();
+  const std::string src = ref["templates"]["smollm2"];
+  ChatTemplate t = ChatTemplate::from_jinja(src, "smollm2.gguf");
+  CHECK(t.family() == ChatTemplate::Family::kChatML);
+  CHECK(t.available());
+  CHECK(t.default_system() == kSmolSystem);
+  CHECK(t.render({{"user", "Hi"}}, true) ==
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+        "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+
+  // The same template as written in a tokenizer_config.json string with escaped newlines.
+  std::string escaped;
+  for (char ch : src) escaped += (ch == '\n') ? std::string("\\n") : std::string(1, ch);
+  CHECK(ChatTemplate::from_jinja(escaped, "tokenizer_config.json").default_system() == kSmolSystem);
+
+  CHECK(ChatTemplate::from_jinja(ref["templates"]["llama3"].get<std::string>(), "x").family() ==
+        ChatTemplate::Family::kLlama3);
+  CHECK(ChatTemplate::from_jinja(ref["templates"]["llama2"].get<std::string>(), "x").family() ==
+        ChatTemplate::Family::kLlama2);
+}
+
+TEST_CASE("ChatTemplate: ChatML without a default system prompt", "[chat]") {
+  // Qwen-style template where the system turn comes only from the messages.
+  const std::string src =
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+      "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt "
+      "%}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  ChatTemplate t = ChatTemplate::from_jinja(src, "x");
+  CHECK(t.default_system().empty());
+  CHECK(t.render({{"user", "Hi"}}, false) == "<|im_start|>user\nHi<|im_end|>\n");
+  CHECK(ChatTemplate::chatml("Sys").render({{"user", "Hi"}}, true) ==
+        "<|im_start|>system\nSys<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST_CASE("ChatTemplate: unrecognised templates and roles are errors", "[chat][errors]") {
+  try {
+    ChatTemplate::from_jinja("{{ messages[0]['content'] }}", "model.gguf");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kUnsupported);
+    CHECK(e.file() == "model.gguf");
+    CHECK(e.field() == "chat_template");
+  }
+  CHECK_THROWS_AS(ChatTemplate::from_jinja("", "x"), Error);
+  ChatTemplate none;
+  CHECK_FALSE(none.available());
+  CHECK_THROWS_AS(none.render({{"user", "Hi"}}, true), Error);
+  json ref = load_reference();
+  ChatTemplate llama2 = ChatTemplate::from_jinja(ref["templates"]["llama2"].get<std::string>(), "x");
+  CHECK_THROWS_AS(llama2.render({{"user", "a"}, {"user", "b"}}, true), Error);
+  CHECK_THROWS_AS(llama2.render({{"assistant", "a"}}, true), Error);
+}

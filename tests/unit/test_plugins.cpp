@@ -1,0 +1,424 @@
+// Drafter plugins (framework/draft/plugin_loader.h): the example plugin is built out of tree
+// with its own CMakeLists.txt exactly as a user would build it, the fixtures in
+// tests/fixtures/plugins/ with `c++ -shared -fPIC`. All of them go to
+// SPECLAB_BINARY_DIR/plugin_test; a file lock makes concurrent test processes (ctest -j) build
+// them once, and later runs rebuild only what is out of date.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "framework/core/error.h"
+#include "framework/draft/plugin_loader.h"
+
+using namespace speclab;
+
+namespace {
+
+const std::string kSource = SPECLAB_SOURCE_DIR;
+const std::string kOut = std::string(SPECLAB_BINARY_DIR) + "/plugin_test";
+
+// Single-quoted for /bin/sh.
+std::string sh_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool newer_than(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_mtim.tv_sec > sb.st_mtim.tv_sec ||
+         (sa.st_mtim.tv_sec == sb.st_mtim.tv_sec && sa.st_mtim.tv_nsec > sb.st_mtim.tv_nsec);
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// Runs `command` (output to `log`); on failure, throws with the log.
+void run_or_throw(const std::string& command, const std::string& log) {
+  const int rc = std::system((command + " > " + sh_quote(log) + " 2>&1").c_str());
+  if (rc != 0) throw std::runtime_error("command failed (" + std::to_string(rc) + "): " + command + "\n" + read_text(log));
+}
+
+struct Fixtures {
+  std::string example;           // repeat_last_n.so, built by the example's CMakeLists.txt
+  std::string bad_abi;           // abi_version 999
+  std::string no_symbol;         // no speclab_drafter_plugin
+  std::string fixture;           // tests/fixtures/plugins/fixture_drafter.cpp, intact
+  std::string null_descriptor;   // ... variants that break the descriptor
+  std::string null_name;
+  std::string empty_name;
+  std::string null_create;
+  std::string null_destroy;
+};
+
+// Compiles tests/fixtures/plugins/<stem>.cpp into <out> unless <out> is newer than the source
+// and every header it includes from SpecLab.
+void build_fixture(const std::string& stem, const std::string& defines, const std::string& out) {
+  const std::string src = kSource + "/tests/fixtures/plugins/" + stem + ".cpp";
+  const std::vector<std::string> deps = {src,
+                                         kSource + "/framework/draft/plugin_abi.h",
+                                         kSource + "/framework/draft/drafter.h",
+                                         kSource + "/framework/draft/drafter_options.h",
+                                         kSource + "/framework/core/types.h",
+                                         kSource + "/framework/core/rng.h",
+                                         kSource + "/framework/sampling/sampling.h"};
+  bool fresh = exists(out);
+  for (const auto& dep : deps) fresh = fresh && newer_than(out, dep);
+  if (fresh) return;
+  const std::string tmp = out + ".tmp";
+  run_or_throw("c++ -std=c++17 -O1 -shared -fPIC -Wl,--no-undefined " + defines + " -I" + sh_quote(kSource) +
+                   " -o " + sh_quote(tmp) + " " + sh_quote(src) + " && mv -f " + sh_quote(tmp) + " " +
+                   sh_quote(out),
+               out + ".log");
+}
+
+Fixtures build_all() {
+  run_or_throw("mkdir -p " + sh_quote(kOut), kOut + ".mkdir.log");
+  const int lock = ::open((kOut + "/.lock").c_str(), O_CREAT | O_RDWR, 0644);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) throw std::runtime_error("cannot lock " + kOut + "/.lock");
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::close(fd); }
+  } unlock{lock};
+
+  Fixtures f;
+  // What a user types (docs/plugins.md), with the build directory under the test's build tree.
+  const std::string example_build = kOut + "/example";
+  run_or_throw("cmake -S " + sh_quote(kSource + "/experiments/plugins/example_drafter") + " -B " +
+                   sh_quote(example_build) + " -DSPECLAB_SOURCE_DIR=" + sh_quote(kSource) +
+                   " && cmake --build " + sh_quote(example_build),
+               kOut + "/example.log");
+  f.example = example_build + "/repeat_last_n.so";
+
+  f.bad_abi = kOut + "/bad_abi_drafter.so";
+  build_fixture("bad_abi_drafter", "", f.bad_abi);
+  f.no_symbol = kOut + "/no_symbol.so";
+  build_fixture("no_symbol", "", f.no_symbol);
+  f.fixture = kOut + "/fixture_drafter.so";
+  build_fixture("fixture_drafter", "", f.fixture);
+  f.null_descriptor = kOut + "/fixture_null_descriptor.so";
+  build_fixture("fixture_drafter", "-DFIXTURE_NULL_DESCRIPTOR", f.null_descriptor);
+  f.null_name = kOut + "/fixture_null_name.so";
+  build_fixture("fixture_drafter", "-DFIXTURE_NULL_NAME", f.null_name);
+  f.empty_name = kOut + "/fixture_empty_name.so";
+  build_fixture("fixture_drafter", "-DFIXTURE_EMPTY_NAME", f.empty_name);
+  f.null_create = kOut + "/fixture_null_create.so";
+  build_fixture("fixture_drafter", "-DFIXTURE_NULL_CREATE", f.null_create);
+  f.null_destroy = kOut + "/fixture_null_destroy.so";
+  build_fixture("fixture_drafter", "-DFIXTURE_NULL_DESTROY", f.null_destroy);
+  return f;
+}
+
+const Fixtures& fixtures() {
+  static const Fixtures f = build_all();
+  return f;
+}
+
+// Whether the dynamic loader currently has `path` loaded (RTLD_NOLOAD loads nothing; a hit
+// takes a reference that is dropped again at once).
+bool is_loaded(const std::string& path) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (h == nullptr) return false;
+  dlclose(h);
+  return true;
+}
+
+// The Error that load_drafter_plugin(path) throws; fails the test when it throws none.
+Error load_error(const std::string& path) {
+  try {
+    load_drafter_plugin(path);
+  } catch (const Error& e) {
+    return e;
+  }
+  FAIL("load_drafter_plugin(" << path << ") did not throw");
+  throw std::logic_error("unreachable");
+}
+
+DrafterOptions with_params(std::map<std::string, std::string> params) {
+  DrafterOptions options;
+  options.params = std::move(params);
+  return options;
+}
+
+DraftContext context(SeqId seq, const TokenList& tokens) {
+  DraftContext ctx;
+  ctx.seq = seq;
+  ctx.tokens = &tokens;
+  ctx.n_prompt = static_cast<int64_t>(tokens.size());
+  return ctx;
+}
+
+}  // namespace
+
+TEST_CASE("the example plugin builds out of tree and loads", "[plugins]") {
+  const LoadedPlugin p = load_drafter_plugin(fixtures().example);
+  REQUIRE(p.descriptor != nullptr);
+  REQUIRE(p.library != nullptr);
+  CHECK(p.descriptor->abi_version == SPECLAB_DRAFTER_ABI_VERSION);
+  CHECK(p.name == "repeat_last_n");
+  CHECK(p.path == fixtures().example);
+  CHECK(p.description.find("params: n") != std::string::npos);
+}
+
+TEST_CASE("repeat_last_n proposes the last n tokens, cycled, honouring max_k", "[plugins]") {
+  const LoadedPlugin p = load_drafter_plugin(fixtures().example);
+  std::unique_ptr<Drafter> d = make_plugin_drafter(p, with_params({{"n", "2"}}), DrafterEnv{});
+  REQUIRE(d != nullptr);
+  CHECK(d->name() == "repeat_last_n");
+
+  const TokenList prompt = {5, 9, 3, 7};
+  d->begin(0, prompt);
+  TokenList tokens = prompt;
+  DraftBlock block = d->propose(context(0, tokens), 5);
+  CHECK(block.tokens == TokenList{3, 7, 3, 7, 3});
+  CHECK(block.probs.empty());       // deterministic: no q
+  CHECK(block.confidence.empty());
+  d->accept(0, 2);
+
+  // The target kept 3 7 and emitted 8 as the next pending token.
+  tokens.insert(tokens.end(), {3, 7, 8});
+  CHECK(d->propose(context(0, tokens), 3).tokens == TokenList{7, 8, 7});
+  d->accept(0, 0);
+  CHECK(d->propose(context(0, tokens), 1).tokens == TokenList{7});
+  d->accept(0, 1);
+  CHECK(d->propose(context(0, tokens), 0).tokens.empty());
+  d->accept(0, 0);
+
+  // A second sequence, shorter than n: the window is what there is.
+  std::unique_ptr<Drafter> d3 = make_plugin_drafter(p, with_params({{"n", "3"}}), DrafterEnv{});
+  const TokenList short_prompt = {11, 12};
+  d3->begin(4, short_prompt);
+  CHECK(d3->propose(context(4, short_prompt), 5).tokens == TokenList{11, 12, 11, 12, 11});
+  d3->accept(4, 5);
+  const TokenList longer = {1, 2, 3, 4, 5};
+  CHECK(d3->propose(context(4, longer), 4).tokens == TokenList{3, 4, 5, 3});
+  d3->end(4);
+
+  // Without params n defaults to 2; an empty context proposes nothing.
+  std::unique_ptr<Drafter> dd = make_plugin_drafter(p, DrafterOptions{}, DrafterEnv{});
+  dd->begin(1, {});
+  const TokenList none;
+  CHECK(dd->propose(context(1, none), 4).tokens.empty());
+  CHECK(dd->propose(context(1, longer), 3).tokens == TokenList{4, 5, 4});
+}
+
+TEST_CASE("repeat_last_n refuses bad params through create's error buffer", "[plugins]") {
+  const LoadedPlugin p = load_drafter_plugin(fixtures().example);
+  for (const std::string bad : {"0", "-1", "abc", "2x", "", "65537"}) {
+    INFO("n = '" << bad << "'");
+    try {
+      make_plugin_drafter(p, with_params({{"n", bad}}), DrafterEnv{});
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kConfig);
+      CHECK(e.file() == fixtures().example);
+      CHECK(e.field() == "plugin");
+      CHECK_THAT(e.message(), Catch::Contains("repeat_last_n: params.n: expected an integer in [1, 65536], found '" +
+                                              bad + "'"));
+    }
+  }
+  CHECK_THROWS_WITH(make_plugin_drafter(p, with_params({{"m", "2"}}), DrafterEnv{}),
+                    Catch::Contains("params.m: unknown parameter"));
+  CHECK(make_plugin_drafter(p, with_params({{"n", "65536"}}), DrafterEnv{}) != nullptr);
+}
+
+TEST_CASE("exceptions from a plugin drafter's methods become speclab::Error", "[plugins]") {
+  const LoadedPlugin p = load_drafter_plugin(fixtures().example);
+  std::unique_ptr<Drafter> d = make_plugin_drafter(p, DrafterOptions{}, DrafterEnv{});
+  const TokenList tokens = {1, 2, 3};
+  try {
+    d->propose(context(7, tokens), 2);  // before begin()
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kBadInput);
+    CHECK(e.field() == "propose");
+    CHECK(e.file() == fixtures().example);
+    CHECK_THAT(e.message(), Catch::Contains("repeat_last_n.propose() threw") && Catch::Contains("before begin()"));
+  }
+  d->begin(7, tokens);
+  CHECK(d->propose(context(7, tokens), 2).tokens.size() == 2);
+  try {
+    d->accept(7, 3);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.field() == "accept");
+    CHECK_THAT(e.message(), Catch::Contains("expected n_accepted in [0, 2]") && Catch::Contains("found 3"));
+  }
+  CHECK_THROWS_AS(d->begin(7, tokens), Error);  // twice
+}
+
+TEST_CASE("a plugin drafter keeps its library loaded until it is destroyed", "[plugins]") {
+  const std::string path = fixtures().example;
+  REQUIRE_FALSE(is_loaded(path));
+  std::unique_ptr<Drafter> d;
+  {
+    const LoadedPlugin p = load_drafter_plugin(path);
+    CHECK(is_loaded(path));
+    d = make_plugin_drafter(p, DrafterOptions{}, DrafterEnv{});
+  }
+  // The LoadedPlugin is gone; the drafter's reference alone keeps the code mapped.
+  CHECK(is_loaded(path));
+  const TokenList tokens = {4, 2};
+  d->begin(0, tokens);
+  CHECK(d->propose(context(0, tokens), 3).tokens == TokenList{4, 2, 4});
+  d.reset();
+  // The example exports only its entry point, so nothing pins it: the last reference unloads it.
+  CHECK_FALSE(is_loaded(path));
+}
+
+TEST_CASE("destroy is called once per drafter, by the plugin's own destroy", "[plugins]") {
+  const LoadedPlugin p = load_drafter_plugin(fixtures().fixture);
+  CHECK(p.name == "fixture");
+  CHECK(p.description.empty());  // a null description is allowed
+  auto live = reinterpret_cast<int (*)()>(dlsym(p.library.get(), "fixture_live_drafters"));
+  REQUIRE(live != nullptr);
+  REQUIRE(live() == 0);
+  std::unique_ptr<Drafter> a = make_plugin_drafter(p, DrafterOptions{}, DrafterEnv{});
+  std::unique_ptr<Drafter> b = make_plugin_drafter(p, DrafterOptions{}, DrafterEnv{});
+  CHECK(live() == 2);
+  a.reset();
+  CHECK(live() == 1);
+  b.reset();
+  CHECK(live() == 0);
+}
+
+TEST_CASE("a wrong ABI version is refused with a clear error", "[plugins]") {
+  const Error e = load_error(fixtures().bad_abi);
+  CHECK(e.kind() == ErrorKind::kConfig);
+  CHECK(e.file() == fixtures().bad_abi);
+  CHECK(e.field() == "plugin");
+  CHECK_THAT(e.message(), Catch::Contains("ABI version"));
+  CHECK(e.message() == "built for drafter ABI version 999, this SpecLab expects " +
+                           std::to_string(SPECLAB_DRAFTER_ABI_VERSION) + ": rebuild the plugin against this SpecLab");
+  CHECK_FALSE(is_loaded(fixtures().bad_abi));  // nothing stays loaded after a refusal
+}
+
+TEST_CASE("a library without the entry point is refused", "[plugins]") {
+  const Error e = load_error(fixtures().no_symbol);
+  CHECK(e.kind() == ErrorKind::kConfig);
+  CHECK(e.file() == fixtures().no_symbol);
+  CHECK(e.field() == "plugin");
+  CHECK_THAT(e.message(), Catch::Contains("does not export speclab_drafter_plugin"));
+  CHECK_FALSE(is_loaded(fixtures().no_symbol));
+}
+
+TEST_CASE("missing files, directories and non-libraries are refused naming the path", "[plugins]") {
+  const std::string missing = kOut + "/does_not_exist.so";
+  Error e = load_error(missing);
+  CHECK(e.kind() == ErrorKind::kConfig);
+  CHECK_THAT(std::string(e.what()), Catch::Contains(missing));
+  CHECK_THAT(e.message(), Catch::Contains("no such file"));
+
+  // A bare name is a file in the working directory, never a search of the library path:
+  // libc.so.6 is always loadable by name, but not from here.
+  e = load_error("libc.so.6");
+  CHECK_THAT(std::string(e.what()), Catch::Contains("libc.so.6"));
+  CHECK_THAT(e.message(), Catch::Contains("no such file"));
+
+  e = load_error(kOut);
+  CHECK_THAT(e.message(), Catch::Contains("found a directory"));
+
+  const std::string text = kOut + "/not_a_library.so";
+  std::ofstream(text) << "this is not an ELF file\n";
+  e = load_error(text);
+  CHECK(e.file() == text);
+  CHECK_THAT(e.message(), Catch::Contains("cannot load it as a shared library") && Catch::Contains("not_a_library.so"));
+
+  e = load_error("");
+  CHECK_THAT(e.message(), Catch::Contains("empty path"));
+}
+
+TEST_CASE("broken descriptors are refused", "[plugins]") {
+  CHECK_THAT(load_error(fixtures().null_descriptor).message(), Catch::Contains("returned null"));
+  CHECK_THAT(load_error(fixtures().null_name).message(), Catch::Contains("non-empty drafter name") && Catch::Contains("found null"));
+  CHECK_THAT(load_error(fixtures().empty_name).message(), Catch::Contains("found an empty string"));
+  CHECK_THAT(load_error(fixtures().null_create).message(), Catch::Contains("expected a create function"));
+  CHECK_THAT(load_error(fixtures().null_destroy).message(), Catch::Contains("expected a destroy function"));
+  CHECK(load_error(fixtures().null_create).field() == "plugin");
+}
+
+TEST_CASE("create failures carry the plugin's message", "[plugins]") {
+  const LoadedPlugin p = load_drafter_plugin(fixtures().fixture);
+  auto create_error = [&](const std::string& mode) {
+    try {
+      make_plugin_drafter(p, with_params({{"mode", mode}}), DrafterEnv{});
+    } catch (const Error& e) {
+      return e;
+    }
+    FAIL("mode " << mode << " did not throw");
+    throw std::logic_error("unreachable");
+  };
+  Error e = create_error("refuse");
+  CHECK(e.kind() == ErrorKind::kConfig);
+  CHECK(e.file() == fixtures().fixture);
+  CHECK(e.message() == "fixture: fixture refused: mode=refuse");
+  CHECK_THAT(create_error("refuse_silently").message(), Catch::Contains("without an error message"));
+  CHECK_THAT(create_error("create_throws").message(),
+             Catch::Contains("must not cross the plugin boundary") && Catch::Contains("fixture create threw"));
+
+  const LoadedPlugin empty;
+  try {
+    make_plugin_drafter(empty, DrafterOptions{}, DrafterEnv{});
+    FAIL("no error");
+  } catch (const Error& err) {
+    CHECK(err.kind() == ErrorKind::kInternal);
+  }
+}
+
+TEST_CASE("what propose returns is checked against the DraftBlock contract", "[plugins]") {
+  const LoadedPlugin p = load_drafter_plugin(fixtures().fixture);
+  const TokenList tokens = {1, 2};
+  DrafterEnv env;
+  env.vocab_size = 4;
+  auto propose_error = [&](const std::string& mode, int vocab, const DrafterEnv& e, int max_k) {
+    std::unique_ptr<Drafter> d =
+        make_plugin_drafter(p, with_params({{"mode", mode}, {"vocab", std::to_string(vocab)}}), e);
+    d->begin(0, tokens);
+    try {
+      d->propose(context(0, tokens), max_k);
+    } catch (const Error& err) {
+      CHECK(err.kind() == ErrorKind::kBadInput);
+      CHECK(err.field() == "propose");
+      CHECK(err.file() == fixtures().fixture);
+      return err.message();
+    }
+    FAIL("mode " << mode << " did not throw");
+    return std::string();
+  };
+
+  // The well-behaved mode passes the checks: one-hot rows over the vocabulary.
+  std::unique_ptr<Drafter> ok = make_plugin_drafter(p, DrafterOptions{}, env);
+  ok->begin(0, tokens);
+  DraftBlock block = ok->propose(context(0, tokens), 3);
+  CHECK(block.tokens == TokenList{0, 1, 2});
+  REQUIRE(block.probs.size() == 3);
+  CHECK(block.probs[2] == std::vector<float>{0, 0, 1, 0});
+
+  CHECK_THAT(propose_error("overlong", 4, env, 3), Catch::Contains("4 tokens for max_k 3: expected at most 3, found 4"));
+  CHECK_THAT(propose_error("overlong", 4, env, 0), Catch::Contains("expected at most 0, found 1"));
+  CHECK_THAT(propose_error("bad_probs", 4, env, 3), Catch::Contains("probs for 2 positions: expected 0 or 3"));
+  CHECK_THAT(propose_error("negative_token", 4, env, 2), Catch::Contains("token -1 at draft position 0"));
+  // probs rows of 6 entries and tokens up to 5 against a vocabulary of 4.
+  CHECK_THAT(propose_error("ok", 6, env, 5), Catch::Contains("token 4 at draft position 4: expected a token id in [0, 4)"));
+  CHECK_THAT(propose_error("ok", 6, env, 2), Catch::Contains("a probs row of size 6") && Catch::Contains("expected the vocabulary size 4"));
+  CHECK_THAT(propose_error("throw", 4, env, 2), Catch::Contains("fixture.propose() threw: fixture boom"));
+}
