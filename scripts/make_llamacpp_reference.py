@@ -37,7 +37,7 @@ EOS_ID = 2  # <|im_end|>
 
 PROMPTS = [
     {"name": "fact", "user": "What is the capital of Japan?"},
-    {"name": "poem", "user": "Write a short poem about the sea."},
+    {"name": "poem", "user": "Write a four-line poem about the sun."},
     {"name": "code", "user": "Write a Python function that reverses a string."},
     {"name": "summary", "user": (
         "Summarize this paragraph in one sentence: The honeybee is a social insect that lives in "

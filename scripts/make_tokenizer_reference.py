@@ -89,6 +89,8 @@ PLAIN_TEXTS = [
     "a . b , c ; d",
     "The quick brown fox jumps over the lazy dog. THE QUICK BROWN FOX!",
     "Once upon a time, there was a little girl named Lily. She loved to play outside.",
+    # Bytes with no token in the SmolLM2 vocabulary (0x04, 0x13, 0x14, 0xF1) are dropped.
+    "a\x04b \x13\x14 x \x05\x07 plane4 \U00040000 ok",
 ]
 
 # Texts with chat markup and other control tokens (encoded with special-token splitting).
@@ -188,7 +190,8 @@ def smollm2_fixtures(gguf_path, out_dir, versions):
             case["ids"][name] = ids
             if name == "smollm":
                 assert reloaded.encode(text, add_special_tokens=False).ids == ids
-                assert t.decode(ids, skip_special_tokens=False) == text, text
+                if "\x04" not in text:  # the dropped-bytes case cannot round-trip
+                    assert t.decode(ids, skip_special_tokens=False) == text, text
             if text in PLAIN_TEXTS:
                 case["splits"][name] = [raw(p) for p, _ in t.pre_tokenizer.pre_tokenize_str(text)]
         if text in SPECIAL_TEXTS:

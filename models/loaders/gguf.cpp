@@ -454,14 +454,14 @@ GgufFile parse_gguf(std::shared_ptr<const GgufBytes> bytes, const std::string& p
                   "data offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
                       std::to_string(a),
                   path, field);
-    if (t.offset > size || t.n_bytes > size || file.data_offset + t.offset + t.n_bytes > size) {
-      std::string range;
-      if (t.offset <= size && t.n_bytes <= size)
-        range = "[" + std::to_string(file.data_offset + t.offset) + ", " +
-                std::to_string(file.data_offset + t.offset + t.n_bytes) + ")";
-      else
-        range = "[" + std::to_string(file.data_offset) + " + " + std::to_string(t.offset) +
-                ", +" + std::to_string(t.n_bytes) + " bytes)";
+    uint64_t begin = 0, end = 0;
+    const bool overflow = __builtin_add_overflow(file.data_offset, t.offset, &begin) ||
+                          __builtin_add_overflow(begin, t.n_bytes, &end);
+    if (overflow || end > size) {
+      const std::string range =
+          overflow ? "[" + std::to_string(file.data_offset) + " + " + std::to_string(t.offset) +
+                         ", +" + std::to_string(t.n_bytes) + " bytes)"
+                   : "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
       throw Error(ErrorKind::kBadInput,
                   "data range " + range + " exceeds file size " + std::to_string(size), path,
                   field);
@@ -723,6 +723,12 @@ HostTensor GgufFile::load_tensor(const GgufTensorInfo& info) const {
   HostTensor t;
   t.shape = info.shape();
   const uint8_t* src = tensor_data(info);
+  // Refuse undecodable types before allocating (their elements per byte can be large).
+  const GgmlTypeTraits* traits = ggml_type_traits(info.type);
+  if (!traits || !traits->can_dequantize)
+    throw Error(ErrorKind::kUnsupported,
+                "tensor type " + info.type_name() + " is not supported by SpecLab's dequantizer",
+                path, "tensor " + info.name);
   try {
     t.data.resize(static_cast<size_t>(info.n_elements));
     dequantize(info.type, src, static_cast<size_t>(info.n_bytes), t.data.data(),

@@ -43,6 +43,14 @@ ModelConfig read_config(const GgufFile& f) {
                 "general.architecture");
   const std::string p = c.architecture + ".";
   c.num_hidden_layers = f.get_int(p + "block_count");
+  // Each layer has at least 9 tensors: bound the count before anything is sized by it.
+  const int64_t max_layers = static_cast<int64_t>(f.tensors.size() / 9);
+  if (c.num_hidden_layers > max_layers)
+    throw Error(ErrorKind::kBadInput,
+                "expected at most " + std::to_string(max_layers) + " layers (the file has " +
+                    std::to_string(f.tensors.size()) + " tensors), found " +
+                    std::to_string(c.num_hidden_layers),
+                f.path, p + "block_count");
   c.hidden_size = f.get_int(p + "embedding_length");
   c.intermediate_size = f.get_int(p + "feed_forward_length");
   c.num_attention_heads = f.get_int(p + "attention.head_count");

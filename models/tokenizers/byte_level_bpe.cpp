@@ -211,12 +211,13 @@ ByteLevelBpe::ByteLevelBpe(std::vector<std::string> tokens, std::vector<std::str
                            std::vector<int32_t> token_types, std::string pre_type)
     : ByteLevelBpe(std::move(tokens), split_merges(merges), std::move(token_types),
                    parse_pre_type(pre_type), parse_pre_type(pre_type) == PreTokenizer::kLlama3,
-                   {}, "") {}
+                   {}, "", "merges") {}
 
 ByteLevelBpe::ByteLevelBpe(std::vector<std::string> tokens,
                            const std::vector<std::pair<std::string, std::string>>& merges,
                            std::vector<int32_t> token_types, PreTokenizer pre, bool ignore_merges,
-                           const std::vector<AddedToken>& added, const std::string& source)
+                           const std::vector<AddedToken>& added, const std::string& source,
+                           const std::string& merges_field)
     : tokens_(std::move(tokens)), types_(std::move(token_types)), pre_(pre), ignore_merges_(ignore_merges) {
   const size_t n = tokens_.size();
   if (n == 0) throw Error(ErrorKind::kBadInput, "expected a non-empty vocabulary, found 0 tokens", source, "tokens");
@@ -271,7 +272,7 @@ ByteLevelBpe::ByteLevelBpe(std::vector<std::string> tokens,
                   "expected merge \"" + a + " " + b + "\" to join vocabulary tokens into a "
                   "vocabulary token, found \"" + (ia < 0 ? a : ib < 0 ? b : a + b) +
                   "\" missing from the vocabulary",
-                  source, "merges[" + std::to_string(r) + "]");
+                  source, merges_field + "[" + std::to_string(r) + "]");
     const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(ia)) << 32) | static_cast<uint32_t>(ib);
     merges_.emplace(key, std::make_pair(static_cast<int32_t>(r), im));  // first rank wins
   }
@@ -617,7 +618,8 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const std::strin
   }
 
   std::unique_ptr<ByteLevelBpe> tok(
-      new ByteLevelBpe(std::move(tokens), merges, std::move(types), pre, ignore_merges, added, path));
+      new ByteLevelBpe(std::move(tokens), merges, std::move(types), pre, ignore_merges, added, path,
+                       "model.merges"));
 
   // BOS: the leading special token of a TemplateProcessing post-processor.
   if (auto it = root.find("post_processor"); it != root.end() && it->is_object() &&

@@ -99,7 +99,8 @@ class ByteLevelBpe : public Tokenizer {
   };
   ByteLevelBpe(std::vector<std::string> tokens, const std::vector<std::pair<std::string, std::string>>& merges,
                std::vector<int32_t> token_types, PreTokenizer pre, bool ignore_merges,
-               const std::vector<AddedToken>& added, const std::string& source);
+               const std::vector<AddedToken>& added, const std::string& source,
+               const std::string& merges_field);
   void check_id(Token id) const;
   void bpe_word(std::string_view word, TokenList& out) const;
 

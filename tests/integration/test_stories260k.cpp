@@ -1,7 +1,7 @@
 // stories260K (llama2.c) against the upstream C reference (run.c) greedy outputs, plus the
 // runtime invariants that must hold on a real model: cached == naive, prefill == step-by-step,
 // seeded sampling is reproducible.
-#include <catch2/catch.hpp>
+#include "tests/torch_catch.h"
 #include <nlohmann/json.hpp>
 
 #include <c10/core/InferenceMode.h>
@@ -49,6 +49,15 @@ std::vector<nlohmann::json> reference_records() {
 }  // namespace
 
 TEST_CASE("stories260K greedy output equals the llama2.c run.c reference", "[stories260k][reference]") {
+  // run.c feeds positions 0..steps-1 and prints the token chosen at each one (prompt tokens
+  // while forcing the prompt, then greedy picks), so the sequence has steps + 1 tokens counting
+  // BOS; it stops early only if the model emits BOS, strips the leading space of the piece after
+  // BOS, and prints "\n" at the end. The recorded outputs hold every *complete* line of that
+  // text: the trailing partial line (cut by the step limit) is not in the records — for every
+  // record, the model's next token after the recorded text is a newline-free continuation and
+  // BOS is more than 4 logits below the top candidate, so it is not an early BOS stop.
+  // We therefore check: the reference is a prefix of our text ending at a line break, and what
+  // we print after it is a single partial line (no further line break before the final "\n").
   Stories& s = stories();
   auto records = reference_records();
   REQUIRE(records.size() >= 5);
@@ -59,16 +68,21 @@ TEST_CASE("stories260K greedy output equals the llama2.c run.c reference", "[sto
     TokenList ids = s.info.tokenizer->encode(prompt, /*add_bos=*/true);
     REQUIRE(ids.front() == 1);
     GenerationOptions gen;
-    gen.max_new_tokens = steps - static_cast<int64_t>(ids.size());  // run.c: steps counts BOS + prompt
+    gen.max_new_tokens = steps + 1 - static_cast<int64_t>(ids.size());
     SamplingOptions greedy;
     GenerationResult r = generate_ar(*s.model, *s.info.tokenizer, ids, gen, greedy);
     TokenList all = ids;
     all.insert(all.end(), r.tokens.begin(), r.tokens.end());
     if (r.stop_reason == StopReason::kEos) all.pop_back();  // run.c stops before printing BOS
-    // run.c prints every piece after BOS (stripping the leading space after BOS), then "\n".
     const std::string got = s.info.tokenizer->decode(all) + "\n";
-    INFO("prompt: " << prompt);
-    CHECK(got == expected);
+    INFO("prompt: " << prompt << "\nreference: " << expected << "\nspeclab: " << got);
+    REQUIRE(expected.size() >= prompt.size());
+    REQUIRE(got.size() >= expected.size());
+    CHECK(got.compare(0, expected.size(), expected) == 0);
+    CHECK(expected.back() == '\n');
+    const std::string tail = got.substr(expected.size());
+    CHECK(tail.find('\n') == tail.size() - 1);  // only the final "\n": one partial line
+    CHECK(static_cast<int64_t>(all.size()) == steps + 1);
   }
 }
 
@@ -112,10 +126,13 @@ TEST_CASE("stories260K prefill logits equal one-by-one decoding logits", "[stori
     INFO("position " << i);
     CHECK(diff < 1e-4);
   }
-  // And it must be able to fail: a different position gives different logits.
-  ContiguousKv kv_c(c, n);
-  at::Tensor shifted = s.model->forward(toks.narrow(0, 0, 1), at::full({1}, 7, at::kLong), kv_c.append_view(1));
-  CHECK((shifted[0] - all[0]).abs().max().item<double>() > 1e-3);
+  // And it must be able to fail: the same tokens at shifted positions give other logits
+  // (RoPE encodes relative offsets only through the query/key pairs, so shift one token).
+  ContiguousKv kv_c(c, n + 3);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[i] = i < n - 1 ? i : i + 3;
+  at::Tensor shifted = s.model->forward(toks, at::tensor(pos, at::kLong), kv_c.append_view(n));
+  CHECK((shifted[n - 1] - all[n - 1]).abs().max().item<double>() > 1e-3);
 }
 
 TEST_CASE("stories260K seeded sampling is reproducible and seed-dependent", "[stories260k][sampling]") {

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
@@ -18,6 +19,7 @@
 
 #include "framework/core/error.h"
 #include "framework/draft/plugin_loader.h"
+#include "framework/draft/registry.h"
 
 using namespace speclab;
 
@@ -54,7 +56,7 @@ bool exists(const std::string& path) {
 
 // Runs `command` (output to `log`); on failure, throws with the log.
 void run_or_throw(const std::string& command, const std::string& log) {
-  const int rc = std::system((command + " > " + sh_quote(log) + " 2>&1").c_str());
+  const int rc = std::system(("(" + command + ") > " + sh_quote(log) + " 2>&1").c_str());
   if (rc != 0) throw std::runtime_error("command failed (" + std::to_string(rc) + "): " + command + "\n" + read_text(log));
 }
 
@@ -334,6 +336,21 @@ TEST_CASE("missing files, directories and non-libraries are refused naming the p
   CHECK_THAT(std::string(e.what()), Catch::Contains("libc.so.6"));
   CHECK_THAT(e.message(), Catch::Contains("no such file"));
 
+  // ... and a bare name that is there loads (dlopen alone would not look in the working directory).
+  {
+    char old_cwd[4096];
+    REQUIRE(getcwd(old_cwd, sizeof old_cwd) != nullptr);
+    REQUIRE(chdir((kOut + "/example").c_str()) == 0);
+    std::string loaded_name;
+    try {
+      loaded_name = load_drafter_plugin("repeat_last_n.so").name;
+    } catch (const Error& err) {
+      loaded_name = err.what();
+    }
+    REQUIRE(chdir(old_cwd) == 0);
+    CHECK(loaded_name == "repeat_last_n");
+  }
+
   e = load_error(kOut);
   CHECK_THAT(e.message(), Catch::Contains("found a directory"));
 
@@ -421,4 +438,19 @@ TEST_CASE("what propose returns is checked against the DraftBlock contract", "[p
   CHECK_THAT(propose_error("ok", 6, env, 5), Catch::Contains("token 4 at draft position 4: expected a token id in [0, 4)"));
   CHECK_THAT(propose_error("ok", 6, env, 2), Catch::Contains("a probs row of size 6") && Catch::Contains("expected the vocabulary size 4"));
   CHECK_THAT(propose_error("throw", 4, env, 2), Catch::Contains("fixture.propose() threw: fixture boom"));
+}
+
+TEST_CASE("the registry creates a plugin drafter from drafter.plugin + drafter.name", "[plugins]") {
+  // What `drafter: {plugin: <path>, name: repeat_last_n, params: {n: 3}}` turns into.
+  DrafterOptions options;
+  options.plugin = fixtures().example;
+  options.name = "repeat_last_n";
+  options.params["n"] = "3";
+  DrafterRegistry registry;
+  std::unique_ptr<Drafter> d = registry.create(options, DrafterEnv{});
+  const std::vector<std::string> names = registry.names();
+  CHECK(std::find(names.begin(), names.end(), "repeat_last_n") != names.end());
+  const TokenList tokens = {10, 20, 30, 40};
+  d->begin(0, tokens);
+  CHECK(d->propose(context(0, tokens), 4).tokens == TokenList{20, 30, 40, 20});
 }

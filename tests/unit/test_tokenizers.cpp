@@ -98,6 +98,14 @@ const GgufVocab& smollm2_vocab() {
   return v;
 }
 
+// `s` without the bytes that have no token in a byte-level vocabulary (encode drops them).
+std::string representable(const ByteLevelBpe& tok, const std::string& s) {
+  std::string kept;
+  for (char ch : s)
+    if (tok.find_token(byte_to_unicode(static_cast<unsigned char>(ch))) >= 0) kept += ch;
+  return kept;
+}
+
 std::vector<std::string> to_strings(const std::vector<std::string_view>& v) {
   return {v.begin(), v.end()};
 }
@@ -306,7 +314,7 @@ TEST_CASE("SentencePieceBpe: from_llama2c rejects bad files", "[tokenizer][spm][
   }
   // Truncated in the middle of the pieces.
   const std::string truncated = temp_path("truncated.bin");
-  write_file(truncated, good.substr(0, good.size() / 2));
+  write_file(truncated, good.substr(0, good.size() - 10));
   try {
     SentencePieceBpe::from_llama2c(truncated, 512);
     FAIL("no error");
@@ -364,8 +372,8 @@ TEST_CASE("ByteLevelBpe: ids match HF tokenizers (SmolLM2)", "[tokenizer][bpe]")
     const std::string text = c["text"];
     INFO("text: " << text);
     CHECK(tok.encode(text, false) == to_ids(c["ids"]["smollm"]));
-    CHECK(tok.decode(tok.encode(text, false)) == text);
-    ++n;
+    CHECK(tok.decode(tok.encode(text, false)) == representable(tok, text));
+    n += representable(tok, text) == text;
   }
   CHECK(n >= 50);
 }
@@ -422,7 +430,12 @@ TEST_CASE("ByteLevelBpe: added tokens with lstrip/rstrip (tokenizer.json, merges
 }
 
 TEST_CASE("ByteLevelBpe: any byte string round-trips", "[tokenizer][bpe]") {
+  // Every byte the vocabulary can represent comes back; the others (SmolLM2 has no token for
+  // e.g. 0x04 or 0xF1) are dropped, as HF tokenizers drops them (see the reference cases).
   const auto& tok = smollm2();
+  int missing = 0;
+  for (int b = 0; b < 256; ++b) missing += tok.find_token(byte_to_unicode(static_cast<unsigned char>(b))) < 0;
+  CHECK(missing == 21);
   std::mt19937 rng(1234);
   for (int k = 0; k < 300; ++k) {
     std::string s(rng() % 40, '\0');
@@ -432,7 +445,7 @@ TEST_CASE("ByteLevelBpe: any byte string round-trips", "[tokenizer][bpe]") {
       ch = static_cast<char>(r < 6 ? 0x20 + rng() % 95 : r < 8 ? rng() % 256 : "\n\t \xC3\xA9"[rng() % 5]);
     }
     INFO("case " << k);
-    CHECK(tok.decode(tok.encode(s, false)) == s);
+    CHECK(tok.decode(tok.encode(s, false)) == representable(tok, s));
   }
 }
 
@@ -523,7 +536,11 @@ TEST_CASE("ByteLevelBpe: tokenizer.json errors name the file and field", "[token
   j["model"]["vocab"]["c"] = 7;
   expect_error(j, ErrorKind::kBadInput, "model.vocab[\"c\"]");
   j = good;
-  j["model"]["vocab"]["c"] = 4;  // id 3 missing
+  j["model"]["vocab"]["c"] = 2;  // two tokens for id 2
+  expect_error(j, ErrorKind::kBadInput, "model.vocab[\"c\"]");
+  j = good;
+  j["model"]["vocab"]["c"] = 4;  // a gap at id 3: needs a fifth entry to be in bounds
+  j["added_tokens"] = {{{"id", 2}, {"content", "ab"}, {"special", false}}};
   expect_error(j, ErrorKind::kBadInput, "model.vocab");
   j = good;
   j["pre_tokenizer"] = {{"type", "Whitespace"}};
@@ -577,7 +594,7 @@ TEST_CASE("ByteLevelBpe: encoding 10 KB takes well under 50 ms", "[tokenizer][bp
   const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   INFO("10 KB encode: " << ms << " ms, " << ids.size() << " tokens");
   CHECK(ms < 50.0);
-  CHECK(tok.decode(ids) == text);
+  CHECK(tok.decode(ids) == representable(tok, text));
   // A long word without spaces must not be quadratic.
   std::string word(20000, 'a');
   for (size_t i = 0; i < word.size(); i += 7) word[i] = 'b';
