@@ -7,9 +7,9 @@ checked against these files, so that the tests compare with an outside implement
   tests/fixtures/gguf/smollm2_reference.json
       For several tensors of the real SmolLM2-135M-Instruct Q4_1 file, gguf.quants.dequantize
       results: name, type, shape (PyTorch order), count, sum, sum of squares, the first 64
-      values and 64 values at a pseudo-random stride; the start of two q rows and one k row after HF's
-      un-permutation (the inverse of convert_hf_to_gguf.py's `permute`); header facts and some
-      metadata values; GGML_QUANT_SIZES; the package version.
+      values and 64 values at a pseudo-random stride; the start of two q rows and one k row
+      after HF's un-permutation (the inverse of convert_hf_to_gguf.py's `permute`); header
+      facts and some metadata values; GGML_QUANT_SIZES; the package version.
   tests/fixtures/gguf/python_writer.gguf
       Written by gguf.GGUFWriter: one metadata value of every type (nested array, custom
       alignment 64) and F32/F16/Q8_0/Q4_0/Q4_1 tensors of known values (quantized with

@@ -7,6 +7,7 @@
 
 #include "framework/core/error.h"
 #include "models/llama/llama_model.h"
+#include "models/loaders/export.h"
 
 namespace speclab::cli {
 
@@ -25,6 +26,45 @@ ModelSource ModelArgs::source() const {
   s.format = format;
   s.tokenizer = tokenizer;
   return s;
+}
+
+void DrafterArgs::add_to(po::options_description& desc) {
+  desc.add_options()
+      ("drafter", po::value(&drafter), "speculative decoding with: prompt_lookup | layer_skip | draft_model | <plugin name>")
+      ("plugin", po::value(&plugin), "drafter plugin shared library (.so)")
+      ("gamma", po::value(&gamma)->default_value(gamma), "draft tokens per step (num_speculative_tokens)")
+      ("schedule", po::value(&schedule)->default_value(schedule), "draft length schedule: constant | heuristic")
+      ("confidence-threshold", po::value(&confidence_threshold)->default_value(confidence_threshold),
+       "stop drafting below this draft top probability (0 = off)")
+      ("prompt-lookup-min", po::value(&lookup_min)->default_value(lookup_min), "prompt_lookup: shortest n-gram")
+      ("prompt-lookup-max", po::value(&lookup_max)->default_value(lookup_max), "prompt_lookup: longest n-gram")
+      ("draft-layers", po::value(&layers), "layer_skip: target layers the draft runs, e.g. 0-14 (default: first half)")
+      ("draft-model", po::value(&draft_model), "draft_model: model path or named entry")
+      ("draft-format", po::value(&draft_format)->default_value(draft_format), "draft_model: format")
+      ("param", po::value(&params)->multitoken(), "plugin parameter key=value (repeatable)");
+}
+
+DrafterOptions DrafterArgs::options() const {
+  DrafterOptions o;
+  o.name = drafter;
+  o.plugin = plugin;
+  o.num_speculative_tokens = gamma;
+  o.max_speculative_tokens = std::max(gamma, 16);
+  o.schedule = schedule;
+  o.confidence_threshold = confidence_threshold;
+  o.prompt_lookup_min = lookup_min;
+  o.prompt_lookup_max = lookup_max;
+  if (!layers.empty()) o.draft_layers = parse_layer_list(layers);
+  o.draft_model = draft_model;
+  o.draft_model_format = draft_format;
+  for (const auto& kv : params) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error(ErrorKind::kConfig, "expected key=value, found '" + kv + "'", "command line", "--param");
+    o.params[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  o.validate();
+  return o;
 }
 
 void set_threads(int threads) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/draft/drafter_options.h"
 #include "framework/sampling/sampling.h"
 #include "models/model.h"
 #include "models/model_loader.h"
@@ -50,7 +51,24 @@ bool parse_or_help(const std::string& usage, po::options_description& desc, cons
 
 void set_threads(int threads);
 
+// Drafter flags shared by generate (and later run/check).
+struct DrafterArgs {
+  std::string drafter;  // empty = plain AR decoding
+  std::string plugin;
+  int gamma = 4;
+  std::string schedule = "constant";
+  double confidence_threshold = 0.0;
+  int lookup_min = 1, lookup_max = 3;
+  std::string layers;   // layer_skip: "0-14" or "0,2,4"
+  std::string draft_model, draft_format = "auto";
+  std::vector<std::string> params;  // key=value for plugins
+
+  void add_to(po::options_description& desc);
+  DrafterOptions options() const;
+};
+
 int cmd_generate(const std::vector<std::string>& args);
+int cmd_export(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
 
 }  // namespace speclab::cli

@@ -5,7 +5,9 @@
 
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
+#include "framework/draft/registry.h"
 #include "framework/engine/ar_decode.h"
+#include "framework/engine/spec_decode.h"
 
 namespace speclab::cli {
 
@@ -39,6 +41,16 @@ void print_model_info(const RuntimeModel& m, std::ostream& os) {
      << " for the full context)\n";
 }
 
+void print_timing(const GenerationResult& r, const char* mode) {
+  const double n = static_cast<double>(r.tokens.size());
+  std::fprintf(stderr,
+               "prompt tokens: %zu, new tokens: %zu, stop: %s, target forwards: %lld\n"
+               "prefill: %.3f s (%.1f tok/s); decode: %.3f s (%.1f tok/s); mode: %s\n",
+               r.prompt.size(), r.tokens.size(), to_string(r.stop_reason), static_cast<long long>(r.forward_calls),
+               r.prefill_seconds, r.prompt.size() / std::max(r.prefill_seconds, 1e-9), r.decode_seconds,
+               (n - 1) / std::max(r.decode_seconds, 1e-9), mode);
+}
+
 }  // namespace
 
 int cmd_generate(const std::vector<std::string>& args) {
@@ -46,9 +58,11 @@ int cmd_generate(const std::vector<std::string>& args) {
   std::string prompt, chat = "auto", system;
   GenerationOptions gen;
   SamplingOptions samp;
-  bool naive = false, verbose = false;
+  bool naive = false, verbose = false, stats = false;
+  DrafterArgs dargs;
   po::options_description desc("speclab generate");
   margs.add_to(desc);
+  dargs.add_to(desc);
   desc.add_options()
       ("prompt,p", po::value(&prompt)->required(), "prompt text")
       ("chat", po::value(&chat)->default_value(chat), "apply the model's chat template: auto | on | off")
@@ -61,7 +75,8 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("top-p", po::value(&samp.top_p)->default_value(samp.top_p), "1 = off")
       ("seed", po::value(&samp.seed)->default_value(samp.seed), "RNG seed")
       ("naive", po::bool_switch(&naive), "no KV cache: recompute the whole sequence every step")
-      ("verbose,v", po::bool_switch(&verbose), "print model memory accounting and timings to stderr");
+      ("verbose,v", po::bool_switch(&verbose), "print model memory accounting and timings to stderr")
+      ("stats", po::bool_switch(&stats), "speculative: also run AR and print acceptance, mean accepted length, speedup");
   po::variables_map vm;
   if (!parse_or_help("usage: speclab generate --prompt TEXT [options]", desc, args, vm)) return kExitOk;
   gen.validate();
@@ -71,18 +86,41 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (verbose) print_model_info(m, std::cerr);
   TokenList ids = build_prompt(m, prompt, chat, system);
 
-  StreamDecoder stream(*m.info.tokenizer);
   const Tokenizer& tok = *m.info.tokenizer;
-  GenerationResult r = generate_ar(*m.model, tok, ids, gen, samp, naive ? KvMode::kNaive : KvMode::kCached);
+  if (dargs.drafter.empty()) {
+    if (stats) throw Error(ErrorKind::kConfig, "--stats needs --drafter", "command line", "--stats");
+    GenerationResult r = generate_ar(*m.model, tok, ids, gen, samp, naive ? KvMode::kNaive : KvMode::kCached);
+    std::cout << r.text << std::endl;
+    if (verbose) print_timing(r, naive ? "AR naive" : "AR cached");
+    return kExitOk;
+  }
+  if (naive) throw Error(ErrorKind::kConfig, "--naive is an AR mode; drop it with --drafter", "command line", "--naive");
+  const DrafterOptions dopts = dargs.options();
+  KvOptions kvo;  // defaults: 16-token blocks, 2 GiB budget shared by target and draft
+  KvCacheManager kv(kvo);
+  const PoolId pool = kv.add_pool(m.model->config());
+  DrafterEnv env;
+  env.target = m.model.get();
+  env.kv = &kv;
+  env.target_pool = pool;
+  env.vocab_size = m.model->config().vocab_size;
+  DrafterRegistry registry = DrafterRegistry::with_builtins();
+  std::unique_ptr<Drafter> drafter = registry.create(dopts, env);
+  SpecResult r = generate_speculative(*m.model, tok, ids, gen, samp, *drafter, dopts, {&kv, pool});
   std::cout << r.text << std::endl;
-  if (verbose) {
-    const double n = static_cast<double>(r.tokens.size());
-    std::fprintf(stderr,
-                 "prompt tokens: %zu, new tokens: %zu, stop: %s\n"
-                 "prefill: %.3f s (%.1f tok/s); decode: %.3f s (%.1f tok/s); mode: %s\n",
-                 r.prompt.size(), r.tokens.size(), to_string(r.stop_reason), r.prefill_seconds,
-                 r.prompt.size() / std::max(r.prefill_seconds, 1e-9), r.decode_seconds,
-                 (n - 1) / std::max(r.decode_seconds, 1e-9), naive ? "naive" : "cached");
+  if (verbose) print_timing(r, ("speculative (" + drafter->name() + ")").c_str());
+  if (stats) {
+    GenerationResult ar = generate_ar(*m.model, tok, ids, gen, samp, KvMode::kCached, {}, {&kv, pool});
+    const double t_spec = r.prefill_seconds + r.decode_seconds, t_ar = ar.prefill_seconds + ar.decode_seconds;
+    std::printf("drafter %s, gamma %d (%s): %zu steps, %zu target forwards, acceptance rate %.3f, mean accepted "
+                "length %.3f tokens/forward\n",
+                drafter->name().c_str(), dopts.num_speculative_tokens, dopts.schedule.c_str(), r.steps.size(),
+                static_cast<size_t>(r.forward_calls), r.acceptance_rate(), r.mean_accepted_length());
+    std::printf("time: speculative %.3f s (draft %.3f, verify %.3f, accept %.3f, kv %.3f), AR %.3f s -> speedup "
+                "%.2fx; %s\n",
+                t_spec, r.draft_seconds, r.verify_seconds, r.accept_seconds, r.kv_seconds, t_ar, t_ar / t_spec,
+                ar.tokens == r.tokens ? "output identical to AR"
+                                      : (samp.greedy() ? "OUTPUT DIFFERS FROM AR" : "sampled: outputs differ by design"));
   }
   return kExitOk;
 }

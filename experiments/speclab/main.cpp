@@ -17,6 +17,7 @@ const char* kUsage =
     "commands:\n"
     "  generate   decode a prompt with a model (AR, cached or naive)\n"
     "  bench      prefill/decode throughput, cached vs naive, bandwidth floor, peak RSS\n"
+    "  export     write a subset of a GGUF model's layers as a new model (e.g. a draft model)\n"
     "\n"
     "Run `speclab <command> --help` for the options of a command.";
 
@@ -32,10 +33,11 @@ int main(int argc, char** argv) {
   const std::map<std::string, int (*)(const std::vector<std::string>&)> commands = {
       {"generate", cmd_generate},
       {"bench", cmd_bench},
+      {"export", cmd_export},
   };
   auto it = commands.find(args[0]);
   if (it == commands.end()) {
-    std::cerr << "error: unknown command '" << args[0] << "'; known commands: generate, bench\n";
+    std::cerr << "error: unknown command '" << args[0] << "'; known commands: generate, bench, export\n";
     return kExitBadInput;
   }
   std::vector<std::string> rest(args.begin() + 1, args.end());

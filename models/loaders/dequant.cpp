@@ -16,7 +16,7 @@ namespace speclab {
 
 namespace {
 
-constexpr uint32_t kQK = 32;    // elements per block of the 32-element types
+constexpr uint32_t kQK = 32;     // elements per block of the 32-element types
 constexpr uint32_t kQK_K = 256;  // elements per k-quant super-block
 
 struct TypeEntry {
@@ -247,18 +247,30 @@ using BlockFn = void (*)(const uint8_t*, float*);
 
 BlockFn block_decoder(uint32_t id) {
   switch (static_cast<GgmlType>(id)) {
-    case GgmlType::Q4_0: return dequant_q4_0;
-    case GgmlType::Q4_1: return dequant_q4_1;
-    case GgmlType::Q5_0: return dequant_q5_0;
-    case GgmlType::Q5_1: return dequant_q5_1;
-    case GgmlType::Q8_0: return dequant_q8_0;
-    case GgmlType::Q2_K: return dequant_q2_k;
-    case GgmlType::Q3_K: return dequant_q3_k;
-    case GgmlType::Q4_K: return dequant_q4_k;
-    case GgmlType::Q5_K: return dequant_q5_k;
-    case GgmlType::Q6_K: return dequant_q6_k;
-    case GgmlType::Q8_K: return dequant_q8_k;
-    default: return nullptr;
+    case GgmlType::Q4_0:
+      return dequant_q4_0;
+    case GgmlType::Q4_1:
+      return dequant_q4_1;
+    case GgmlType::Q5_0:
+      return dequant_q5_0;
+    case GgmlType::Q5_1:
+      return dequant_q5_1;
+    case GgmlType::Q8_0:
+      return dequant_q8_0;
+    case GgmlType::Q2_K:
+      return dequant_q2_k;
+    case GgmlType::Q3_K:
+      return dequant_q3_k;
+    case GgmlType::Q4_K:
+      return dequant_q4_k;
+    case GgmlType::Q5_K:
+      return dequant_q5_k;
+    case GgmlType::Q6_K:
+      return dequant_q6_k;
+    case GgmlType::Q8_K:
+      return dequant_q8_k;
+    default:
+      return nullptr;
   }
 }
 
@@ -333,15 +345,15 @@ GgmlType ggml_type_from_name(const std::string& name, const std::string& what) {
     known += known.empty() ? "" : ", ";
     known += e.traits.name;
   }
-  throw Error(ErrorKind::kConfig, "unknown ggml type '" + name + "' (expected one of " + known + ")",
-              {}, what);
+  throw Error(ErrorKind::kConfig,
+              "unknown ggml type '" + name + "' (expected one of " + known + ")", {}, what);
 }
 
 uint64_t ggml_row_bytes(uint32_t type_id, uint64_t n, const std::string& what) {
   const GgmlTypeTraits* t = ggml_type_traits(type_id);
   if (!t)
-    throw Error(ErrorKind::kUnsupported,
-                "unknown ggml tensor type id " + std::to_string(type_id), {}, what);
+    throw Error(ErrorKind::kUnsupported, "unknown ggml tensor type id " + std::to_string(type_id),
+                {}, what);
   if (n % t->block_size != 0)
     throw Error(ErrorKind::kBadInput,
                 std::to_string(n) + " elements are not a multiple of the " + t->name +
@@ -394,10 +406,10 @@ std::vector<uint8_t> quantize(GgmlType type, const float* src, size_t n, const s
   const uint32_t id = static_cast<uint32_t>(type);
   if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::Q8_0 &&
       type != GgmlType::Q4_0 && type != GgmlType::Q4_1)
-    throw Error(ErrorKind::kUnsupported,
-                "cannot encode as " + ggml_type_name(id) +
-                    " (expected one of F32, F16, Q8_0, Q4_0, Q4_1)",
-                {}, what);
+    throw Error(
+        ErrorKind::kUnsupported,
+        "cannot encode as " + ggml_type_name(id) + " (expected one of F32, F16, Q8_0, Q4_0, Q4_1)",
+        {}, what);
   const uint64_t bytes = ggml_row_bytes(id, n, what);
   if (type != GgmlType::F32 && type != GgmlType::F16)
     for (size_t i = 0; i < n; ++i)

@@ -33,6 +33,7 @@ namespace speclab {
 
 // Values are the ggml/GGUF type ids (ggml.h `enum ggml_type`). Ids 4, 5, 31-33 and 36-38
 // were removed from ggml and are not members.
+// clang-format off
 enum class GgmlType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
@@ -40,9 +41,10 @@ enum class GgmlType : uint32_t {
   IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
   TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41,
 };
+// clang-format on
 
 struct GgmlTypeTraits {
-  const char* name;    // "Q4_1"
+  const char* name;     // "Q4_1"
   uint32_t block_size;  // elements per block
   uint32_t type_size;   // bytes per block
   bool can_dequantize;  // dequantize() supports it
@@ -52,7 +54,8 @@ struct GgmlTypeTraits {
 const GgmlTypeTraits* ggml_type_traits(uint32_t type_id);
 // "Q4_1" for known ids, "type <id>" otherwise.
 std::string ggml_type_name(uint32_t type_id);
-// Parses a name such as "Q8_0" or "q8_0" (case-insensitive). Throws Error(kConfig) naming `what` if unknown.
+// Parses a name such as "Q8_0" or "q8_0" (case-insensitive). Throws Error(kConfig) naming `what` if
+// unknown.
 GgmlType ggml_type_from_name(const std::string& name, const std::string& what);
 
 // Bytes needed to store `n` elements of `type`. Throws Error(kBadInput) naming `what` when n is

@@ -80,20 +80,33 @@ class OwnedBytes : public GgufBytes {
   std::vector<uint8_t> bytes_;
 };
 
-constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
-constexpr int kMaxArrayNesting = 16;     // deeper nesting is rejected (no recursion blow-up)
+constexpr uint32_t kMaxDims = 4;      // GGML_MAX_DIMS
+constexpr int kMaxArrayNesting = 16;  // deeper nesting is rejected (no recursion blow-up)
 constexpr uint32_t kDefaultAlignment = 32;
 constexpr uint32_t kNumValueTypes = 13;
 
 // The smallest encoding of one element of a value type: bounds array counts by the bytes left.
 uint64_t min_encoded_size(GgufValueType t) {
   switch (t) {
-    case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::BOOL: return 1;
-    case GgufValueType::UINT16: case GgufValueType::INT16: return 2;
-    case GgufValueType::UINT32: case GgufValueType::INT32: case GgufValueType::FLOAT32: return 4;
-    case GgufValueType::UINT64: case GgufValueType::INT64: case GgufValueType::FLOAT64: return 8;
-    case GgufValueType::STRING: return 8;   // u64 length
-    case GgufValueType::ARRAY: return 12;   // u32 type + u64 count
+    case GgufValueType::UINT8:
+    case GgufValueType::INT8:
+    case GgufValueType::BOOL:
+      return 1;
+    case GgufValueType::UINT16:
+    case GgufValueType::INT16:
+      return 2;
+    case GgufValueType::UINT32:
+    case GgufValueType::INT32:
+    case GgufValueType::FLOAT32:
+      return 4;
+    case GgufValueType::UINT64:
+    case GgufValueType::INT64:
+    case GgufValueType::FLOAT64:
+      return 8;
+    case GgufValueType::STRING:
+      return 8;  // u64 length
+    case GgufValueType::ARRAY:
+      return 12;  // u32 type + u64 count
   }
   return 1;
 }
@@ -101,15 +114,24 @@ uint64_t min_encoded_size(GgufValueType t) {
 enum class Kind { kUint, kInt, kFloat, kString, kArray };
 Kind kind_of(GgufValueType t) {
   switch (t) {
-    case GgufValueType::UINT8: case GgufValueType::UINT16: case GgufValueType::UINT32:
-    case GgufValueType::UINT64: case GgufValueType::BOOL:
+    case GgufValueType::UINT8:
+    case GgufValueType::UINT16:
+    case GgufValueType::UINT32:
+    case GgufValueType::UINT64:
+    case GgufValueType::BOOL:
       return Kind::kUint;
-    case GgufValueType::INT8: case GgufValueType::INT16: case GgufValueType::INT32:
+    case GgufValueType::INT8:
+    case GgufValueType::INT16:
+    case GgufValueType::INT32:
     case GgufValueType::INT64:
       return Kind::kInt;
-    case GgufValueType::FLOAT32: case GgufValueType::FLOAT64: return Kind::kFloat;
-    case GgufValueType::STRING: return Kind::kString;
-    case GgufValueType::ARRAY: return Kind::kArray;
+    case GgufValueType::FLOAT32:
+    case GgufValueType::FLOAT64:
+      return Kind::kFloat;
+    case GgufValueType::STRING:
+      return Kind::kString;
+    case GgufValueType::ARRAY:
+      return Kind::kArray;
   }
   return Kind::kUint;
 }
@@ -187,19 +209,45 @@ class Parser {
     GgufValue v;
     v.type = type;
     switch (type) {
-      case GgufValueType::UINT8: v.u = read<uint8_t>(field); break;
-      case GgufValueType::INT8: v.i = read<int8_t>(field); break;
-      case GgufValueType::UINT16: v.u = read<uint16_t>(field); break;
-      case GgufValueType::INT16: v.i = read<int16_t>(field); break;
-      case GgufValueType::UINT32: v.u = read<uint32_t>(field); break;
-      case GgufValueType::INT32: v.i = read<int32_t>(field); break;
-      case GgufValueType::UINT64: v.u = read<uint64_t>(field); break;
-      case GgufValueType::INT64: v.i = read<int64_t>(field); break;
-      case GgufValueType::FLOAT32: v.f = read<float>(field); break;
-      case GgufValueType::FLOAT64: v.f = read<double>(field); break;
-      case GgufValueType::BOOL: v.u = read<uint8_t>(field) != 0 ? 1 : 0; break;
-      case GgufValueType::STRING: v.s = read_string(field); break;
-      case GgufValueType::ARRAY: v.a = read_array(field, 0); break;
+      case GgufValueType::UINT8:
+        v.u = read<uint8_t>(field);
+        break;
+      case GgufValueType::INT8:
+        v.i = read<int8_t>(field);
+        break;
+      case GgufValueType::UINT16:
+        v.u = read<uint16_t>(field);
+        break;
+      case GgufValueType::INT16:
+        v.i = read<int16_t>(field);
+        break;
+      case GgufValueType::UINT32:
+        v.u = read<uint32_t>(field);
+        break;
+      case GgufValueType::INT32:
+        v.i = read<int32_t>(field);
+        break;
+      case GgufValueType::UINT64:
+        v.u = read<uint64_t>(field);
+        break;
+      case GgufValueType::INT64:
+        v.i = read<int64_t>(field);
+        break;
+      case GgufValueType::FLOAT32:
+        v.f = read<float>(field);
+        break;
+      case GgufValueType::FLOAT64:
+        v.f = read<double>(field);
+        break;
+      case GgufValueType::BOOL:
+        v.u = read<uint8_t>(field) != 0 ? 1 : 0;
+        break;
+      case GgufValueType::STRING:
+        v.s = read_string(field);
+        break;
+      case GgufValueType::ARRAY:
+        v.a = read_array(field, 0);
+        break;
     }
     return v;
   }
@@ -215,14 +263,14 @@ class Parser {
     const uint64_t n = read<uint64_t>(count_field);
     const uint64_t min_size = min_encoded_size(a.type);
     if (n > remaining() / min_size)
-      fail(ErrorKind::kBadInput,
-           "array length " + std::to_string(n) + " of " + gguf_value_type_name(
-               static_cast<uint32_t>(a.type)) + " needs at least " +
-               (n > std::numeric_limits<uint64_t>::max() / min_size
-                    ? std::string("2^64")
-                    : std::to_string(n * min_size)) +
-               " bytes, but only " + std::to_string(remaining()) + " are left in the file",
-           field);
+      fail(
+          ErrorKind::kBadInput,
+          "array length " + std::to_string(n) + " of " +
+              gguf_value_type_name(static_cast<uint32_t>(a.type)) + " needs at least " +
+              (n > std::numeric_limits<uint64_t>::max() / min_size ? std::string("2^64")
+                                                                   : std::to_string(n * min_size)) +
+              " bytes, but only " + std::to_string(remaining()) + " are left in the file",
+          field);
     Field item = field;
     item.index.push_back(0);
     switch (kind_of(a.type)) {
@@ -239,7 +287,7 @@ class Parser {
         for (uint64_t k = 0; k < n; ++k) {
           item.index.back() = k;
           a.floats.push_back(a.type == GgufValueType::FLOAT32 ? read<float>(item)
-                                                               : read<double>(item));
+                                                              : read<double>(item));
         }
         break;
       case Kind::kString:
@@ -264,20 +312,29 @@ class Parser {
   uint64_t read_scalar_uint(GgufValueType t, Field& item, uint64_t k) {
     item.index.back() = k;
     switch (t) {
-      case GgufValueType::UINT8: return read<uint8_t>(item);
-      case GgufValueType::UINT16: return read<uint16_t>(item);
-      case GgufValueType::UINT32: return read<uint32_t>(item);
-      case GgufValueType::BOOL: return read<uint8_t>(item) != 0 ? 1 : 0;
-      default: return read<uint64_t>(item);
+      case GgufValueType::UINT8:
+        return read<uint8_t>(item);
+      case GgufValueType::UINT16:
+        return read<uint16_t>(item);
+      case GgufValueType::UINT32:
+        return read<uint32_t>(item);
+      case GgufValueType::BOOL:
+        return read<uint8_t>(item) != 0 ? 1 : 0;
+      default:
+        return read<uint64_t>(item);
     }
   }
   int64_t read_scalar_int(GgufValueType t, Field& item, uint64_t k) {
     item.index.back() = k;
     switch (t) {
-      case GgufValueType::INT8: return read<int8_t>(item);
-      case GgufValueType::INT16: return read<int16_t>(item);
-      case GgufValueType::INT32: return read<int32_t>(item);
-      default: return read<int64_t>(item);
+      case GgufValueType::INT8:
+        return read<int8_t>(item);
+      case GgufValueType::INT16:
+        return read<int16_t>(item);
+      case GgufValueType::INT32:
+        return read<int32_t>(item);
+      default:
+        return read<int64_t>(item);
     }
   }
 
@@ -335,10 +392,10 @@ GgufFile parse_gguf(std::shared_ptr<const GgufBytes> bytes, const std::string& p
                     std::to_string(file.version) + ")",
                 path, "version");
   if (file.version != 2 && file.version != 3)
-    throw Error(ErrorKind::kUnsupported,
-                "GGUF version " + std::to_string(file.version) +
-                    " is not supported (expected 2 or 3)",
-                path, "version");
+    throw Error(
+        ErrorKind::kUnsupported,
+        "GGUF version " + std::to_string(file.version) + " is not supported (expected 2 or 3)",
+        path, "version");
 
   Field count_field;
   count_field.part = "tensor_count";
@@ -409,12 +466,13 @@ GgufFile parse_gguf(std::shared_ptr<const GgufBytes> bytes, const std::string& p
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t dim = in.read<uint64_t>(f);
       if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        in.fail(ErrorKind::kBadInput, "dimension " + std::to_string(d) + " is " +
-                                          std::to_string(dim) + ", more than 2^63 - 1",
+        in.fail(ErrorKind::kBadInput,
+                "dimension " + std::to_string(d) + " is " + std::to_string(dim) +
+                    ", more than 2^63 - 1",
                 f);
-      if (dim != 0 && info.n_elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dim)
-        in.fail(ErrorKind::kBadInput, "the element count (product of the dimensions) overflows",
-                f);
+      if (dim != 0 &&
+          info.n_elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dim)
+        in.fail(ErrorKind::kBadInput, "the element count (product of the dimensions) overflows", f);
       info.n_elements *= dim;
       info.dims.push_back(dim);
     }
@@ -451,8 +509,8 @@ GgufFile parse_gguf(std::shared_ptr<const GgufBytes> bytes, const std::string& p
     const std::string field = "tensor " + t.name;
     if (t.offset % a != 0)
       throw Error(ErrorKind::kBadInput,
-                  "data offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
-                      std::to_string(a),
+                  "data offset " + std::to_string(t.offset) +
+                      " is not a multiple of the alignment " + std::to_string(a),
                   path, field);
     uint64_t begin = 0, end = 0;
     const bool overflow = __builtin_add_overflow(file.data_offset, t.offset, &begin) ||
@@ -479,22 +537,28 @@ GgufFile read_gguf_buffer(std::vector<uint8_t> bytes, const std::string& name) {
   return parse_gguf(std::make_shared<OwnedBytes>(std::move(bytes)), name);
 }
 
-// ---- values ---------------------------------------------------------------------------------------
+// ---- values
+// ---------------------------------------------------------------------------------------
 
 std::string gguf_value_type_name(uint32_t type) {
-  static const char* names[kNumValueTypes] = {"uint8", "int8",    "uint16", "int16", "uint32",
-                                              "int32", "float32", "bool",   "string", "array",
-                                              "uint64", "int64",  "float64"};
+  static const char* names[kNumValueTypes] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                              "int32",  "float32", "bool",   "string", "array",
+                                              "uint64", "int64",   "float64"};
   return type < kNumValueTypes ? names[type] : "value type " + std::to_string(type);
 }
 
 size_t GgufArray::size() const {
   switch (kind_of(type)) {
-    case Kind::kUint: return uints.size();
-    case Kind::kInt: return ints.size();
-    case Kind::kFloat: return floats.size();
-    case Kind::kString: return strings.size();
-    case Kind::kArray: return arrays.size();
+    case Kind::kUint:
+      return uints.size();
+    case Kind::kInt:
+      return ints.size();
+    case Kind::kFloat:
+      return floats.size();
+    case Kind::kString:
+      return strings.size();
+    case Kind::kArray:
+      return arrays.size();
   }
   return 0;
 }
@@ -589,7 +653,8 @@ GgufValue GgufValue::array(GgufArray v) {
 
 std::string GgufValue::type_description() const {
   std::string s = gguf_value_type_name(static_cast<uint32_t>(type));
-  if (type == GgufValueType::ARRAY) s += " of " + gguf_value_type_name(static_cast<uint32_t>(a.type));
+  if (type == GgufValueType::ARRAY)
+    s += " of " + gguf_value_type_name(static_cast<uint32_t>(a.type));
   return s;
 }
 
@@ -673,15 +738,14 @@ std::vector<float> GgufFile::get_float_array(const std::string& key) const {
 std::vector<int32_t> GgufFile::get_int32_array(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v) missing_key(*this, key);
-  if (v->type != GgufValueType::ARRAY)
-    wrong_type(*this, key, "array of int32", *v);
+  if (v->type != GgufValueType::ARRAY) wrong_type(*this, key, "array of int32", *v);
   const GgufArray& a = v->a;
   std::vector<int32_t> out;
   out.reserve(a.size());
   auto bad = [&](size_t i, const std::string& value) {
-    throw Error(ErrorKind::kBadInput, "element " + std::to_string(i) + " = " + value +
-                                          " does not fit in int32",
-                path, key);
+    throw Error(ErrorKind::kBadInput,
+                "element " + std::to_string(i) + " = " + value + " does not fit in int32", path,
+                key);
   };
   const Kind k = kind_of(a.type);
   if (k == Kind::kInt) {
@@ -739,7 +803,8 @@ HostTensor GgufFile::load_tensor(const GgufTensorInfo& info) const {
   return t;
 }
 
-// ---- writing ---------------------------------------------------------------------------------------
+// ---- writing
+// ---------------------------------------------------------------------------------------
 
 namespace {
 
@@ -785,18 +850,35 @@ void check_int_range(GgufValueType t, int64_t v, const std::string& key) {
 
 void put_uint(Out& out, GgufValueType t, uint64_t v) {
   switch (t) {
-    case GgufValueType::UINT8: case GgufValueType::BOOL: out.put<uint8_t>(static_cast<uint8_t>(v)); break;
-    case GgufValueType::UINT16: out.put<uint16_t>(static_cast<uint16_t>(v)); break;
-    case GgufValueType::UINT32: out.put<uint32_t>(static_cast<uint32_t>(v)); break;
-    default: out.put<uint64_t>(v); break;
+    case GgufValueType::UINT8:
+    case GgufValueType::BOOL:
+      out.put<uint8_t>(static_cast<uint8_t>(v));
+      break;
+    case GgufValueType::UINT16:
+      out.put<uint16_t>(static_cast<uint16_t>(v));
+      break;
+    case GgufValueType::UINT32:
+      out.put<uint32_t>(static_cast<uint32_t>(v));
+      break;
+    default:
+      out.put<uint64_t>(v);
+      break;
   }
 }
 void put_int(Out& out, GgufValueType t, int64_t v) {
   switch (t) {
-    case GgufValueType::INT8: out.put<int8_t>(static_cast<int8_t>(v)); break;
-    case GgufValueType::INT16: out.put<int16_t>(static_cast<int16_t>(v)); break;
-    case GgufValueType::INT32: out.put<int32_t>(static_cast<int32_t>(v)); break;
-    default: out.put<int64_t>(v); break;
+    case GgufValueType::INT8:
+      out.put<int8_t>(static_cast<int8_t>(v));
+      break;
+    case GgufValueType::INT16:
+      out.put<int16_t>(static_cast<int16_t>(v));
+      break;
+    case GgufValueType::INT32:
+      out.put<int32_t>(static_cast<int32_t>(v));
+      break;
+    default:
+      out.put<int64_t>(v);
+      break;
   }
 }
 void put_float(Out& out, GgufValueType t, double v) {
@@ -821,10 +903,10 @@ void put_array(Out& out, const GgufArray& a, const std::string& key, int depth) 
                 "arrays nested deeper than " + std::to_string(kMaxArrayNesting) + " levels", {},
                 key);
   const Kind k = kind_of(a.type);
-  const size_t used = (k == Kind::kUint ? 0 : a.uints.size()) + (k == Kind::kInt ? 0 : a.ints.size()) +
-                      (k == Kind::kFloat ? 0 : a.floats.size()) +
-                      (k == Kind::kString ? 0 : a.strings.size()) +
-                      (k == Kind::kArray ? 0 : a.arrays.size());
+  const size_t used =
+      (k == Kind::kUint ? 0 : a.uints.size()) + (k == Kind::kInt ? 0 : a.ints.size()) +
+      (k == Kind::kFloat ? 0 : a.floats.size()) + (k == Kind::kString ? 0 : a.strings.size()) +
+      (k == Kind::kArray ? 0 : a.arrays.size());
   if (used != 0)
     throw Error(ErrorKind::kBadInput,
                 "array of " + gguf_value_type_name(static_cast<uint32_t>(a.type)) +
@@ -869,9 +951,15 @@ void put_value(Out& out, const GgufValue& v, const std::string& key) {
       check_int_range(v.type, v.i, key);
       put_int(out, v.type, v.i);
       break;
-    case Kind::kFloat: put_float(out, v.type, v.f); break;
-    case Kind::kString: out.put_string(v.s); break;
-    case Kind::kArray: put_array(out, v.a, key, 0); break;
+    case Kind::kFloat:
+      put_float(out, v.type, v.f);
+      break;
+    case Kind::kString:
+      out.put_string(v.s);
+      break;
+    case Kind::kArray:
+      put_array(out, v.a, key, 0);
+      break;
   }
 }
 
@@ -879,7 +967,8 @@ class FileWriter {
  public:
   explicit FileWriter(const std::string& path) : path_(path) {
     f_ = std::fopen(path.c_str(), "wb");
-    if (!f_) throw Error(ErrorKind::kIo, std::string("cannot create: ") + std::strerror(errno), path);
+    if (!f_)
+      throw Error(ErrorKind::kIo, std::string("cannot create: ") + std::strerror(errno), path);
   }
   ~FileWriter() {
     if (f_) std::fclose(f_);
@@ -949,12 +1038,13 @@ void write_gguf(const std::string& path, const GgufMetadata& metadata,
       throw Error(ErrorKind::kBadInput, "duplicate tensor name", path, field);
     if (t.shape.empty() || t.shape.size() > kMaxDims)
       throw Error(ErrorKind::kBadInput,
-                  "expected 1 to 4 dimensions, found " + std::to_string(t.shape.size()), path, field);
+                  "expected 1 to 4 dimensions, found " + std::to_string(t.shape.size()), path,
+                  field);
     uint64_t n = 1;
     for (int64_t d : t.shape) {
       if (d <= 0)
-        throw Error(ErrorKind::kBadInput, "expected positive dimensions, found " + shape_to_string(t.shape),
-                    path, field);
+        throw Error(ErrorKind::kBadInput,
+                    "expected positive dimensions, found " + shape_to_string(t.shape), path, field);
       if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / static_cast<uint64_t>(d))
         throw Error(ErrorKind::kBadInput, "element count overflows", path, field);
       n *= static_cast<uint64_t>(d);
@@ -1004,8 +1094,8 @@ void write_gguf(const std::string& path, const GgufMetadata& metadata,
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp.c_str());
-    throw Error(ErrorKind::kIo, std::string("cannot rename the temporary file: ") + std::strerror(err),
-                path);
+    throw Error(ErrorKind::kIo,
+                std::string("cannot rename the temporary file: ") + std::strerror(err), path);
   }
 }
 

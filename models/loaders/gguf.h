@@ -36,10 +36,12 @@
 namespace speclab {
 
 // GGUF metadata value types (gguf_type in ggml/gguf.h).
+// clang-format off
 enum class GgufValueType : uint32_t {
   UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
   STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
+// clang-format on
 // "uint32", "string", "array", ...; "value type <n>" for an unknown id.
 std::string gguf_value_type_name(uint32_t type);
 
@@ -111,12 +113,12 @@ class GgufBytes;  // the mapped file (or an owned buffer); defined in gguf.cpp
 
 class GgufFile {
  public:
-  std::string path;             // as given; used in every error message
-  uint32_t version = 0;         // 2 or 3
-  uint32_t alignment = 32;      // general.alignment
-  uint64_t data_offset = 0;     // absolute file offset of the tensor data section
+  std::string path;          // as given; used in every error message
+  uint32_t version = 0;      // 2 or 3
+  uint32_t alignment = 32;   // general.alignment
+  uint64_t data_offset = 0;  // absolute file offset of the tensor data section
   uint64_t file_size = 0;
-  GgufMetadata metadata;        // in file order
+  GgufMetadata metadata;                // in file order
   std::vector<GgufTensorInfo> tensors;  // in file order
 
   // Metadata lookup: nullptr when absent.
@@ -134,7 +136,7 @@ class GgufFile {
   std::string get_string(const std::string& key) const;
   std::string get_string(const std::string& key, const std::string& fallback) const;
   std::vector<std::string> get_string_array(const std::string& key) const;
-  std::vector<float> get_float_array(const std::string& key) const;  // float32/float64 elements
+  std::vector<float> get_float_array(const std::string& key) const;    // float32/float64 elements
   std::vector<int32_t> get_int32_array(const std::string& key) const;  // any integer elements
 
   const GgufTensorInfo* find_tensor(const std::string& name) const;  // nullptr when absent
@@ -162,7 +164,7 @@ GgufFile read_gguf_buffer(std::vector<uint8_t> bytes, const std::string& name);
 // write_gguf returns. The innermost dimension must be a multiple of the type's block size.
 struct GgufTensorToWrite {
   std::string name;
-  std::vector<int64_t> shape;  // PyTorch order (outermost first), 1 to 4 dims
+  std::vector<int64_t> shape;     // PyTorch order (outermost first), 1 to 4 dims
   GgmlType type = GgmlType::F32;  // F32, F16, Q8_0, Q4_0 or Q4_1
   const float* data = nullptr;
 };

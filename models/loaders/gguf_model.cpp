@@ -17,10 +17,14 @@ namespace {
 // GGUF per-block tensor stem -> HF module path inside model.layers.N.
 const std::map<std::string, std::string>& block_names() {
   static const std::map<std::string, std::string> names = {
-      {"attn_q", "self_attn.q_proj"},        {"attn_k", "self_attn.k_proj"},
-      {"attn_v", "self_attn.v_proj"},        {"attn_output", "self_attn.o_proj"},
-      {"ffn_gate", "mlp.gate_proj"},         {"ffn_up", "mlp.up_proj"},
-      {"ffn_down", "mlp.down_proj"},         {"attn_norm", "input_layernorm"},
+      {"attn_q", "self_attn.q_proj"},
+      {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},
+      {"attn_output", "self_attn.o_proj"},
+      {"ffn_gate", "mlp.gate_proj"},
+      {"ffn_up", "mlp.up_proj"},
+      {"ffn_down", "mlp.down_proj"},
+      {"attn_norm", "input_layernorm"},
       {"ffn_norm", "post_attention_layernorm"},
   };
   return names;
@@ -116,17 +120,16 @@ std::shared_ptr<Tokenizer> read_tokenizer(const GgufFile& f, const ModelConfig& 
   std::shared_ptr<Tokenizer> tok;
   try {
     if (model == "gpt2") {
-      tok = std::make_shared<ByteLevelBpe>(std::move(tokens),
-                                           f.get_string_array("tokenizer.ggml.merges"),
-                                           std::move(types),
-                                           f.get_string("tokenizer.ggml.pre", "default"));
+      tok = std::make_shared<ByteLevelBpe>(
+          std::move(tokens), f.get_string_array("tokenizer.ggml.merges"), std::move(types),
+          f.get_string("tokenizer.ggml.pre", "default"));
     } else if (model == "llama") {
       tok = std::make_shared<SentencePieceBpe>(
           std::move(tokens), f.get_float_array("tokenizer.ggml.scores"), std::move(types),
           f.get_bool("tokenizer.ggml.add_space_prefix", true));
     } else {
-      throw Error(ErrorKind::kUnsupported, "expected gpt2 or llama, found '" + model + "'",
-                  f.path, "tokenizer.ggml.model");
+      throw Error(ErrorKind::kUnsupported, "expected gpt2 or llama, found '" + model + "'", f.path,
+                  "tokenizer.ggml.model");
     }
   } catch (const Error& e) {
     rethrow_with_file(e, f.path);
@@ -198,8 +201,19 @@ LoadedModel load_gguf(const std::string& path) {
   m.config = read_config(f);
   const ModelConfig& c = m.config;
   m.tokenizer = read_tokenizer(f, c);
-  if (f.has("tokenizer.chat_template"))
-    m.chat_template = ChatTemplate::from_jinja(f.get_string("tokenizer.chat_template"), path);
+  // llama.cpp's default: SentencePiece vocabularies add BOS, byte-level BPE ones do not, unless
+  // the file says otherwise (SmolLM2 says false).
+  m.add_bos = f.get_bool("tokenizer.ggml.add_bos_token", f.get_string("tokenizer.ggml.model", "gpt2") == "llama") &&
+              m.tokenizer->bos_id() >= 0;
+  if (f.has("tokenizer.chat_template")) {
+    // A template we cannot render leaves the model usable without chat formatting; asking for
+    // chat mode then fails with the "no chat template" error.
+    try {
+      m.chat_template = ChatTemplate::from_jinja(f.get_string("tokenizer.chat_template"), path);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kUnsupported) throw;
+    }
+  }
   m.storage_types = describe_storage(f);
 
   for (const GgufTensorInfo& info : f.tensors) {
@@ -219,9 +233,10 @@ LoadedModel load_gguf(const std::string& path) {
   // Shapes and presence are checked before any reordering relies on them (this also rejects
   // layers beyond block_count and biases when the config has none).
   validate_weights(c, m.weights, path);
-  if (m.weights.size() != expected_weight_shapes(c).size()) {
+  const auto expected = expected_weight_shapes(c);
+  if (m.weights.size() != expected.size()) {
     for (const auto& [name, t] : m.weights)
-      if (!expected_weight_shapes(c).count(name))
+      if (!expected.count(name))
         throw Error(ErrorKind::kBadInput,
                     "tensor is not expected by the config (" + std::to_string(c.num_hidden_layers) +
                         " layers, attention_bias " + (c.attention_bias ? "true" : "false") + ")",

@@ -2,7 +2,6 @@
 // layouts in ggml-common.h), binary16 conversion against the CPU's F16C instructions, and
 // quantize -> dequantize error bounds for the encoders.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -46,9 +45,9 @@ TEST_CASE("fp16 and bf16 decode known bit patterns", "[dequant]") {
   CHECK(fp16_to_fp32(0xC000) == -2.0f);
   CHECK(fp16_to_fp32(0x3555) == Approx(0.333251953125).epsilon(0));
   CHECK(fp16_to_fp32(0x7BFF) == 65504.0f);
-  CHECK(fp16_to_fp32(0x0400) == std::ldexp(1.0f, -14));      // smallest normal
-  CHECK(fp16_to_fp32(0x0001) == std::ldexp(1.0f, -24));      // smallest subnormal
-  CHECK(fp16_to_fp32(0x03FF) == std::ldexp(1023.0f, -24));   // largest subnormal
+  CHECK(fp16_to_fp32(0x0400) == std::ldexp(1.0f, -14));     // smallest normal
+  CHECK(fp16_to_fp32(0x0001) == std::ldexp(1.0f, -24));     // smallest subnormal
+  CHECK(fp16_to_fp32(0x03FF) == std::ldexp(1023.0f, -24));  // largest subnormal
   CHECK(fp16_to_fp32(0x7C00) == std::numeric_limits<float>::infinity());
   CHECK(fp16_to_fp32(0xFC00) == -std::numeric_limits<float>::infinity());
   CHECK(std::isnan(fp16_to_fp32(0x7E00)));
@@ -67,18 +66,18 @@ TEST_CASE("fp32_to_fp16 rounds to nearest even", "[dequant]") {
     if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF)) continue;  // NaN
     REQUIRE(fp32_to_fp16(fp16_to_fp32(static_cast<uint16_t>(h))) == h);
   }
-  const float ulp1 = std::ldexp(1.0f, -10);  // half ulp at 1.0 is 2^-11
-  CHECK(fp32_to_fp16(1.0f + ulp1 / 2) == 0x3C00);           // tie -> even (down)
-  CHECK(fp32_to_fp16(1.0f + 3 * ulp1 / 2) == 0x3C02);       // tie -> even (up)
-  CHECK(fp32_to_fp16(1.0f + ulp1 / 2 + 1e-6f) == 0x3C01);   // above the tie
+  const float ulp1 = std::ldexp(1.0f, -10);                // half ulp at 1.0 is 2^-11
+  CHECK(fp32_to_fp16(1.0f + ulp1 / 2) == 0x3C00);          // tie -> even (down)
+  CHECK(fp32_to_fp16(1.0f + 3 * ulp1 / 2) == 0x3C02);      // tie -> even (up)
+  CHECK(fp32_to_fp16(1.0f + ulp1 / 2 + 1e-6f) == 0x3C01);  // above the tie
   CHECK(fp32_to_fp16(65519.0f) == 0x7BFF);
-  CHECK(fp32_to_fp16(65520.0f) == 0x7C00);                   // rounds up to inf
+  CHECK(fp32_to_fp16(65520.0f) == 0x7C00);  // rounds up to inf
   CHECK(fp32_to_fp16(1e10f) == 0x7C00);
   CHECK(fp32_to_fp16(-1e10f) == 0xFC00);
-  CHECK(fp32_to_fp16(std::ldexp(1.0f, -25)) == 0x0000);      // tie between 0 and 2^-24 -> 0
+  CHECK(fp32_to_fp16(std::ldexp(1.0f, -25)) == 0x0000);  // tie between 0 and 2^-24 -> 0
   CHECK(fp32_to_fp16(std::ldexp(1.5f, -25)) == 0x0001);
-  CHECK(fp32_to_fp16(std::ldexp(1.5f, -24)) == 0x0002);      // tie between 1 and 2 -> 2
-  CHECK(fp32_to_fp16(std::ldexp(1023.5f, -24)) == 0x0400);   // carries into the smallest normal
+  CHECK(fp32_to_fp16(std::ldexp(1.5f, -24)) == 0x0002);     // tie between 1 and 2 -> 2
+  CHECK(fp32_to_fp16(std::ldexp(1023.5f, -24)) == 0x0400);  // carries into the smallest normal
   CHECK(fp32_to_fp16(1e-30f) == 0x0000);
   CHECK(fp32_to_fp16(-1e-30f) == 0x8000);
   const uint16_t nan = fp32_to_fp16(std::numeric_limits<float>::quiet_NaN());
@@ -146,8 +145,8 @@ TEST_CASE("Q4_1 block decodes as d * nibble + m", "[dequant]") {
 
 TEST_CASE("Q5_0 and Q5_1 blocks take the fifth bit from qh", "[dequant]") {
   std::vector<uint8_t> b0(22);
-  put_f16(b0, 0, 0x3C00);             // d = 1
-  const uint32_t qh0 = 0xFFFF0000u;   // fifth bit set for elements 16..31 only
+  put_f16(b0, 0, 0x3C00);            // d = 1
+  const uint32_t qh0 = 0xFFFF0000u;  // fifth bit set for elements 16..31 only
   std::memcpy(&b0[2], &qh0, 4);
   for (int j = 0; j < 16; ++j) b0[6 + j] = static_cast<uint8_t>(j | (j << 4));
   const auto y0 = decode(GgmlType::Q5_0, b0, 32);
@@ -157,9 +156,9 @@ TEST_CASE("Q5_0 and Q5_1 blocks take the fifth bit from qh", "[dequant]") {
   }
 
   std::vector<uint8_t> b1(24);
-  put_f16(b1, 0, 0x3800);             // d = 0.5
-  put_f16(b1, 2, 0x3C00);             // m = 1
-  const uint32_t qh1 = 0x00000005u;   // elements 0 and 2
+  put_f16(b1, 0, 0x3800);            // d = 0.5
+  put_f16(b1, 2, 0x3C00);            // m = 1
+  const uint32_t qh1 = 0x00000005u;  // elements 0 and 2
   std::memcpy(&b1[4], &qh1, 4);
   for (int j = 0; j < 16; ++j) b1[8 + j] = static_cast<uint8_t>(15 - j);  // high nibbles 0
   const auto y1 = decode(GgmlType::Q5_1, b1, 32);
@@ -199,11 +198,11 @@ TEST_CASE("Q6_K block: ql low nibbles, qh 2-bit pairs, int8 scales per 16", "[de
   std::vector<uint8_t> b(210, 0);
   for (int i = 0; i < 16; ++i) b[192 + i] = static_cast<uint8_t>(i + 1);  // scales 1..16
   put_f16(b, 208, 0x3C00);                                                // d = 1
-  b[0] = 0x21;           // element 0: low 1; element 64: low 2
-  b[128] = 0xE4;         // qh[0] = 11 10 01 00: high bits of elements 0, 32, 64, 96
-  b[64 + 1] = 0x0F;      // element 129 (second half): low 15
-  b[192 + 15] = 0xFE;    // scale 15 = -2 (int8)
-  b[64 + 63] = 0xA0;     // element 255 (ql[127] high nibble): low 10
+  b[0] = 0x21;              // element 0: low 1; element 64: low 2
+  b[128] = 0xE4;            // qh[0] = 11 10 01 00: high bits of elements 0, 32, 64, 96
+  b[64 + 1] = 0x0F;         // element 129 (second half): low 15
+  b[192 + 15] = 0xFE;       // scale 15 = -2 (int8)
+  b[64 + 63] = 0xA0;        // element 255 (ql[127] high nibble): low 10
   b[128 + 32 + 31] = 0xC0;  // qh[63] bits 6-7 = 3: element 255 high 3
   const auto y = decode(GgmlType::Q6_K, b, 256);
   CHECK(y[0] == 1 * (1 - 32));
@@ -212,7 +211,7 @@ TEST_CASE("Q6_K block: ql low nibbles, qh 2-bit pairs, int8 scales per 16", "[de
   CHECK(y[96] == 7 * (48 - 32));
   CHECK(y[129] == 9 * (15 - 32));
   CHECK(y[255] == -2 * ((10 | 3 << 4) - 32));
-  CHECK(y[1] == 1 * -32);    // everything else is q = 0
+  CHECK(y[1] == 1 * -32);  // everything else is q = 0
   CHECK(y[200] == 13 * -32);
 }
 
@@ -230,9 +229,9 @@ TEST_CASE("Q4_K and Q5_K blocks: 6-bit packed scales and mins", "[dequant]") {
   s[6] = 7;
   s[7] = 8;
   for (int i = 8; i < 12; ++i) s[i] = 0x21;  // scales 4..7 low = 1, mins 4..7 low = 2
-  b[16 + 0] = 0x3A;     // element 0 (sub-block 0) = 10, element 32 (sub-block 1) = 3
-  b[16 + 64] = 0x07;    // element 128 (sub-block 4) = 7
-  b[16 + 127] = 0xF0;   // element 255 (sub-block 7) = 15
+  b[16 + 0] = 0x3A;    // element 0 (sub-block 0) = 10, element 32 (sub-block 1) = 3
+  b[16 + 64] = 0x07;   // element 128 (sub-block 4) = 7
+  b[16 + 127] = 0xF0;  // element 255 (sub-block 7) = 15
   const auto y = decode(GgmlType::Q4_K, b, 256);
   CHECK(y[0] == 1 * 10 - 0.5f * 5);
   CHECK(y[32] == 2 * 3 - 0.5f * 6);
@@ -261,10 +260,10 @@ TEST_CASE("Q2_K and Q3_K blocks", "[dequant]") {
   // Q2_K: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin.
   std::vector<uint8_t> b(84, 0);
   for (int i = 0; i < 16; ++i) b[i] = static_cast<uint8_t>((i % 16) | (1 << 4));  // scale i, min 1
-  b[16 + 0] = 0b11100100;  // qs[0]: elements 0, 32, 64, 96 get 0, 1, 2, 3
+  b[16 + 0] = 0b11100100;       // qs[0]: elements 0, 32, 64, 96 get 0, 1, 2, 3
   b[16 + 32 + 5] = 0b00000011;  // element 128 + 5 gets 3
-  put_f16(b, 80, 0x4000);  // d = 2
-  put_f16(b, 82, 0x3400);  // dmin = 0.25
+  put_f16(b, 80, 0x4000);       // d = 2
+  put_f16(b, 82, 0x3400);       // dmin = 0.25
   const auto y = decode(GgmlType::Q2_K, b, 256);
   CHECK(y[0] == 2 * 0 * 0 - 0.25f);
   CHECK(y[32] == 2 * 2 * 1 - 0.25f);
@@ -275,23 +274,23 @@ TEST_CASE("Q2_K and Q3_K blocks", "[dequant]") {
 
   // Q3_K: hmask[32], qs[64], scales[12], d. A clear hmask bit subtracts 4.
   std::vector<uint8_t> c(110, 0);
-  for (int i = 0; i < 32; ++i) c[i] = 0xFF;   // all high bits set: no offset
-  c[0] = 0xFE;                                 // element 0 has its high bit clear
-  c[32 + 0] = 0b00000010;                      // element 0 low bits = 2
-  c[32 + 1] = 0b00001100;                      // element 33 low bits = 3
+  for (int i = 0; i < 32; ++i) c[i] = 0xFF;  // all high bits set: no offset
+  c[0] = 0xFE;                               // element 0 has its high bit clear
+  c[32 + 0] = 0b00000010;                    // element 0 low bits = 2
+  c[32 + 1] = 0b00001100;                    // element 33 low bits = 3
   uint8_t* sc = &c[96];
   for (int i = 0; i < 8; ++i) sc[i] = 0x00;
-  for (int i = 8; i < 12; ++i) sc[i] = 0xAA;   // every scale's high 2 bits = 2 -> 32 - 32 = 0
-  sc[0] = 0x05;  // scale 0 low 5 -> 37 - 32 = 5
-  sc[2] = 0x30;  // scale 10 low 3 -> 35 - 32 = 3 (elements 160..175)
-  put_f16(c, 108, 0x3800);  // d = 0.5
-  c[32 + 32 + 1] = 0b00110000;  // element 128 + 64 + 1 = 193 (scale 12) low bits = 3
-  c[32 + 32 + 0] = 0b00000001;  // element 128 (scale 8) low bits = 1
+  for (int i = 8; i < 12; ++i) sc[i] = 0xAA;  // every scale's high 2 bits = 2 -> 32 - 32 = 0
+  sc[0] = 0x05;                               // scale 0 low 5 -> 37 - 32 = 5
+  sc[2] = 0x30;                               // scale 10 low 3 -> 35 - 32 = 3 (elements 160..175)
+  put_f16(c, 108, 0x3800);                    // d = 0.5
+  c[32 + 32 + 1] = 0b00110000;                // element 128 + 64 + 1 = 193 (scale 12) low bits = 3
+  c[32 + 32 + 0] = 0b00000001;                // element 128 (scale 8) low bits = 1
   const auto z = decode(GgmlType::Q3_K, c, 256);
   CHECK(z[0] == 0.5f * 5 * (2 - 4));
-  CHECK(z[1] == 0.0f);            // scale 0, q = 0
-  CHECK(z[33] == 0.0f);           // scale 2 is 0
-  CHECK(z[128] == 0.0f);          // scale 8 is 0
+  CHECK(z[1] == 0.0f);    // scale 0, q = 0
+  CHECK(z[33] == 0.0f);   // scale 2 is 0
+  CHECK(z[128] == 0.0f);  // scale 8 is 0
   // scale 10: element 160 = 128 + 32 (s = 1) reads bits 2-3 of qs[32]; set them.
   c[32 + 32 + 0] = 0b00001100;
   const auto z2 = decode(GgmlType::Q3_K, c, 256);
@@ -407,8 +406,8 @@ TEST_CASE("quantize -> dequantize error stays within the block's step", "[dequan
       }
       for (size_t j = b * 32; j < b * 32 + 32; ++j) {
         const float err = std::fabs(x[j] - y[j]);
-        INFO(ggml_type_name(static_cast<uint32_t>(t)) << " element " << j << ": " << x[j]
-                                                      << " -> " << y[j]);
+        INFO(ggml_type_name(static_cast<uint32_t>(t))
+             << " element " << j << ": " << x[j] << " -> " << y[j]);
         REQUIRE(err <= bound * 1.0001f);
         sq_err += static_cast<double>(err) * err;
         sq_step += static_cast<double>(step) * step;
@@ -431,10 +430,9 @@ TEST_CASE("quantize rejects what it cannot encode", "[dequant]") {
                          return e.kind() == ErrorKind::kUnsupported &&
                                 std::string(e.what()).find("Q6_K") != std::string::npos;
                        }));
-  CHECK_THROWS_MATCHES(quantize(GgmlType::Q8_0, x.data(), 48, "tensor w"), Error,
-                       Catch::Predicate<Error>([](const Error& e) {
-                         return e.kind() == ErrorKind::kBadInput;
-                       }));
+  CHECK_THROWS_MATCHES(
+      quantize(GgmlType::Q8_0, x.data(), 48, "tensor w"), Error,
+      Catch::Predicate<Error>([](const Error& e) { return e.kind() == ErrorKind::kBadInput; }));
   x[5] = std::numeric_limits<float>::quiet_NaN();
   CHECK_THROWS_WITH(quantize(GgmlType::Q4_1, x.data(), 64, "tensor w"),
                     Catch::Contains("non-finite value (element 5)"));

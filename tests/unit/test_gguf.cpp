@@ -1,9 +1,8 @@
 // GGUF reader, writer and load_gguf() against the `gguf` Python package (PyPI), the outside
 // reference: fixtures made by scripts/make_gguf_reference.py (tests/fixtures/gguf/) and the real
 // SmolLM2-135M-Instruct Q4_1 file installed by scripts/setup.sh.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -127,9 +126,8 @@ GgufMetadata writer_fixture_metadata() {
   m.emplace_back("test.arr_f32", GgufValue::array(GgufArray::of_float32({0.5f, -1.25f})));
   m.emplace_back("test.arr_u8",
                  GgufValue::array(GgufArray::of_uints(GgufValueType::UINT8, {0, 255, 7})));
-  m.emplace_back("test.arr_nested",
-                 GgufValue::array(GgufArray::of_arrays(
-                     {GgufArray::of_int32({1, 2}), GgufArray::of_int32({3})})));
+  m.emplace_back("test.arr_nested", GgufValue::array(GgufArray::of_arrays(
+                                        {GgufArray::of_int32({1, 2}), GgufArray::of_int32({3})})));
   return m;
 }
 
@@ -140,8 +138,8 @@ struct FixtureTensor {
   int64_t salt;
 };
 const std::vector<FixtureTensor> kWriterTensors = {
-    {"t.f32", GgmlType::F32, {2, 64}, 1},  {"t.f16", GgmlType::F16, {4, 64}, 2},
-    {"t.q8_0", GgmlType::Q8_0, {4, 64}, 3}, {"t.q4_0", GgmlType::Q4_0, {4, 64}, 4},
+    {"t.f32", GgmlType::F32, {2, 64}, 1},      {"t.f16", GgmlType::F16, {4, 64}, 2},
+    {"t.q8_0", GgmlType::Q8_0, {4, 64}, 3},    {"t.q4_0", GgmlType::Q4_0, {4, 64}, 4},
     {"t.q4_1", GgmlType::Q4_1, {2, 2, 64}, 5},
 };
 
@@ -195,10 +193,10 @@ TEST_CASE("real SmolLM2 GGUF: header, metadata and tensor table match the gguf p
 
   const auto& m = ref["metadata"];
   CHECK(f.get_string("general.architecture") == m["general.architecture"].get<std::string>());
-  for (const char* key : {"llama.block_count", "llama.context_length", "llama.embedding_length",
-                          "llama.feed_forward_length", "llama.attention.head_count",
-                          "llama.attention.head_count_kv", "tokenizer.ggml.bos_token_id",
-                          "tokenizer.ggml.eos_token_id"}) {
+  for (const char* key :
+       {"llama.block_count", "llama.context_length", "llama.embedding_length",
+        "llama.feed_forward_length", "llama.attention.head_count", "llama.attention.head_count_kv",
+        "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"}) {
     INFO(key);
     CHECK(f.get_int(key) == m[key].get<int64_t>());
   }
@@ -268,7 +266,8 @@ TEST_CASE("real SmolLM2 GGUF: dequantized tensors match gguf.quants.dequantize",
 TEST_CASE("load_gguf on SmolLM2: config, weights, tokenizer, un-permuted q/k", "[gguf]") {
   const auto t0 = std::chrono::steady_clock::now();
   const LoadedModel m = load_gguf(model_path());
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO("load_gguf took " << seconds << " s");
 #if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
   CHECK(seconds < 3.0);
@@ -311,19 +310,23 @@ TEST_CASE("load_gguf on SmolLM2: config, weights, tokenizer, un-permuted q/k", "
     const HostTensor& w = m.weights.at(hf);
     const auto want = r["values"].get<std::vector<double>>();
     const int64_t row = r["row"];
-    for (size_t i = 0; i < want.size(); ++i) REQUIRE(close_rel(w.data[row * hidden + i], want[i], 1e-6));
+    for (size_t i = 0; i < want.size(); ++i)
+      REQUIRE(close_rel(w.data[row * hidden + i], want[i], 1e-6));
   }
   // Not a copy of the file: row 1 of q is row 2 of the GGUF tensor (head 0, pair 1, first
   // half), and differs from GGUF row 1.
   const GgufFile raw = read_gguf(model_path());
   const HostTensor q_file = raw.load_tensor(*raw.find_tensor("blk.0.attn_q.weight"));
   const HostTensor& q = m.weights.at("model.layers.0.self_attn.q_proj.weight");
-  CHECK(std::equal(q.data.begin() + hidden, q.data.begin() + 2 * hidden, q_file.data.begin() + 2 * hidden));
-  CHECK_FALSE(std::equal(q.data.begin() + hidden, q.data.begin() + 2 * hidden, q_file.data.begin() + hidden));
+  CHECK(std::equal(q.data.begin() + hidden, q.data.begin() + 2 * hidden,
+                   q_file.data.begin() + 2 * hidden));
+  CHECK_FALSE(std::equal(q.data.begin() + hidden, q.data.begin() + 2 * hidden,
+                         q_file.data.begin() + hidden));
   // v and the embedding are not reordered.
   for (const auto& r : reference()["tensors"]) {
     const std::string name = r["name"];
-    if (name != "blk.7.attn_v.weight" && name != "token_embd.weight" && name != "blk.0.ffn_down.weight")
+    if (name != "blk.7.attn_v.weight" && name != "token_embd.weight" &&
+        name != "blk.0.ffn_down.weight")
       continue;
     INFO(name);
     const HostTensor& w = m.weights.at(gguf_to_hf_name(name));
@@ -343,7 +346,8 @@ TEST_CASE("gguf_to_hf_name maps the llama.cpp names", "[gguf]") {
   CHECK(gguf_to_hf_name("blk.3.ffn_up.weight") == "model.layers.3.mlp.up_proj.weight");
   CHECK(gguf_to_hf_name("blk.3.ffn_down.weight") == "model.layers.3.mlp.down_proj.weight");
   CHECK(gguf_to_hf_name("blk.3.attn_norm.weight") == "model.layers.3.input_layernorm.weight");
-  CHECK(gguf_to_hf_name("blk.3.ffn_norm.weight") == "model.layers.3.post_attention_layernorm.weight");
+  CHECK(gguf_to_hf_name("blk.3.ffn_norm.weight") ==
+        "model.layers.3.post_attention_layernorm.weight");
   CHECK(gguf_to_hf_name("blk.3.attn_qkv.weight").empty());
   CHECK(gguf_to_hf_name("blk.03.attn_q.weight").empty());
   CHECK(gguf_to_hf_name("blk..attn_q.weight").empty());
@@ -438,7 +442,8 @@ TEST_CASE("write_gguf reproduces gguf.GGUFWriter byte for byte", "[gguf]") {
     // "<name>.dequant": SpecLab's decoding of SpecLab's encoding.
     const auto q = quantize(ft.type, storage.back().data(), storage.back().size(), ft.name);
     std::vector<float> back(storage.back().size());
-    dequantize(static_cast<uint32_t>(ft.type), q.data(), q.size(), back.data(), back.size(), ft.name);
+    dequantize(static_cast<uint32_t>(ft.type), q.data(), q.size(), back.data(), back.size(),
+               ft.name);
     storage.push_back(std::move(back));
     tensors.push_back({ft.name + ".dequant", ft.shape, GgmlType::F32, storage.back().data()});
   }
@@ -453,8 +458,10 @@ TEST_CASE("write_gguf reproduces gguf.GGUFWriter byte for byte", "[gguf]") {
       first_diff = i;
       break;
     }
-  INFO("first differing byte at offset " << first_diff << " (python check: "
-                                         "scripts/make_gguf_reference.py --check-cpp " << out << ")");
+  INFO("first differing byte at offset " << first_diff
+                                         << " (python check: "
+                                            "scripts/make_gguf_reference.py --check-cpp "
+                                         << out << ")");
   CHECK(first_diff == std::min(mine.size(), theirs.size()));
   CHECK_FALSE(fs::exists(out + ".tmp"));
 }
@@ -463,7 +470,8 @@ TEST_CASE("k-quants, Q5_0/Q5_1, BF16 and F16 decode like gguf.quants.dequantize"
   const GgufFile f = read_gguf(kFixtures + "python_dequant.gguf");
   int compared = 0;
   for (const auto& info : f.tensors) {
-    if (info.name.size() > 9 && info.name.compare(info.name.size() - 9, 9, ".expected") == 0) continue;
+    if (info.name.size() > 9 && info.name.compare(info.name.size() - 9, 9, ".expected") == 0)
+      continue;
     if (info.name == "r.iq2_xxs") continue;
     INFO(info.name << " (" << info.type_name() << ")");
     const GgufTensorInfo* expected = f.find_tensor(info.name + ".expected");
@@ -490,7 +498,8 @@ TEST_CASE("k-quants, Q5_0/Q5_1, BF16 and F16 decode like gguf.quants.dequantize"
 }
 
 TEST_CASE("ggml type table matches gguf.GGML_QUANT_SIZES", "[gguf]") {
-  const auto sizes = reference()["ggml_quant_sizes"].get<std::map<std::string, std::vector<uint32_t>>>();
+  const auto sizes =
+      reference()["ggml_quant_sizes"].get<std::map<std::string, std::vector<uint32_t>>>();
   CHECK(sizes.size() >= 30);
   for (const auto& [name, bs] : sizes) {
     INFO(name);
@@ -505,7 +514,8 @@ TEST_CASE("ggml type table matches gguf.GGML_QUANT_SIZES", "[gguf]") {
   }
 }
 
-// ---- writer round trip and writer errors ------------------------------------------------------------
+// ---- writer round trip and writer errors
+// ------------------------------------------------------------
 
 TEST_CASE("writer round trip: every writer type, 1 to 4 dimensions, custom alignment", "[gguf]") {
   for (uint32_t alignment : {32u, 16u, 128u}) {
@@ -518,9 +528,9 @@ TEST_CASE("writer round trip: every writer type, 1 to 4 dimensions, custom align
     meta.emplace_back("test.empty", GgufValue::array(GgufArray::of_float32({})));
     meta.emplace_back("test.bool_false", GgufValue::boolean(false));
     const std::vector<std::pair<std::vector<int64_t>, GgmlType>> specs = {
-        {{3, 5}, GgmlType::F32},          {{7}, GgmlType::F16},
-        {{2, 3, 64}, GgmlType::Q8_0},     {{1, 32}, GgmlType::Q4_0},
-        {{4, 2, 3, 32}, GgmlType::Q4_1},  {{96}, GgmlType::Q8_0},
+        {{3, 5}, GgmlType::F32},         {{7}, GgmlType::F16},
+        {{2, 3, 64}, GgmlType::Q8_0},    {{1, 32}, GgmlType::Q4_0},
+        {{4, 2, 3, 32}, GgmlType::Q4_1}, {{96}, GgmlType::Q8_0},
     };
     std::vector<std::vector<float>> data;
     std::vector<GgufTensorToWrite> tensors;
@@ -619,8 +629,10 @@ TEST_CASE("writer rejects bad input and leaves no file behind", "[gguf]") {
           {"expected 1 to 4 dimensions, found 0"});
   attempt(ok_meta, {{"w", {256}, GgmlType::Q6_K, x.data()}}, ErrorKind::kUnsupported,
           {"tensor w", "cannot write type Q6_K"});
-  attempt(ok_meta, {{"w", {32}, GgmlType::F32, nullptr}}, ErrorKind::kBadInput, {"tensor w: no data"});
-  attempt(ok_meta, {{"", {32}, GgmlType::F32, x.data()}}, ErrorKind::kBadInput, {"tensor name is empty"});
+  attempt(ok_meta, {{"w", {32}, GgmlType::F32, nullptr}}, ErrorKind::kBadInput,
+          {"tensor w: no data"});
+  attempt(ok_meta, {{"", {32}, GgmlType::F32, x.data()}}, ErrorKind::kBadInput,
+          {"tensor name is empty"});
   std::vector<float> with_nan(64, 1.0f);
   with_nan[40] = std::numeric_limits<float>::infinity();
   attempt(ok_meta, {{"w", {64}, GgmlType::Q4_0, with_nan.data()}}, ErrorKind::kBadInput,
@@ -629,7 +641,8 @@ TEST_CASE("writer rejects bad input and leaves no file behind", "[gguf]") {
                ErrorKind::kIo, {"no/such/dir/x.gguf", "cannot create"});
 }
 
-// ---- bad files ------------------------------------------------------------------------------------------
+// ---- bad files
+// ------------------------------------------------------------------------------------------
 
 TEST_CASE("bad files: missing, not a file, empty, wrong magic, unsupported versions", "[gguf]") {
   expect_error([] { read_gguf(tmp_dir() + "/does-not-exist.gguf"); }, ErrorKind::kIo,
@@ -670,7 +683,8 @@ TEST_CASE("bad files: every truncation is a speclab::Error naming the problem", 
   const auto good = read_bytes(kFixtures + "python_writer.gguf");
   const GgufFile full = read_gguf_buffer(good, "w.gguf");
   uint64_t data_end = 0;
-  for (const auto& t : full.tensors) data_end = std::max(data_end, full.data_offset + t.offset + t.n_bytes);
+  for (const auto& t : full.tensors)
+    data_end = std::max(data_end, full.data_offset + t.offset + t.n_bytes);
   REQUIRE(data_end <= good.size());
   size_t errors = 0;
   for (size_t cut = 0; cut < good.size(); ++cut) {
@@ -745,8 +759,9 @@ TEST_CASE("bad files: patched type ids, offsets, counts, lengths, dims and dupli
   SECTION("tensor data offsets beyond the file, misaligned or overflowing") {
     auto b = deq;
     poke<uint64_t>(b, q4k_offset, uint64_t{1} << 20);
-    expect_error([&] { read_gguf_buffer(b, "o.gguf"); }, ErrorKind::kBadInput,
-                 {"o.gguf: tensor r.q4_k: data range [", "exceeds file size " + std::to_string(b.size())});
+    expect_error(
+        [&] { read_gguf_buffer(b, "o.gguf"); }, ErrorKind::kBadInput,
+        {"o.gguf: tensor r.q4_k: data range [", "exceeds file size " + std::to_string(b.size())});
     poke<uint64_t>(b, q4k_offset, peek<uint64_t>(deq, q4k_offset) + 1);
     expect_error([&] { read_gguf_buffer(b, "o.gguf"); }, ErrorKind::kBadInput,
                  {"tensor r.q4_k: data offset", "is not a multiple of the alignment 32"});
@@ -761,8 +776,9 @@ TEST_CASE("bad files: patched type ids, offsets, counts, lengths, dims and dupli
                  {"d.gguf: tensor r.q4_k n_dims: expected at most 4 dimensions, found 5"});
     b = deq;
     poke<uint64_t>(b, q4k_dims, 100);
-    expect_error([&] { read_gguf_buffer(b, "d.gguf"); }, ErrorKind::kBadInput,
-                 {"tensor r.q4_k", "innermost dimension 100 is not a multiple of the Q4_K block size 256"});
+    expect_error(
+        [&] { read_gguf_buffer(b, "d.gguf"); }, ErrorKind::kBadInput,
+        {"tensor r.q4_k", "innermost dimension 100 is not a multiple of the Q4_K block size 256"});
     b = deq;
     poke<uint64_t>(b, q4k_dims + 8, uint64_t{1} << 60);
     expect_error([&] { read_gguf_buffer(b, "d.gguf"); }, ErrorKind::kBadInput,
@@ -790,11 +806,13 @@ TEST_CASE("bad files: patched type ids, offsets, counts, lengths, dims and dupli
     REQUIRE(peek<uint32_t>(b, arr) == 9);
     REQUIRE(peek<uint32_t>(b, arr + 4) == 8);
     poke<uint64_t>(b, arr + 8, uint64_t{1} << 62);
-    expect_error([&] { read_gguf_buffer(b, "c.gguf"); }, ErrorKind::kBadInput,
-                 {"c.gguf: test.arr_str: array length 4611686018427387904 of string needs at least"});
+    expect_error(
+        [&] { read_gguf_buffer(b, "c.gguf"); }, ErrorKind::kBadInput,
+        {"c.gguf: test.arr_str: array length 4611686018427387904 of string needs at least"});
     poke<uint64_t>(b, arr + 8, ~uint64_t{0});
-    expect_error([&] { read_gguf_buffer(b, "c.gguf"); }, ErrorKind::kBadInput,
-                 {"test.arr_str: array length 18446744073709551615 of string needs at least 2^64 bytes"});
+    expect_error(
+        [&] { read_gguf_buffer(b, "c.gguf"); }, ErrorKind::kBadInput,
+        {"test.arr_str: array length 18446744073709551615 of string needs at least 2^64 bytes"});
     b = wri;
     const size_t str = key_value_pos(b, "test.string");
     poke<uint64_t>(b, str + 4, uint64_t{1} << 40);
@@ -847,8 +865,12 @@ TEST_CASE("bad files: patched type ids, offsets, counts, lengths, dims and dupli
 TEST_CASE("bad files: arrays nested too deeply are refused, not recursed into", "[gguf]") {
   const auto build = [](int levels) {
     std::vector<uint8_t> b = {'G', 'G', 'U', 'F', 3, 0, 0, 0};
-    const auto u32 = [&](uint32_t v) { for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i))); };
-    const auto u64 = [&](uint64_t v) { for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i))); };
+    const auto u32 = [&](uint32_t v) {
+      for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+    };
+    const auto u64 = [&](uint64_t v) {
+      for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+    };
     u64(0);  // tensors
     u64(1);  // metadata
     u64(1);
@@ -915,8 +937,9 @@ TEST_CASE("typed metadata accessors name the file, the key and the types", "[ggu
   CHECK(f.get_float("nope", 2.5) == 2.5);
   CHECK(f.get_string("nope", "dflt") == "dflt");
   CHECK(f.get_bool("nope", true));
-  expect_error([&] { f.get_int("test.u64"); }, ErrorKind::kBadInput,
-               {path + ": test.u64: value 9223372036854775813 does not fit in a signed 64-bit integer"});
+  expect_error(
+      [&] { f.get_int("test.u64"); }, ErrorKind::kBadInput,
+      {path + ": test.u64: value 9223372036854775813 does not fit in a signed 64-bit integer"});
   expect_error([&] { f.get_int("test.string"); }, ErrorKind::kBadInput,
                {path + ": test.string: expected an integer, found string"});
   expect_error([&] { f.get_int("test.string", 3); }, ErrorKind::kBadInput,
@@ -939,7 +962,8 @@ TEST_CASE("typed metadata accessors name the file, the key and the types", "[ggu
                {"expected array of int32, found array of array"});
 }
 
-// ---- load_gguf on synthetic files ----------------------------------------------------------------------
+// ---- load_gguf on synthetic files
+// ----------------------------------------------------------------------
 
 namespace {
 
@@ -959,8 +983,9 @@ struct Synthetic {
       meta.emplace_back(key, std::move(v));
   }
   void erase(const std::string& key) {
-    meta.erase(std::remove_if(meta.begin(), meta.end(), [&](const auto& kv) { return kv.first == key; }),
-               meta.end());
+    meta.erase(
+        std::remove_if(meta.begin(), meta.end(), [&](const auto& kv) { return kv.first == key; }),
+        meta.end());
   }
   HostTensor* tensor(const std::string& name) {
     for (auto& t : tensors)
@@ -974,7 +999,8 @@ struct Synthetic {
   }
   std::string write(const std::string& file) const {
     std::vector<GgufTensorToWrite> w;
-    for (const auto& [name, t] : tensors) w.push_back({name, t.shape, GgmlType::F32, t.data.data()});
+    for (const auto& [name, t] : tensors)
+      w.push_back({name, t.shape, GgmlType::F32, t.data.data()});
     const std::string path = tmp_dir() + "/" + file;
     write_gguf(path, meta, w);
     return path;
@@ -989,7 +1015,8 @@ HostTensor pattern(std::vector<int64_t> shape, int64_t salt) {
   t.shape = std::move(shape);
   t.data.resize(static_cast<size_t>(t.numel()));
   for (size_t i = 0; i < t.data.size(); ++i)
-    t.data[i] = static_cast<float>((static_cast<int64_t>(i) * 131 + salt * 977) % 1999 - 999) / 1024.0f;
+    t.data[i] =
+        static_cast<float>((static_cast<int64_t>(i) * 131 + salt * 977) % 1999 - 999) / 1024.0f;
   return t;
 }
 
@@ -1061,7 +1088,8 @@ void check_rows(const HostTensor& loaded, const HostTensor& file, bool interleav
   const int64_t cols = loaded.shape.size() > 1 ? loaded.shape[1] : 1;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t src = interleaved ? interleaved_source_row(r, kHeadDim) : r;
-    for (int64_t c = 0; c < cols; ++c) REQUIRE(loaded.data[r * cols + c] == file.data[src * cols + c]);
+    for (int64_t c = 0; c < cols; ++c)
+      REQUIRE(loaded.data[r * cols + c] == file.data[src * cols + c]);
   }
 }
 
@@ -1100,7 +1128,8 @@ TEST_CASE("load_gguf on synthetic files: names, biases, untied lm_head, RoPE lay
       const std::string hf = gguf_to_hf_name(name);
       INFO(name << " -> " << hf);
       REQUIRE(m.weights.count(hf) == 1);
-      const bool rope = name.find("attn_q.") != std::string::npos || name.find("attn_k.") != std::string::npos;
+      const bool rope =
+          name.find("attn_q.") != std::string::npos || name.find("attn_k.") != std::string::npos;
       check_rows(m.weights.at(hf), t, rope && interleaved);
     }
   }
@@ -1111,8 +1140,9 @@ TEST_CASE("load_gguf refuses what it cannot load, naming the key or tensor", "[g
     Synthetic s = make_synthetic("llama", false, false);
     s.set("general.architecture", GgufValue::str("gemma"));
     const auto path = s.write("gemma.gguf");
-    expect_error([&] { load_gguf(path); }, ErrorKind::kUnsupported,
-                 {"gemma.gguf: general.architecture: expected one of llama, mistral, qwen2; found 'gemma'"});
+    expect_error(
+        [&] { load_gguf(path); }, ErrorKind::kUnsupported,
+        {"gemma.gguf: general.architecture: expected one of llama, mistral, qwen2; found 'gemma'"});
   }
   SECTION("hyper-parameters") {
     Synthetic s = make_synthetic("llama", false, false);
@@ -1129,8 +1159,9 @@ TEST_CASE("load_gguf refuses what it cannot load, naming the key or tensor", "[g
                  {"kv.gguf", "num_key_value_heads"});
     s = make_synthetic("llama", false, false);
     s.set("llama.rope.scaling.type", GgufValue::str("yarn"));
-    expect_error([&] { load_gguf(s.write("yarn.gguf")); }, ErrorKind::kUnsupported,
-                 {"llama.rope.scaling.type: RoPE scaling is not supported: expected 'none', found 'yarn'"});
+    expect_error(
+        [&] { load_gguf(s.write("yarn.gguf")); }, ErrorKind::kUnsupported,
+        {"llama.rope.scaling.type: RoPE scaling is not supported: expected 'none', found 'yarn'"});
     s = make_synthetic("llama", false, false);
     s.set("llama.rope.dimension_count", GgufValue::u32(8));
     expect_error([&] { load_gguf(s.write("partial.gguf")); }, ErrorKind::kUnsupported,
@@ -1168,8 +1199,7 @@ TEST_CASE("load_gguf refuses what it cannot load, naming the key or tensor", "[g
     s = make_synthetic("llama", false, false);
     *s.tensor("blk.0.attn_k.weight") = pattern({kHidden, kHidden}, 3);
     expect_error([&] { load_gguf(s.write("shape.gguf")); }, ErrorKind::kBadInput,
-                 {"model.layers.0.self_attn.k_proj.weight",
-                  "expected [32, 64], found [64, 64]"});
+                 {"model.layers.0.self_attn.k_proj.weight", "expected [32, 64], found [64, 64]"});
     s = make_synthetic("qwen2", true, false);
     s.erase_tensor("blk.1.attn_v.bias");
     expect_error([&] { load_gguf(s.write("bias.gguf")); }, ErrorKind::kBadInput,
@@ -1192,6 +1222,7 @@ TEST_CASE("load_gguf refuses what it cannot load, naming the key or tensor", "[g
     std::vector<std::string> many(kVocab + 1, "x");
     s.set("tokenizer.ggml.tokens", GgufValue::array(GgufArray::of_strings(many)));
     expect_error([&] { load_gguf(s.write("many.gguf")); }, ErrorKind::kBadInput,
-                 {"tokenizer.ggml.tokens: expected 1 to 40 tokens (the rows of token_embd.weight), found 41"});
+                 {"tokenizer.ggml.tokens: expected 1 to 40 tokens (the rows of token_embd.weight), "
+                  "found 41"});
   }
 }

@@ -236,13 +236,17 @@ TEST_CASE("SentencePieceBpe: decode rules", "[tokenizer][spm]") {
 }
 
 TEST_CASE("SentencePieceBpe: merge order is by score, leftmost on ties", "[tokenizer][spm]") {
-  // pieces: <unk> <s> </s> a b c ab bc abc
+  // ids: 0 <unk>, 1 <s>, 2 </s>, 3 a, 4 b, 5 c, 6 ab, 7 bc, 8 abc, 9 " ", 10 ba (scored as ab)
   auto make = [](float ab, float bc) {
     return std::make_unique<SentencePieceBpe>(
-        std::vector<std::string>{"<unk>", "<s>", "</s>", "a", "b", "c", "ab", "bc", "abc", " "},
-        std::vector<float>{0, 0, 0, -10, -10, -10, ab, bc, -1, -10},
-        std::vector<int32_t>{2, 3, 3, 1, 1, 1, 1, 1, 1, 1}, false);
+        std::vector<std::string>{"<unk>", "<s>", "</s>", "a", "b", "c", "ab", "bc", "abc", " ", "ba"},
+        std::vector<float>{0, 0, 0, -10, -10, -10, ab, bc, -1, -10, ab},
+        std::vector<int32_t>{2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, false);
   };
+  // Overlapping pairs with equal scores: the leftmost merges first.
+  CHECK(make(-2, -2)->encode("aba", false) == TokenList{6, 3});
+  CHECK(make(-2, -2)->encode("baba", false) == TokenList{10, 10});
+  CHECK(make(-2, -2)->encode("abab", false) == TokenList{6, 6});
   CHECK(make(-2, -3)->encode("abc", false) == TokenList{8});     // ab first, then ab+c
   CHECK(make(-2, -2)->encode("cbc", false) == TokenList{5, 7});  // c bc
   CHECK(make(-3, -2)->encode("abcab", false) == TokenList{8, 6});  // bc, a+bc -> abc, ab

@@ -1,0 +1,34 @@
+// speclab export — write a subset of a GGUF model's layers as a separate model file.
+#include <iostream>
+
+#include "experiments/speclab/cli.h"
+#include "framework/core/error.h"
+#include "models/loaders/export.h"
+
+namespace speclab::cli {
+
+int cmd_export(const std::vector<std::string>& args) {
+  std::string model = "smollm2-135m-instruct", layers, out, type = "f32";
+  po::options_description desc("speclab export");
+  desc.add_options()
+      ("model,m", po::value(&model)->default_value(model), "source GGUF file or named entry")
+      ("layers", po::value(&layers), "blocks to keep, e.g. 0-5 or 0,2,4 (default: all)")
+      ("type", po::value(&type)->default_value(type), "tensor type of the output: f32 | f16 | q8_0 | q4_0 | q4_1")
+      ("out,o", po::value(&out)->required(), "output .gguf path");
+  po::variables_map vm;
+  if (!parse_or_help("usage: speclab export --model SRC --layers 0-5 --out draft.gguf", desc, args, vm)) return kExitOk;
+  ModelSource src;
+  src.path = model;
+  src = resolve_model_source(src);
+  if (src.format != "gguf")
+    throw Error(ErrorKind::kConfig, "export reads GGUF models; found format " + src.format, src.path, "--model");
+  ExportOptions opts;
+  if (!layers.empty()) opts.layers = parse_layer_list(layers);
+  opts.type = parse_export_type(type);
+  export_gguf_layers(src.path, out, opts);
+  std::cout << "wrote " << out << " (" << (layers.empty() ? std::string("all layers") : "layers " + layers) << ", "
+            << type << ")\n";
+  return kExitOk;
+}
+
+}  // namespace speclab::cli
