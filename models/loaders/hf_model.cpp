@@ -10,7 +10,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "framework/core/error.h"
 #include "models/tokenizers/byte_level_bpe.h"
@@ -457,10 +456,18 @@ LoadedModel load_hf_dir(const std::string& dir) {
                 "tokenizer has " + std::to_string(tok->vocab_size()) + " tokens, expected at most vocab_size " +
                     std::to_string(m.config.vocab_size) + " of config.json",
                 tok_path, "model.vocab");
+  // HF adds BOS only when tokenizer.json's post_processor says so (Llama 3 does; SmolLM2 and
+  // Qwen2 do not): that is the BOS from_tokenizer_json() found.
+  m.add_bos = tok->bos_id() >= 0;
   if (hf.bos_token_id >= 0) tok->set_bos_id(hf.bos_token_id);
   if (!hf.eos_token_ids.empty()) tok->set_eos_ids(hf.eos_token_ids);
   m.tokenizer = std::move(tok);
-  m.chat_template = read_chat_template(dir);
+  try {
+    m.chat_template = read_chat_template(dir);
+  } catch (const Error& e) {
+    // A template we cannot render leaves the model usable without chat formatting.
+    if (e.kind() != ErrorKind::kUnsupported) throw;
+  }
 
   std::map<std::string, int> dtype_counts;
   for (const TensorLocation* loc : to_read) {

@@ -255,9 +255,13 @@ ByteLevelBpe::ByteLevelBpe(std::vector<std::string> tokens,
         specials.push_back({t, id});
     }
   }
-  for (const AddedToken& a : added) {  // tokenizer.json: strip flags
-    for (auto& e : specials)
-      if (e.id == a.id) e.lstrip = a.lstrip, e.rstrip = a.rstrip;
+  if (!added.empty()) {  // tokenizer.json: strip flags
+    std::unordered_map<Token, const AddedToken*> by_id;
+    for (const AddedToken& a : added) by_id[a.id] = &a;
+    for (auto& e : specials) {
+      auto it = by_id.find(e.id);
+      if (it != by_id.end()) e.lstrip = it->second->lstrip, e.rstrip = it->second->rstrip;
+    }
   }
   specials_ = SpecialTokenMatcher(std::move(specials));
 
@@ -621,18 +625,38 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const std::strin
       new ByteLevelBpe(std::move(tokens), merges, std::move(types), pre, ignore_merges, added, path,
                        "model.merges"));
 
-  // BOS: the leading special token of a TemplateProcessing post-processor.
-  if (auto it = root.find("post_processor"); it != root.end() && it->is_object() &&
-                                             it->value("type", "") == "TemplateProcessing") {
-    auto single = it->find("single");
-    if (single != it->end() && single->is_array() && !single->empty() && (*single)[0].is_object()) {
+  // BOS: the leading special token of a TemplateProcessing post-processor (on its own or
+  // inside a Sequence, as Llama 3 has it).
+  auto is_type = [](const json& j, const char* t) {
+    auto it = j.find("type");
+    return j.is_object() && it != j.end() && it->is_string() && *it == t;
+  };
+  const json* template_processing = nullptr;
+  std::string pp_field = "post_processor";
+  if (auto it = root.find("post_processor"); it != root.end()) {
+    if (is_type(*it, "TemplateProcessing")) {
+      template_processing = &*it;
+    } else if (is_type(*it, "Sequence") && it->contains("processors") && (*it)["processors"].is_array()) {
+      const json& procs = (*it)["processors"];
+      for (size_t i = 0; i < procs.size() && !template_processing; ++i) {
+        if (is_type(procs[i], "TemplateProcessing")) {
+          template_processing = &procs[i];
+          pp_field += ".processors[" + std::to_string(i) + "]";
+        }
+      }
+    }
+  }
+  if (template_processing) {
+    auto single = template_processing->find("single");
+    if (single != template_processing->end() && single->is_array() && !single->empty() &&
+        (*single)[0].is_object()) {
       auto st = (*single)[0].find("SpecialToken");
       if (st != (*single)[0].end()) {
-        const std::string name = r.string(*st, "id", "post_processor.single[0].SpecialToken.id");
+        const std::string field = pp_field + ".single[0].SpecialToken.id";
+        if (!st->is_object()) r.fail(ErrorKind::kBadInput, field, "expected an object, found " + type_name(*st));
+        const std::string name = r.string(*st, "id", field);
         const Token bos = tok->find_token(name);
-        if (bos < 0)
-          r.fail(ErrorKind::kBadInput, "post_processor.single[0].SpecialToken.id",
-                 "expected a token of the vocabulary, found \"" + name + "\"");
+        if (bos < 0) r.fail(ErrorKind::kBadInput, field, "expected a token of the vocabulary, found \"" + name + "\"");
         tok->set_bos_id(bos);
       }
     }

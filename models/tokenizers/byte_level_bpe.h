@@ -10,10 +10,13 @@
 //   3. each pre-token's bytes are mapped to characters with GPT-2's bytes_to_unicode table and
 //      merged by BPE: repeatedly the adjacent pair with the lowest merge rank (leftmost on
 //      ties) is merged. With ignore_merges (Llama 3), a pre-token that is a whole vocabulary
-//      entry is emitted directly. Results per pre-token are cached.
+//      entry is emitted directly. Results per pre-token are cached (thread-safe).
+//      A byte whose character has no token (SmolLM2 lacks e.g. 0x04 and 0xF1) is dropped, as
+//      HF `tokenizers` drops it.
 // decode() concatenates token_bytes(): normal tokens map their characters back to bytes;
 // control and user-defined tokens decode to their literal text (as HF's decode with
-// skip_special_tokens=False), so decode(encode(text)) == text for every text.
+// skip_special_tokens=False), so decode(encode(text)) == text for every text made of bytes
+// the vocabulary has.
 #pragma once
 
 #include <cstdint>

@@ -568,6 +568,20 @@ TEST_CASE("ByteLevelBpe: tokenizer.json errors name the file and field", "[token
   j["added_tokens"] = {{{"id", 3}, {"content", "<x>"}, {"special", true}, {"single_word", true}}};
   expect_error(j, ErrorKind::kUnsupported, "added_tokens[0].single_word");
 
+  // BOS from a TemplateProcessing post-processor inside a Sequence (Llama 3 layout).
+  j = good;
+  j["added_tokens"] = {{{"id", 3}, {"content", "<bos>"}, {"special", true}}};
+  j["post_processor"] = json::parse(R"({"type": "Sequence", "processors": [
+      {"type": "ByteLevel"},
+      {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}},
+                                                {"Sequence": {"id": "A", "type_id": 0}}]}]})");
+  write_file(path, j.dump());
+  auto with_bos = ByteLevelBpe::from_tokenizer_json(path);
+  CHECK(with_bos->bos_id() == 3);
+  CHECK(with_bos->encode("ab", true) == TokenList{3, 2});
+  j["post_processor"]["processors"][1]["single"][0]["SpecialToken"]["id"] = "<nope>";
+  expect_error(j, ErrorKind::kBadInput, "post_processor.processors[1].single[0].SpecialToken.id");
+
   write_file(path, "{\"model\": ");
   try {
     ByteLevelBpe::from_tokenizer_json(path);

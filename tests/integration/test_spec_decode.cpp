@@ -1,0 +1,271 @@
+// Speculative decoding on a real model (stories260K): losslessness under greedy decoding for
+// every built-in drafter and gamma, KV rollback leaving no trace, the paged cache's gather path
+// agreeing with the contiguous one, and the bad-input errors of the drafter layer.
+#include "tests/torch_catch.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "framework/draft/builtin/prompt_lookup.h"
+#include "framework/draft/registry.h"
+#include "framework/engine/ar_decode.h"
+#include "framework/engine/spec_decode.h"
+#include "framework/kv/contiguous_kv.h"
+#include "models/llama/llama_model.h"
+#include "models/model_loader.h"
+
+using namespace speclab;
+
+namespace {
+
+struct Stories {
+  LoadedModel info;
+  std::unique_ptr<LlamaModel> model;
+};
+
+Stories& stories() {
+  static Stories s = [] {
+    Stories out;
+    ModelSource src;
+    src.path = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/stories260K.bin";
+    src.tokenizer = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/tok512.bin";
+    out.info = load_model(src);
+    out.model = std::make_unique<LlamaModel>(out.info);
+    return out;
+  }();
+  return s;
+}
+
+std::vector<std::string> reference_prompts() {
+  std::ifstream in(std::string(SPECLAB_SHARED_DIR) + "/reference/stories260K_greedy.jsonl");
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line).at("prompt"));
+  return out;
+}
+
+struct Run {
+  SpecResult spec;
+  GenerationResult ar;
+};
+
+Run run_both(const DrafterOptions& dopts, const std::string& prompt, int64_t max_new, int32_t block_size = 16) {
+  Stories& s = stories();
+  KvOptions kvo;
+  kvo.block_size = block_size;
+  kvo.budget_bytes = 64 << 20;
+  KvCacheManager kv(kvo);
+  const PoolId pool = kv.add_pool(s.model->config());
+  DrafterEnv env{s.model.get(), &kv, pool, s.model->config().vocab_size};
+  auto drafter = DrafterRegistry::with_builtins().create(dopts, env);
+  TokenList ids = s.info.tokenizer->encode(prompt, true);
+  GenerationOptions gen;
+  gen.max_new_tokens = max_new;
+  SamplingOptions greedy;
+  Run r;
+  r.spec = generate_speculative(*s.model, *s.info.tokenizer, ids, gen, greedy, *drafter, dopts, {&kv, pool});
+  r.ar = generate_ar(*s.model, *s.info.tokenizer, ids, gen, greedy, KvMode::kCached, {}, {&kv, pool});
+  CHECK(kv.bytes_used() == 0);  // every sequence released
+  return r;
+}
+
+std::string stories_path() { return "stories260K"; }  // named entry: model + tok512.bin
+
+}  // namespace
+
+TEST_CASE("greedy speculative decoding is token-identical to AR for every drafter and gamma", "[spec][greedy]") {
+  struct Variant {
+    const char* label;
+    DrafterOptions o;
+  };
+  std::vector<Variant> variants;
+  {
+    DrafterOptions o;
+    o.name = "prompt_lookup";
+    variants.push_back({"prompt_lookup", o});
+    o.name = "layer_skip";
+    o.draft_layers = {0, 1, 2};
+    variants.push_back({"layer_skip first 3", o});
+    o.draft_layers = {0, 2, 4};
+    variants.push_back({"layer_skip 0,2,4", o});
+    o.name = "draft_model";
+    o.draft_layers.clear();
+    o.draft_model = stories_path();
+    o.draft_model_format = "auto";
+    variants.push_back({"draft_model (same model)", o});
+    o.name = "layer_skip";
+    o.draft_layers = {0, 1};
+    o.schedule = "heuristic";
+    variants.push_back({"layer_skip heuristic", o});
+    o.schedule = "constant";
+    o.confidence_threshold = 0.5;
+    variants.push_back({"layer_skip confidence 0.5", o});
+  }
+  for (const auto& v : variants) {
+    for (int gamma : {1, 2, 4, 8}) {
+      for (const auto& prompt : reference_prompts()) {
+        DrafterOptions o = v.o;
+        o.num_speculative_tokens = gamma;
+        o.max_speculative_tokens = 16;
+        Run r = run_both(o, prompt, 120, gamma == 2 ? 4 : 16);
+        INFO(v.label << ", gamma " << gamma << ", prompt: " << prompt);
+        REQUIRE(r.spec.tokens == r.ar.tokens);
+        CHECK(r.spec.text == r.ar.text);
+        for (const auto& st : r.spec.steps) {
+          CHECK(st.drafted <= (v.o.schedule == "heuristic" ? 16 : gamma));
+          CHECK(st.accepted <= st.drafted);
+        }
+        if (std::string(v.label) == "draft_model (same model)") {
+          // The draft is the target: every draft token must be accepted.
+          CHECK(r.spec.acceptance_rate() == 1.0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the heuristic schedule grows after full acceptance and shrinks otherwise", "[spec][schedule]") {
+  DrafterOptions o;
+  o.name = "draft_model";
+  o.draft_model = stories_path();
+  o.draft_model_format = "auto";
+  o.num_speculative_tokens = 2;
+  o.max_speculative_tokens = 10;
+  o.schedule = "heuristic";
+  Run r = run_both(o, "Once upon a time", 100);
+  REQUIRE(r.spec.tokens == r.ar.tokens);
+  // Always fully accepted (same model): 2, 4, 6, 8, 10, 10, ... until the length limit clips it.
+  REQUIRE(r.spec.steps.size() >= 5);
+  CHECK(r.spec.steps[0].drafted == 2);
+  CHECK(r.spec.steps[1].drafted == 4);
+  CHECK(r.spec.steps[2].drafted == 6);
+  CHECK(r.spec.steps[3].drafted == 8);
+  CHECK(r.spec.steps[4].drafted == 10);
+}
+
+TEST_CASE("rollback leaves no trace: rejected drafts do not change later logits", "[spec][kv]") {
+  c10::InferenceMode guard;
+  Stories& s = stories();
+  const ModelConfig& c = s.model->config();
+  TokenList prompt = s.info.tokenizer->encode("Lily and Ben played in the garden", true);
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  std::vector<int64_t> pv(prompt.begin(), prompt.end());
+  const TokenList follow = {300, 301, 302, 303, 304, 305};
+
+  // Decode `follow` after a verification pass over [follow[0], junk...] that keeps only
+  // follow[0]; returns the logits of each later single-token step.
+  auto run = [&](const TokenList& junk) {
+    KvOptions kvo;
+    kvo.block_size = 4;  // drafts cross block boundaries
+    kvo.budget_bytes = 8 << 20;
+    KvCacheManager kv(kvo);
+    PoolId pool = kv.add_pool(c);
+    KvSequence seq(kv, pool);
+    const SeqId id = seq.id();
+    kv.reserve(id, n);
+    s.model->forward(at::tensor(pv, at::kLong), at::arange(n, at::kLong), kv.view(id, n));
+    REQUIRE(kv.commit(id, n) == KvStatus::kOk);
+    std::vector<int64_t> verify = {follow[0]};
+    verify.insert(verify.end(), junk.begin(), junk.end());
+    const int64_t k1 = static_cast<int64_t>(verify.size());
+    kv.reserve(id, k1);
+    s.model->forward(at::tensor(verify, at::kLong), at::arange(n, n + k1, at::kLong), kv.view_at(id, n, k1));
+    REQUIRE(kv.commit(id, 1) == KvStatus::kOk);
+    REQUIRE(kv.truncate(id, n + 1) == KvStatus::kOk);
+    std::vector<at::Tensor> out;
+    for (size_t i = 1; i < follow.size(); ++i) {
+      const int64_t pos = kv.length(id);
+      kv.reserve(id, 1);
+      out.push_back(s.model->forward(at::full({1}, static_cast<int64_t>(follow[i]), at::kLong),
+                                     at::full({1}, pos, at::kLong), kv.view(id, 1)));
+      REQUIRE(kv.commit(id, 1) == KvStatus::kOk);
+    }
+    return out;
+  };
+  auto a = run({17, 18, 19, 20, 21, 22, 23});
+  auto b = run({400, 401, 402, 403, 404, 405, 406});
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(at::equal(a[i], b[i]));  // bit-identical
+  // It can fail: keeping the junk (no rollback) changes the logits.
+  KvOptions kvo;
+  kvo.block_size = 4;
+  kvo.budget_bytes = 8 << 20;
+  KvCacheManager kv(kvo);
+  PoolId pool = kv.add_pool(c);
+  KvSequence seq(kv, pool);
+  kv.reserve(seq.id(), n + 3);
+  std::vector<int64_t> with_junk = pv;
+  with_junk.insert(with_junk.end(), {follow[0], 17, 18});
+  s.model->forward(at::tensor(with_junk, at::kLong), at::arange(n + 3, at::kLong), kv.view(seq.id(), n + 3));
+  REQUIRE(kv.commit(seq.id(), n + 3) == KvStatus::kOk);
+  kv.reserve(seq.id(), 1);
+  at::Tensor polluted = s.model->forward(at::full({1}, static_cast<int64_t>(follow[1]), at::kLong),
+                                         at::full({1}, n + 1, at::kLong), kv.view(seq.id(), 1));
+  CHECK_FALSE(at::equal(polluted, a[0]));
+}
+
+TEST_CASE("the paged cache's gather path equals the contiguous path bit for bit", "[spec][kv]") {
+  c10::InferenceMode guard;
+  Stories& s = stories();
+  const ModelConfig& c = s.model->config();
+  TokenList ids = s.info.tokenizer->encode("The little dog ran to the park and saw a big red ball", true);
+  const int64_t n = static_cast<int64_t>(ids.size());
+  KvOptions kvo;
+  kvo.block_size = 2;
+  kvo.budget_bytes = 8 << 20;
+  KvCacheManager kv(kvo);
+  PoolId pool = kv.add_pool(c);
+  KvSequence a(kv, pool), b(kv, pool);
+  ContiguousKv ref(c, n);
+  // Interleave two sequences token by token so that their blocks alternate.
+  for (int64_t i = 0; i < n; ++i) {
+    at::Tensor tok = at::full({1}, static_cast<int64_t>(ids[i]), at::kLong);
+    at::Tensor pos = at::full({1}, i, at::kLong);
+    kv.reserve(a.id(), 1);
+    KvView va = kv.view(a.id(), 1);
+    at::Tensor la = s.model->forward(tok, pos, va);
+    REQUIRE(kv.commit(a.id(), 1) == KvStatus::kOk);
+    kv.reserve(b.id(), 1);
+    s.model->forward(at::full({1}, int64_t(5), at::kLong), pos, kv.view(b.id(), 1));
+    REQUIRE(kv.commit(b.id(), 1) == KvStatus::kOk);
+    at::Tensor lr = s.model->forward(tok, pos, ref.append_view(1));
+    ref.commit(1);
+    if (i >= 4) CHECK(va.read_base < 0);  // really the gather path
+    CHECK(at::equal(la, lr));
+  }
+}
+
+TEST_CASE("prompt lookup proposes the continuation of the latest earlier match", "[spec][prompt_lookup]") {
+  //             0  1  2  3  4  5  6  7  8  9
+  TokenList t = {5, 6, 7, 8, 9, 5, 6, 7, 1, 5, 6};
+  CHECK(PromptLookupDrafter::lookup(t, 1, 3, 3) == TokenList{7, 1, 5});  // "5 6" last seen at 5 -> 7 1 5
+  CHECK(PromptLookupDrafter::lookup(t, 3, 3, 3).empty());               // "1 5 6" never seen before
+  CHECK(PromptLookupDrafter::lookup({1, 2, 3}, 1, 3, 4).empty());
+  CHECK(PromptLookupDrafter::lookup({4, 4, 4}, 1, 1, 5) == TokenList{4});
+}
+
+TEST_CASE("drafter bad input gives clear errors", "[spec][bad-input]") {
+  Stories& s = stories();
+  KvOptions kvo;
+  KvCacheManager kv(kvo);
+  const PoolId pool = kv.add_pool(s.model->config());
+  DrafterEnv env{s.model.get(), &kv, pool, s.model->config().vocab_size};
+  auto reg = DrafterRegistry::with_builtins();
+  DrafterOptions o;
+  o.name = "nope";
+  CHECK_THROWS_WITH(reg.create(o, env), Catch::Contains("known drafters: draft_model, layer_skip, prompt_lookup"));
+  o.name = "layer_skip";
+  o.draft_layers = {0, 9};
+  CHECK_THROWS_WITH(reg.create(o, env), Catch::Contains("layer 9 is out of range"));
+  o.draft_layers.clear();
+  o.num_speculative_tokens = 0;
+  CHECK_THROWS_WITH(reg.create(o, env), Catch::Contains("num_speculative_tokens"));
+  o.num_speculative_tokens = 4;
+  o.name = "draft_model";
+  o.draft_model = std::string(SPECLAB_SOURCE_DIR) + "/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  o.draft_model_format = "gguf";
+  CHECK_THROWS_WITH(reg.create(o, env), Catch::Contains("does not match the target's"));
+}
