@@ -12,10 +12,15 @@ For each of six chat prompts:
      logits row, stop after EOS id 2 <|im_end|>), recording per step the chosen id, its logit,
      and the top-1 minus top-2 logit margin.
 
+  4. greedy-decode the same prompt with DequantLlama, an independent float64 NumPy forward on
+     the weights dequantized by the `gguf` package (the arithmetic SpecLab does), recording its
+     tokens and margins as f64_dequant_tokens / f64_dequant_margins.
+
 Precision: llama.cpp computes with the quantized Q4_1/Q8_0 weights and its own kernels
-(activations quantized to Q8 for the dot products); SpecLab dequantizes to float32. Small
-logit differences (order 0.1) are expected, so greedy paths may diverge at steps with a small
-top-2 margin. The test (tests/integration/test_smollm2.cpp) uses the margins to judge that.
+(activations quantized to 8 bits for the dot products); SpecLab dequantizes to float32. Logit
+differences of order 0.1 (top-2 margin differences up to ~0.7) are expected, so greedy paths
+may diverge at steps with a small top-2 margin. The test (tests/integration/test_smollm2.cpp)
+uses the margins to judge that.
 
 Usage: python3 scripts/make_llamacpp_reference.py [--model PATH] [--out PATH]
 """
@@ -94,7 +99,7 @@ def hf_tokenizer(meta):
     return tok
 
 
-class F32Llama:
+class DequantLlama:
     """Independent float64 NumPy forward of the GGUF llama graph on the dequantized weights.
 
     This is the arithmetic SpecLab performs (dequantize once, then dense float math), written
@@ -170,7 +175,7 @@ class F32Llama:
         return self.rms(x[-1], self.w["output_norm.weight"]) @ self.lm_head.T
 
 
-def f32_greedy(model, prompt_ids, n_steps):
+def dequant_greedy(model, prompt_ids, n_steps):
     import numpy as np
     model.reset()
     z = model.forward(prompt_ids)
@@ -226,7 +231,7 @@ def main():
     llm = llama_cpp.Llama(model_path=args.model, n_ctx=512, n_batch=512, n_threads=1, n_threads_batch=1,
                           seed=1234, verbose=False, logits_all=False)
 
-    f32 = F32Llama(args.model)
+    ref64 = DequantLlama(args.model)
     records = []
     agree_all = True
     for p in PROMPTS:
@@ -240,9 +245,9 @@ def main():
         agree_all &= agree
         steps = greedy(llm, ids)
         gen = [s["token"] for s in steps]
-        f32_steps = f32_greedy(f32, ids, MAX_NEW_TOKENS)
-        f32_gen = [s["token"] for s in f32_steps]
-        f32_match = next((i for i, (a, b) in enumerate(zip(gen, f32_gen)) if a != b), min(len(gen), len(f32_gen)))
+        ref_steps = dequant_greedy(ref64, ids, MAX_NEW_TOKENS)
+        ref_gen = [s["token"] for s in ref_steps]
+        ref_match = next((i for i, (a, b) in enumerate(zip(gen, ref_gen)) if a != b), min(len(gen), len(ref_gen)))
         text_ids = gen[:-1] if gen and gen[-1] == EOS_ID else gen
         out_text = llm.detokenize(text_ids).decode("utf-8", errors="replace")
         records.append({
@@ -256,12 +261,12 @@ def main():
             "steps": steps,
             "stopped_at_eos": bool(gen and gen[-1] == EOS_ID),
             "text": out_text,
-            "f64_dequant_tokens": f32_gen,
-            "f64_dequant_margins": [s["margin"] for s in f32_steps],
-            "f64_dequant_matches_llamacpp_for": f32_match,
+            "f64_dequant_tokens": ref_gen,
+            "f64_dequant_margins": [s["margin"] for s in ref_steps],
+            "f64_dequant_matches_llamacpp_for": ref_match,
         })
         print(f"{p['name']}: {len(ids)} prompt ids (tokenizers agree: {agree}), {len(gen)} generated, "
-              f"min margin {min(s['margin'] for s in steps):.3f}, dequantized-f64 agrees for {f32_match}: "
+              f"min margin {min(s['margin'] for s in steps):.3f}, dequantized-f64 agrees for {ref_match}: "
               f"{out_text[:70]!r}", file=sys.stderr)
 
     doc = {
@@ -283,9 +288,12 @@ def main():
         },
         "precision_note": (
             "llama.cpp computes with the quantized Q4_1/Q8_0 weights and its own kernels (activations "
-            "quantized to Q8 for the dot products); SpecLab dequantizes the weights to float32. Logit "
-            "differences of order 0.1 are expected, so a greedy path may diverge at a step whose "
+            "quantized to 8 bits for the dot products); SpecLab dequantizes the weights to float32. Logit "
+            "differences of order 0.1 (top-2 margin differences up to ~0.7) are expected, so a greedy path may diverge at a step whose "
             "top-1 minus top-2 margin ('margin') is small."),
+        "f64_dequant_note": (
+            "f64_dequant_tokens/margins: greedy decoding by an independent float64 NumPy forward on the "
+            "weights dequantized by the gguf package (DequantLlama in the script)."),
         "tokenizers_agree_all": agree_all,
         "prompts": records,
     }

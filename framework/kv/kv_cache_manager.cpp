@@ -6,14 +6,6 @@
 
 namespace speclab {
 
-void KvOptions::validate() const {
-  if (block_size <= 0 || block_size > 4096)
-    throw Error(ErrorKind::kConfig, "expected 1..4096 tokens, found " + std::to_string(block_size), "kv", "block_size");
-  if (budget_bytes <= 0)
-    throw Error(ErrorKind::kConfig, "expected a positive byte count, found " + std::to_string(budget_bytes), "kv",
-                "budget_bytes");
-}
-
 KvCacheManager::KvCacheManager(const KvOptions& options)
     : options_(options), blocks_([&] {
         options.validate();

@@ -21,19 +21,11 @@
 #include <vector>
 
 #include "framework/kv/block_manager.h"
+#include "framework/kv/kv_options.h"
 #include "framework/kv/kv_view.h"
 #include "models/model_config.h"
 
 namespace speclab {
-
-// Maps to the YAML `kv` section.
-struct KvOptions {
-  int32_t block_size = 16;                    // tokens per block
-  int64_t budget_bytes = int64_t(2) << 30;     // cap on K/V bytes in use over all pools
-  Preemption preemption = Preemption::kOff;
-
-  void validate() const;  // Error(kConfig, ..., "kv", <field>)
-};
 
 class KvCacheManager {
  public:

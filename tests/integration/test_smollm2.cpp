@@ -7,12 +7,15 @@
 // tokens with the per-step top-1 minus top-2 logit margin.
 //
 // Precision: llama.cpp runs on the quantized weights with its own kernels (Q4_1 weights dotted
-// with activations quantized to Q8_1); SpecLab dequantizes the same Q4_1 blocks to float32 and
-// does dense float32 math. Rounding the activations to 8 bits perturbs the logits by about 0.1
-// (the reference script's independent float64 run on the dequantized weights reproduces
-// llama.cpp's greedy path wherever the margin is larger than that). So the greedy paths must
-// agree until a step where llama.cpp's own top-2 margin is small; after such a step the
-// continuations are simply different texts and are not compared.
+// with activations quantized to 8 bits); SpecLab dequantizes the same Q4_1/Q8_0 blocks to float32
+// and does dense float32 math. The fixture also holds an independent float64 NumPy run on the
+// dequantized weights (the arithmetic SpecLab does, at higher precision): it reproduces every
+// llama.cpp token of the six prompts, but its top-2 margins differ from llama.cpp's by 0.09
+// (median), 0.27 (90th percentile) and 0.67 (max) logits over the 198 steps. So:
+//   - against llama.cpp, greedy paths must agree until a step where llama.cpp's margin is small
+//     enough for that quantization noise to flip it; the continuations after it are not compared;
+//   - against the float64 run, which differs from float32 only by rounding (~1e-4 logits,
+//     measured), the paths must agree wherever its margin is clearly above rounding noise.
 #include "tests/torch_catch.h"
 
 #include <nlohmann/json.hpp>
@@ -32,12 +35,15 @@ using namespace speclab;
 
 namespace {
 
-// A divergence is accepted only where llama.cpp's top-1 minus top-2 logit margin is below this.
-// Q8 activation rounding in llama.cpp's dot products moves logits by ~0.1 (observed: the
-// float64 dequantized reference disagrees with llama.cpp only at steps with margin < 0.2);
-// 0.5 leaves room for that without accepting a real error (a wrong kernel moves logits by
-// whole units and flips tokens whose margin is large).
-constexpr double kMarginTolerance = 0.5;
+// A divergence from llama.cpp is accepted only where llama.cpp's top-1 minus top-2 logit margin
+// is below this. A flip needs a margin error larger than the margin; the margin errors between
+// llama.cpp and exact dequantized math measured on this fixture reach 0.67 (see the top of the
+// file), so 0.75 admits every flip that quantization noise can cause, while a real defect (a
+// wrong norm, RoPE or mask) moves logits by whole units and flips tokens with larger margins.
+constexpr double kMarginTolerance = 0.75;
+// Float32 vs the float64 reference: rounding moves logits by ~1e-4 (measured 1e-4 at most on
+// the "colors" prompt), so a token whose float64 margin exceeds 1e-2 must be reproduced.
+constexpr double kRoundingMargin = 1e-2;
 // Every prompt must reproduce at least this many reference tokens (or all of them when the
 // reference is shorter): the fixture prompts were chosen so that the float64 dequantized
 // reference matches llama.cpp over all of their tokens.
@@ -116,6 +122,7 @@ TEST_CASE("SmolLM2 chat prompts render and tokenize exactly as llama.cpp", "[smo
     CHECK(text == rec.at("rendered").get<std::string>());
     const TokenList ids = s.info.tokenizer->encode(text, s.info.add_bos);
     CHECK(ids == rec.at("prompt_ids").get<TokenList>());
+    CHECK(ids == rec.at("tokenizers_prompt_ids").get<TokenList>());  // HF `tokenizers`, same ids
     CHECK(s.info.tokenizer->decode(ids) == text);
   }
 }
@@ -151,6 +158,30 @@ TEST_CASE("SmolLM2 greedy decoding follows llama.cpp until a near-tie", "[smollm
       // SpecLab stopped early (EOS) although llama.cpp went on: a mismatch in stop handling.
       FAIL(name << ": SpecLab produced " << r.tokens.size() << " tokens, llama.cpp " << expected.size());
     }
+  }
+}
+
+TEST_CASE("SmolLM2 greedy decoding equals the float64 dequantized reference", "[smollm2][reference]") {
+  for (const auto& rec : reference().at("prompts")) {
+    const std::string name = rec.at("name");
+    const TokenList expected = rec.at("f64_dequant_tokens").get<TokenList>();
+    const auto margins = rec.at("f64_dequant_margins").get<std::vector<double>>();
+    REQUIRE(margins.size() == expected.size());
+    const GenerationResult& r = greedy_cached(name);
+    INFO("prompt " << name << "; SpecLab text: " << r.text);
+    // Compare up to (and including) the first step whose float64 margin is within rounding noise.
+    size_t compare = expected.size();
+    for (size_t i = 0; i < margins.size(); ++i)
+      if (margins[i] < kRoundingMargin) {
+        compare = i + 1;
+        break;
+      }
+    for (size_t i = 0; i < compare; ++i) {
+      INFO("step " << i << ", float64 margin " << margins[i]);
+      REQUIRE(i < r.tokens.size());
+      if (margins[i] >= kRoundingMargin) REQUIRE(r.tokens[i] == expected[i]);
+    }
+    if (compare == expected.size()) CHECK(r.tokens.size() == expected.size());
   }
 }
 
@@ -197,10 +228,10 @@ TEST_CASE("SmolLM2 cached and naive decoding agree token for token", "[smollm2]"
 TEST_CASE("SmolLM2 prefill logits equal one-by-one decoding logits and llama.cpp's", "[smollm2]") {
   // Prefill and step-by-step decoding do the same float32 math in a different summation order
   // (one [n, k] matmul vs n [1, k] ones, softmax over a masked row vs a shorter row). Float32
-  // rounding (eps 1.2e-7) of sums over <= 1536 terms, through 30 layers whose residual stream
-  // reaches magnitudes of ~100, gives logit differences of order 1e-4; we allow 2e-3 on logits
-  // of magnitude ~20, far below the 0.1-scale change that any real difference (a wrong position,
-  // mask or cache slot) causes, as the negative control below shows.
+  // rounding (eps 1.2e-7) of sums over <= 1536 terms through 30 layers gives logit differences
+  // of order 1e-4 (measured: 7e-5 on logits of magnitude ~30); we allow 2e-3, far below the
+  // whole-logit change that any real difference (a wrong position, mask or cache slot) causes,
+  // as the negative control below shows.
   constexpr double kTol = 2e-3;
   c10::InferenceMode guard;
   SmolLM2& s = smollm2();
@@ -235,7 +266,8 @@ TEST_CASE("SmolLM2 prefill logits equal one-by-one decoding logits and llama.cpp
   CHECK((alone[0] - all[n - 1]).abs().max().item<double>() > 100 * kTol);
 
   // The absolute scale against llama.cpp: its logit for the token it chose first, and the order
-  // of its top-2. Quantized-activation error is ~0.1 (see kMarginTolerance).
+  // of its top-2, within the quantization noise bound of kMarginTolerance (measured here: 0.013
+  // on the logit, 0.06 on the margin).
   const auto& step0 = rec.at("steps").at(0);
   at::Tensor last = all[n - 1];
   const double ours = last[step0.at("token").get<int64_t>()].item<double>();

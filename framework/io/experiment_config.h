@@ -1,0 +1,137 @@
+// ExperimentConfig — a YAML experiment file mapped one to one onto options structs.
+//
+// Sections (each a struct with validate(); docs/config.md maps the knobs to HF GenerationConfig
+// and vLLM speculative_config names):
+//   name:        free text
+//   models:      target: {path, format, tokenizer}   draft: {...} (optional; for draft_model)
+//   drafters:    list of {label, name | plugin, num_speculative_tokens (alias gamma), schedule,
+//                max_speculative_tokens, confidence_threshold, prompt_lookup_min/max,
+//                draft_layers (list or "0-5"), draft_layers_first, draft_model, params: {k: v}}
+//                AR decoding is always run as the baseline ("ar") and needs no entry.
+//   sampling:    {temperature, top_k, top_p, seed}
+//   generation:  {max_new_tokens, stop: [..], ignore_eos}
+//   prompts:     {files: [..], field, category_field, id_field, inline: [{text, category, id}],
+//                 chat: auto|on|off, system, limit}
+//   sweep:       {"<section>.<key>": [v1, v2, ...]}: the cartesian product over all listed keys;
+//                "drafter.<key>" applies to every drafter entry (e.g. drafter.gamma: [2, 4, 8])
+//   repeats, warmup: integers
+//   kv:          {block_size, budget_bytes, preemption: off|lowest_priority}
+//   output:      {path}
+//   equivalence: see EquivalenceOptions (used by `speclab check`)
+// Unknown keys are errors with a "did you mean" suggestion; every error names the file, the key
+// path and its line:column, and says what was expected. `--set key=value` overrides any scalar
+// (or a list written in YAML flow syntax, e.g. --set "sweep.drafter.gamma=[1,2]").
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "framework/draft/drafter_options.h"
+#include "framework/engine/generation.h"
+#include "framework/kv/kv_options.h"
+#include "framework/sampling/sampling.h"
+#include "models/model_loader.h"
+
+namespace speclab {
+
+struct ModelsOptions {
+  ModelSource target;
+  std::optional<ModelSource> draft;
+  void validate() const;
+};
+
+struct DrafterEntry {
+  std::string label;  // unique; defaults to the drafter name (+ "_2", ... on clashes)
+  DrafterOptions options;
+};
+
+struct InlinePrompt {
+  std::string id, category, text;
+};
+
+struct PromptsOptions {
+  std::vector<std::string> files;  // JSONL (".jsonl" or ".jsonl.gz"), relative to the YAML file
+  std::string field = "prompt";    // JSON key holding the prompt text (dotted path "turns.0" allowed)
+  std::string category_field;      // JSON key of the category (optional)
+  std::string id_field;            // JSON key of the id (optional; default: file:line)
+  std::vector<InlinePrompt> inline_prompts;
+  std::string chat = "auto";       // auto | on | off
+  std::string system;              // system message in chat mode (optional)
+  int64_t limit = 0;               // 0 = all
+  void validate() const;
+};
+
+struct Prompt {
+  std::string id, category, text;
+};
+
+struct SweepAxis {
+  std::string key;                  // e.g. "drafter.num_speculative_tokens", "sampling.temperature"
+  std::vector<std::string> values;  // YAML scalars as written
+};
+
+struct OutputOptions {
+  std::string path = "results/experiment.h5";  // relative paths are relative to the working directory
+  void validate() const;
+};
+
+// `equivalence` section (speclab check): distribution-equivalence checks.
+struct EquivalenceOptions {
+  bool greedy = true;                     // greedy exactness over the prompts
+  bool analytic = true;                   // exact first-token distribution check
+  bool sampling = true;                   // empirical sampling check
+  int64_t samples = 20000;                // N draws per cell set
+  std::vector<int> positions = {1, 2, 3};  // m: joint of the first m tokens
+  std::vector<double> temperatures = {0.5, 1.0};
+  std::vector<double> top_ps = {1.0, 0.9};
+  std::vector<int64_t> top_ks = {0, 20};
+  std::vector<int> gammas = {1, 4};
+  double alpha = 0.001;                   // family-wise significance level (Holm-corrected)
+  double control_alpha = 1e-6;            // negative controls must be rejected below this
+  bool negative_controls = true;
+  double numerical_margin = 0.0;          // 0 = the documented default tolerance
+  int64_t contexts = 1;                   // fixed contexts (prompts) for the sampling check
+  void validate() const;
+};
+
+struct ExperimentConfig {
+  std::string name = "experiment";
+  std::string source_path;    // the YAML file
+  std::string resolved_yaml;  // the config after --set overrides, as YAML text (for HDF5)
+  ModelsOptions models;
+  std::vector<DrafterEntry> drafters;
+  SamplingOptions sampling;
+  GenerationOptions generation;
+  PromptsOptions prompts;
+  std::vector<SweepAxis> sweep;
+  int64_t repeats = 1;
+  int64_t warmup = 1;
+  KvOptions kv;
+  OutputOptions output;
+  std::optional<EquivalenceOptions> equivalence;
+
+  void validate() const;  // every section's validate() + cross-section checks
+};
+
+// Parses and validates. `overrides` are "key=value" strings (`--set`). Throws
+// Error(kConfig, message, "<file>:<line>:<col>", "<key.path>").
+ExperimentConfig load_experiment_config(const std::string& path, const std::vector<std::string>& overrides = {});
+ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std::string& source_name,
+                                         const std::vector<std::string>& overrides = {});
+
+// One point of the sweep: the config with the point's values applied, and the values by key.
+struct SweepPoint {
+  int64_t index = 0;
+  std::map<std::string, std::string> values;  // key -> value as written
+  ExperimentConfig config;
+};
+std::vector<SweepPoint> expand_sweep(const ExperimentConfig& config);
+
+// Reads the prompts (files relative to the config's directory, inline ones after them).
+// Error(kBadInput) naming "<file>:<line>" for a line that is not JSON or lacks the field.
+std::vector<Prompt> load_prompts(const ExperimentConfig& config);
+
+}  // namespace speclab
