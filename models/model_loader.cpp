@@ -13,6 +13,9 @@
 #ifndef SPECLAB_SOURCE_DIR
 #define SPECLAB_SOURCE_DIR "."
 #endif
+#ifndef SPECLAB_SHARED_DIR
+#define SPECLAB_SHARED_DIR SPECLAB_SOURCE_DIR "/../shared"
+#endif
 
 namespace speclab {
 
@@ -66,7 +69,7 @@ void ModelSource::validate() const {
 ModelSource resolve_model_source(const ModelSource& in) {
   ModelSource s = in;
   const std::string models_dir = env_or("SPECLAB_MODELS_DIR", std::string(SPECLAB_SOURCE_DIR) + "/.cache/models");
-  const std::string shared_dir = env_or("SPECLAB_SHARED_DIR", std::string(SPECLAB_SOURCE_DIR) + "/../shared");
+  const std::string shared_dir = env_or("SPECLAB_SHARED_DIR", SPECLAB_SHARED_DIR);
   if (in.path == "smollm2-135m-instruct" || in.path == "smollm2") {
     s.path = models_dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
     s.format = "gguf";
