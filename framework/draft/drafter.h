@@ -32,6 +32,9 @@ struct DraftBlock {
   TokenList tokens;                      // [k] proposed tokens, k <= max_k (may be 0)
   std::vector<std::vector<float>> probs;  // [k][vocab] processed q per token, or empty
   std::vector<float> confidence;          // [k] the drafter's top probability per step (if known)
+  // [k][vocab] the raw draft logits behind `probs` (optional; model drafters fill it when
+  // sampling). Only the equivalence checks' negative controls read it.
+  std::vector<std::vector<float>> logits;
 };
 
 // What a drafter sees when proposing.

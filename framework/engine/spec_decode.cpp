@@ -36,6 +36,11 @@ std::vector<std::vector<float>> target_probs(const at::Tensor& logits, const Sam
 
 }  // namespace
 
+Verdict lossless_acceptance(const VerifyInputs& in) {
+  if (in.sampling->greedy()) return verify_greedy(in.draft->tokens, in.target_logits, in.vocab);
+  return verify_rejection(in.draft->tokens, *in.p, in.draft->probs, *in.rng);
+}
+
 double SpecResult::mean_accepted_length() const {
   if (steps.empty()) return 0.0;
   double emitted = 0.0;
@@ -54,7 +59,8 @@ double SpecResult::acceptance_rate() const {
 
 SpecResult generate_speculative(const Model& target, const Tokenizer& tokenizer, const TokenList& prompt,
                                 const GenerationOptions& gen, const SamplingOptions& sampling, Drafter& drafter,
-                                const DrafterOptions& dopts, KvTarget kv_target, const TokenCallback& on_token) {
+                                const DrafterOptions& dopts, KvTarget kv_target, const TokenCallback& on_token,
+                                const SpecHooks& hooks) {
   gen.validate();
   sampling.validate();
   dopts.validate();
@@ -138,8 +144,14 @@ SpecResult generate_speculative(const Model& target, const Tokenizer& tokenizer,
     // 4. accept
     ts = Clock::now();
     auto p = target_probs(logits, sampling);
-    Verdict v = sampling.greedy() ? verify_greedy(d.tokens, logits.data_ptr<float>(), c.vocab_size)
-                                  : verify_rejection(d.tokens, p, d.probs, rng);
+    VerifyInputs vin;
+    vin.draft = &d;
+    vin.target_logits = logits.data_ptr<float>();
+    vin.vocab = c.vocab_size;
+    vin.p = &p;
+    vin.sampling = &sampling;
+    vin.rng = &rng;
+    Verdict v = hooks.acceptance ? hooks.acceptance(vin) : lossless_acceptance(vin);
     step.accept_seconds = since(ts);
 
     // 5. commit the kept prefix and roll both caches back to it

@@ -5,12 +5,14 @@
 // arXiv:2302.01318), see framework/verify/acceptance.h.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "framework/draft/drafter.h"
 #include "framework/draft/drafter_options.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/kv/kv_cache_manager.h"
+#include "framework/verify/acceptance.h"
 
 namespace speclab {
 
@@ -39,11 +41,32 @@ struct SpecResult : GenerationResult {
   double acceptance_rate() const;
 };
 
+// What an acceptance rule sees for one verification step.
+struct VerifyInputs {
+  const DraftBlock* draft = nullptr;                     // tokens [k], probs [k][vocab] or empty
+  const float* target_logits = nullptr;                  // [k+1, vocab] row-major
+  int64_t vocab = 0;
+  const std::vector<std::vector<float>>* p = nullptr;    // [k+1][vocab] processed target probs
+  const SamplingOptions* sampling = nullptr;
+  Rng* rng = nullptr;                                    // the verifier's stream
+};
+using AcceptanceRule = std::function<Verdict(const VerifyInputs&)>;
+
+// The lossless rule: verify_greedy at temperature 0, verify_rejection otherwise.
+Verdict lossless_acceptance(const VerifyInputs& in);
+
+struct SpecHooks {
+  // Replaces the acceptance rule. Only the equivalence checks set it, to run deliberately
+  // faulty rules as negative controls through the real engine.
+  AcceptanceRule acceptance;
+};
+
 // target's KV lives in `kv_target` (a private manager when kv_target.kv is null). The drafter was
 // built for the same manager (DrafterEnv). `dopts` supplies gamma, the schedule and the
 // confidence threshold.
 SpecResult generate_speculative(const Model& target, const Tokenizer& tokenizer, const TokenList& prompt,
                                 const GenerationOptions& gen, const SamplingOptions& sampling, Drafter& drafter,
-                                const DrafterOptions& dopts, KvTarget kv_target, const TokenCallback& on_token = {});
+                                const DrafterOptions& dopts, KvTarget kv_target, const TokenCallback& on_token = {},
+                                const SpecHooks& hooks = {});
 
 }  // namespace speclab

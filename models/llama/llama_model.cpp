@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "framework/core/error.h"
+#include "models/llama/gemv.h"
 
 namespace speclab {
 
@@ -23,6 +24,21 @@ at::Tensor take(WeightMap& w, const std::string& name) {
   at::Tensor t = to_tensor(std::move(it->second));
   w.erase(it);
   return t;
+}
+
+// y = x W^T (+ b). x: [n, in], w: [out, in] -> [n, out]. Decode (n = 1) and verification
+// (n = k + 1) batches stream the weights once through gemm_small_f32 (gemv.h); prefill batches
+// use BLAS gemm, which is compute-bound there.
+at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+  const int64_t n = x.size(0);
+  if (n <= kSmallBatchRows && w.device().is_cpu() && w.scalar_type() == at::kFloat && w.is_contiguous()) {
+    at::Tensor xc = x.contiguous();
+    at::Tensor y = at::empty({n, w.size(0)}, x.options());
+    gemm_small_f32(w.data_ptr<float>(), xc.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr,
+                   y.data_ptr<float>(), n, w.size(0), w.size(1));
+    return y;
+  }
+  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
 }  // namespace
@@ -98,7 +114,7 @@ at::Tensor LlamaModel::attention(int64_t layer, const at::Tensor& h, const at::T
   const int64_t G = H / KVH;
   const int64_t q_dim = H * D, kv_dim = KVH * D;
 
-  at::Tensor qkv = L.b_qkv.defined() ? at::linear(h, L.w_qkv, L.b_qkv) : at::linear(h, L.w_qkv);  // [n, q+2kv]
+  at::Tensor qkv = dense(h, L.w_qkv, L.b_qkv);  // [n, q+2kv]
   at::Tensor q = rope(qkv.narrow(1, 0, q_dim).view({n, H, D}), cos, sin);                           // [n, H, D]
   at::Tensor k = rope(qkv.narrow(1, q_dim, kv_dim).view({n, KVH, D}), cos, sin);                    // [n, KVH, D]
   at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).reshape({n, KVH, D});                        // [n, KVH, D]
@@ -124,7 +140,7 @@ at::Tensor LlamaModel::attention(int64_t layer, const at::Tensor& h, const at::T
   at::Tensor probs = at::softmax(scores, -1);
   at::Tensor out = at::bmm(probs, vals.permute({1, 0, 2}));                   // [KVH, G*n, D]
   out = out.view({KVH, G, n, D}).permute({2, 0, 1, 3}).reshape({n, q_dim});  // [n, H*D]
-  return at::linear(out, L.w_o);
+  return dense(out, L.w_o);
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
@@ -143,10 +159,10 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, const at::Tensor& posit
   auto run_layer = [&](int64_t l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     x = x + attention(l, rms_norm(x, L.attn_norm), positions, cos, sin, kv);
-    at::Tensor gu = at::linear(rms_norm(x, L.mlp_norm), L.w_gate_up);  // [n, 2*inter]
+    at::Tensor gu = dense(rms_norm(x, L.mlp_norm), L.w_gate_up);  // [n, 2*inter]
     const int64_t inter = c.intermediate_size;
     at::Tensor act = at::silu(gu.narrow(1, 0, inter)).mul_(gu.narrow(1, inter, inter));
-    x = x + at::linear(act, L.w_down);
+    x = x + dense(act, L.w_down);
   };
   if (opts.layers.empty()) {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) run_layer(l);
@@ -157,7 +173,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, const at::Tensor& posit
     }
   }
   if (opts.logits_last_n > 0 && opts.logits_last_n < n) x = x.narrow(0, n - opts.logits_last_n, opts.logits_last_n);
-  return at::linear(rms_norm(x, final_norm_), lm_head_);  // [n_out, vocab]
+  return dense(rms_norm(x, final_norm_), lm_head_);  // [n_out, vocab]
 }
 
 }  // namespace speclab
