@@ -57,21 +57,116 @@ __attribute__((target("avx2,fma"))) void four_rows_one_x(const float* a, int64_t
   out4[3] = td;
 }
 
+// Three activation rows against four weight rows: 12 accumulators, 7 loads per 12 FMAs.
+__attribute__((target("avx2,fma"))) void four_rows_three_x(const float* a, int64_t in, const float* x0,
+                                                           const float* x1, const float* x2, float* out12) {
+  const int64_t vec_end = in - in % 8;
+  const float* rows[4] = {a, a + in, a + 2 * in, a + 3 * in};
+  __m256 acc[4][3];
+  for (int r = 0; r < 4; ++r)
+    for (int j = 0; j < 3; ++j) acc[r][j] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < vec_end; i += 8) {
+    const __m256 v0 = _mm256_loadu_ps(x0 + i), v1 = _mm256_loadu_ps(x1 + i), v2 = _mm256_loadu_ps(x2 + i);
+    for (int r = 0; r < 4; ++r) {
+      const __m256 wv = _mm256_loadu_ps(rows[r] + i);
+      acc[r][0] = _mm256_fmadd_ps(wv, v0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(wv, v1, acc[r][1]);
+      acc[r][2] = _mm256_fmadd_ps(wv, v2, acc[r][2]);
+    }
+  }
+  const float* xs[3] = {x0, x1, x2};
+  for (int r = 0; r < 4; ++r)
+    for (int j = 0; j < 3; ++j) {
+      float t = hsum(acc[r][j]);
+      for (int64_t i = vec_end; i < in; ++i) t += rows[r][i] * xs[j][i];
+      out12[j * 4 + r] = t;
+    }
+}
+
 __attribute__((target("avx2,fma"))) void rows_avx2(const float* w, const float* x, const float* bias, float* y,
                                                    int64_t n, int64_t out, int64_t r0, int64_t r1, int64_t in) {
   int64_t r = r0;
   float t[4];
   // The four weight rows stream from memory on the first activation row and stay in L1 for the
   // others (4 rows x in floats <= 24 KiB for in <= 1536).
+  float t12[12];
   for (; r + 4 <= r1; r += 4) {
     const float* a = w + r * in;
-    for (int64_t j = 0; j < n; ++j) {
+    int64_t j = 0;
+    for (; j + 3 <= n; j += 3) {
+      four_rows_three_x(a, in, x + j * in, x + (j + 1) * in, x + (j + 2) * in, t12);
+      for (int jj = 0; jj < 3; ++jj) {
+        float* yj = y + (j + jj) * out + r;
+        for (int q = 0; q < 4; ++q) yj[q] = t12[jj * 4 + q] + (bias ? bias[r + q] : 0.f);
+      }
+    }
+    for (; j < n; ++j) {
       four_rows_one_x(a, in, x + j * in, t);
       float* yj = y + j * out + r;
       for (int q = 0; q < 4; ++q) yj[q] = t[q] + (bias ? bias[r + q] : 0.f);
     }
   }
   rows_scalar(w, x, bias, y, n, out, r, r1, in);
+}
+
+// AVX-512: eight weight rows against three activation rows (24 zmm accumulators).
+__attribute__((target("avx512f"))) void eight_rows_three_x(const float* a, int64_t in, const float* x0,
+                                                           const float* x1, const float* x2, float* out24) {
+  const int64_t vec_end = in - in % 16;
+  __m512 acc[8][3];
+  for (int r = 0; r < 8; ++r)
+    for (int j = 0; j < 3; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < vec_end; i += 16) {
+    const __m512 v0 = _mm512_loadu_ps(x0 + i), v1 = _mm512_loadu_ps(x1 + i), v2 = _mm512_loadu_ps(x2 + i);
+    for (int r = 0; r < 8; ++r) {
+      const __m512 wv = _mm512_loadu_ps(a + r * in + i);
+      acc[r][0] = _mm512_fmadd_ps(wv, v0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(wv, v1, acc[r][1]);
+      acc[r][2] = _mm512_fmadd_ps(wv, v2, acc[r][2]);
+    }
+  }
+  const float* xs[3] = {x0, x1, x2};
+  for (int r = 0; r < 8; ++r)
+    for (int j = 0; j < 3; ++j) {
+      float t = _mm512_reduce_add_ps(acc[r][j]);
+      for (int64_t i = vec_end; i < in; ++i) t += a[r * in + i] * xs[j][i];
+      out24[j * 8 + r] = t;
+    }
+}
+
+// Rows [r0, r1) with AVX-512 for the 8-row x 3-activation blocks; the rest via rows_avx2.
+__attribute__((target("avx512f"))) void rows_avx512(const float* w, const float* x, const float* bias, float* y,
+                                                    int64_t n, int64_t out, int64_t r0, int64_t r1, int64_t in) {
+  if (n < 3) {
+    rows_avx2(w, x, bias, y, n, out, r0, r1, in);
+    return;
+  }
+  const int64_t n3 = n - n % 3;
+  float t24[24];
+  int64_t r = r0;
+  for (; r + 8 <= r1; r += 8) {
+    const float* a = w + r * in;
+    for (int64_t j = 0; j < n3; j += 3) {
+      eight_rows_three_x(a, in, x + j * in, x + (j + 1) * in, x + (j + 2) * in, t24);
+      for (int jj = 0; jj < 3; ++jj) {
+        float* yj = y + (j + jj) * out + r;
+        for (int q = 0; q < 8; ++q) yj[q] = t24[jj * 8 + q] + (bias ? bias[r + q] : 0.f);
+      }
+    }
+    // Leftover activation rows while these 8 weight rows are still in L1.
+    for (int64_t j = n3; j < n; ++j) {
+      four_rows_one_x(a, in, x + j * in, t24);
+      four_rows_one_x(a + 4 * in, in, x + j * in, t24 + 4);
+      float* yj = y + j * out + r;
+      for (int q = 0; q < 8; ++q) yj[q] = t24[q] + (bias ? bias[r + q] : 0.f);
+    }
+  }
+  rows_avx2(w, x, bias, y, n, out, r, r1, in);
+}
+
+bool have_avx512() {
+  static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
 }
 
 bool have_avx2() {
@@ -85,8 +180,11 @@ void gemm_small_f32(const float* w, const float* x, const float* bias, float* y,
   // ~64 KiB of weights per task: enough work per thread without oversubscribing small matrices.
   const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 14) / std::max<int64_t>(in, 1));
   const bool avx2 = have_avx2();
+  const bool avx512 = avx2 && have_avx512();
   at::parallel_for(0, out, grain, [&](int64_t r0, int64_t r1) {
-    if (avx2)
+    if (avx512)
+      rows_avx512(w, x, bias, y, n, out, r0, r1, in);
+    else if (avx2)
       rows_avx2(w, x, bias, y, n, out, r0, r1, in);
     else
       rows_scalar(w, x, bias, y, n, out, r0, r1, in);

@@ -2,6 +2,8 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <dlfcn.h>
+
 #include <cmath>
 
 #include "framework/core/error.h"
@@ -26,12 +28,12 @@ at::Tensor take(WeightMap& w, const std::string& name) {
   return t;
 }
 
-// y = x W^T (+ b). x: [n, in], w: [out, in] -> [n, out]. Decode (n = 1) and verification
-// (n = k + 1) batches stream the weights once through gemm_small_f32 (gemv.h); prefill batches
-// use BLAS gemm, which is compute-bound there.
+// y = x W^T (+ b). x: [n, in], w: [out, in] -> [n, out]. On the CPU every batch (decode n = 1,
+// verification n = k + 1, prefill) streams the weights once through gemm_small_f32 (gemv.h);
+// other devices use at::linear.
 at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
   const int64_t n = x.size(0);
-  if (n <= kSmallBatchRows && w.device().is_cpu() && w.scalar_type() == at::kFloat && w.is_contiguous()) {
+  if (w.device().is_cpu() && w.scalar_type() == at::kFloat && w.is_contiguous()) {
     at::Tensor xc = x.contiguous();
     at::Tensor y = at::empty({n, w.size(0)}, x.options());
     gemm_small_f32(w.data_ptr<float>(), xc.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr,
@@ -41,10 +43,24 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b =
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
+// OpenBLAS (used here only for the attention bmm) runs its own thread pool that busy-waits
+// with sched_yield between calls, stealing a third of the time from libtorch's threads on a
+// 2-core machine. Keep it single-threaded; libtorch's intra-op threads do the parallel work.
+void limit_blas_threads() {
+  static const bool done = [] {
+    using SetThreads = void (*)(int);
+    for (const char* name : {"openblas_set_num_threads", "goto_set_num_threads"})
+      if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, name))) fn(1);
+    return true;
+  }();
+  (void)done;
+}
+
 }  // namespace
 
 LlamaModel::LlamaModel(LoadedModel& loaded) : config_(loaded.config) {
   validate_weights(config_, loaded.weights, loaded.source);
+  limit_blas_threads();
   c10::InferenceMode guard;
   WeightMap& w = loaded.weights;
   const ModelConfig& c = config_;

@@ -9,7 +9,7 @@ TEST_CASE("gemm_small_f32 equals at::linear for decode and verification batch sh
   at::manual_seed(3);
   for (int64_t in : {1, 7, 8, 64, 173, 576}) {
     for (int64_t out : {1, 3, 4, 5, 17, 192}) {
-      for (int64_t n : {1, 2, 5, 9, 17, 20}) {
+      for (int64_t n : {1, 2, 5, 9, 17, 20, 64}) {
         at::Tensor w = at::randn({out, in});
         at::Tensor x = at::randn({n, in});
         at::Tensor b = at::randn({out});
