@@ -5,6 +5,7 @@ set -euo pipefail
 SPECLAB=${1:-build/speclab}
 cd "$(dirname "$0")/.."
 if [ -f configs/demo.yaml ] && "$SPECLAB" --help 2>/dev/null | grep -q "^  run "; then
+  mkdir -p results  # output.path of configs/demo.yaml; speclab run does not create directories
   exec "$SPECLAB" run configs/demo.yaml --overwrite
 fi
 # Runtime-only demo (until the experiment runner lands): greedy chat generation, then the bench.

@@ -70,5 +70,16 @@ struct DrafterArgs {
 int cmd_generate(const std::vector<std::string>& args);
 int cmd_export(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
+int cmd_run(const std::vector<std::string>& args);
+int cmd_report(const std::vector<std::string>& args);
+int cmd_check(const std::vector<std::string>& args);
+
+// The SpecLab source tree (the one holding analysis/report.py): $SPECLAB_SOURCE_DIR, the
+// compile-time SPECLAB_SOURCE_DIR, or a parent of the executable; "" when none is found.
+std::string source_dir();
+// "<dir>/<stem>_report" for "<dir>/<stem>.h5".
+std::string default_report_dir(const std::string& h5_path);
+// Runs analysis/report.py on an experiment file; prints the report path. Returns an exit code.
+int run_report(const std::string& h5_path, const std::string& out_dir);
 
 }  // namespace speclab::cli

@@ -1,6 +1,9 @@
-// speclab — the SpecLab command line. Subcommands: generate, bench.
+// speclab — the SpecLab command line. Subcommands: generate, bench, export, run, report, check.
 #include <c10/util/Exception.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <string>
@@ -18,13 +21,30 @@ const char* kUsage =
     "  generate   decode a prompt with a model (AR, cached or naive)\n"
     "  bench      prefill/decode throughput, cached vs naive, bandwidth floor, peak RSS\n"
     "  export     write a subset of a GGUF model's layers as a new model (e.g. a draft model)\n"
+    "  run        run an experiment config: AR + drafters over a sweep and prompts, HDF5 + summary + report\n"
+    "  report     plots and report.md from an experiment HDF5 file\n"
+    "  check      distribution-equivalence checks (greedy, analytic, sampling + negative controls)\n"
     "\n"
     "Run `speclab <command> --help` for the options of a command.";
 
 }  // namespace
 
+// Debian's OpenBLAS 0.3.21 reads OPENBLAS_CORETYPE when it is loaded, before main(), and on CPUs
+// it does not know (e.g. Sapphire Rapids) falls back to generic PRESCOTT kernels that make
+// prefill ~2x slower. On AVX-512 machines, re-run ourselves once with SkylakeX kernels unless
+// the user chose a core type (or set SPECLAB_NO_REEXEC).
+void select_blas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("SPECLAB_NO_REEXEC")) return;
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) return;
+  ::setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+  ::setenv("SPECLAB_NO_REEXEC", "1", 1);
+  ::execv("/proc/self/exe", argv);
+  ::unsetenv("OPENBLAS_CORETYPE");  // exec failed: carry on with the generic kernels
+}
+
 int main(int argc, char** argv) {
   using namespace speclab::cli;
+  select_blas_kernels(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kUsage << "\n";
@@ -34,10 +54,13 @@ int main(int argc, char** argv) {
       {"generate", cmd_generate},
       {"bench", cmd_bench},
       {"export", cmd_export},
+      {"run", cmd_run},
+      {"report", cmd_report},
+      {"check", cmd_check},
   };
   auto it = commands.find(args[0]);
   if (it == commands.end()) {
-    std::cerr << "error: unknown command '" << args[0] << "'; known commands: generate, bench, export\n";
+    std::cerr << "error: unknown command '" << args[0] << "'; known commands: generate, bench, export, run, report, check\n";
     return kExitBadInput;
   }
   std::vector<std::string> rest(args.begin() + 1, args.end());

@@ -18,6 +18,10 @@
 //   kv:          {block_size, budget_bytes, preemption: off|lowest_priority}
 //   output:      {path}
 //   equivalence: see EquivalenceOptions (used by `speclab check`)
+// Paths: prompt files, plugin paths, tokenizer paths and model paths are relative to the YAML
+// file's directory (load_* resolves them; a model value with neither '/' nor '.' is a named
+// entry such as "stories260K" and is kept as written); output.path is relative to the working
+// directory. docs/config.md lists every key, its aliases and its default.
 // Unknown keys are errors with a "did you mean" suggestion; every error names the file, the key
 // path and its line:column, and says what was expected. `--set key=value` overrides any scalar
 // (or a list written in YAML flow syntax, e.g. --set "sweep.drafter.gamma=[1,2]").
@@ -46,6 +50,10 @@ struct ModelsOptions {
 struct DrafterEntry {
   std::string label;  // unique; defaults to the drafter name (+ "_2", ... on clashes)
   DrafterOptions options;
+  // True when options.draft_model/draft_model_format were filled in from models.draft (a
+  // draft_model entry that names no model of its own); kept so that a sweep over models.draft.*
+  // updates them.
+  bool draft_from_models = false;
 };
 
 struct InlinePrompt {
@@ -123,6 +131,11 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
                                          const std::vector<std::string>& overrides = {});
 
 // One point of the sweep: the config with the point's values applied, and the values by key.
+// Keys are canonical ("drafter.num_speculative_tokens" also when written "drafter.gamma").
+// Points are in cartesian-product order with the first listed axis outermost (the last axis
+// varies fastest); a config without a sweep gives one point. point.config has been re-validated,
+// its `sweep` is empty and its resolved_yaml has the values set (and no sweep section).
+// Throws Error(kConfig) naming the point's values when a combination is invalid.
 struct SweepPoint {
   int64_t index = 0;
   std::map<std::string, std::string> values;  // key -> value as written

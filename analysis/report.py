@@ -1,0 +1,397 @@
+#!/usr/bin/python3
+"""Report for a SpecLab experiment file: PNG plots and report.md.
+
+usage: /usr/bin/python3 analysis/report.py results.h5 [--out DIR]
+
+Plots (each with a title, axis labels and units):
+  acceptance_by_position.png   acceptance rate vs draft position, 95% Wilson intervals
+  speedup_vs_gamma.png         measured speedup next to Leviathan et al.'s prediction, per drafter
+  time_breakdown.png           time per generated token split into draft / verify / accept / kv / other
+  accepted_length_hist.png     distribution of accepted draft tokens per step
+  acceptance_by_category.png   acceptance rate per prompt category
+  equivalence.png              empirical vs expected token frequencies (when /equivalence exists)
+Exit codes: 0 ok, 2 unreadable or non-SpecLab input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+try:
+    import matplotlib  # noqa: E402
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: E402
+    import matplotlib.ticker  # noqa: E402,F401
+    import h5py  # noqa: E402
+except ImportError as e:  # pragma: no cover - environment problem
+    print(f"error: {e}; run with /usr/bin/python3 (Debian python3-h5py, python3-matplotlib)", file=sys.stderr)
+    sys.exit(1)
+
+from speclab_h5 import Experiment, SchemaError, compute_summary, read_table  # noqa: E402
+
+PARTS = ("draft", "verify", "accept", "kv", "other")
+PART_LABELS = {"draft": "draft (propose)", "verify": "verify (target forward)", "accept": "accept (acceptance/sampling)",
+               "kv": "KV bookkeeping", "other": "other"}
+GAMMA_KEYS = ("gamma", "num_speculative_tokens")
+
+
+def fmt(v, spec: str = ".3f") -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return "nan" if math.isnan(f) else format(f, spec)
+
+
+def times(v) -> str:
+    s = fmt(v, ".2f")
+    return s if s == "nan" else s + "×"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in r) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+class Report:
+    def __init__(self, exp: Experiment, out: str):
+        self.exp = exp
+        self.out = out
+        self.summary = exp.summary if exp.summary and "overall" in exp.summary else None
+        self.summary_source = "/summary (written by speclab run)"
+        if self.summary is None:
+            self.summary = compute_summary(exp)
+            self.summary_source = "recomputed by analysis/speclab_h5.py (the file has no /summary: interrupted run?)"
+        self.multi_point = len(exp.points.get("index", [])) > 1
+        self.figures: list[tuple[str, str]] = []
+
+    # ---- helpers ---------------------------------------------------------------------------------
+
+    def series_label(self, point: int, method: str) -> str:
+        return f"{method} @ {self.exp.point_label(int(point))}" if self.multi_point else str(method)
+
+    def save(self, fig, name: str, caption: str):
+        path = os.path.join(self.out, name)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        self.figures.append((name, caption))
+
+    def rows(self, table: str, category: str | None = "") -> list[dict]:
+        t = self.summary.get(table) or {}
+        if not t or "point" not in t:
+            return []
+        n = len(t["point"])
+        out = [{k: t[k][i] for k in t} for i in range(n)]
+        if category is not None:
+            out = [r for r in out if str(r.get("category", "")) == category]
+        return out
+
+    # ---- plots -------------------------------------------------------------------------------------
+
+    def plot_acceptance_by_position(self):
+        rows = self.rows("positions")
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        series: dict[tuple, list] = {}
+        for r in rows:
+            series.setdefault((int(r["point"]), str(r["method"])), []).append(r)
+        for k, ((point, method), rs) in enumerate(series.items()):
+            rs.sort(key=lambda r: int(r["pos"]))
+            # A small horizontal offset per series keeps overlapping error bars apart.
+            offset = (k - (len(series) - 1) / 2) * min(0.06, 0.5 / max(1, len(series)))
+            x = np.array([int(r["pos"]) + 1 for r in rs]) + offset
+            y = np.array([float(r["alpha"]) for r in rs])
+            lo = np.array([float(r["alpha_lo"]) for r in rs])
+            hi = np.array([float(r["alpha_hi"]) for r in rs])
+            ax.errorbar(x, y, yerr=[np.clip(np.nan_to_num(y - lo), 0, None), np.clip(np.nan_to_num(hi - y), 0, None)],
+                        marker="o", capsize=3,
+                        label=self.series_label(point, method))
+        ax.set_title("Acceptance rate by draft position (95% Wilson CI)")
+        ax.set_xlabel("draft position i (1 = first draft token of a step)")
+        ax.set_ylabel("acceptance rate α_i (fraction, given position i reached)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        if series:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no speculative steps recorded", ha="center", transform=ax.transAxes)
+        self.save(fig, "acceptance_by_position.png",
+                  "Acceptance rate at each draft position, conditional on reaching it.")
+
+    def plot_speedup_vs_gamma(self):
+        rows = self.rows("overall")
+        groups: dict[tuple, list] = {}
+        for r in rows:
+            vals = self.exp.point_values_of(int(r["point"]))
+            rest = tuple(sorted((k, v) for k, v in vals.items() if not any(g in k for g in GAMMA_KEYS)))
+            groups.setdefault((str(r["method"]), rest), []).append(r)
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for i, ((method, rest), rs) in enumerate(groups.items()):
+            rs.sort(key=lambda r: int(r["gamma"]))
+            g = [int(r["gamma"]) for r in rs]
+            label = method + ("" if not rest else " (" + ", ".join(f"{k}={v}" for k, v in rest) + ")")
+            color = colors[i % len(colors)]
+            ax.plot(g, [float(r["speedup"]) for r in rs], "-o", color=color, label=f"{label}: measured")
+            ax.plot(g, [float(r["predicted_speedup"]) for r in rs], "--s", color=color, alpha=0.7,
+                    label=f"{label}: predicted")
+        ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
+        ax.set_title("Speedup over AR vs draft length γ: measured and predicted (Leviathan et al. 2023)")
+        ax.set_xlabel("γ (num_speculative_tokens, draft tokens per step)")
+        ax.set_ylabel("speedup (× AR wall time)")
+        if groups:
+            ax.legend(fontsize=7)
+            all_g = sorted({int(r["gamma"]) for r in rows})
+            ax.set_xticks(all_g)
+        self.save(fig, "speedup_vs_gamma.png",
+                  "Measured speedup = AR wall / speculative wall; predicted from measured α and c.")
+
+    def time_breakdown(self) -> list[tuple[str, dict, int]]:
+        runs = self.exp.runs
+        out = []
+        keys = []
+        for p, m in zip(runs["point"], runs["method"]):
+            if (int(p), str(m)) not in keys:
+                keys.append((int(p), str(m)))
+        order = {m: i for i, m in enumerate(self.exp.methods)}
+        keys.sort(key=lambda k: (k[0], order.get(k[1], len(order))))
+        for point, method in keys:
+            mask = (runs["point"] == point) & (runs["method"] == method)
+            tokens = int(np.sum(runs["n_generated"][mask]))
+            parts = {p: float(np.sum(runs[f"{p}_seconds"][mask])) for p in PARTS}
+            parts["wall"] = float(np.sum(runs["wall_seconds"][mask]))
+            out.append((self.series_label(point, method), parts, tokens))
+        return out
+
+    def plot_time_breakdown(self, breakdown):
+        fig, ax = plt.subplots(figsize=(max(7.5, 3.5 + 0.9 * len(breakdown)), 5.0))
+        x = np.arange(len(breakdown))
+        bottom = np.zeros(len(breakdown))
+        for part in PARTS:
+            v = np.array([1e3 * max(0.0, b[1][part]) / max(1, b[2]) for b in breakdown])
+            ax.bar(x, v, bottom=bottom, label=PART_LABELS[part])
+            bottom += v
+        ax.set_xticks(x)
+        ax.set_xticklabels([b[0] for b in breakdown], rotation=30, ha="right", fontsize=8)
+        ax.set_title("Time breakdown per generated token")
+        ax.set_xlabel("method (ar = autoregressive baseline)")
+        ax.set_ylabel("time per generated token (ms)")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        self.save(fig, "time_breakdown.png", "Wall time per generated token, split by phase (sums over prompts).")
+
+    def plot_accepted_hist(self):
+        steps, runs = self.exp.steps, self.exp.runs
+        series = []
+        for point, method in dict.fromkeys(zip(runs["point"].tolist(), runs["method"].tolist())):
+            if method == "ar":
+                continue
+            ids = np.nonzero((runs["point"] == point) & (runs["method"] == method))[0]
+            acc = steps["accepted"][np.isin(steps["run_id"], ids)]
+            if len(acc):
+                series.append((self.series_label(point, method), acc))
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        if series:
+            top = max(int(a.max()) for _, a in series)
+            width = 0.8 / len(series)
+            bins = np.arange(top + 1)
+            for i, (label, acc) in enumerate(series):
+                freq = np.bincount(acc.astype(int), minlength=top + 1) / len(acc)
+                ax.bar(bins + (i - (len(series) - 1) / 2) * width, freq, width=width, label=label)
+            ax.set_xticks(bins)
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no speculative steps recorded", ha="center", transform=ax.transAxes)
+        ax.set_title("Accepted draft tokens per step")
+        ax.set_xlabel("accepted draft tokens n per step (tokens)")
+        ax.set_ylabel("fraction of steps")
+        self.save(fig, "accepted_length_hist.png", "Each step emits n accepted tokens plus one correction/bonus.")
+
+    def plot_acceptance_by_category(self):
+        rows = self.rows("by_category", category=None)
+        cats = sorted({str(r["category"]) for r in rows})
+        series = list(dict.fromkeys((int(r["point"]), str(r["method"])) for r in rows))
+        fig, ax = plt.subplots(figsize=(max(6.0, 1.5 + 1.2 * len(cats)), 4.5))
+        if rows:
+            width = 0.8 / max(1, len(series))
+            x = np.arange(len(cats))
+            for i, (point, method) in enumerate(series):
+                y, lo, hi = [], [], []
+                for c in cats:
+                    r = next((r for r in rows if int(r["point"]) == point and str(r["method"]) == method
+                              and str(r["category"]) == c), None)
+                    a = float(r["alpha"]) if r is not None else math.nan
+                    y.append(a)
+                    lo.append(a - float(r["alpha_lo"]) if r is not None else 0.0)
+                    hi.append(float(r["alpha_hi"]) - a if r is not None else 0.0)
+                ax.bar(x + (i - (len(series) - 1) / 2) * width, y, width=width,
+                       yerr=[np.clip(np.nan_to_num(lo), 0, None), np.clip(np.nan_to_num(hi), 0, None)], capsize=2, label=self.series_label(point, method))
+            ax.set_xticks(x)
+            ax.set_xticklabels([c if c else "(no category)" for c in cats], rotation=20, ha="right")
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no speculative runs recorded", ha="center", transform=ax.transAxes)
+        ax.set_ylim(0, 1.05)
+        ax.set_title("Acceptance rate by prompt category (95% Wilson CI)")
+        ax.set_xlabel("prompt category")
+        ax.set_ylabel("acceptance rate α (fraction)")
+        self.save(fig, "acceptance_by_category.png", "Per-token acceptance rate for each prompt category.")
+
+    # ---- equivalence (written by `speclab check`; optional) ----------------------------------------
+
+    EMPIRICAL = ("empirical", "empirical_freq", "empirical_frequency", "observed_freq", "observed", "observed_counts",
+                 "counts")
+    EXPECTED = ("expected", "expected_freq", "expected_frequency", "expected_prob", "expected_probs", "probs")
+
+    def equivalence(self) -> str:
+        if not self.exp.equivalence_path:
+            return ""
+        md = ["## Distribution equivalence (/equivalence)\n"]
+        pairs = []
+        with h5py.File(self.exp.path, "r") as f:
+            g = f[self.exp.equivalence_path]
+            attrs = {k: v for k, v in g.attrs.items()}
+            if attrs:
+                md.append(md_table(["attribute", "value"], [[k, fmt(v, ".4g") if not isinstance(v, (bytes, str))
+                                                             else (v.decode() if isinstance(v, bytes) else v)]
+                                                            for k, v in attrs.items()]))
+
+            def visit(name, obj):
+                if not isinstance(obj, h5py.Group):
+                    return
+                cols = {k: d for k, d in obj.items() if isinstance(d, h5py.Dataset) and d.ndim == 1}
+                if not cols:
+                    return
+                lengths = {d.shape[0] for d in cols.values()}
+                if len(lengths) == 1 and len(cols) > 1:
+                    t = read_table(obj, n=lengths.pop()) if "complete" not in obj.attrs else read_table(obj)
+                    names = list(t)
+                    n = len(t[names[0]])
+                    shown = min(n, 40)
+                    md.append(f"### /equivalence/{name}\n")
+                    md.append(md_table(names, [[fmt(t[c][i], ".4g") if not isinstance(t[c][i], str) else t[c][i]
+                                                for c in names] for i in range(shown)]))
+                    if shown < n:
+                        md.append(f"({n - shown} more rows in the file)\n")
+                emp = next((cols[k] for k in self.EMPIRICAL if k in cols), None)
+                exp_ = next((cols[k] for k in self.EXPECTED if k in cols), None)
+                if emp is not None and exp_ is not None and emp.shape == exp_.shape and emp.shape[0] > 0:
+                    e, x = np.asarray(emp[()], dtype=float), np.asarray(exp_[()], dtype=float)
+                    if e.sum() > 1.0 + 1e-6:
+                        e = e / e.sum()
+                    if x.sum() > 1.0 + 1e-6:
+                        x = x / x.sum()
+                    pairs.append((name, e, x))
+
+            g.visititems(visit)
+            visit("", g)
+        if pairs:
+            fig, ax = plt.subplots(figsize=(6, 6))
+            hi = 0.0
+            for name, e, x in pairs:
+                ax.scatter(x, e, s=12, alpha=0.7, label=name or "/equivalence")
+                hi = max(hi, float(np.nanmax(np.concatenate([e, x]))))
+            ax.plot([0, hi], [0, hi], color="gray", linestyle="--", linewidth=0.8, label="y = x")
+            ax.set_title("Speculative sampling: empirical vs expected token frequencies")
+            ax.set_xlabel("expected frequency (target distribution, fraction)")
+            ax.set_ylabel("empirical frequency (speculative samples, fraction)")
+            ax.legend(fontsize=7)
+            self.save(fig, "equivalence.png", "Each point is one token (or token sequence) cell.")
+        elif len(md) == 1:
+            md.append("The group holds no tables.\n")
+        return "\n".join(md)
+
+    # ---- report.md ---------------------------------------------------------------------------------
+
+    def summary_table(self, rows: list[dict], with_category: bool) -> str:
+        header = ["point"] + (["category"] if with_category else []) + [
+            "drafter", "γ", "α [95% CI]", "τ", "c", "speedup", "predicted", "efficiency", "lossless"]
+        out = []
+        for r in rows:
+            ll = int(r["lossless"])
+            row = [self.exp.point_label(int(r["point"]))]
+            if with_category:
+                row.append(str(r["category"]) or "(none)")
+            row += [str(r["method"]), str(int(r["gamma"])),
+                    f"{fmt(r['alpha'])} [{fmt(r['alpha_lo'])}, {fmt(r['alpha_hi'])}]", fmt(r["tau"]),
+                    fmt(r["cost_ratio"], ".4f"), times(r["speedup"]), times(r["predicted_speedup"]),
+                    fmt(r["efficiency"], ".2f"),
+                    "yes" if ll == 1 else "NO" if ll == 0 else "n/a"]
+            out.append(row)
+        return md_table(header, out)
+
+    def write(self):
+        os.makedirs(self.out, exist_ok=True)
+        self.plot_acceptance_by_position()
+        self.plot_speedup_vs_gamma()
+        breakdown = self.time_breakdown()
+        self.plot_time_breakdown(breakdown)
+        self.plot_accepted_hist()
+        self.plot_acceptance_by_category()
+        equivalence_md = self.equivalence()
+
+        a = self.exp.attrs
+        md = [f"# SpecLab experiment report: {a.get('name', '')}\n",
+              md_table(["", ""], [["file", self.exp.path], ["status", a.get("status", "")],
+                                  ["started", a.get("start_time", "")], ["finished", a.get("end_time", "")],
+                                  ["git revision", a.get("git_revision", "")],
+                                  ["libtorch", a.get("torch_version", "")],
+                                  ["CPU", f"{a.get('cpu_model', '')} ({a.get('cpu_cores', '')} cores)"],
+                                  ["memory", fmt(float(a.get("memory_bytes", "nan") or "nan") / 2**30, ".1f") + " GiB"],
+                                  ["prompt-runs", str(self.exp.n_runs)],
+                                  ["prompts", str(len(self.exp.prompts.get("id", [])))],
+                                  ["sweep points", str(len(self.exp.points.get("index", [])))],
+                                  ["resumed", a.get("resume_count", "0") + " time(s)"]])]
+        if a.get("status") != "complete":
+            md.append("\n**The run did not finish: this report covers the complete prompt-runs in the file.**\n")
+        md.append("\n## Summary\n")
+        md.append(f"Source: {self.summary_source}. α: per-token acceptance rate (accepted / examined draft "
+                  "positions) with its 95% Wilson interval; τ: tokens per target verification forward; c: draft time "
+                  "per drafted token ÷ AR target time per token; speedup: AR wall ÷ speculative wall over the same "
+                  "prompts; predicted: (1−α^(γ+1)) / ((1−α)(γc+1)) (Leviathan et al. 2023); efficiency: speedup ÷ "
+                  "predicted; lossless: greedy output token-identical to AR.\n")
+        md.append(self.summary_table(self.rows("overall"), with_category=False))
+        cat_rows = self.rows("by_category", category=None)
+        if cat_rows:
+            md.append("\n### By prompt category\n")
+            md.append(self.summary_table(cat_rows, with_category=True))
+        md.append("\n## Time breakdown\n")
+        md.append(md_table(["method", "tokens", "wall (s)"] + [f"{PART_LABELS[p]} (ms/token)" for p in PARTS],
+                           [[label, str(tokens), fmt(parts["wall"], ".3f")] +
+                            [fmt(1e3 * parts[p] / max(1, tokens), ".3f") for p in PARTS]
+                            for label, parts, tokens in breakdown]))
+        if equivalence_md:
+            md.append("\n" + equivalence_md)
+        md.append("\n## Figures\n")
+        for name, caption in self.figures:
+            md.append(f"![{name}]({name})\n\n{caption}\n")
+        with open(os.path.join(self.out, "report.md"), "w", encoding="utf-8") as f:
+            f.write("\n".join(md))
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description="SpecLab experiment report (plots + report.md)")
+    ap.add_argument("input", help="experiment HDF5 file written by speclab run")
+    ap.add_argument("--out", help="output directory (default: <input stem>_report beside the file)")
+    args = ap.parse_args(argv)
+    out = args.out or os.path.join(os.path.dirname(args.input), os.path.splitext(os.path.basename(args.input))[0]
+                                   + "_report")
+    try:
+        exp = Experiment(args.input)
+    except (OSError, SchemaError, KeyError) as e:
+        print(f"error: {args.input}: {e}", file=sys.stderr)
+        return 2
+    Report(exp, out).write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

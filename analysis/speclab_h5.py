@@ -1,0 +1,231 @@
+"""Reader for SpecLab experiment files written by `speclab run` (docs/hdf5-schema.md).
+
+Only the committed rows are returned: /runs rows [0, complete) and the rows of /steps,
+/positions and /tokens that belong to those runs, so a file whose writer was killed reads as
+the set of prompt-runs finished before it died.
+
+    exp = Experiment("results.h5")
+    exp.runs["method"], exp.steps["accepted"], exp.summary["overall"]["alpha"]
+
+Tables are dicts of column name -> numpy array (strings as Python str objects). Needs h5py and
+numpy (Debian: python3-h5py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import h5py
+import numpy as np
+
+SCHEMA_VERSION = 1
+Z95 = 1.959963984540054
+
+
+class SchemaError(Exception):
+    """The file is not a SpecLab experiment file of a supported schema version."""
+
+
+def _column(ds: h5py.Dataset, n: int) -> np.ndarray:
+    if h5py.check_string_dtype(ds.dtype) is not None:
+        return np.array(ds.asstr(errors="replace")[:n], dtype=object)
+    return ds[:n]
+
+
+def committed_rows(group: h5py.Group) -> int:
+    """min(attribute `complete`, the length of every column)."""
+    n = int(group.attrs.get("complete", 0))
+    for ds in group.values():
+        if isinstance(ds, h5py.Dataset):
+            n = min(n, ds.shape[0])
+    return max(n, 0)
+
+
+def read_table(group: h5py.Group, n: int | None = None) -> dict:
+    if n is None:
+        n = committed_rows(group)
+    return {name: _column(ds, n) for name, ds in group.items() if isinstance(ds, h5py.Dataset)}
+
+
+def _select(table: dict, mask: np.ndarray) -> dict:
+    return {k: v[mask] for k, v in table.items()}
+
+
+def _attr_str(v) -> str:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, np.generic):
+        return str(v.item())
+    return str(v)
+
+
+class Experiment:
+    def __init__(self, path: str):
+        self.path = path
+        with h5py.File(path, "r") as f:
+            if "schema_version" not in f.attrs:
+                raise SchemaError(f"{path}: expected root attribute schema_version, found none "
+                                  "(not a SpecLab experiment file)")
+            version = int(f.attrs["schema_version"])
+            if version != SCHEMA_VERSION:
+                raise SchemaError(f"{path}: expected schema_version {SCHEMA_VERSION}, found {version}")
+            for name in ("runs", "steps", "positions", "tokens", "points", "prompts", "methods"):
+                if name not in f:
+                    raise SchemaError(f"{path}: expected table /{name}, found none")
+            self.attrs = {k: _attr_str(v) for k, v in f.attrs.items()}
+            self.config_yaml = f["config_yaml"].asstr()[()] if "config_yaml" in f else ""
+            self.points = read_table(f["points"])
+            self.point_values = read_table(f["point_values"]) if "point_values" in f else {}
+            self.prompts = read_table(f["prompts"])
+            self.methods = list(read_table(f["methods"])["name"])
+            self.runs = read_table(f["runs"])
+            n_runs = len(self.runs["run_id"])
+            if not np.array_equal(self.runs["run_id"], np.arange(n_runs)):
+                raise SchemaError(f"{path}: /runs/run_id: expected 0..{n_runs - 1} in order")
+            self.steps = self._child(f["steps"], n_runs)
+            self.positions = self._child(f["positions"], n_runs)
+            self.tokens = self._child(f["tokens"], n_runs)
+            self.summary = None
+            if "summary" in f:
+                g = f["summary"]
+                self.summary = {k: read_table(g[k]) for k in ("overall", "by_category", "positions") if k in g}
+            self.equivalence_path = "equivalence" if "equivalence" in f else None
+
+    @staticmethod
+    def _child(group: h5py.Group, n_runs: int) -> dict:
+        t = read_table(group)
+        ids = t["run_id"]
+        return _select(t, (ids >= 0) & (ids < n_runs))
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.runs["run_id"])
+
+    def point_label(self, point: int) -> str:
+        labels = self.points.get("label")
+        if labels is not None and 0 <= point < len(labels) and labels[point]:
+            return str(labels[point])
+        return f"#{point}"
+
+    def point_values_of(self, point: int) -> dict:
+        pv = self.point_values
+        if not pv:
+            return {}
+        mask = pv["point"] == point
+        return dict(zip(pv["key"][mask], pv["value"][mask]))
+
+    def run_tokens(self, run_id: int) -> np.ndarray:
+        mask = self.tokens["run_id"] == run_id
+        order = np.argsort(self.tokens["index"][mask], kind="stable")
+        return self.tokens["token"][mask][order]
+
+
+# ---- statistics (the definitions of framework/io/experiment_summary.h) --------------------------
+
+def wilson(successes: int, trials: int, z: float = Z95):
+    """(rate, lo, hi) of the Wilson score interval; NaNs for no trials."""
+    if trials <= 0:
+        return (math.nan, math.nan, math.nan)
+    n = float(trials)
+    p = successes / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    center = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    return (p, max(0.0, center - half), min(1.0, center + half))
+
+
+def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
+    """(1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)), exact at alpha = 1."""
+    if math.isnan(alpha) or math.isnan(c):
+        return math.nan
+    return sum(alpha ** i for i in range(gamma + 1)) / (gamma * c + 1.0)
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else math.nan
+
+
+def compute_summary(exp: Experiment) -> dict:
+    """The /summary tables recomputed from the runs (for files without /summary, e.g. a run that
+    was interrupted and never resumed). Same columns as the file's summary (a subset)."""
+    runs, steps = exp.runs, exp.steps
+    cols = ["point", "category", "method", "drafter", "gamma", "n_runs", "n_steps", "drafted", "accepted",
+            "examined", "alpha", "alpha_lo", "alpha_hi", "tau", "cost_ratio", "speedup", "predicted_speedup",
+            "efficiency", "draft_seconds", "verify_seconds", "accept_seconds", "kv_seconds", "other_seconds",
+            "lossless"]
+    pcols = ["point", "category", "method", "pos", "trials", "successes", "alpha", "alpha_lo", "alpha_hi"]
+    out = {"overall": {c: [] for c in cols}, "by_category": {c: [] for c in cols}, "positions": {c: [] for c in pcols}}
+    steps_by_run: dict[int, list[int]] = {}
+    for i, rid in enumerate(steps["run_id"]):
+        steps_by_run.setdefault(int(rid), []).append(i)
+    categories = sorted(set(runs["category"]))
+    methods = list(exp.methods) + [m for m in dict.fromkeys(runs["method"]) if m not in exp.methods]
+    for point in sorted(set(int(p) for p in runs["point"])):
+        ar = {}
+        for i in range(exp.n_runs):
+            if runs["point"][i] == point and runs["method"][i] == "ar":
+                ar[(int(runs["prompt"][i]), int(runs["repeat"][i]))] = i
+        for method in methods:
+            if method == "ar":
+                continue
+            sel = [i for i in range(exp.n_runs) if runs["point"][i] == point and runs["method"][i] == method]
+            if not sel:
+                continue
+            for category in [""] + categories:
+                sub = [i for i in sel if category == "" or runs["category"][i] == category]
+                if not sub:
+                    continue
+                drafted = accepted = examined = emitted = n_steps = 0
+                draft_time = ar_decode = spec_wall = ar_wall = 0.0
+                ar_fw = 0
+                pos_t: list[int] = []
+                pos_h: list[int] = []
+                checked = failed = 0
+                for i in sub:
+                    if runs["lossless"][i] >= 0:
+                        checked += 1
+                        failed += int(runs["lossless"][i] == 0)
+                    for s in steps_by_run.get(i, []):
+                        k, n = int(steps["drafted"][s]), int(steps["accepted"][s])
+                        n_steps += 1
+                        drafted += k
+                        accepted += n
+                        emitted += n + 1
+                        examined += min(n + 1, k)
+                        draft_time += float(steps["draft_seconds"][s])
+                        while len(pos_t) < k:
+                            pos_t.append(0)
+                            pos_h.append(0)
+                        for j in range(min(k, n + 1)):
+                            pos_t[j] += 1
+                            pos_h[j] += int(j < n)
+                    key = (int(runs["prompt"][i]), int(runs["repeat"][i]))
+                    if key in ar:
+                        a = ar[key]
+                        spec_wall += float(runs["wall_seconds"][i])
+                        ar_wall += float(runs["wall_seconds"][a])
+                        ar_decode += float(runs["decode_seconds"][a])
+                        ar_fw += max(0, int(runs["target_forwards"][a]) - 1)
+                gamma = int(runs["gamma"][sub[0]])
+                alpha = wilson(accepted, examined)
+                c = _ratio(_ratio(draft_time, drafted), _ratio(ar_decode, ar_fw))
+                speedup = _ratio(ar_wall, spec_wall)
+                predicted = leviathan_speedup(alpha[0], gamma, c)
+                row = dict(point=point, category=category, method=method, drafter=runs["drafter"][sub[0]],
+                           gamma=gamma, n_runs=len(sub), n_steps=n_steps, drafted=drafted, accepted=accepted,
+                           examined=examined, alpha=alpha[0], alpha_lo=alpha[1], alpha_hi=alpha[2],
+                           tau=_ratio(emitted, n_steps), cost_ratio=c, speedup=speedup,
+                           predicted_speedup=predicted, efficiency=_ratio(speedup, predicted),
+                           lossless=-1 if checked == 0 else int(failed == 0))
+                for part in ("draft", "verify", "accept", "kv", "other"):
+                    row[f"{part}_seconds"] = float(sum(runs[f"{part}_seconds"][i] for i in sub))
+                table = out["overall"] if category == "" else out["by_category"]
+                for col in cols:
+                    table[col].append(row[col])
+                for j, (t, h) in enumerate(zip(pos_t, pos_h)):
+                    w = wilson(h, t)
+                    for col, v in zip(pcols, (point, category, method, j, t, h, w[0], w[1], w[2])):
+                        out["positions"][col].append(v)
+    return {name: {k: np.array(v, dtype=object if k in ("category", "method", "drafter") else None)
+                   for k, v in t.items()} for name, t in out.items()}

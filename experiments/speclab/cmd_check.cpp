@@ -1,0 +1,104 @@
+// speclab check — the distribution-equivalence checks of a config's `equivalence` section
+// (framework/equivalence/equivalence_runner.h, docs/equivalence.md): prints the table, writes
+// the `/equivalence` group of the output HDF5 file.
+// Exit codes: 0 every check passed and every negative control was caught; 1 a check failed (a
+// finding, see the printed failure lines); 2 bad input (config, models, prompts, output path).
+#include <c10/core/InferenceMode.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "experiments/speclab/cli.h"
+#include "framework/core/error.h"
+#include "framework/equivalence/equivalence_hdf5.h"
+#include "framework/equivalence/equivalence_runner.h"
+#include "framework/io/experiment_config.h"
+
+namespace speclab::cli {
+
+namespace {
+
+// A check failed: a finding, not a crash (main() uses 1 for internal errors too; a failed check
+// prints its failure lines, a crash prints "internal error").
+constexpr int kExitCheckFailed = 1;
+
+std::string git_head() {
+  const std::string dir = source_dir();
+  const std::string cmd = "git " + (dir.empty() ? std::string() : "-C '" + dir + "' ") + "rev-parse HEAD 2>/dev/null";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[128];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    if (pclose(p) != 0) out.clear();
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  if (out.size() != 40 || out.find_first_not_of("0123456789abcdef") != std::string::npos) return "unknown";
+  return out;
+}
+
+}  // namespace
+
+int cmd_check(const std::vector<std::string>& args) {
+  std::string config_path, output;
+  std::vector<std::string> overrides;
+  bool overwrite = false, quiet = false;
+  int threads = 0;
+  po::options_description desc("speclab check");
+  desc.add_options()
+      ("config", po::value(&config_path), "experiment YAML with an `equivalence` section (positional)")
+      ("set", po::value(&overrides)->multitoken(), "override a config key: key=value (repeatable)")
+      ("out,o", po::value(&output), "HDF5 output path (default: the config's output.path)")
+      ("overwrite", po::bool_switch(&overwrite),
+       "replace an existing output file (an experiment file of `speclab run` keeps its runs and gets its "
+       "/equivalence group replaced)")
+      ("threads", po::value(&threads)->default_value(threads), "CPU threads for libtorch (0 = default)")
+      ("quiet,q", po::bool_switch(&quiet), "no progress lines on stderr")
+      ("help,h", "show this help");
+  po::positional_options_description pos;
+  pos.add("config", 1);
+  po::variables_map vm;
+  const char* usage = "usage: speclab check CONFIG.yaml [--set key=value ...] [--out FILE.h5] [--overwrite]";
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    if (vm.count("help")) {
+      std::cout << usage << "\n\nExit codes: 0 all checks pass and every negative control is caught; 1 a check "
+                   "failed; 2 bad input.\n\n"
+                << desc << "\n";
+      return kExitOk;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Error(ErrorKind::kConfig, e.what(), "command line");
+  }
+  if (config_path.empty()) throw Error(ErrorKind::kConfig, "expected a config file, found none", "command line", "CONFIG");
+  set_threads(threads);
+
+  ExperimentConfig config = load_experiment_config(config_path, overrides);
+  if (!output.empty()) config.output.path = output;
+  config.output.validate();
+  // Refuse an existing file before spending any time on the checks.
+  std::error_code ec;
+  if (!overwrite && std::filesystem::exists(config.output.path, ec))
+    throw Error(ErrorKind::kConfig, "expected no file at the output path, found one (pass --overwrite to replace it)",
+                config.output.path, "output.path");
+
+  EquivalenceRunOptions options;
+  if (!quiet)
+    options.progress = [](const std::string& line) {
+      std::fprintf(stderr, "%s\n", line.c_str());
+      std::fflush(stderr);
+    };
+  c10::InferenceMode inference;
+  const EquivalenceReport report = run_equivalence(config, options);
+  std::cout << format_equivalence_report(report);
+  EquivalenceFileMeta meta;
+  meta.config_yaml = config.resolved_yaml;
+  meta.git_revision = git_head();
+  write_equivalence(config.output.path, report, meta, overwrite);
+  std::cout << "results: " << config.output.path << " (group /equivalence)" << std::endl;
+  return report.pass() ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace speclab::cli

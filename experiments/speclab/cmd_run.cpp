@@ -1,0 +1,202 @@
+// speclab run — run an experiment config (framework/io/experiment_runner.h): record every
+// prompt-run to HDF5, print the summary table, and generate the report.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "experiments/speclab/cli.h"
+#include "framework/core/error.h"
+#include "framework/io/experiment_config.h"
+#include "framework/io/experiment_runner.h"
+
+namespace speclab::cli {
+
+namespace {
+
+std::string clock_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--:--";
+  const long s = static_cast<long>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%02ld:%02ld", s / 60, s % 60);
+  return buf;
+}
+
+int terminal_columns() {
+  struct winsize w {};
+  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 20) return w.ws_col;
+  return 80;
+}
+
+// Progress on stderr: a bar redrawn in place on a terminal, one plain line per prompt-run
+// otherwise (logs, pipes).
+class ProgressPrinter {
+ public:
+  ProgressPrinter() : tty_(isatty(STDERR_FILENO) != 0) {}
+
+  void operator()(const ProgressEvent& e) {
+    using K = ProgressEvent::Kind;
+    switch (e.kind) {
+      case K::kStart:
+        line("experiment: " + std::to_string(e.total) + " prompt-runs" +
+             (e.resumed ? " (" + std::to_string(e.resumed) + " already in the file, skipped)" : ""));
+        break;
+      case K::kPoint:
+        line("sweep point #" + std::to_string(e.point) + (e.point_label.empty() ? "" : " (" + e.point_label + ")"));
+        break;
+      case K::kWarmup:
+        if (tty_) bar(e, "warmup");
+        break;
+      case K::kRunDone: {
+        const double rate = e.elapsed_seconds > 0 ? static_cast<double>(e.tokens) / e.elapsed_seconds : 0.0;
+        if (tty_) {
+          bar(e, "");
+        } else {
+          const RunRecord& r = *e.run;
+          char buf[512];
+          std::snprintf(buf, sizeof buf,
+                        "[%lld/%lld] point #%lld prompt %s method %s repeat %lld: %lld tokens in %.3f s; %.1f tok/s "
+                        "overall, ETA %s",
+                        static_cast<long long>(e.done), static_cast<long long>(e.total),
+                        static_cast<long long>(r.key.point), r.prompt_id.c_str(), r.key.method.c_str(),
+                        static_cast<long long>(r.key.repeat), static_cast<long long>(r.n_generated), r.wall_seconds,
+                        rate, clock_text(e.eta_seconds).c_str());
+          line(buf);
+        }
+        break;
+      }
+    }
+  }
+
+  // Ends the in-place bar so that later output starts on a fresh line.
+  void finish() {
+    if (tty_ && drawn_) std::fputc('\n', stderr);
+    drawn_ = false;
+  }
+
+ private:
+  void line(const std::string& text) {
+    finish();
+    std::fprintf(stderr, "%s\n", text.c_str());
+    std::fflush(stderr);
+  }
+
+  void bar(const ProgressEvent& e, const std::string& note) {
+    const double rate = e.elapsed_seconds > 0 ? static_cast<double>(e.tokens) / e.elapsed_seconds : 0.0;
+    char tail[160];
+    std::snprintf(tail, sizeof tail, " %lld/%lld prompt-runs  %.1f tok/s  ETA %s%s%s", static_cast<long long>(e.done),
+                  static_cast<long long>(e.total), rate, clock_text(e.eta_seconds).c_str(), note.empty() ? "" : "  ",
+                  note.c_str());
+    const int width = std::max(10, terminal_columns() - static_cast<int>(std::string(tail).size()) - 3);
+    const int filled = e.total > 0 ? static_cast<int>(width * e.done / e.total) : 0;
+    std::string b = "\r[" + std::string(static_cast<size_t>(filled), '#') +
+                    std::string(static_cast<size_t>(width - filled), '.') + "]" + tail;
+    std::fputs(b.c_str(), stderr);
+    std::fputs("\x1b[K", stderr);  // clear the rest of the line
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+
+  bool tty_;
+  bool drawn_ = false;
+};
+
+std::string capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[256];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  if (pclose(p) != 0) return {};
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+std::string git_revision() {
+  const std::string dir = source_dir();
+  std::string rev = capture("git " + (dir.empty() ? std::string() : "-C '" + dir + "' ") + "rev-parse HEAD 2>/dev/null");
+  if (rev.size() != 40 || rev.find_first_not_of("0123456789abcdef") != std::string::npos) return "unknown";
+  return rev;
+}
+
+}  // namespace
+
+int cmd_run(const std::vector<std::string>& args) {
+  std::string config_path, output, report_dir;
+  std::vector<std::string> overrides;
+  bool resume = false, overwrite = false, no_report = false;
+  int threads = 0;
+  po::options_description desc("speclab run");
+  desc.add_options()
+      ("config", po::value(&config_path), "experiment YAML (positional)")
+      ("set", po::value(&overrides)->composing(), "override a config key: --set key=value (repeatable)")
+      ("output,o", po::value(&output), "HDF5 output path (default: the config's output.path)")
+      ("resume", po::bool_switch(&resume), "continue an interrupted run: skip the prompt-runs already in the file")
+      ("overwrite", po::bool_switch(&overwrite), "replace an existing output file")
+      ("no-report", po::bool_switch(&no_report), "do not generate the report (plots + report.md)")
+      ("report-dir", po::value(&report_dir), "report directory (default: <output stem>_report beside the file)")
+      ("threads", po::value(&threads)->default_value(threads), "CPU threads for libtorch (0 = default)")
+      ("help,h", "show this help");
+  po::positional_options_description pos;
+  pos.add("config", 1);
+  po::variables_map vm;
+  const char* usage = "usage: speclab run CONFIG.yaml [--set key=value ...] [--output FILE.h5] [--resume | --overwrite]";
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    if (vm.count("help")) {
+      std::cout << usage << "\n\n" << desc << "\n";
+      return kExitOk;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Error(ErrorKind::kConfig, e.what(), "command line");
+  }
+  if (config_path.empty()) throw Error(ErrorKind::kConfig, "expected a config file, found none", "command line", "CONFIG");
+  if (resume && overwrite)
+    throw Error(ErrorKind::kConfig, "expected at most one of --resume and --overwrite, found both", "command line");
+  set_threads(threads);
+
+  ExperimentConfig config = load_experiment_config(config_path, overrides);
+  if (!output.empty()) config.output.path = output;
+
+  RunnerOptions ropts;
+  ropts.mode = resume ? OutputMode::kResume : overwrite ? OutputMode::kOverwrite : OutputMode::kCreate;
+  ropts.git_revision = git_revision();
+  ProgressPrinter progress;
+  ropts.on_progress = [&progress](const ProgressEvent& e) { progress(e); };
+  ExperimentOutcome out;
+  try {
+    out = run_experiment(config, ropts);
+  } catch (...) {
+    progress.finish();
+    throw;
+  }
+  progress.finish();
+
+  std::printf("\nsummary: %s (%lld prompt-runs recorded now, %lld resumed)\n", out.output_path.c_str(),
+              static_cast<long long>(out.runs_recorded), static_cast<long long>(out.runs_resumed));
+  std::printf("alpha: per-token acceptance rate [95%% Wilson CI]; tau: tokens per target forward; c: draft/target cost "
+              "per token; speedup: AR wall / speculative wall; predicted: Leviathan et al. (2023) from alpha, gamma, "
+              "c; efficiency: speedup / predicted; lossless: greedy output identical to AR\n\n");
+  std::printf("%s", format_summary_table(out.summary.overall, out.data.points).c_str());
+  bool several_categories = false;
+  for (const auto& m : out.summary.by_category)
+    several_categories = several_categories || m.category != out.summary.by_category.front().category;
+  if (several_categories)
+    std::printf("\nby prompt category:\n%s", format_summary_table(out.summary.by_category, out.data.points).c_str());
+  std::fflush(stdout);
+
+  if (no_report) return kExitOk;
+  if (report_dir.empty()) report_dir = default_report_dir(out.output_path);
+  return run_report(out.output_path, report_dir);
+}
+
+}  // namespace speclab::cli

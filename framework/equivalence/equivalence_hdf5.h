@@ -1,0 +1,35 @@
+// Writes an EquivalenceReport as the `/equivalence` group of an HDF5 file (schema:
+// docs/equivalence.md, equivalence schema_version 1). Same conventions as the experiment file
+// (docs/hdf5-schema.md): tables are groups of equally long 1-D column datasets of plain types
+// (int32, int64, uint8, float64, variable-length UTF-8 strings), each with an int64 attribute
+// `complete` = its row count; no compound types. Torch-free (HDF5 C++ API).
+//
+// File policy:
+//   the file does not exist      -> it is created with root attributes (name, git_revision,
+//                                   kind = "speclab-equivalence"), the /config_yaml scalar and
+//                                   the /equivalence group;
+//   it exists, overwrite false   -> Error(kConfig, ..., path, "output.path"), nothing touched;
+//   it exists, overwrite true    -> an experiment file of `speclab run` (it has /runs) keeps
+//                                   everything and gets its /equivalence group replaced; any
+//                                   other file is replaced.
+#pragma once
+
+#include <string>
+
+#include "framework/equivalence/equivalence_runner.h"
+
+namespace speclab {
+
+constexpr int64_t kEquivalenceSchemaVersion = 1;
+
+struct EquivalenceFileMeta {
+  std::string config_yaml;              // the resolved config
+  std::string git_revision = "unknown";
+};
+
+// Throws Error(kConfig) as described above, Error(kIo, ..., path) when the file cannot be
+// created or written.
+void write_equivalence(const std::string& path, const EquivalenceReport& report, const EquivalenceFileMeta& meta,
+                       bool overwrite);
+
+}  // namespace speclab

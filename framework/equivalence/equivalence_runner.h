@@ -1,0 +1,168 @@
+// `speclab check`: the distribution-equivalence checks of an experiment config's `equivalence`
+// section (EquivalenceOptions in framework/io/experiment_config.h), run on the config's target
+// model, drafters and prompts. docs/equivalence.md describes every check, the statistics, the
+// multiple-testing policy and the HDF5 schema.
+//
+//   1. greedy    every prompt x drafter x gamma: speculative vs AR tokens (greedy_check.h);
+//   2. analytic  every prompt at 3 context lengths x (temperature, top_p, top_k) x model draft:
+//                exact first-token distribution vs p (analytic_check.h);
+//   3. sampling  the first `contexts` prompts x (temperature, top_p, top_k) x drafter x gamma:
+//                N draws per subject, two-sample tests vs AR and one-sample tests vs the exact
+//                distributions (sampling_check.h), Holm-Bonferroni across the whole sweep;
+//   4. controls  always-accept and top-p-on-p-only, through the same engine at the same N,
+//                each required to be caught (Bonferroni over its cell's tests below
+//                control_alpha), with the smallest N at which it is caught.
+// Verdict: pass when no greedy divergence is a "bug", every analytic error is below
+// kAnalyticTolerance, no Holm-adjusted p-value of the lossless engine is below alpha, and every
+// applicable control is caught.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "framework/equivalence/analytic_check.h"
+#include "framework/equivalence/greedy_check.h"
+#include "framework/equivalence/sampling_check.h"
+#include "framework/io/experiment_config.h"
+
+namespace speclab {
+
+// Below this many draws per subject the sampling check refuses to run (see validate()).
+constexpr int64_t kMinEquivalenceSamples = 1000;
+
+// Knobs of the check that are not in the YAML section (defaults are the documented policy).
+struct EquivalenceRunOptions {
+  double min_expected = 5.0;       // pooling threshold of every chi-square test (Cochran's rule)
+  int64_t min_samples = kMinEquivalenceSamples;
+  int64_t power_start = 250;       // first N of the power grid (doubling)
+  int64_t max_exact_prefixes = 256;  // cap on |S| of the exact joint (sampling_check.h)
+  std::vector<int64_t> analytic_offsets = {0, 8, 16};  // context = prompt + this many greedy tokens
+  std::function<void(const std::string&)> progress;  // optional progress lines (the CLI prints them)
+
+  // Error(kConfig, field "min_expected" / ...) on a non-positive or non-finite value.
+  void validate() const;
+};
+
+// Checks that `config` can run the equivalence checks: an `equivalence` section, at least one
+// drafter and one prompt, samples >= min_samples when sampling is on (below that the expected
+// count N·p reaches 5 only for tokens of probability >= 5/N, so nearly every cell of a joint is
+// pooled and the tests compare little more than the top token), contexts <= prompts, and at
+// least one position m >= 2 when negative controls are on (position 1 is sampled from the
+// prefill before any verification, so no faulty rule can change it). Throws Error(kConfig,
+// message, config.source_path, "equivalence.<key>").
+void validate_equivalence_config(const ExperimentConfig& config, const std::vector<Prompt>& prompts,
+                                 const EquivalenceRunOptions& options);
+
+struct GreedyRow {
+  int64_t prompt = 0;
+  std::string prompt_id, drafter;
+  int gamma = 0;
+  GreedyCheck check;
+};
+
+struct AnalyticRow {
+  int64_t prompt = 0;
+  std::string prompt_id;
+  int64_t context_len = 0;  // tokens in the context
+  std::string draft;        // drafter label (a model draft)
+  SamplingOptions sampling;
+  AnalyticErrors errors;
+};
+
+// A (context, temperature, top_p, top_k) group shares one AR sample and one exact reference.
+struct SamplingGroup {
+  int64_t index = 0;
+  int64_t context = 0;      // prompt index
+  std::string prompt_id;
+  SamplingOptions sampling;
+  int64_t n = 0;
+  int64_t exact_prefixes = 0;  // |S|
+  double exact_covered = 0.0;  // Σ_{S} p1
+  double ar_seconds = 0.0;
+};
+
+struct ControlOutcome {
+  bool applicable = false;
+  std::string note;           // why not applicable
+  bool caught = false;        // at N
+  double min_p = 1.0;         // at N, before the Bonferroni factor
+  int64_t tests = 0;
+  int64_t power_n = -1;       // smallest grid N at which it is caught (-1: not caught)
+};
+
+struct SamplingCell {
+  int64_t index = 0;
+  int64_t group = 0;
+  std::string drafter;
+  int gamma = 0;
+  int64_t n = 0;
+  uint64_t seed_base = 0;
+  double acceptance_rate = 0.0;  // lossless engine, over all verification steps of the draws
+  double spec_seconds = 0.0;
+  double min_holm_p = 1.0;       // over the cell's lossless tests
+  bool pass = true;
+  ControlOutcome always_accept, top_p_on_p_only;
+};
+
+struct TestRow {
+  int64_t group = 0;
+  int64_t cell = -1;             // -1 for the AR engine's exact tests (per group)
+  CellTest test;
+  bool in_family = false;        // lossless engines: part of the Holm family
+  double holm_p = 1.0;           // Holm-adjusted p (family members), else the raw p-value
+  bool reject = false;           // holm_p < alpha (family) or p · tests < control_alpha (controls)
+};
+
+struct PowerRow {
+  int64_t cell = 0;
+  std::string control;
+  PowerPoint point;
+};
+
+// Token frequencies for plots: the most frequent tokens per cell and position.
+struct FrequencyRow {
+  int64_t cell = 0;
+  int position = 0;              // 1-based
+  Token token = -1;
+  std::string text;              // the token's text (tokenizer)
+  int64_t ar = 0, speculative = 0, always_accept = -1, top_p_on_p_only = -1;  // counts (-1: not run)
+  double exact = 0.0;            // exact probability (position 1; position 2 when S covers all), else NaN
+};
+
+struct EquivalenceReport {
+  std::string name;
+  double alpha = 0.0, control_alpha = 0.0, min_expected = 0.0;
+  int64_t samples = 0;
+  std::vector<int> positions;
+  std::vector<GreedyRow> greedy;
+  std::vector<AnalyticRow> analytic;
+  std::vector<SamplingGroup> groups;
+  std::vector<SamplingCell> cells;
+  std::vector<TestRow> tests;
+  std::vector<PowerRow> power;
+  std::vector<FrequencyRow> frequencies;
+  int64_t family_size = 0;
+  bool ran_greedy = false, ran_analytic = false, ran_sampling = false;
+  bool greedy_pass = true, analytic_pass = true, sampling_pass = true, controls_pass = true;
+  double analytic_max_error = 0.0;
+  std::vector<std::string> failures;  // one line per failed item
+  double seconds = 0.0;
+
+  bool pass() const { return greedy_pass && analytic_pass && sampling_pass && controls_pass; }
+};
+
+// Runs every enabled check. Throws Error (config, model loading, prompts) before any decoding
+// when the input is bad; a failed check is a result (report.pass() == false), not an error.
+EquivalenceReport run_equivalence(const ExperimentConfig& config, const EquivalenceRunOptions& options = {});
+
+// Applies Holm to the report's family, sets in_family/holm_p/reject, the cells' pass and
+// min_holm_p, sampling_pass, controls_pass and the failure lines of the sampling part. Exposed
+// for tests; run_equivalence calls it.
+void finalize_sampling_verdict(EquivalenceReport& report);
+
+// The report as a plain-text table (what `speclab check` prints).
+std::string format_equivalence_report(const EquivalenceReport& report);
+
+}  // namespace speclab

@@ -1,0 +1,72 @@
+// Model decorators used by the equivalence checks. Both wrap a Model and forward every call to
+// it unchanged, so the engines (generate_ar, generate_speculative) run exactly as they do in
+// production; the decorators only observe or memoize.
+//
+//   LogitsRecorder  keeps a copy of the logits every forward() returns, in call order, so the
+//                   greedy check can read the target's logits in the AR pass and in the
+//                   verification pass without recomputing them (a recomputation would use a
+//                   different batch shape and so different rounding: exactly what the check
+//                   must not paper over).
+//   PrefillMemo     memoizes the prefill of one fixed context: a forward over exactly the
+//                   remembered tokens at positions 0..n-1 (all layers, same logits_last_n)
+//                   writes the remembered K/V into the view's write slots and returns the
+//                   remembered logits, bit-identical to what the model computed the first time.
+//                   Every other call runs the model. The sampling check draws thousands of
+//                   continuations of one context; this removes the repeated prefill and nothing
+//                   else.
+// Neither is thread-safe (forward() updates the decorator's state); use one per thread.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "models/model.h"
+
+namespace speclab {
+
+class LogitsRecorder : public Model {
+ public:
+  explicit LogitsRecorder(const Model& inner) : inner_(inner) {}
+
+  const ModelConfig& config() const override { return inner_.config(); }
+  uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
+                     const ForwardOptions& opts = {}) const override;
+
+  // One entry per forward() since the last clear(): the returned logits, [n_out, vocab] float32.
+  const std::vector<at::Tensor>& calls() const { return calls_; }
+  void clear() { calls_.clear(); }
+
+ private:
+  const Model& inner_;
+  mutable std::vector<at::Tensor> calls_;
+};
+
+class PrefillMemo : public Model {
+ public:
+  explicit PrefillMemo(const Model& inner) : inner_(inner) {}
+
+  const ModelConfig& config() const override { return inner_.config(); }
+  uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
+  // A call with positions starting at 0, ascending by 1, and no layer subset is a prefill: it
+  // is answered from the memo when tokens and logits_last_n match the remembered ones, and
+  // otherwise run and remembered (replacing the previous memo). kv.k_cache/v_cache must be
+  // [n_layers, n_slots, n_kv_heads, head_dim] as documented in framework/kv/kv_view.h.
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
+                     const ForwardOptions& opts = {}) const override;
+
+  int64_t hits() const { return hits_; }      // prefills answered from the memo
+  int64_t misses() const { return misses_; }  // prefills computed (and remembered)
+
+ private:
+  const Model& inner_;
+  mutable std::vector<int64_t> tokens_;  // [n] the remembered prompt (empty = no memo)
+  mutable int64_t last_n_ = -1;          // its logits_last_n
+  mutable at::Tensor k_, v_;             // [n_layers, n, n_kv_heads, head_dim]
+  mutable at::Tensor logits_;            // [n_out, vocab]
+  mutable int64_t hits_ = 0, misses_ = 0;
+};
+
+}  // namespace speclab

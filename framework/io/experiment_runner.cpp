@@ -1,0 +1,420 @@
+#include "framework/io/experiment_runner.h"
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "framework/core/error.h"
+#include "framework/draft/registry.h"
+#include "framework/engine/ar_decode.h"
+#include "framework/engine/spec_decode.h"
+#include "framework/io/hdf5_recorder.h"
+#include "framework/kv/kv_cache_manager.h"
+#include "models/llama/llama_model.h"
+#include "models/model_loader.h"
+
+#ifndef SPECLAB_TORCH_VERSION
+#define SPECLAB_TORCH_VERSION "unknown"
+#endif
+
+namespace speclab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string iso8601_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0 || line.rfind("Model", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string v = line.substr(colon + 1);
+        v.erase(0, v.find_first_not_of(" \t"));
+        if (!v.empty()) return v;
+      }
+    }
+  }
+  return "unknown";
+}
+
+ExperimentMetadata host_metadata(const ExperimentConfig& config, const RunnerOptions& options) {
+  ExperimentMetadata m;
+  m.name = config.name;
+  m.config_yaml = config.resolved_yaml;
+  m.git_revision = options.git_revision.empty() ? "unknown" : options.git_revision;
+  m.torch_version = SPECLAB_TORCH_VERSION;
+  m.cpu_model = cpu_model();
+  m.cpu_cores = static_cast<int64_t>(std::thread::hardware_concurrency());
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  m.memory_bytes = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+  m.start_time = iso8601_now();
+  return m;
+}
+
+// The resolved config without its `output` section (a resumed run may be pointed at the file
+// by another path), re-emitted so that formatting differences do not matter.
+std::string config_without_output(const std::string& yaml) {
+  if (yaml.empty()) return {};
+  try {
+    YAML::Node n = YAML::Load(yaml);
+    if (n.IsMap()) n.remove("output");
+    YAML::Emitter e;
+    e << n;
+    return e.c_str();
+  } catch (const YAML::Exception&) {
+    return yaml;
+  }
+}
+
+struct LoadedTarget {
+  LoadedModel info;  // config, tokenizer, chat template (weights moved into model)
+  std::unique_ptr<LlamaModel> model;
+};
+
+// One target model per distinct models.target source.
+class ModelCache {
+ public:
+  LoadedTarget& get(const ModelSource& src) {
+    const std::string key = src.path + "\n" + src.format + "\n" + src.tokenizer;
+    auto it = models_.find(key);
+    if (it != models_.end()) return *it->second;
+    auto t = std::make_unique<LoadedTarget>();
+    t->info = load_model(src);
+    t->model = std::make_unique<LlamaModel>(t->info);
+    return *models_.emplace(key, std::move(t)).first->second;
+  }
+
+ private:
+  std::map<std::string, std::unique_ptr<LoadedTarget>> models_;
+};
+
+TokenList render_prompt(const LoadedTarget& m, const ExperimentConfig& cfg, const Prompt& p) {
+  const std::string& chat = cfg.prompts.chat;
+  const bool use_chat = chat == "on" || (chat == "auto" && m.info.chat_template.available());
+  std::string text = p.text;
+  if (use_chat) {
+    if (!m.info.chat_template.available())
+      throw Error(ErrorKind::kConfig, "expected a model with a chat template for chat: on, found none in " + m.info.source,
+                  cfg.source_path, "prompts.chat");
+    std::vector<ChatMessage> msgs;
+    if (!cfg.prompts.system.empty()) msgs.push_back({"system", cfg.prompts.system});
+    msgs.push_back({"user", p.text});
+    text = m.info.chat_template.render(msgs, true);
+  }
+  return m.info.tokenizer->encode(text, m.info.add_bos);
+}
+
+// Everything one sweep point runs with.
+struct PointContext {
+  const SweepPoint* point = nullptr;
+  LoadedTarget* target = nullptr;
+  std::unique_ptr<KvCacheManager> kv;
+  PoolId pool = 0;
+  std::vector<std::unique_ptr<Drafter>> drafters;  // [drafters.size()], config order
+  std::vector<TokenList> prompts;                  // [n_prompts] rendered ids
+};
+
+std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::vector<Prompt>& prompts,
+                                            ModelCache& models) {
+  auto ctx = std::make_unique<PointContext>();
+  const ExperimentConfig& cfg = point.config;
+  ctx->point = &point;
+  ctx->target = &models.get(cfg.models.target);
+  const ModelConfig& mc = ctx->target->model->config();
+  for (const Prompt& p : prompts) {
+    TokenList ids = render_prompt(*ctx->target, cfg, p);
+    try {
+      check_prompt_fits(ids, mc);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::kBadInput, "prompt '" + p.id + "': " + e.message(), cfg.source_path, "prompts");
+    }
+    ctx->prompts.push_back(std::move(ids));
+  }
+  ctx->kv = std::make_unique<KvCacheManager>(cfg.kv);
+  ctx->pool = ctx->kv->add_pool(mc);
+  DrafterEnv env;
+  env.target = ctx->target->model.get();
+  env.kv = ctx->kv.get();
+  env.target_pool = ctx->pool;
+  env.vocab_size = mc.vocab_size;
+  DrafterRegistry registry = DrafterRegistry::with_builtins();
+  for (const DrafterEntry& d : cfg.drafters) ctx->drafters.push_back(registry.create(d.options, env));
+  return ctx;
+}
+
+// Decodes one prompt with one method; fills the measurements of `rec` (not the key fields).
+void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, RunRecord& rec) {
+  const ExperimentConfig& cfg = ctx.point->config;
+  const Model& model = *ctx.target->model;
+  const Tokenizer& tok = *ctx.target->info.tokenizer;
+  const KvTarget kvt{ctx.kv.get(), ctx.pool};
+  rec.n_prompt_tokens = static_cast<int64_t>(ids.size());
+  rec.greedy = cfg.sampling.greedy() ? 1 : 0;
+  if (method_index < 0) {
+    const auto t0 = Clock::now();
+    GenerationResult g = generate_ar(model, tok, ids, cfg.generation, cfg.sampling, KvMode::kCached, {}, kvt);
+    rec.wall_seconds = since(t0);
+    rec.prefill_seconds = g.prefill_seconds;
+    rec.decode_seconds = g.decode_seconds;
+    rec.verify_seconds = g.prefill_seconds + g.decode_seconds;
+    rec.tokens = std::move(g.tokens);
+    rec.text = std::move(g.text);
+    rec.target_forwards = g.forward_calls;
+    rec.stop_reason = to_string(g.stop_reason);
+  } else {
+    const DrafterEntry& entry = cfg.drafters[static_cast<size_t>(method_index)];
+    Drafter& drafter = *ctx.drafters[static_cast<size_t>(method_index)];
+    const auto t0 = Clock::now();
+    SpecResult s = generate_speculative(model, tok, ids, cfg.generation, cfg.sampling, drafter, entry.options, kvt);
+    rec.wall_seconds = since(t0);
+    rec.prefill_seconds = s.prefill_seconds;
+    rec.decode_seconds = s.decode_seconds;
+    rec.draft_seconds = s.draft_seconds;
+    rec.verify_seconds = s.verify_seconds + s.prefill_seconds;
+    rec.accept_seconds = s.accept_seconds;
+    rec.kv_seconds = s.kv_seconds;
+    rec.tokens = std::move(s.tokens);
+    rec.text = std::move(s.text);
+    rec.target_forwards = s.forward_calls;
+    rec.stop_reason = to_string(s.stop_reason);
+    for (SpecStep& st : s.steps) {
+      StepRecord r;
+      r.drafted = st.drafted;
+      r.accepted = st.accepted;
+      r.bonus = st.bonus ? 1 : 0;
+      r.draft_seconds = st.draft_seconds;
+      r.verify_seconds = st.verify_seconds;
+      r.accept_seconds = st.accept_seconds;
+      r.kv_seconds = st.kv_seconds;
+      r.p = std::move(st.p);
+      r.q = std::move(st.q);
+      r.accept_prob = std::move(st.accept_prob);
+      r.accepted_mask = std::move(st.accepted_mask);
+      rec.steps.push_back(std::move(r));
+    }
+  }
+  rec.n_generated = static_cast<int64_t>(rec.tokens.size());
+  rec.other_seconds =
+      rec.wall_seconds - (rec.draft_seconds + rec.verify_seconds + rec.accept_seconds + rec.kv_seconds);
+}
+
+std::vector<PointRecord> point_records(const std::vector<SweepPoint>& points) {
+  std::vector<PointRecord> out;
+  for (const SweepPoint& p : points) out.push_back({p.index, p.values, point_label(p.values)});
+  return out;
+}
+
+std::vector<PromptRecord> prompt_records(const std::vector<Prompt>& prompts) {
+  std::vector<PromptRecord> out;
+  for (const Prompt& p : prompts) out.push_back({p.id, p.category, p.text});
+  return out;
+}
+
+// Resume: the file must describe the same experiment.
+void check_same_experiment(const std::string& path, const ExperimentData& have, const ExperimentConfig& config,
+                           const std::vector<PointRecord>& points, const std::vector<PromptRecord>& prompts,
+                           const std::vector<std::string>& methods) {
+  auto differs = [&](const std::string& what) {
+    throw Error(ErrorKind::kConfig,
+                "expected the same " + what + " as the experiment recorded in the file, found a different one; "
+                "resume with the same config, or use --overwrite to start over",
+                path, "--resume");
+  };
+  if (have.points.size() != points.size()) differs("sweep");
+  for (size_t i = 0; i < points.size(); ++i)
+    if (have.points[i].values != points[i].values) differs("sweep");
+  if (have.prompts.size() != prompts.size()) differs("prompt set");
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (have.prompts[i].id != prompts[i].id || have.prompts[i].text != prompts[i].text ||
+        have.prompts[i].category != prompts[i].category)
+      differs("prompt set");
+  if (have.methods != methods) differs("drafter list");
+  if (config_without_output(have.config_yaml) != config_without_output(config.resolved_yaml)) differs("config");
+}
+
+}  // namespace
+
+void check_output_path(const std::string& path, OutputMode mode) {
+  if (path.empty()) throw Error(ErrorKind::kConfig, "expected an output path, found an empty one", path, "output.path");
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw Error(ErrorKind::kIo,
+                "expected an existing directory for the output file " + path + ", found " +
+                    (fs::exists(dir, ec) ? "a non-directory" : "no such directory"),
+                dir.string(), "output.path");
+  if (fs::exists(p, ec)) {
+    if (fs::is_directory(p, ec))
+      throw Error(ErrorKind::kConfig, "expected an output file path, found a directory", path, "output.path");
+    if (mode == OutputMode::kCreate)
+      throw Error(ErrorKind::kConfig,
+                  "the output file already exists; pass --resume to continue it or --overwrite to replace it", path,
+                  "output.path");
+  }
+}
+
+ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOptions& options) {
+  // 1. Everything that can be checked without touching the output.
+  config.validate();
+  const std::vector<SweepPoint> points = expand_sweep(config);
+  if (points.empty()) throw Error(ErrorKind::kConfig, "expected at least one sweep point, found none", config.source_path, "sweep");
+  const std::vector<Prompt> prompts = load_prompts(config);
+  if (prompts.empty())
+    throw Error(ErrorKind::kConfig, "expected at least one prompt, found none", config.source_path, "prompts");
+  const std::string& path = config.output.path;
+  check_output_path(path, options.mode);
+  std::vector<std::string> methods = {kArMethod};
+  for (const DrafterEntry& d : config.drafters) methods.push_back(d.label);
+  {
+    std::set<std::string> seen;
+    for (const auto& m : methods)
+      if (!seen.insert(m).second)
+        throw Error(ErrorKind::kConfig, "expected unique drafter labels (and none named 'ar'), found '" + m + "' twice",
+                    config.source_path, "drafters");
+  }
+  const std::vector<PointRecord> precs = point_records(points);
+  const std::vector<PromptRecord> prrecs = prompt_records(prompts);
+  const int64_t n_points = static_cast<int64_t>(points.size()), n_prompts = static_cast<int64_t>(prompts.size());
+  const int64_t n_methods = static_cast<int64_t>(methods.size());
+  const int64_t repeats = config.repeats, warmup = config.warmup;
+  if (repeats < 1) throw Error(ErrorKind::kConfig, "expected repeats >= 1, found " + std::to_string(repeats), config.source_path, "repeats");
+  if (warmup < 0) throw Error(ErrorKind::kConfig, "expected warmup >= 0, found " + std::to_string(warmup), config.source_path, "warmup");
+
+  // 2. What the file already holds (resume).
+  std::error_code ec;
+  const bool resuming = options.mode == OutputMode::kResume && fs::exists(path, ec);
+  std::unique_ptr<Hdf5Recorder> recorder;
+  std::set<RunKey> done_keys;
+  std::map<RunKey, TokenList> ar_tokens;  // key with method "ar"
+  if (resuming) {
+    // Read-only first: a mismatch must leave the file untouched.
+    ExperimentData have = read_experiment(path);
+    check_same_experiment(path, have, config, precs, prrecs, methods);
+    for (RunRecord& r : have.runs) {
+      done_keys.insert(r.key);
+      if (r.key.method == kArMethod) ar_tokens[r.key] = std::move(r.tokens);
+    }
+  }
+  auto pending = [&](int64_t point) {
+    for (int64_t i = 0; i < n_prompts; ++i)
+      for (int64_t r = 0; r < repeats; ++r)
+        for (const auto& m : methods)
+          if (!done_keys.count({point, i, m, r})) return true;
+    return false;
+  };
+
+  // 3. Models, prompts and drafters of the first point with work left, before the file is made.
+  ModelCache models;
+  int64_t first = 0;
+  while (first < n_points && !pending(first)) ++first;
+  std::unique_ptr<PointContext> ctx;
+  if (first < n_points) ctx = prepare_point(points[static_cast<size_t>(first)], prompts, models);
+  recorder = std::make_unique<Hdf5Recorder>(
+      resuming ? Hdf5Recorder::open_for_append(path)
+               : Hdf5Recorder::create(path, host_metadata(config, options), precs, prrecs, methods));
+
+  ProgressEvent ev;
+  ev.total = n_points * n_prompts * n_methods * repeats;
+  ev.resumed = ev.done = static_cast<int64_t>(done_keys.size());
+  ev.eta_seconds = std::numeric_limits<double>::quiet_NaN();
+  auto report = [&](ProgressEvent::Kind kind) {
+    ev.kind = kind;
+    if (options.on_progress) options.on_progress(ev);
+  };
+  report(ProgressEvent::Kind::kStart);
+  const auto t_start = Clock::now();
+  int64_t recorded = 0;
+
+  for (int64_t pi = first; pi < n_points; ++pi) {
+    if (!pending(pi)) continue;
+    const SweepPoint& point = points[static_cast<size_t>(pi)];
+    if (!ctx) ctx = prepare_point(point, prompts, models);
+    ev.point = pi;
+    ev.point_label = precs[static_cast<size_t>(pi)].label;
+    ev.run = nullptr;
+    report(ProgressEvent::Kind::kPoint);
+    if (warmup > 0) {
+      report(ProgressEvent::Kind::kWarmup);
+      for (int64_t w = 0; w < warmup; ++w)
+        for (int64_t m = -1; m < static_cast<int64_t>(point.config.drafters.size()); ++m) {
+          RunRecord scratch;
+          decode_once(*ctx, m, ctx->prompts.front(), scratch);
+        }
+    }
+    for (int64_t i = 0; i < n_prompts; ++i) {
+      const Prompt& prompt = prompts[static_cast<size_t>(i)];
+      for (int64_t r = 0; r < repeats; ++r) {
+        for (int64_t m = -1; m < static_cast<int64_t>(point.config.drafters.size()); ++m) {
+          RunRecord rec;
+          rec.key = {pi, i, methods[static_cast<size_t>(m + 1)], r};
+          if (done_keys.count(rec.key)) continue;
+          rec.prompt_id = prompt.id;
+          rec.category = prompt.category;
+          if (m >= 0) {
+            const DrafterOptions& o = point.config.drafters[static_cast<size_t>(m)].options;
+            rec.drafter = o.name;
+            rec.gamma = o.num_speculative_tokens;
+          }
+          decode_once(*ctx, m, ctx->prompts[static_cast<size_t>(i)], rec);
+          const RunKey ar_key{pi, i, kArMethod, r};
+          if (m < 0) {
+            ar_tokens[ar_key] = rec.tokens;
+          } else if (rec.greedy) {
+            auto it = ar_tokens.find(ar_key);
+            rec.lossless = it == ar_tokens.end() ? -1 : (it->second == rec.tokens ? 1 : 0);
+          }
+          recorder->append(rec);
+          done_keys.insert(rec.key);
+          ++recorded;
+          ++ev.done;
+          ev.tokens += rec.n_generated;
+          ev.elapsed_seconds = since(t_start);
+          ev.eta_seconds = ev.elapsed_seconds / static_cast<double>(recorded) * static_cast<double>(ev.total - ev.done);
+          ev.run = &rec;
+          report(ProgressEvent::Kind::kRunDone);
+          ev.run = nullptr;
+        }
+      }
+    }
+    ctx.reset();
+  }
+
+  // 4. Summary from the file's records (identical for resumed and uninterrupted runs).
+  ExperimentOutcome out;
+  out.output_path = path;
+  out.data = recorder->read();
+  out.summary = summarize(out.data);
+  recorder->write_summary(out.summary);
+  recorder->set_root_attribute("end_time", iso8601_now());
+  recorder->set_root_attribute("status", "complete");
+  out.runs_recorded = recorded;
+  out.runs_resumed = ev.resumed;
+  return out;
+}
+
+}  // namespace speclab

@@ -1,0 +1,241 @@
+#include "framework/io/experiment_summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "framework/core/error.h"
+
+namespace speclab {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double ratio(double num, double den) { return den > 0.0 ? num / den : kNaN; }
+
+struct PairKey {
+  int64_t prompt, repeat;
+  bool operator<(const PairKey& o) const { return std::tie(prompt, repeat) < std::tie(o.prompt, o.repeat); }
+};
+
+// Summarises the speculative runs `spec` of one (point, method[, category]) against the ar runs
+// of the same point (`ar` by (prompt, repeat)).
+MethodSummary summarize_runs(const std::vector<const RunRecord*>& spec, const std::map<PairKey, const RunRecord*>& ar) {
+  MethodSummary m;
+  int64_t examined = 0, emitted = 0;
+  double accept_prob_sum = 0.0;
+  int64_t accept_prob_n = 0;
+  double draft_total = 0.0;
+  std::vector<int64_t> pos_trials, pos_hits;
+  double ar_decode = 0.0;
+  int64_t ar_decode_forwards = 0;
+  for (const RunRecord* r : spec) {
+    ++m.n_runs;
+    m.draft_seconds += r->draft_seconds;
+    m.verify_seconds += r->verify_seconds;
+    m.accept_seconds += r->accept_seconds;
+    m.kv_seconds += r->kv_seconds;
+    m.other_seconds += r->other_seconds;
+    if (r->lossless >= 0) {
+      ++m.lossless_checked;
+      if (r->lossless == 0) ++m.lossless_failed;
+    }
+    for (const StepRecord& s : r->steps) {
+      ++m.n_steps;
+      m.drafted += s.drafted;
+      m.accepted += s.accepted;
+      emitted += s.accepted + 1;
+      examined += std::min(s.accepted + 1, s.drafted);
+      draft_total += s.draft_seconds;
+      if (static_cast<int64_t>(pos_trials.size()) < s.drafted) {
+        pos_trials.resize(static_cast<size_t>(s.drafted), 0);
+        pos_hits.resize(static_cast<size_t>(s.drafted), 0);
+      }
+      for (int32_t i = 0; i < s.drafted && i <= s.accepted; ++i) {
+        ++pos_trials[static_cast<size_t>(i)];
+        if (i < s.accepted) ++pos_hits[static_cast<size_t>(i)];
+      }
+      for (float a : s.accept_prob)
+        if (!std::isnan(a)) {
+          accept_prob_sum += a;
+          ++accept_prob_n;
+        }
+    }
+    auto it = ar.find({r->key.prompt, r->key.repeat});
+    if (it != ar.end()) {
+      m.spec_wall_seconds += r->wall_seconds;
+      m.ar_wall_seconds += it->second->wall_seconds;
+      ar_decode += it->second->decode_seconds;
+      ar_decode_forwards += std::max<int64_t>(0, it->second->target_forwards - 1);
+    }
+  }
+  m.alpha = wilson_interval(m.accepted, examined);
+  for (size_t i = 0; i < pos_trials.size(); ++i)
+    m.positions.push_back({static_cast<int64_t>(i), wilson_interval(pos_hits[i], pos_trials[i])});
+  m.accepted_fraction = ratio(static_cast<double>(m.accepted), static_cast<double>(m.drafted));
+  m.mean_accept_prob = ratio(accept_prob_sum, static_cast<double>(accept_prob_n));
+  m.tau = ratio(static_cast<double>(emitted), static_cast<double>(m.n_steps));
+  m.draft_seconds_per_token = ratio(draft_total, static_cast<double>(m.drafted));
+  m.ar_seconds_per_token = ratio(ar_decode, static_cast<double>(ar_decode_forwards));
+  m.cost_ratio = ratio(m.draft_seconds_per_token, m.ar_seconds_per_token);
+  m.speedup = ratio(m.ar_wall_seconds, m.spec_wall_seconds);
+  m.lossless = m.lossless_checked == 0 ? -1 : (m.lossless_failed == 0 ? 1 : 0);
+  return m;
+}
+
+void finish(MethodSummary& m) {
+  m.predicted_speedup = leviathan_speedup(m.alpha.rate, m.gamma, m.cost_ratio);
+  m.efficiency = ratio(m.speedup, m.predicted_speedup);
+}
+
+std::string fmt(const char* f, double v) {
+  if (std::isnan(v)) return "nan";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string point_label(const std::map<std::string, std::string>& values) {
+  std::string out;
+  for (const auto& kv : values) out += (out.empty() ? "" : ", ") + kv.first + "=" + kv.second;
+  return out;
+}
+
+Proportion wilson_interval(int64_t successes, int64_t trials, double z) {
+  if (trials < 0 || successes < 0 || successes > trials)
+    throw Error(ErrorKind::kBadInput, "expected 0 <= successes <= trials, found successes " + std::to_string(successes) +
+                                          ", trials " + std::to_string(trials), "wilson_interval", "successes");
+  if (!(z > 0.0)) throw Error(ErrorKind::kBadInput, "expected z > 0, found " + std::to_string(z), "wilson_interval", "z");
+  Proportion p;
+  p.successes = successes;
+  p.trials = trials;
+  if (trials == 0) {
+    p.rate = p.lo = p.hi = kNaN;
+    return p;
+  }
+  const double n = static_cast<double>(trials);
+  const double ph = static_cast<double>(successes) / n;
+  const double z2 = z * z;
+  const double denom = 1.0 + z2 / n;
+  const double center = (ph + z2 / (2.0 * n)) / denom;
+  const double half = z * std::sqrt(ph * (1.0 - ph) / n + z2 / (4.0 * n * n)) / denom;
+  p.rate = ph;
+  p.lo = std::max(0.0, center - half);
+  p.hi = std::min(1.0, center + half);
+  return p;
+}
+
+double leviathan_speedup(double alpha, int64_t gamma, double c) {
+  if (std::isnan(alpha) || std::isnan(c)) return kNaN;
+  if (alpha < 0.0 || alpha > 1.0)
+    throw Error(ErrorKind::kBadInput, "expected alpha in [0, 1], found " + std::to_string(alpha), "leviathan_speedup", "alpha");
+  if (gamma < 0)
+    throw Error(ErrorKind::kBadInput, "expected gamma >= 0, found " + std::to_string(gamma), "leviathan_speedup", "gamma");
+  if (c < 0.0 || std::isinf(c))
+    throw Error(ErrorKind::kBadInput, "expected finite c >= 0, found " + std::to_string(c), "leviathan_speedup", "c");
+  // (1 - a^(g+1)) / (1 - a) = 1 + a + ... + a^g, exact at a = 1.
+  double sum = 0.0, power = 1.0;
+  for (int64_t i = 0; i <= gamma; ++i) {
+    sum += power;
+    power *= alpha;
+  }
+  return sum / (static_cast<double>(gamma) * c + 1.0);
+}
+
+ExperimentSummary summarize(const ExperimentData& data) {
+  ExperimentSummary out;
+  std::set<std::string> categories;
+  for (const RunRecord& r : data.runs) categories.insert(r.category);
+  std::vector<std::string> methods = data.methods;
+  for (const RunRecord& r : data.runs)
+    if (std::find(methods.begin(), methods.end(), r.key.method) == methods.end()) methods.push_back(r.key.method);
+  std::set<int64_t> points;
+  for (const PointRecord& p : data.points) points.insert(p.index);
+  for (const RunRecord& r : data.runs) points.insert(r.key.point);
+
+  for (int64_t point : points) {
+    std::map<PairKey, const RunRecord*> ar;
+    for (const RunRecord& r : data.runs)
+      if (r.key.point == point && r.key.method == kArMethod) ar[{r.key.prompt, r.key.repeat}] = &r;
+    for (const std::string& method : methods) {
+      if (method == kArMethod) continue;
+      std::vector<const RunRecord*> spec;
+      for (const RunRecord& r : data.runs)
+        if (r.key.point == point && r.key.method == method) spec.push_back(&r);
+      if (spec.empty()) continue;
+      auto label = [&](MethodSummary& m, const std::string& category) {
+        m.point = point;
+        m.category = category;
+        m.method = method;
+        m.drafter = spec.front()->drafter;
+        m.gamma = spec.front()->gamma;
+        finish(m);
+      };
+      MethodSummary all = summarize_runs(spec, ar);
+      label(all, "");
+      out.overall.push_back(std::move(all));
+      for (const std::string& cat : categories) {
+        std::vector<const RunRecord*> sub;
+        for (const RunRecord* r : spec)
+          if (r->category == cat) sub.push_back(r);
+        if (sub.empty()) continue;
+        MethodSummary m = summarize_runs(sub, ar);
+        label(m, cat);
+        out.by_category.push_back(std::move(m));
+      }
+    }
+  }
+  return out;
+}
+
+std::string format_summary_table(const std::vector<MethodSummary>& rows, const std::vector<PointRecord>& points) {
+  bool with_category = false;
+  for (const auto& m : rows) with_category = with_category || !m.category.empty();
+  std::vector<std::string> header = {"point"};
+  if (with_category) header.push_back("category");
+  for (const char* h : {"drafter", "gamma", "alpha [95% CI]", "tau", "c", "speedup", "predicted", "efficiency", "lossless"})
+    header.push_back(h);
+  std::vector<std::vector<std::string>> table = {header};
+  for (const auto& m : rows) {
+    std::string point = "#" + std::to_string(m.point);
+    for (const auto& p : points)
+      if (p.index == m.point && !p.label.empty()) point += " " + p.label;
+    std::vector<std::string> row = {point};
+    if (with_category) row.push_back(m.category.empty() ? "(all)" : m.category);
+    row.push_back(m.method);
+    row.push_back(std::to_string(m.gamma));
+    row.push_back(fmt("%.3f", m.alpha.rate) + " [" + fmt("%.3f", m.alpha.lo) + ", " + fmt("%.3f", m.alpha.hi) + "]");
+    row.push_back(fmt("%.3f", m.tau));
+    row.push_back(fmt("%.4f", m.cost_ratio));
+    row.push_back(fmt("%.2fx", m.speedup));
+    row.push_back(fmt("%.2fx", m.predicted_speedup));
+    row.push_back(fmt("%.2f", m.efficiency));
+    row.push_back(m.lossless == 1 ? "yes" : m.lossless == 0 ? "NO" : "n/a");
+    table.push_back(std::move(row));
+  }
+  std::vector<size_t> width(header.size(), 0);
+  for (const auto& row : table)
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  std::ostringstream os;
+  for (const auto& row : table) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      // Text columns (point, category, drafter) left-aligned, numbers right-aligned.
+      const bool left = i < (with_category ? 3u : 2u);
+      const std::string pad(width[i] - row[i].size(), ' ');
+      line += (i ? "  " : "") + (left ? row[i] + pad : pad + row[i]);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    os << line << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace speclab

@@ -1,0 +1,94 @@
+// Experiment summary — acceptance, accepted length, cost ratio and speedups per (sweep point,
+// drafter), overall and per prompt category, computed from the recorded prompt-runs alone (so
+// a resumed experiment summarises exactly like an uninterrupted one). Torch-free, pure.
+//
+// Definitions (docs/hdf5-schema.md, "summary"):
+//   alpha     per-token acceptance probability, the alpha of Leviathan et al. 2023
+//             (arXiv:2211.17192, §3.1): accepted draft tokens / examined draft positions, where a
+//             step that drafted k tokens and kept n examined min(n + 1, k) positions (the
+//             positions after the first rejection are never examined). Under the paper's i.i.d.
+//             model this is the maximum-likelihood estimate of alpha. 95% Wilson score interval
+//             (Wilson 1927) over the examined positions as Bernoulli trials.
+//   alpha[i]  the same, conditional on reaching draft position i (0-based): trials = steps with
+//             k > i and n >= i, successes = steps with n > i.
+//   tau       mean accepted length: emitted tokens per verification forward, mean of (n + 1)
+//             over the steps (SpecResult::mean_accepted_length).
+//   c         cost ratio: (draft seconds / drafted tokens) / (seconds per AR decode forward),
+//             the AR time per token being the ar runs' decode_seconds / (target_forwards - 1).
+//   speedup   measured: sum of ar wall seconds / sum of speculative wall seconds over the
+//             (prompt, repeat) pairs that both methods completed.
+//   predicted Leviathan et al. eq. (1) / Theorem 3.8: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)),
+//             evaluated as (sum_{i=0..gamma} alpha^i) / (gamma c + 1), which is exact at alpha = 1.
+//   efficiency = speedup / predicted.
+// Undefined quantities (no trials, no drafted tokens, no matching ar run) are NaN.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "framework/io/experiment_records.h"
+
+namespace speclab {
+
+// Two-sided 95% standard normal quantile.
+constexpr double kZ95 = 1.959963984540054;
+
+struct Proportion {
+  int64_t successes = 0;
+  int64_t trials = 0;
+  double rate = 0.0;  // successes / trials (NaN when trials == 0)
+  double lo = 0.0;    // Wilson score interval (NaN when trials == 0)
+  double hi = 0.0;
+};
+
+// Wilson score interval for a binomial proportion. Throws Error(kBadInput) when successes < 0,
+// trials < 0, successes > trials or z <= 0.
+Proportion wilson_interval(int64_t successes, int64_t trials, double z = kZ95);
+
+// Leviathan et al.'s expected walltime improvement factor for acceptance rate alpha in [0, 1],
+// gamma >= 0 draft tokens per step and cost ratio c >= 0. NaN in -> NaN out. Throws
+// Error(kBadInput) for values outside those ranges.
+double leviathan_speedup(double alpha, int64_t gamma, double c);
+
+struct PositionSummary {
+  int64_t pos = 0;  // 0-based draft position
+  Proportion alpha;
+};
+
+struct MethodSummary {
+  int64_t point = 0;
+  std::string category;  // "" = all prompts
+  std::string method;    // drafter label
+  std::string drafter;   // drafter name
+  int64_t gamma = 0;
+  int64_t n_runs = 0;    // speculative prompt-runs summarised
+  int64_t n_steps = 0, drafted = 0, accepted = 0;
+  Proportion alpha;
+  double accepted_fraction = 0.0;  // accepted / drafted
+  double mean_accept_prob = 0.0;   // mean of min(1, p/q) over examined positions (expected alpha)
+  double tau = 0.0;
+  double draft_seconds_per_token = 0.0, ar_seconds_per_token = 0.0, cost_ratio = 0.0;
+  double spec_wall_seconds = 0.0, ar_wall_seconds = 0.0;  // over the matched (prompt, repeat) pairs
+  double speedup = 0.0, predicted_speedup = 0.0, efficiency = 0.0;
+  // Time breakdown of the speculative runs (sums, seconds).
+  double draft_seconds = 0.0, verify_seconds = 0.0, accept_seconds = 0.0, kv_seconds = 0.0, other_seconds = 0.0;
+  int64_t lossless_checked = 0, lossless_failed = 0;
+  int8_t lossless = -1;  // 1 all checked runs identical to ar, 0 some differ, -1 none checked
+  std::vector<PositionSummary> positions;  // [max drafted]
+};
+
+struct ExperimentSummary {
+  std::vector<MethodSummary> overall;      // one per (point, drafter), points then methods in order
+  std::vector<MethodSummary> by_category;  // one per (point, drafter, category), categories sorted
+};
+
+ExperimentSummary summarize(const ExperimentData& data);
+
+// A summary table as aligned text, one row per entry of `rows` (summary.overall or
+// summary.by_category), columns: point, [category,] drafter, gamma, alpha [95% CI], tau, c,
+// speedup, predicted, efficiency, lossless. The category column appears when a row has one.
+// Numbers use fixed precision (alpha and tau 3 decimals) so the table can be parsed back.
+std::string format_summary_table(const std::vector<MethodSummary>& rows, const std::vector<PointRecord>& points);
+
+}  // namespace speclab

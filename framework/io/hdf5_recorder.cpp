@@ -1,0 +1,807 @@
+#include "framework/io/hdf5_recorder.h"
+
+#include <H5Cpp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "framework/core/error.h"
+
+namespace speclab {
+
+namespace {
+
+// ---- column tables ---------------------------------------------------------------------------
+
+enum class Col { kI8, kU8, kI32, kI64, kF32, kF64, kStr };
+
+struct ColumnSpec {
+  const char* name;
+  Col type;
+};
+using Schema = std::vector<ColumnSpec>;
+
+const Schema kRunsSchema = {
+    {"run_id", Col::kI64},          {"point", Col::kI64},          {"prompt", Col::kI64},
+    {"method", Col::kStr},          {"repeat", Col::kI64},         {"prompt_id", Col::kStr},
+    {"category", Col::kStr},        {"drafter", Col::kStr},        {"gamma", Col::kI32},
+    {"greedy", Col::kU8},           {"n_prompt_tokens", Col::kI64}, {"n_generated", Col::kI64},
+    {"target_forwards", Col::kI64}, {"n_steps", Col::kI64},        {"wall_seconds", Col::kF64},
+    {"prefill_seconds", Col::kF64}, {"decode_seconds", Col::kF64}, {"draft_seconds", Col::kF64},
+    {"verify_seconds", Col::kF64},  {"accept_seconds", Col::kF64}, {"kv_seconds", Col::kF64},
+    {"other_seconds", Col::kF64},   {"stop_reason", Col::kStr},    {"text", Col::kStr},
+    {"lossless", Col::kI8},
+};
+const Schema kStepsSchema = {
+    {"run_id", Col::kI64},        {"step", Col::kI32},           {"drafted", Col::kI32},
+    {"accepted", Col::kI32},      {"bonus", Col::kU8},           {"draft_seconds", Col::kF64},
+    {"verify_seconds", Col::kF64}, {"accept_seconds", Col::kF64}, {"kv_seconds", Col::kF64},
+};
+const Schema kPositionsSchema = {
+    {"run_id", Col::kI64}, {"step", Col::kI32},        {"pos", Col::kI32},     {"p", Col::kF32},
+    {"q", Col::kF32},      {"accept_prob", Col::kF32}, {"accepted", Col::kU8},
+};
+const Schema kTokensSchema = {{"run_id", Col::kI64}, {"index", Col::kI32}, {"token", Col::kI32}};
+const Schema kPointsSchema = {{"index", Col::kI64}, {"label", Col::kStr}};
+const Schema kPointValuesSchema = {{"point", Col::kI64}, {"key", Col::kStr}, {"value", Col::kStr}};
+const Schema kPromptsSchema = {{"id", Col::kStr}, {"category", Col::kStr}, {"text", Col::kStr}};
+const Schema kMethodsSchema = {{"name", Col::kStr}};
+const Schema kSummarySchema = {
+    {"point", Col::kI64},
+    {"category", Col::kStr},
+    {"method", Col::kStr},
+    {"drafter", Col::kStr},
+    {"gamma", Col::kI32},
+    {"n_runs", Col::kI64},
+    {"n_steps", Col::kI64},
+    {"drafted", Col::kI64},
+    {"accepted", Col::kI64},
+    {"examined", Col::kI64},
+    {"alpha", Col::kF64},
+    {"alpha_lo", Col::kF64},
+    {"alpha_hi", Col::kF64},
+    {"accepted_fraction", Col::kF64},
+    {"mean_accept_prob", Col::kF64},
+    {"tau", Col::kF64},
+    {"draft_seconds_per_token", Col::kF64},
+    {"ar_seconds_per_token", Col::kF64},
+    {"cost_ratio", Col::kF64},
+    {"spec_wall_seconds", Col::kF64},
+    {"ar_wall_seconds", Col::kF64},
+    {"speedup", Col::kF64},
+    {"predicted_speedup", Col::kF64},
+    {"efficiency", Col::kF64},
+    {"draft_seconds", Col::kF64},
+    {"verify_seconds", Col::kF64},
+    {"accept_seconds", Col::kF64},
+    {"kv_seconds", Col::kF64},
+    {"other_seconds", Col::kF64},
+    {"lossless", Col::kI8},
+    {"lossless_checked", Col::kI64},
+    {"lossless_failed", Col::kI64},
+};
+const Schema kSummaryPositionsSchema = {
+    {"point", Col::kI64},  {"category", Col::kStr}, {"method", Col::kStr}, {"pos", Col::kI32},
+    {"trials", Col::kI64}, {"successes", Col::kI64}, {"alpha", Col::kF64}, {"alpha_lo", Col::kF64},
+    {"alpha_hi", Col::kF64},
+};
+
+// Column values of some rows, by column name: integers and reals in wide types (HDF5 converts
+// to the narrower file type on write and back on read), strings as UTF-8.
+struct Rows {
+  std::map<std::string, std::vector<int64_t>> ints;
+  std::map<std::string, std::vector<double>> reals;
+  std::map<std::string, std::vector<std::string>> strs;
+
+  void add(const char* col, int64_t v) { ints[col].push_back(v); }
+  void add_real(const char* col, double v) { reals[col].push_back(v); }
+  void add(const char* col, const std::string& v) { strs[col].push_back(v); }
+  const std::vector<int64_t>& i(const char* col) const { return ints.at(col); }
+  const std::vector<double>& f(const char* col) const { return reals.at(col); }
+  const std::vector<std::string>& s(const char* col) const { return strs.at(col); }
+};
+
+bool is_int(Col c) { return c == Col::kI8 || c == Col::kU8 || c == Col::kI32 || c == Col::kI64; }
+bool is_real(Col c) { return c == Col::kF32 || c == Col::kF64; }
+
+H5::StrType utf8_type() {
+  H5::StrType t(H5::PredType::C_S1, H5T_VARIABLE);
+  t.setCset(H5T_CSET_UTF8);
+  return t;
+}
+
+H5::DataType file_type(Col c) {
+  switch (c) {
+    case Col::kI8: return H5::PredType::STD_I8LE;
+    case Col::kU8: return H5::PredType::STD_U8LE;
+    case Col::kI32: return H5::PredType::STD_I32LE;
+    case Col::kI64: return H5::PredType::STD_I64LE;
+    case Col::kF32: return H5::PredType::IEEE_F32LE;
+    case Col::kF64: return H5::PredType::IEEE_F64LE;
+    case Col::kStr: return utf8_type();
+  }
+  return H5::PredType::STD_I64LE;
+}
+
+bool exists(const H5::Group& g, const std::string& name) { return H5Lexists(g.getId(), name.c_str(), H5P_DEFAULT) > 0; }
+
+void write_int_attr(H5::H5Object& obj, const std::string& name, int64_t v) {
+  if (obj.attrExists(name)) obj.removeAttr(name);
+  H5::Attribute a = obj.createAttribute(name, H5::PredType::STD_I64LE, H5::DataSpace(H5S_SCALAR));
+  a.write(H5::PredType::NATIVE_INT64, &v);
+}
+
+void write_str_attr(H5::H5Object& obj, const std::string& name, const std::string& v) {
+  if (obj.attrExists(name)) obj.removeAttr(name);
+  H5::StrType t = utf8_type();
+  H5::Attribute a = obj.createAttribute(name, t, H5::DataSpace(H5S_SCALAR));
+  const char* p = v.c_str();
+  a.write(t, &p);
+}
+
+class Table {
+ public:
+  Table() = default;
+  Table(const H5::Group& group, const Schema* schema) : group_(std::make_shared<H5::Group>(group)), schema_(schema) {}
+
+  static Table create(H5::Group& parent, const std::string& name, const Schema& schema) {
+    Table t(parent.createGroup(name), &schema);
+    for (const ColumnSpec& c : schema) {
+      const hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED};
+      H5::DataSpace space(1, dims, maxdims);
+      H5::DSetCreatPropList plist;
+      const hsize_t chunk[1] = {c.type == Col::kStr ? hsize_t(1024) : hsize_t(4096)};
+      plist.setChunk(1, chunk);
+      if (c.type != Col::kStr) plist.setShuffle();
+      plist.setDeflate(4);
+      t.group_->createDataSet(c.name, file_type(c.type), space, plist);
+    }
+    write_int_attr(*t.group_, "complete", 0);
+    t.rows_ = 0;
+    return t;
+  }
+
+  // Opens a table: checks every column exists; rows = min(complete attribute, column extents).
+  static Table open(const H5::Group& parent, const std::string& name, const Schema& schema, const std::string& file) {
+    if (!exists(parent, name))
+      throw Error(ErrorKind::kBadInput, "expected table '" + name + "', found none (not a SpecLab experiment file?)",
+                  file, name);
+    Table t(parent.openGroup(name), &schema);
+    if (!t.group_->attrExists("complete"))
+      throw Error(ErrorKind::kBadInput, "expected attribute 'complete', found none", file, name);
+    int64_t complete = 0;
+    t.group_->openAttribute("complete").read(H5::PredType::NATIVE_INT64, &complete);
+    if (complete < 0)
+      throw Error(ErrorKind::kBadInput, "expected complete >= 0, found " + std::to_string(complete), file,
+                  name + "/complete");
+    hsize_t rows = static_cast<hsize_t>(complete);
+    for (const ColumnSpec& c : schema) {
+      if (!exists(*t.group_, c.name))
+        throw Error(ErrorKind::kBadInput, "expected column '" + std::string(c.name) + "', found none", file, name);
+      H5::DataSpace sp = t.group_->openDataSet(c.name).getSpace();
+      if (sp.getSimpleExtentNdims() != 1)
+        throw Error(ErrorKind::kBadInput, "expected a 1-D column, found rank " +
+                                              std::to_string(sp.getSimpleExtentNdims()), file, name + "/" + c.name);
+      hsize_t d[1];
+      sp.getSimpleExtentDims(d);
+      rows = std::min(rows, d[0]);
+    }
+    t.rows_ = rows;
+    return t;
+  }
+
+  hsize_t rows() const { return rows_; }
+
+  // Appends rows (every column of the schema must be present with the same length). Does not
+  // update `complete`; commit() does.
+  void append(const Rows& rows) {
+    size_t n = SIZE_MAX;
+    for (const ColumnSpec& c : *schema_) {
+      const size_t len = is_int(c.type) ? rows.i(c.name).size() : is_real(c.type) ? rows.f(c.name).size()
+                                                                                  : rows.s(c.name).size();
+      if (n == SIZE_MAX) n = len;
+      SPECLAB_CHECK(len == n, std::string("column ") + c.name + " has a different length");
+    }
+    if (n == 0 || n == SIZE_MAX) return;
+    const hsize_t start[1] = {rows_}, count[1] = {n}, total[1] = {rows_ + n};
+    for (const ColumnSpec& c : *schema_) {
+      H5::DataSet ds = group_->openDataSet(c.name);
+      if (H5Dset_extent(ds.getId(), total) < 0)
+        throw H5::DataSetIException("append", std::string("cannot extend column ") + c.name);
+      H5::DataSpace fs = ds.getSpace();
+      fs.selectHyperslab(H5S_SELECT_SET, count, start);
+      H5::DataSpace ms(1, count);
+      if (is_int(c.type)) {
+        ds.write(rows.i(c.name).data(), H5::PredType::NATIVE_INT64, ms, fs);
+      } else if (is_real(c.type)) {
+        ds.write(rows.f(c.name).data(), H5::PredType::NATIVE_DOUBLE, ms, fs);
+      } else {
+        std::vector<const char*> ptrs;
+        for (const auto& s : rows.s(c.name)) ptrs.push_back(s.c_str());
+        ds.write(ptrs.data(), utf8_type(), ms, fs);
+      }
+    }
+    rows_ += n;
+  }
+
+  void commit() { write_int_attr(*group_, "complete", static_cast<int64_t>(rows_)); }
+
+  // Shrinks every column to `n` rows (dropping uncommitted rows) and commits.
+  void truncate(hsize_t n) {
+    const hsize_t dims[1] = {n};
+    for (const ColumnSpec& c : *schema_)
+      if (H5Dset_extent(group_->openDataSet(c.name).getId(), dims) < 0)
+        throw H5::DataSetIException("truncate", std::string("cannot resize column ") + c.name);
+    rows_ = n;
+    commit();
+  }
+
+  // Reads rows [0, n) of every column. `limit_bytes` bounds the allocation (fuzzed files).
+  Rows read(hsize_t n, const std::string& file, uint64_t limit_bytes) const {
+    Rows out;
+    if (n * 8 > limit_bytes)
+      throw Error(ErrorKind::kBadInput, "expected at most " + std::to_string(limit_bytes / 8) + " rows for a " +
+                                            std::to_string(limit_bytes) + "-byte budget, found " + std::to_string(n),
+                  file, group_->getObjName());
+    const hsize_t start[1] = {0}, count[1] = {n};
+    for (const ColumnSpec& c : *schema_) {
+      H5::DataSet ds = group_->openDataSet(c.name);
+      if (n == 0) {
+        if (is_int(c.type)) out.ints[c.name];
+        else if (is_real(c.type)) out.reals[c.name];
+        else out.strs[c.name];
+        continue;
+      }
+      H5::DataSpace fs = ds.getSpace();
+      fs.selectHyperslab(H5S_SELECT_SET, count, start);
+      H5::DataSpace ms(1, count);
+      const H5T_class_t cls = ds.getTypeClass();
+      const std::string where = group_->getObjName() + "/" + c.name;
+      if (is_int(c.type) || is_real(c.type)) {
+        if (cls != H5T_INTEGER && cls != H5T_FLOAT)
+          throw Error(ErrorKind::kBadInput, "expected a numeric column, found another type class", file, where);
+        if (is_int(c.type)) {
+          auto& v = out.ints[c.name];
+          v.resize(n);
+          ds.read(v.data(), H5::PredType::NATIVE_INT64, ms, fs);
+        } else {
+          auto& v = out.reals[c.name];
+          v.resize(n);
+          ds.read(v.data(), H5::PredType::NATIVE_DOUBLE, ms, fs);
+        }
+      } else {
+        if (cls != H5T_STRING || !ds.getStrType().isVariableStr())
+          throw Error(ErrorKind::kBadInput, "expected a variable-length string column, found another type", file, where);
+        std::vector<char*> ptrs(n, nullptr);
+        H5::StrType t = utf8_type();
+        ds.read(ptrs.data(), t, ms, fs);
+        auto& v = out.strs[c.name];
+        v.reserve(n);
+        for (char* p : ptrs) v.emplace_back(p ? p : "");
+        H5::DataSet::vlenReclaim(ptrs.data(), t, ms);
+      }
+    }
+    return out;
+  }
+
+ private:
+  // Held by pointer: the HDF5 C++ classes have no safe copy assignment.
+  std::shared_ptr<H5::Group> group_;
+  const Schema* schema_ = nullptr;
+  hsize_t rows_ = 0;
+};
+
+void append_summary_rows(Table& t, const std::vector<MethodSummary>& rows) {
+  Rows r;
+  for (const MethodSummary& m : rows) {
+    r.add("point", m.point);
+    r.add("category", m.category);
+    r.add("method", m.method);
+    r.add("drafter", m.drafter);
+    r.add("gamma", m.gamma);
+    r.add("n_runs", m.n_runs);
+    r.add("n_steps", m.n_steps);
+    r.add("drafted", m.drafted);
+    r.add("accepted", m.accepted);
+    r.add("examined", m.alpha.trials);
+    r.add_real("alpha", m.alpha.rate);
+    r.add_real("alpha_lo", m.alpha.lo);
+    r.add_real("alpha_hi", m.alpha.hi);
+    r.add_real("accepted_fraction", m.accepted_fraction);
+    r.add_real("mean_accept_prob", m.mean_accept_prob);
+    r.add_real("tau", m.tau);
+    r.add_real("draft_seconds_per_token", m.draft_seconds_per_token);
+    r.add_real("ar_seconds_per_token", m.ar_seconds_per_token);
+    r.add_real("cost_ratio", m.cost_ratio);
+    r.add_real("spec_wall_seconds", m.spec_wall_seconds);
+    r.add_real("ar_wall_seconds", m.ar_wall_seconds);
+    r.add_real("speedup", m.speedup);
+    r.add_real("predicted_speedup", m.predicted_speedup);
+    r.add_real("efficiency", m.efficiency);
+    r.add_real("draft_seconds", m.draft_seconds);
+    r.add_real("verify_seconds", m.verify_seconds);
+    r.add_real("accept_seconds", m.accept_seconds);
+    r.add_real("kv_seconds", m.kv_seconds);
+    r.add_real("other_seconds", m.other_seconds);
+    r.add("lossless", m.lossless);
+    r.add("lossless_checked", m.lossless_checked);
+    r.add("lossless_failed", m.lossless_failed);
+  }
+  t.append(r);
+  t.commit();
+}
+
+void append_position_rows(Rows& r, const MethodSummary& m) {
+  for (const PositionSummary& p : m.positions) {
+    r.add("point", m.point);
+    r.add("category", m.category);
+    r.add("method", m.method);
+    r.add("pos", p.pos);
+    r.add("trials", p.alpha.trials);
+    r.add("successes", p.alpha.successes);
+    r.add_real("alpha", p.alpha.rate);
+    r.add_real("alpha_lo", p.alpha.lo);
+    r.add_real("alpha_hi", p.alpha.hi);
+  }
+}
+
+// Rows of a child table (steps, positions, tokens) that belong to committed runs: the prefix
+// whose run_id < n_runs (rows are appended in run order).
+hsize_t committed_prefix(const Table& child, hsize_t n_runs, const std::string& file, uint64_t limit) {
+  Rows r = child.read(child.rows(), file, limit);
+  const auto& ids = r.i("run_id");
+  hsize_t n = 0;
+  while (n < ids.size() && ids[n] >= 0 && static_cast<hsize_t>(ids[n]) < n_runs) ++n;
+  return n;
+}
+
+}  // namespace
+
+// ---- the file ----------------------------------------------------------------------------------
+
+struct Hdf5Recorder::Impl {
+  std::unique_ptr<H5::H5File> file;
+  Table runs, steps, positions, tokens;
+  std::string path;
+  uint64_t read_limit = 0;  // bytes a read may allocate per column
+
+  void open_tables() {
+    H5::Group root = file->openGroup("/");
+    runs = Table::open(root, "runs", kRunsSchema, path);
+    steps = Table::open(root, "steps", kStepsSchema, path);
+    positions = Table::open(root, "positions", kPositionsSchema, path);
+    tokens = Table::open(root, "tokens", kTokensSchema, path);
+  }
+
+  void set_read_limit() {
+    // gzip expands at most ~1032:1; anything beyond that is not data this file can hold.
+    read_limit = (static_cast<uint64_t>(file->getFileSize()) + (uint64_t(1) << 20)) * 1100;
+  }
+
+  ExperimentData read() const;
+};
+
+namespace {
+
+void check_schema_version(const H5::Group& root, const std::string& path) {
+  if (!root.attrExists("schema_version"))
+    throw Error(ErrorKind::kBadInput, "expected root attribute schema_version, found none (not a SpecLab experiment file)",
+                path, "schema_version");
+  int64_t v = 0;
+  root.openAttribute("schema_version").read(H5::PredType::NATIVE_INT64, &v);
+  if (v != kHdf5SchemaVersion)
+    throw Error(ErrorKind::kBadInput, "expected schema_version " + std::to_string(kHdf5SchemaVersion) + ", found " +
+                                          std::to_string(v), path, "schema_version");
+}
+
+template <class F>
+auto wrap_h5(const std::string& path, const char* what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const H5::Exception& e) {
+    throw Error(ErrorKind::kIo, std::string(what) + " failed: " + e.getDetailMsg(), path);
+  }
+}
+
+std::unique_ptr<H5::H5File> open_file(const std::string& path, unsigned flags) {
+  H5::Exception::dontPrint();
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw Error(ErrorKind::kIo, "cannot open the file", path);
+  std::fclose(f);
+  bool hdf5 = false;
+  try {
+    hdf5 = H5::H5File::isHdf5(path);
+  } catch (const H5::Exception&) {
+    hdf5 = false;
+  }
+  if (!hdf5) throw Error(ErrorKind::kBadInput, "expected an HDF5 file, found another format", path);
+  return wrap_h5(path, "opening the HDF5 file", [&] { return std::make_unique<H5::H5File>(path, flags); });
+}
+
+std::string read_config_yaml(const H5::H5File& file, const std::string& path) {
+  H5::Group root = file.openGroup("/");
+  if (!exists(root, "config_yaml")) throw Error(ErrorKind::kBadInput, "expected a config_yaml dataset, found none", path);
+  H5::DataSet ds = root.openDataSet("config_yaml");
+  if (ds.getTypeClass() != H5T_STRING || ds.getSpace().getSimpleExtentNpoints() != 1)
+    throw Error(ErrorKind::kBadInput, "expected a scalar string, found another type", path, "config_yaml");
+  std::string v;
+  ds.read(v, ds.getStrType());
+  return v;
+}
+
+}  // namespace
+
+ExperimentData Hdf5Recorder::Impl::read() const {
+  ExperimentData d;
+  H5::Group root = file->openGroup("/");
+  check_schema_version(root, path);
+  d.config_yaml = read_config_yaml(*file, path);
+  auto table_rows = [&](const char* name, const Schema& s) {
+    Table t = Table::open(root, name, s, path);
+    return t.read(t.rows(), path, read_limit);
+  };
+  Rows pts = table_rows("points", kPointsSchema);
+  for (size_t i = 0; i < pts.i("index").size(); ++i) {
+    if (pts.i("index")[i] != static_cast<int64_t>(i))
+      throw Error(ErrorKind::kBadInput, "expected index " + std::to_string(i) + ", found " +
+                                            std::to_string(pts.i("index")[i]), path, "points/index");
+    d.points.push_back({pts.i("index")[i], {}, pts.s("label")[i]});
+  }
+  Rows pv = table_rows("point_values", kPointValuesSchema);
+  for (size_t i = 0; i < pv.i("point").size(); ++i) {
+    const int64_t p = pv.i("point")[i];
+    if (p < 0 || p >= static_cast<int64_t>(d.points.size()))
+      throw Error(ErrorKind::kBadInput, "expected a point index below " + std::to_string(d.points.size()) +
+                                            ", found " + std::to_string(p), path, "point_values/point");
+    d.points[static_cast<size_t>(p)].values[pv.s("key")[i]] = pv.s("value")[i];
+  }
+  Rows pr = table_rows("prompts", kPromptsSchema);
+  for (size_t i = 0; i < pr.s("id").size(); ++i) d.prompts.push_back({pr.s("id")[i], pr.s("category")[i], pr.s("text")[i]});
+  d.methods = table_rows("methods", kMethodsSchema).s("name");
+
+  const hsize_t n_runs = runs.rows();
+  Rows r = runs.read(n_runs, path, read_limit);
+  d.runs.resize(n_runs);
+  for (size_t i = 0; i < n_runs; ++i) {
+    RunRecord& x = d.runs[i];
+    x.run_id = r.i("run_id")[i];
+    if (x.run_id != static_cast<int64_t>(i))
+      throw Error(ErrorKind::kBadInput, "expected run_id " + std::to_string(i) + ", found " + std::to_string(x.run_id),
+                  path, "runs/run_id");
+    x.key = {r.i("point")[i], r.i("prompt")[i], r.s("method")[i], r.i("repeat")[i]};
+    if (x.key.point < 0 || x.key.point >= static_cast<int64_t>(d.points.size()) || x.key.prompt < 0 ||
+        x.key.prompt >= static_cast<int64_t>(d.prompts.size()) || x.key.repeat < 0)
+      throw Error(ErrorKind::kBadInput, "expected point < " + std::to_string(d.points.size()) + " and prompt < " +
+                                            std::to_string(d.prompts.size()) + ", found point " +
+                                            std::to_string(x.key.point) + ", prompt " + std::to_string(x.key.prompt),
+                  path, "runs row " + std::to_string(i));
+    x.prompt_id = r.s("prompt_id")[i];
+    x.category = r.s("category")[i];
+    x.drafter = r.s("drafter")[i];
+    x.gamma = r.i("gamma")[i];
+    x.greedy = static_cast<uint8_t>(r.i("greedy")[i]);
+    x.n_prompt_tokens = r.i("n_prompt_tokens")[i];
+    x.n_generated = r.i("n_generated")[i];
+    x.target_forwards = r.i("target_forwards")[i];
+    x.wall_seconds = r.f("wall_seconds")[i];
+    x.prefill_seconds = r.f("prefill_seconds")[i];
+    x.decode_seconds = r.f("decode_seconds")[i];
+    x.draft_seconds = r.f("draft_seconds")[i];
+    x.verify_seconds = r.f("verify_seconds")[i];
+    x.accept_seconds = r.f("accept_seconds")[i];
+    x.kv_seconds = r.f("kv_seconds")[i];
+    x.other_seconds = r.f("other_seconds")[i];
+    x.stop_reason = r.s("stop_reason")[i];
+    x.text = r.s("text")[i];
+    x.lossless = static_cast<int8_t>(r.i("lossless")[i]);
+    if (x.n_generated < 0 || r.i("n_steps")[i] < 0)
+      throw Error(ErrorKind::kBadInput, "expected n_generated >= 0 and n_steps >= 0", path, "runs row " + std::to_string(i));
+  }
+  std::vector<int64_t> n_steps = r.i("n_steps");
+
+  // Child rows of uncommitted runs (a killed writer's leftovers) are skipped.
+  auto run_of = [&](int64_t id) -> RunRecord* {
+    if (id < 0 || static_cast<hsize_t>(id) >= n_runs) return nullptr;
+    return &d.runs[static_cast<size_t>(id)];
+  };
+  Rows s = steps.read(steps.rows(), path, read_limit);
+  for (size_t i = 0; i < s.i("run_id").size(); ++i) {
+    RunRecord* x = run_of(s.i("run_id")[i]);
+    if (!x) continue;
+    if (s.i("step")[i] != static_cast<int64_t>(x->steps.size()))
+      throw Error(ErrorKind::kBadInput, "expected step " + std::to_string(x->steps.size()) + ", found " +
+                                            std::to_string(s.i("step")[i]), path, "steps row " + std::to_string(i));
+    StepRecord st;
+    st.drafted = static_cast<int32_t>(s.i("drafted")[i]);
+    st.accepted = static_cast<int32_t>(s.i("accepted")[i]);
+    if (st.drafted < 0 || st.accepted < 0 || st.accepted > st.drafted)
+      throw Error(ErrorKind::kBadInput, "expected 0 <= accepted <= drafted, found accepted " +
+                                            std::to_string(st.accepted) + ", drafted " + std::to_string(st.drafted),
+                  path, "steps row " + std::to_string(i));
+    st.bonus = static_cast<uint8_t>(s.i("bonus")[i]);
+    st.draft_seconds = s.f("draft_seconds")[i];
+    st.verify_seconds = s.f("verify_seconds")[i];
+    st.accept_seconds = s.f("accept_seconds")[i];
+    st.kv_seconds = s.f("kv_seconds")[i];
+    x->steps.push_back(std::move(st));
+  }
+  Rows p = positions.read(positions.rows(), path, read_limit);
+  for (size_t i = 0; i < p.i("run_id").size(); ++i) {
+    RunRecord* x = run_of(p.i("run_id")[i]);
+    if (!x) continue;
+    const int64_t step = p.i("step")[i];
+    if (step < 0 || step >= static_cast<int64_t>(x->steps.size()))
+      throw Error(ErrorKind::kBadInput, "expected a step below " + std::to_string(x->steps.size()) + ", found " +
+                                            std::to_string(step), path, "positions row " + std::to_string(i));
+    StepRecord& st = x->steps[static_cast<size_t>(step)];
+    if (p.i("pos")[i] != static_cast<int64_t>(st.p.size()) || static_cast<int32_t>(st.p.size()) >= st.drafted)
+      throw Error(ErrorKind::kBadInput, "expected pos " + std::to_string(st.p.size()) + " below drafted " +
+                                            std::to_string(st.drafted) + ", found " + std::to_string(p.i("pos")[i]),
+                  path, "positions row " + std::to_string(i));
+    st.p.push_back(static_cast<float>(p.f("p")[i]));
+    st.q.push_back(static_cast<float>(p.f("q")[i]));
+    st.accept_prob.push_back(static_cast<float>(p.f("accept_prob")[i]));
+    st.accepted_mask.push_back(static_cast<uint8_t>(p.i("accepted")[i]));
+  }
+  Rows t = tokens.read(tokens.rows(), path, read_limit);
+  for (size_t i = 0; i < t.i("run_id").size(); ++i) {
+    RunRecord* x = run_of(t.i("run_id")[i]);
+    if (!x) continue;
+    if (t.i("index")[i] != static_cast<int64_t>(x->tokens.size()))
+      throw Error(ErrorKind::kBadInput, "expected index " + std::to_string(x->tokens.size()) + ", found " +
+                                            std::to_string(t.i("index")[i]), path, "tokens row " + std::to_string(i));
+    x->tokens.push_back(static_cast<Token>(t.i("token")[i]));
+  }
+  for (size_t i = 0; i < n_runs; ++i) {
+    const RunRecord& x = d.runs[i];
+    if (static_cast<int64_t>(x.steps.size()) != n_steps[i] || static_cast<int64_t>(x.tokens.size()) != x.n_generated)
+      throw Error(ErrorKind::kBadInput, "expected " + std::to_string(n_steps[i]) + " steps and " +
+                                            std::to_string(x.n_generated) + " tokens, found " +
+                                            std::to_string(x.steps.size()) + " and " + std::to_string(x.tokens.size()),
+                  path, "runs row " + std::to_string(i));
+    for (const StepRecord& st : x.steps)
+      if (static_cast<int32_t>(st.p.size()) != st.drafted)
+        throw Error(ErrorKind::kBadInput, "expected " + std::to_string(st.drafted) + " positions per step, found " +
+                                              std::to_string(st.p.size()), path, "positions of run " + std::to_string(i));
+  }
+  return d;
+}
+
+Hdf5Recorder::Hdf5Recorder(std::string path, std::unique_ptr<Impl> impl) : path_(std::move(path)), impl_(std::move(impl)) {}
+Hdf5Recorder::Hdf5Recorder(Hdf5Recorder&&) noexcept = default;
+Hdf5Recorder& Hdf5Recorder::operator=(Hdf5Recorder&&) noexcept = default;
+Hdf5Recorder::~Hdf5Recorder() = default;
+
+Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetadata& meta,
+                                  const std::vector<PointRecord>& points, const std::vector<PromptRecord>& prompts,
+                                  const std::vector<std::string>& methods) {
+  H5::Exception::dontPrint();
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  wrap_h5(path, "creating the experiment file", [&] {
+    impl->file = std::make_unique<H5::H5File>(path, H5F_ACC_TRUNC);
+    H5::Group root = impl->file->openGroup("/");
+    write_int_attr(root, "schema_version", kHdf5SchemaVersion);
+    write_str_attr(root, "name", meta.name);
+    write_str_attr(root, "git_revision", meta.git_revision);
+    write_str_attr(root, "torch_version", meta.torch_version);
+    write_str_attr(root, "cpu_model", meta.cpu_model);
+    write_int_attr(root, "cpu_cores", meta.cpu_cores);
+    write_int_attr(root, "memory_bytes", meta.memory_bytes);
+    write_str_attr(root, "start_time", meta.start_time);
+    write_str_attr(root, "end_time", "");
+    write_str_attr(root, "status", "running");
+    write_int_attr(root, "resume_count", 0);
+    {
+      H5::StrType t = utf8_type();
+      H5::DataSet ds = root.createDataSet("config_yaml", t, H5::DataSpace(H5S_SCALAR));
+      const char* p = meta.config_yaml.c_str();
+      ds.write(&p, t);
+    }
+    Table pts = Table::create(root, "points", kPointsSchema);
+    Table pvs = Table::create(root, "point_values", kPointValuesSchema);
+    Rows pr, vr;
+    for (const PointRecord& p : points) {
+      pr.add("index", p.index);
+      pr.add("label", p.label);
+      for (const auto& kv : p.values) {
+        vr.add("point", p.index);
+        vr.add("key", kv.first);
+        vr.add("value", kv.second);
+      }
+    }
+    if (!points.empty()) pts.append(pr);
+    if (!vr.ints.empty()) pvs.append(vr);
+    pts.commit();
+    pvs.commit();
+    Table prm = Table::create(root, "prompts", kPromptsSchema);
+    Rows ro;
+    for (const PromptRecord& p : prompts) {
+      ro.add("id", p.id);
+      ro.add("category", p.category);
+      ro.add("text", p.text);
+    }
+    if (!prompts.empty()) prm.append(ro);
+    prm.commit();
+    Table mt = Table::create(root, "methods", kMethodsSchema);
+    Rows mr;
+    for (const auto& m : methods) mr.add("name", m);
+    if (!methods.empty()) mt.append(mr);
+    mt.commit();
+    impl->runs = Table::create(root, "runs", kRunsSchema);
+    impl->steps = Table::create(root, "steps", kStepsSchema);
+    impl->positions = Table::create(root, "positions", kPositionsSchema);
+    impl->tokens = Table::create(root, "tokens", kTokensSchema);
+    impl->file->flush(H5F_SCOPE_GLOBAL);
+    impl->set_read_limit();
+  });
+  return Hdf5Recorder(path, std::move(impl));
+}
+
+Hdf5Recorder Hdf5Recorder::open_for_append(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->file = open_file(path, H5F_ACC_RDWR);
+  wrap_h5(path, "opening the experiment file", [&] {
+    H5::Group root = impl->file->openGroup("/");
+    check_schema_version(root, path);
+    impl->set_read_limit();
+    impl->open_tables();
+    const hsize_t n_runs = impl->runs.rows();
+    // Cut off rows a killed writer left behind.
+    impl->runs.truncate(n_runs);
+    for (Table* t : {&impl->steps, &impl->positions, &impl->tokens})
+      t->truncate(committed_prefix(*t, n_runs, path, impl->read_limit));
+    write_int_attr(root, "resume_count", [&] {
+      int64_t v = 0;
+      if (root.attrExists("resume_count")) root.openAttribute("resume_count").read(H5::PredType::NATIVE_INT64, &v);
+      return v + 1;
+    }());
+    write_str_attr(root, "status", "running");
+    impl->file->flush(H5F_SCOPE_GLOBAL);
+  });
+  return Hdf5Recorder(path, std::move(impl));
+}
+
+ExperimentData Hdf5Recorder::read() const {
+  return wrap_h5(path_, "reading the experiment file", [&] { return impl_->read(); });
+}
+
+std::string Hdf5Recorder::config_yaml() const {
+  return wrap_h5(path_, "reading config_yaml", [&] { return read_config_yaml(*impl_->file, path_); });
+}
+
+void Hdf5Recorder::append(RunRecord& run) {
+  wrap_h5(path_, "appending a prompt-run", [&] {
+    Impl& m = *impl_;
+    run.run_id = static_cast<int64_t>(m.runs.rows());
+    Rows tok, st, pos, rr;
+    for (size_t i = 0; i < run.tokens.size(); ++i) {
+      tok.add("run_id", run.run_id);
+      tok.add("index", static_cast<int64_t>(i));
+      tok.add("token", run.tokens[i]);
+    }
+    for (size_t s = 0; s < run.steps.size(); ++s) {
+      const StepRecord& x = run.steps[s];
+      SPECLAB_CHECK(x.p.size() == static_cast<size_t>(x.drafted) && x.q.size() == x.p.size() &&
+                        x.accept_prob.size() == x.p.size() && x.accepted_mask.size() == x.p.size(),
+                    "per-position arrays must have one entry per drafted token");
+      st.add("run_id", run.run_id);
+      st.add("step", static_cast<int64_t>(s));
+      st.add("drafted", x.drafted);
+      st.add("accepted", x.accepted);
+      st.add("bonus", x.bonus);
+      st.add_real("draft_seconds", x.draft_seconds);
+      st.add_real("verify_seconds", x.verify_seconds);
+      st.add_real("accept_seconds", x.accept_seconds);
+      st.add_real("kv_seconds", x.kv_seconds);
+      for (size_t i = 0; i < x.p.size(); ++i) {
+        pos.add("run_id", run.run_id);
+        pos.add("step", static_cast<int64_t>(s));
+        pos.add("pos", static_cast<int64_t>(i));
+        pos.add_real("p", x.p[i]);
+        pos.add_real("q", x.q[i]);
+        pos.add_real("accept_prob", x.accept_prob[i]);
+        pos.add("accepted", x.accepted_mask[i]);
+      }
+    }
+    rr.add("run_id", run.run_id);
+    rr.add("point", run.key.point);
+    rr.add("prompt", run.key.prompt);
+    rr.add("method", run.key.method);
+    rr.add("repeat", run.key.repeat);
+    rr.add("prompt_id", run.prompt_id);
+    rr.add("category", run.category);
+    rr.add("drafter", run.drafter);
+    rr.add("gamma", run.gamma);
+    rr.add("greedy", run.greedy);
+    rr.add("n_prompt_tokens", run.n_prompt_tokens);
+    rr.add("n_generated", run.n_generated);
+    rr.add("target_forwards", run.target_forwards);
+    rr.add("n_steps", static_cast<int64_t>(run.steps.size()));
+    rr.add_real("wall_seconds", run.wall_seconds);
+    rr.add_real("prefill_seconds", run.prefill_seconds);
+    rr.add_real("decode_seconds", run.decode_seconds);
+    rr.add_real("draft_seconds", run.draft_seconds);
+    rr.add_real("verify_seconds", run.verify_seconds);
+    rr.add_real("accept_seconds", run.accept_seconds);
+    rr.add_real("kv_seconds", run.kv_seconds);
+    rr.add_real("other_seconds", run.other_seconds);
+    rr.add("stop_reason", run.stop_reason);
+    rr.add("text", run.text);
+    rr.add("lossless", run.lossless);
+    if (!run.tokens.empty()) m.tokens.append(tok);
+    if (!run.steps.empty()) m.steps.append(st);
+    if (!pos.ints.empty()) m.positions.append(pos);
+    m.tokens.commit();
+    m.steps.commit();
+    m.positions.commit();
+    m.runs.append(rr);
+    m.runs.commit();  // the run counts from here on
+    m.file->flush(H5F_SCOPE_GLOBAL);
+  });
+}
+
+void Hdf5Recorder::write_summary(const ExperimentSummary& summary) {
+  wrap_h5(path_, "writing the summary", [&] {
+    H5::Group root = impl_->file->openGroup("/");
+    if (exists(root, "summary") && H5Ldelete(root.getId(), "summary", H5P_DEFAULT) < 0)
+      throw H5::GroupIException("write_summary", "cannot replace /summary");
+    H5::Group g = root.createGroup("summary");
+    Table overall = Table::create(g, "overall", kSummarySchema);
+    append_summary_rows(overall, summary.overall);
+    Table by_cat = Table::create(g, "by_category", kSummarySchema);
+    append_summary_rows(by_cat, summary.by_category);
+    Table pos = Table::create(g, "positions", kSummaryPositionsSchema);
+    Rows r;
+    for (const auto& m : summary.overall) append_position_rows(r, m);
+    for (const auto& m : summary.by_category) append_position_rows(r, m);
+    if (!r.ints.empty()) pos.append(r);
+    pos.commit();
+    impl_->file->flush(H5F_SCOPE_GLOBAL);
+  });
+}
+
+void Hdf5Recorder::set_root_attribute(const std::string& name, const std::string& value) {
+  wrap_h5(path_, "writing an attribute", [&] {
+    H5::Group root = impl_->file->openGroup("/");
+    write_str_attr(root, name, value);
+    impl_->file->flush(H5F_SCOPE_GLOBAL);
+  });
+}
+
+void Hdf5Recorder::set_root_attribute(const std::string& name, int64_t value) {
+  wrap_h5(path_, "writing an attribute", [&] {
+    H5::Group root = impl_->file->openGroup("/");
+    write_int_attr(root, name, value);
+    impl_->file->flush(H5F_SCOPE_GLOBAL);
+  });
+}
+
+int64_t Hdf5Recorder::root_int_attribute(const std::string& name, int64_t fallback) const {
+  return wrap_h5(path_, "reading an attribute", [&] {
+    H5::Group root = impl_->file->openGroup("/");
+    if (!root.attrExists(name)) return fallback;
+    H5::Attribute a = root.openAttribute(name);
+    if (a.getTypeClass() != H5T_INTEGER) return fallback;
+    int64_t v = 0;
+    a.read(H5::PredType::NATIVE_INT64, &v);
+    return v;
+  });
+}
+
+ExperimentData read_experiment(const std::string& path) {
+  Hdf5Recorder::Impl impl;
+  impl.file = open_file(path, H5F_ACC_RDONLY);
+  impl.path = path;
+  return wrap_h5(path, "reading the experiment file", [&] {
+    check_schema_version(impl.file->openGroup("/"), path);
+    impl.set_read_limit();
+    impl.open_tables();
+    return impl.read();
+  });
+}
+
+}  // namespace speclab

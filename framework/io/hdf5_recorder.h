@@ -1,0 +1,87 @@
+// Hdf5Recorder — the experiment file written by `speclab run` (schema: docs/hdf5-schema.md,
+// schema_version 1). Torch-free; HDF5 C++ API.
+//
+// Layout: tables are groups of equally long, chunked, extendable, gzip-compressed 1-D column
+// datasets of plain types (int8/uint8/int32/int64/float32/float64, variable-length UTF-8
+// strings): /runs (one row per prompt-run), /steps (one per speculative step), /positions (one
+// per draft position of a step), /tokens (one per generated token), /summary/{overall,
+// by_category,positions}; plus /points, /point_values, /prompts, the /methods list, the
+// /config_yaml scalar and the root attributes. No compound types.
+//
+// Crash consistency: append() writes a prompt-run's tokens, steps and positions first, then its
+// /runs row, then bumps the tables' `complete` attributes (/runs last) and flushes the file
+// (H5Fflush). Each table's attribute `complete` is the number of committed rows: a reader uses
+// only rows [0, complete) of /runs and the child rows whose run_id is a committed run, so a
+// file whose writer was killed (SIGKILL) reads back as the set of prompt-runs finished before
+// the last flush. open_for_append() (resume) cuts the uncommitted rows off before appending.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/io/experiment_records.h"
+#include "framework/io/experiment_summary.h"
+
+namespace speclab {
+
+constexpr int64_t kHdf5SchemaVersion = 1;
+
+// Root attributes written at creation.
+struct ExperimentMetadata {
+  std::string name;
+  std::string config_yaml;    // the resolved config (after --set overrides), as YAML text
+  std::string git_revision = "unknown";
+  std::string torch_version;  // SPECLAB_TORCH_VERSION
+  std::string cpu_model;      // /proc/cpuinfo "model name"
+  int64_t cpu_cores = 0;
+  int64_t memory_bytes = 0;   // physical memory
+  std::string start_time;     // ISO 8601 UTC
+};
+
+class Hdf5Recorder {
+ public:
+  // Creates `path`, replacing an existing file, and writes the metadata, the sweep points, the
+  // prompts and the method list. Throws Error(kIo, ..., path) when the file cannot be created.
+  static Hdf5Recorder create(const std::string& path, const ExperimentMetadata& meta,
+                             const std::vector<PointRecord>& points, const std::vector<PromptRecord>& prompts,
+                             const std::vector<std::string>& methods);
+  // Opens an existing experiment file for appending (resume); drops uncommitted rows left by a
+  // killed writer. Throws Error(kBadInput, ..., path) when it is not a SpecLab experiment file of
+  // this schema version, Error(kIo) when it cannot be opened.
+  static Hdf5Recorder open_for_append(const std::string& path);
+
+  Hdf5Recorder(Hdf5Recorder&&) noexcept;
+  Hdf5Recorder& operator=(Hdf5Recorder&&) noexcept;
+  ~Hdf5Recorder();
+
+  const std::string& path() const { return path_; }
+  // The committed prompt-runs and the file's points, prompts and methods.
+  ExperimentData read() const;
+  // The /config_yaml text.
+  std::string config_yaml() const;
+
+  // Appends one finished prompt-run (assigns run.run_id) and flushes; see the header comment.
+  void append(RunRecord& run);
+  // Replaces /summary with `summary`; flushes.
+  void write_summary(const ExperimentSummary& summary);
+  // Sets a string attribute on the root group (e.g. end_time, status); flushes.
+  void set_root_attribute(const std::string& name, const std::string& value);
+  void set_root_attribute(const std::string& name, int64_t value);
+  int64_t root_int_attribute(const std::string& name, int64_t fallback) const;
+
+ private:
+  friend ExperimentData read_experiment(const std::string& path);
+  struct Impl;
+  Hdf5Recorder(std::string path, std::unique_ptr<Impl> impl);
+  std::string path_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads a (possibly interrupted) experiment file read-only: the committed prompt-runs.
+// Throws Error(kBadInput, ..., path) on a file that is not a SpecLab experiment file or whose
+// tables are inconsistent, Error(kIo) when it cannot be opened.
+ExperimentData read_experiment(const std::string& path);
+
+}  // namespace speclab

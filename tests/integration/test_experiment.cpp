@@ -1,0 +1,498 @@
+// `speclab run` / `speclab report` end to end on stories260K: the printed summary table against
+// the HDF5 file (read with the HDF5 C++ API), the summary against a recomputation from the raw
+// step table, greedy losslessness, the report's plots; SIGKILL after the first prompt-run and
+// --resume reproducing an uninterrupted run; bad input exiting with code 2 and touching nothing.
+#include <catch2/catch.hpp>
+
+#include <H5Cpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "framework/io/hdf5_recorder.h"
+
+using namespace speclab;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_dir() {
+  std::string tmpl = (fs::temp_directory_path() / "speclab_exp_XXXXXX").string();
+  REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+  return tmpl;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  REQUIRE(out.good());
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs the CLI with `args` (already shell-quoted where needed); stdout and stderr captured apart.
+Result cli(const std::string& args, const std::string& dir) {
+  const std::string out = dir + "/.stdout", err = dir + "/.stderr";
+  const std::string cmd = std::string(SPECLAB_CLI) + " " + args + " > '" + out + "' 2> '" + err + "'";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string l;
+  while (std::getline(in, l)) out.push_back(l);
+  return out;
+}
+
+std::string config_yaml(const std::string& output, const std::string& generation, const std::string& extra = {}) {
+  return "name: tiny\n"
+         "models:\n"
+         "  target: {path: stories260K}\n"
+         "drafters:\n"
+         "  - name: prompt_lookup\n"
+         "  - name: layer_skip\n"
+         "sampling: {temperature: 0}\n"
+         "generation: " + generation + "\n"
+         "prompts:\n"
+         "  inline:\n"
+         "    - {id: a, category: story, text: \"Once upon a time\"}\n"
+         "    - {id: b, category: story, text: \"The little dog saw a big ball\"}\n"
+         "    - {id: c, category: play, text: \"Lily and Tom went to the park\"}\n"
+         "sweep:\n"
+         "  drafter.gamma: [1, 2]\n"
+         "warmup: 0\n" + extra +
+         "output: {path: " + output + "}\n";
+}
+
+// ---- HDF5 C++ API readers (independent of the recorder's own reader) ----
+
+std::vector<int64_t> ints(const H5::H5File& f, const std::string& path) {
+  H5::DataSet ds = f.openDataSet(path);
+  hsize_t n[1];
+  ds.getSpace().getSimpleExtentDims(n);
+  std::vector<int64_t> v(n[0]);
+  if (n[0]) ds.read(v.data(), H5::PredType::NATIVE_INT64);
+  return v;
+}
+
+std::vector<double> reals(const H5::H5File& f, const std::string& path) {
+  H5::DataSet ds = f.openDataSet(path);
+  hsize_t n[1];
+  ds.getSpace().getSimpleExtentDims(n);
+  std::vector<double> v(n[0]);
+  if (n[0]) ds.read(v.data(), H5::PredType::NATIVE_DOUBLE);
+  return v;
+}
+
+std::vector<std::string> strs(const H5::H5File& f, const std::string& path) {
+  H5::DataSet ds = f.openDataSet(path);
+  hsize_t n[1];
+  ds.getSpace().getSimpleExtentDims(n);
+  std::vector<char*> p(n[0], nullptr);
+  H5::StrType t(H5::PredType::C_S1, H5T_VARIABLE);
+  if (n[0]) ds.read(p.data(), t);
+  std::vector<std::string> v;
+  for (char* s : p) v.emplace_back(s ? s : "");
+  if (n[0]) H5::DataSet::vlenReclaim(p.data(), t, ds.getSpace());
+  return v;
+}
+
+std::string str_attr(const H5::H5File& f, const std::string& name) {
+  H5::Attribute a = f.openGroup("/").openAttribute(name);
+  std::string v;
+  a.read(a.getStrType(), v);
+  return v;
+}
+
+int64_t int_attr(const H5::Group& g, const std::string& name) {
+  int64_t v = 0;
+  g.openAttribute(name).read(H5::PredType::NATIVE_INT64, &v);
+  return v;
+}
+
+struct PrintedRow {
+  int64_t point;
+  std::string drafter;
+  int64_t gamma;
+  double alpha, lo, hi, tau;
+  std::string lossless;
+};
+
+// Rows of the first summary table `speclab run` printed.
+std::vector<PrintedRow> parse_summary(const std::string& out) {
+  std::vector<PrintedRow> rows;
+  bool in_table = false;
+  const std::regex row_re(R"(^#(\d+)\s.*?\s{2,}(\S+)\s{2,}(\d+)\s{2,}([0-9.]+) \[([0-9.]+), ([0-9.]+)\]\s{2,}([0-9.]+)\s{2,}.*\s{2,}(yes|NO|n/a)$)");
+  for (const std::string& l : lines(out)) {
+    if (!in_table) {
+      in_table = l.rfind("point", 0) == 0 && l.find("alpha [95% CI]") != std::string::npos;
+      continue;
+    }
+    if (l.empty()) break;
+    std::smatch m;
+    REQUIRE(std::regex_match(l, m, row_re));
+    rows.push_back({std::stoll(m[1]), m[2], std::stoll(m[3]), std::stod(m[4]), std::stod(m[5]), std::stod(m[6]),
+                    std::stod(m[7]), m[8]});
+  }
+  return rows;
+}
+
+bool is_png(const std::string& path) {
+  const std::string s = read_file(path);
+  return s.size() > 1000 && s.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0;
+}
+
+const std::vector<std::string> kPlots = {"acceptance_by_position.png", "speedup_vs_gamma.png", "time_breakdown.png",
+                                         "accepted_length_hist.png", "acceptance_by_category.png"};
+
+}  // namespace
+
+TEST_CASE("speclab run: a tiny stories260K experiment, its HDF5 file, summary and report", "[experiment][cli]") {
+  const std::string dir = temp_dir(), h5 = dir + "/out.h5";
+  write_file(dir + "/exp.yaml", config_yaml(h5, "{max_new_tokens: 16}"));
+  const Result r = cli("run '" + dir + "/exp.yaml' --report-dir '" + dir + "/rep'", dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+
+  // Progress: one plain line per prompt-run when stderr is not a terminal.
+  int progress = 0;
+  for (const auto& l : lines(r.err)) progress += l.rfind("[", 0) == 0 && l.find("/18] point #") != std::string::npos;
+  CHECK(progress == 18);
+
+  H5::H5File f(h5, H5F_ACC_RDONLY);
+  const H5::Group root = f.openGroup("/");
+  CHECK(int_attr(root, "schema_version") == 1);
+  CHECK(str_attr(f, "status") == "complete");
+  const std::regex iso(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)");
+  CHECK(std::regex_match(str_attr(f, "start_time"), iso));
+  CHECK(std::regex_match(str_attr(f, "end_time"), iso));
+  const std::string rev = str_attr(f, "git_revision");
+  CHECK((rev == "unknown" || std::regex_match(rev, std::regex("[0-9a-f]{40}"))));
+  CHECK(!str_attr(f, "torch_version").empty());
+  CHECK(!str_attr(f, "cpu_model").empty());
+  CHECK(int_attr(root, "cpu_cores") > 0);
+  CHECK(int_attr(root, "memory_bytes") > 0);
+  {
+    H5::DataSet cfg = f.openDataSet("/config_yaml");
+    std::string yaml;
+    cfg.read(yaml, cfg.getStrType());
+    CHECK(yaml.find("stories260K") != std::string::npos);
+  }
+
+  // /runs: 2 points x 3 prompts x 3 methods, each key once, all committed.
+  const auto run_id = ints(f, "/runs/run_id"), point = ints(f, "/runs/point"), prompt = ints(f, "/runs/prompt");
+  const auto repeat = ints(f, "/runs/repeat"), lossless = ints(f, "/runs/lossless"), ngen = ints(f, "/runs/n_generated");
+  const auto method = strs(f, "/runs/method"), text = strs(f, "/runs/text");
+  REQUIRE(run_id.size() == 18);
+  CHECK(int_attr(f.openGroup("/runs"), "complete") == 18);
+  std::set<std::tuple<int64_t, int64_t, std::string, int64_t>> keys;
+  std::map<std::pair<int64_t, int64_t>, std::string> ar_text;
+  for (size_t i = 0; i < run_id.size(); ++i) {
+    CHECK(run_id[i] == static_cast<int64_t>(i));
+    keys.insert({point[i], prompt[i], method[i], repeat[i]});
+    if (method[i] == "ar") ar_text[{point[i], prompt[i]}] = text[i];
+    CHECK(ngen[i] > 0);
+    CHECK(ngen[i] <= 16);
+  }
+  CHECK(keys.size() == 18);
+  // Greedy losslessness: every speculative run flagged identical to AR, and the texts agree.
+  for (size_t i = 0; i < run_id.size(); ++i) {
+    if (method[i] == "ar") {
+      CHECK(lossless[i] == -1);
+    } else {
+      CHECK(lossless[i] == 1);
+      CHECK(text[i] == ar_text.at({point[i], prompt[i]}));
+    }
+  }
+  // Tokens: one row per generated token.
+  int64_t total_tokens = 0;
+  for (int64_t n : ngen) total_tokens += n;
+  CHECK(static_cast<int64_t>(ints(f, "/tokens/token").size()) == total_tokens);
+
+  // Recompute alpha and tau per (point, method) from /steps and compare with /summary.
+  const auto st_run = ints(f, "/steps/run_id"), drafted = ints(f, "/steps/drafted"), accepted = ints(f, "/steps/accepted");
+  std::map<std::pair<int64_t, std::string>, std::array<int64_t, 4>> acc;  // accepted, examined, emitted, steps
+  int64_t total_drafted = 0;
+  for (size_t s = 0; s < st_run.size(); ++s) {
+    const size_t i = static_cast<size_t>(st_run[s]);
+    REQUIRE(i < run_id.size());
+    REQUIRE(accepted[s] <= drafted[s]);
+    auto& a = acc[{point[i], method[i]}];
+    a[0] += accepted[s];
+    a[1] += std::min(accepted[s] + 1, drafted[s]);
+    a[2] += accepted[s] + 1;
+    a[3] += 1;
+    total_drafted += drafted[s];
+  }
+  CHECK(static_cast<int64_t>(ints(f, "/positions/pos").size()) == total_drafted);
+  const auto s_point = ints(f, "/summary/overall/point"), s_gamma = ints(f, "/summary/overall/gamma");
+  const auto s_method = strs(f, "/summary/overall/method");
+  const auto s_alpha = reals(f, "/summary/overall/alpha"), s_lo = reals(f, "/summary/overall/alpha_lo");
+  const auto s_hi = reals(f, "/summary/overall/alpha_hi"), s_tau = reals(f, "/summary/overall/tau");
+  const auto s_lossless = ints(f, "/summary/overall/lossless");
+  REQUIRE(s_point.size() == 4);
+  for (size_t k = 0; k < s_point.size(); ++k) {
+    const auto& a = acc.at({s_point[k], s_method[k]});
+    INFO(s_method[k] << " at point " << s_point[k]);
+    if (a[1] > 0) CHECK(s_alpha[k] == Approx(static_cast<double>(a[0]) / a[1]).epsilon(1e-12));
+    CHECK(s_tau[k] == Approx(static_cast<double>(a[2]) / a[3]).epsilon(1e-12));
+    CHECK(s_gamma[k] == s_point[k] + 1);  // the sweep is gamma [1, 2]
+    CHECK(s_lossless[k] == 1);
+  }
+
+  // The printed table agrees with /summary (to its printed precision).
+  const std::vector<PrintedRow> printed = parse_summary(r.out);
+  REQUIRE(printed.size() == s_point.size());
+  for (size_t k = 0; k < printed.size(); ++k) {
+    const PrintedRow& p = printed[k];
+    INFO(p.drafter << " at point " << p.point);
+    CHECK(p.point == s_point[k]);
+    CHECK(p.drafter == s_method[k]);
+    CHECK(p.gamma == s_gamma[k]);
+    if (!std::isnan(s_alpha[k])) {
+      CHECK(std::abs(p.alpha - s_alpha[k]) <= 5.0001e-4);
+      CHECK(std::abs(p.lo - s_lo[k]) <= 5.0001e-4);
+      CHECK(std::abs(p.hi - s_hi[k]) <= 5.0001e-4);
+    }
+    CHECK(std::abs(p.tau - s_tau[k]) <= 5.0001e-4);
+    CHECK(p.lossless == "yes");
+  }
+
+  // The Python reader's own summary (analysis/speclab_h5.py, an independent implementation of
+  // the same definitions) agrees with the C++ one in the file.
+  write_file(dir + "/cross.py",
+             "import math, sys\n"
+             "sys.path.insert(0, '" + std::string(SPECLAB_SOURCE_DIR) + "/analysis')\n"
+             "from speclab_h5 import Experiment, compute_summary\n"
+             "e = Experiment(sys.argv[1]); c = compute_summary(e)\n"
+             "for tab in ('overall', 'by_category'):\n"
+             "    f, p = e.summary[tab], c[tab]\n"
+             "    assert len(f['point']) == len(p['point']) > 0, tab\n"
+             "    for col in p:\n"
+             "        for a, b in zip(f[col], p[col]):\n"
+             "            if isinstance(a, str) or isinstance(b, str):\n"
+             "                assert str(a) == str(b), (tab, col, a, b)\n"
+             "            else:\n"
+             "                a, b = float(a), float(b)\n"
+             "                assert (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-9 * max(1, abs(a)), (tab, col, a, b)\n"
+             "print('summaries agree')\n");
+  const std::string py = "/usr/bin/python3 '" + dir + "/cross.py' '" + h5 + "' > '" + dir + "/.py' 2>&1";
+  const int py_status = std::system(py.c_str());
+  INFO(read_file(dir + "/.py"));
+  CHECK((WIFEXITED(py_status) && WEXITSTATUS(py_status) == 0));
+
+  // The report `speclab run` generated, and `speclab report` on its own.
+  CHECK(r.out.find("report: " + dir + "/rep/report.md") != std::string::npos);
+  for (const auto& png : kPlots) CHECK(is_png(dir + "/rep/" + png));
+  const Result rep = cli("report '" + h5 + "' --out '" + dir + "/rep2'", dir);
+  INFO(rep.err);
+  REQUIRE(rep.code == 0);
+  for (const auto& png : kPlots) CHECK(is_png(dir + "/rep2/" + png));
+  const std::string md = read_file(dir + "/rep2/report.md");
+  CHECK(md.find("| point | drafter |") != std::string::npos);
+  CHECK(md.find("layer_skip") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// Starts the CLI, waits for its first finished prompt-run (progress line "[1/..."), SIGKILLs it.
+// Returns true when the process was killed (rather than finishing on its own).
+bool run_and_kill_after_first(const std::vector<std::string>& args) {
+  int pipefd[2];
+  REQUIRE(pipe(pipefd) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(pipefd[1], STDERR_FILENO);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    if (!freopen("/dev/null", "w", stdout)) _exit(126);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(SPECLAB_CLI));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(SPECLAB_CLI, argv.data());
+    _exit(127);
+  }
+  close(pipefd[1]);
+  std::string buf;
+  char c;
+  bool seen = false;
+  while (!seen && read(pipefd[0], &c, 1) == 1) {
+    if (c != '\n') {
+      buf += c;
+      continue;
+    }
+    seen = buf.rfind("[1/", 0) == 0;
+    buf.clear();
+  }
+  if (seen) kill(pid, SIGKILL);
+  close(pipefd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return seen && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+}
+
+std::map<RunKey, const RunRecord*> by_key(const ExperimentData& d) {
+  std::map<RunKey, const RunRecord*> m;
+  for (const RunRecord& r : d.runs) m[r.key] = &r;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("speclab run: SIGKILL after the first prompt-run, then --resume equals an uninterrupted run",
+          "[experiment][resume]") {
+  const std::string dir = temp_dir(), cfg = dir + "/kill.yaml";
+  // Long enough generations that the kill lands inside a decoding, not inside a file write.
+  write_file(cfg, config_yaml(dir + "/unused.h5", "{max_new_tokens: 96, ignore_eos: true}", "repeats: 2\n"));
+  const Result ref = cli("run '" + cfg + "' --output '" + dir + "/ref.h5' --no-report", dir);
+  INFO(ref.err);
+  REQUIRE(ref.code == 0);
+
+  const std::string h5 = dir + "/killed.h5";
+  REQUIRE(run_and_kill_after_first({"run", cfg, "--output", h5, "--no-report"}));
+
+  // The killed file opens and holds only complete prompt-runs.
+  const ExperimentData partial = read_experiment(h5);
+  CHECK(partial.runs.size() >= 1);
+  CHECK(partial.runs.size() < 36);
+  for (const RunRecord& r : partial.runs) {
+    CHECK(static_cast<int64_t>(r.tokens.size()) == r.n_generated);
+    CHECK(r.n_generated == 96);
+  }
+  {
+    H5::H5File f(h5, H5F_ACC_RDONLY);
+    CHECK(str_attr(f, "status") == "running");
+    CHECK(int_attr(f.openGroup("/runs"), "complete") == static_cast<int64_t>(partial.runs.size()));
+  }
+  // The report reads a partial file too (summary recomputed by the Python reader).
+  const Result prep = cli("report '" + h5 + "' --out '" + dir + "/partial_rep'", dir);
+  INFO(prep.err);
+  CHECK(prep.code == 0);
+  CHECK(is_png(dir + "/partial_rep/time_breakdown.png"));
+
+  // Without --resume the file is left alone.
+  const std::string before = read_file(h5);
+  const Result again = cli("run '" + cfg + "' --output '" + h5 + "' --no-report", dir);
+  CHECK(again.code == 2);
+  CHECK(read_file(h5) == before);
+
+  const Result res = cli("run '" + cfg + "' --output '" + h5 + "' --resume --no-report", dir);
+  INFO(res.err);
+  REQUIRE(res.code == 0);
+  CHECK(res.err.find("(" + std::to_string(partial.runs.size()) + " already in the file, skipped)") !=
+        std::string::npos);
+
+  const ExperimentData a = read_experiment(h5), b = read_experiment(dir + "/ref.h5");
+  REQUIRE(a.runs.size() == 36);
+  REQUIRE(b.runs.size() == 36);
+  const auto ka = by_key(a), kb = by_key(b);
+  CHECK(ka.size() == 36);  // no duplicates
+  REQUIRE(kb.size() == 36);
+  for (const auto& [key, ra] : ka) {
+    auto it = kb.find(key);
+    REQUIRE(it != kb.end());
+    CHECK(ra->tokens == it->second->tokens);
+    CHECK(ra->text == it->second->text);
+    CHECK(ra->steps.size() == it->second->steps.size());
+    CHECK(ra->lossless == it->second->lossless);
+  }
+  // The resumed run's records reproduce the first part exactly (nothing re-recorded).
+  for (size_t i = 0; i < partial.runs.size(); ++i) CHECK(a.runs[i].key == partial.runs[i].key);
+
+  // Summaries are recomputed from the data: acceptance statistics equal the uninterrupted run's.
+  H5::H5File fa(h5, H5F_ACC_RDONLY), fb(dir + "/ref.h5", H5F_ACC_RDONLY);
+  CHECK(int_attr(fa.openGroup("/"), "resume_count") == 1);
+  CHECK(str_attr(fa, "status") == "complete");
+  const auto alpha_a = reals(fa, "/summary/overall/alpha"), alpha_b = reals(fb, "/summary/overall/alpha");
+  const auto tau_a = reals(fa, "/summary/overall/tau"), tau_b = reals(fb, "/summary/overall/tau");
+  REQUIRE(alpha_a.size() == alpha_b.size());
+  for (size_t k = 0; k < alpha_a.size(); ++k) {
+    CHECK((alpha_a[k] == alpha_b[k] || (std::isnan(alpha_a[k]) && std::isnan(alpha_b[k]))));
+    CHECK(tau_a[k] == tau_b[k]);
+  }
+  CHECK(ints(fa, "/positions/pos").size() == ints(fb, "/positions/pos").size());
+  CHECK(ints(fa, "/steps/step").size() == ints(fb, "/steps/step").size());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("speclab run: bad input exits 2 with one error line and writes nothing", "[experiment][bad]") {
+  const std::string dir = temp_dir(), h5 = dir + "/out.h5";
+  const std::string good = config_yaml(h5, "{max_new_tokens: 4}");
+  auto expect_error = [&](const std::string& name, const std::string& yaml, const std::string& extra_args,
+                          const std::string& must_mention) {
+    const std::string cfg = dir + "/" + name + ".yaml";
+    write_file(cfg, yaml);
+    const Result r = cli("run '" + cfg + "' " + extra_args, dir);
+    INFO(name << ": " << r.err);
+    CHECK(r.code == 2);
+    const auto l = lines(r.err);
+    REQUIRE(l.size() == 1);
+    CHECK(l[0].rfind("error: ", 0) == 0);
+    CHECK(l[0].find(must_mention) != std::string::npos);
+    CHECK(!fs::exists(h5));
+  };
+  expect_error("malformed", "name: [tiny\nmodels: {\n", "", "malformed.yaml");
+  expect_error("unknown_key", good + "warmupp: 1\n", "", "warmupp");
+  expect_error("wrong_type", std::regex_replace(good, std::regex("warmup: 0"), "warmup: many"), "", "warmup");
+  expect_error("empty_sweep", std::regex_replace(good, std::regex(R"(\[1, 2\])"), "[]"), "", "sweep");
+  const std::string with_file = std::regex_replace(
+      good, std::regex("  inline:\n(    - .*\n)+"), "  files: [prompts.jsonl]\n");
+  expect_error("missing_prompts", with_file, "", "prompts.jsonl");
+  write_file(dir + "/bad_prompts.jsonl", "{\"prompt\": \"Once upon a time\"}\nthis is not json\n");
+  expect_error("non_json", std::regex_replace(with_file, std::regex("prompts.jsonl"), "bad_prompts.jsonl"), "",
+               "bad_prompts.jsonl:2");
+  expect_error("missing_dir", good, "--output '" + dir + "/no/such/dir/out.h5'", dir + "/no/such/dir");
+  expect_error("both_modes", good, "--resume --overwrite", "--overwrite");
+
+  // An existing file: untouched without --resume/--overwrite, and by a --resume with another config.
+  write_file(dir + "/ok.yaml", good);
+  REQUIRE(cli("run '" + dir + "/ok.yaml' --no-report", dir).code == 0);
+  const std::string before = read_file(h5);
+  for (const std::string& extra : {std::string(), std::string("--resume --set repeats=2")}) {
+    const Result r = cli("run '" + dir + "/ok.yaml' --no-report " + extra, dir);
+    INFO(extra << ": " << r.err);
+    CHECK(r.code == 2);
+    CHECK(lines(r.err).size() == 1);
+    CHECK(read_file(h5) == before);
+  }
+  // --resume on a file that is not an experiment file leaves it alone.
+  write_file(dir + "/notes.h5", "my notes\n");
+  const Result r = cli("run '" + dir + "/ok.yaml' --no-report --resume --output '" + dir + "/notes.h5'", dir);
+  CHECK(r.code == 2);
+  CHECK(read_file(dir + "/notes.h5") == "my notes\n");
+  // --overwrite replaces.
+  const Result o = cli("run '" + dir + "/ok.yaml' --no-report --overwrite", dir);
+  CHECK(o.code == 0);
+  CHECK(read_experiment(h5).runs.size() == 18);
+  fs::remove_all(dir);
+}

@@ -1,0 +1,487 @@
+// YAML experiment configs: the shipped configs, sweep expansion, --set overrides, HF / vLLM
+// aliases, prompt loading (JSONL, .jsonl.gz, dotted fields) and the error messages for bad input
+// (each must name the key and its line:column).
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "framework/core/error.h"
+#include "framework/io/experiment_config.h"
+
+using namespace speclab;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::string kConfigs = std::string(SPECLAB_SOURCE_DIR) + "/configs";
+
+// A valid minimal config (4 lines); tests append sections from line 5 on.
+const std::string kBase =
+    "models:\n"
+    "  target: {path: stories260K}\n"
+    "prompts:\n"
+    "  inline: [hello]\n";
+
+// The what() of the config error that parsing `yaml` throws (the test fails if none is thrown).
+std::string config_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_experiment_config(yaml, "bad.yaml", overrides);
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kConfig);
+    return e.what();
+  }
+  FAIL("expected an Error for:\n" << yaml);
+  return {};
+}
+
+std::string tmp_dir() {
+  const std::string d = std::string(SPECLAB_BINARY_DIR) + "/test_config_tmp";
+  ::mkdir(d.c_str(), 0755);
+  return d;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  REQUIRE(out.good());
+}
+
+const DrafterEntry& drafter(const ExperimentConfig& c, const std::string& label) {
+  for (const auto& d : c.drafters)
+    if (d.label == label) return d;
+  FAIL("no drafter labelled " << label);
+  return c.drafters.front();
+}
+
+}  // namespace
+
+TEST_CASE("every shipped config parses, validates and expands", "[config]") {
+  std::vector<std::string> names;
+  DIR* dir = ::opendir(kConfigs.c_str());
+  REQUIRE(dir != nullptr);
+  while (dirent* e = ::readdir(dir)) {
+    const std::string n = e->d_name;
+    if (n.size() > 5 && n.compare(n.size() - 5, 5, ".yaml") == 0) names.push_back(n);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  for (const char* expected : {"demo.yaml", "gamma_sweep.yaml", "temperature_sweep.yaml", "drafter_comparison.yaml",
+                               "equivalence.yaml", "equivalence_smollm2.yaml", "tiny_stories.yaml"})
+    CHECK(std::count(names.begin(), names.end(), expected) == 1);
+
+  for (const std::string& n : names) {
+    INFO(n);
+    const ExperimentConfig c = load_experiment_config(kConfigs + "/" + n);
+    CHECK_FALSE(c.resolved_yaml.empty());
+    const auto points = expand_sweep(c);
+    CHECK(!points.empty());
+    // Every prompt file the shipped configs name exists (datasets are read from ../shared).
+    const auto prompts = load_prompts(c);
+    CHECK(!prompts.empty());
+    for (const auto& p : prompts) CHECK(!p.text.empty());
+  }
+}
+
+TEST_CASE("demo.yaml: 40 prompts in 5 categories, 3 drafters x gamma {2, 4, 8}", "[config]") {
+  const ExperimentConfig c = load_experiment_config(kConfigs + "/demo.yaml");
+  CHECK(c.name == "demo");
+  CHECK(c.models.target.path == "smollm2-135m-instruct");  // a named entry is kept as written
+  REQUIRE(c.drafters.size() == 3);
+  CHECK(drafter(c, "layer_skip").options.draft_layers_first == 10);
+  CHECK(drafter(c, "prompt_lookup_dynamic").options.schedule == "heuristic");
+  CHECK(c.sampling.temperature == 0.0);
+  CHECK(c.output.path == "results/demo.h5");
+
+  const auto prompts = load_prompts(c);
+  CHECK(prompts.size() == 40);
+  std::map<std::string, int> per_category;
+  std::set<std::string> ids;
+  for (const auto& p : prompts) {
+    ++per_category[p.category];
+    ids.insert(p.id);
+    CHECK(p.text.size() < 1400);  // well under ~250 tokens
+  }
+  CHECK(ids.size() == 40);
+  CHECK(per_category == std::map<std::string, int>{
+                            {"code_edit", 8}, {"extractive_qa", 8}, {"math", 8}, {"open_writing", 8}, {"summarize", 8}});
+
+  const auto points = expand_sweep(c);
+  REQUIRE(points.size() == 3);
+  const int gammas[] = {2, 4, 8};
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(points[i].index == static_cast<int64_t>(i));
+    CHECK(points[i].values.at("drafter.num_speculative_tokens") == std::to_string(gammas[i]));
+    for (const auto& d : points[i].config.drafters) CHECK(d.options.num_speculative_tokens == gammas[i]);
+    CHECK(points[i].config.sweep.empty());
+  }
+}
+
+TEST_CASE("tiny_stories.yaml and the other shipped configs hold what they say", "[config]") {
+  const ExperimentConfig t = load_experiment_config(kConfigs + "/tiny_stories.yaml");
+  CHECK(t.models.target.path == "stories260K");
+  CHECK(t.generation.max_new_tokens == 16);
+  CHECK(t.warmup == 0);
+  REQUIRE(t.drafters.size() == 2);
+  CHECK(t.drafters[0].label == "prompt_lookup");
+  CHECK(t.drafters[1].label == "layer_skip");
+  REQUIRE(t.sweep.size() == 1);
+  CHECK(t.sweep[0].key == "drafter.num_speculative_tokens");  // written as drafter.gamma
+  CHECK(t.sweep[0].values == std::vector<std::string>{"1", "2"});
+  const auto tp = load_prompts(t);
+  REQUIRE(tp.size() == 3);
+  CHECK(tp[0].id == "lily");
+  CHECK(tp[0].text == "Once upon a time, there was a little girl named Lily.");
+
+  const ExperimentConfig g = load_experiment_config(kConfigs + "/gamma_sweep.yaml");
+  const auto gp = expand_sweep(g);
+  REQUIRE(gp.size() == 4);
+  CHECK(gp[3].config.drafters[1].options.num_speculative_tokens == 8);
+  const auto mt = load_prompts(g);
+  REQUIRE(mt.size() == 80);  // MT-bench: 80 questions, first turns
+  CHECK(mt[0].id == "81");
+  CHECK(mt[0].category == "writing");
+  CHECK_THAT(mt[0].text, Contains("travel blog post about a recent trip to Hawaii"));
+
+  const ExperimentConfig ts = load_experiment_config(kConfigs + "/temperature_sweep.yaml");
+  const auto tsp = expand_sweep(ts);
+  REQUIRE(tsp.size() == 3);
+  CHECK(tsp[0].config.sampling.temperature == 0.0);
+  CHECK(tsp[1].config.sampling.temperature == 0.7);
+  CHECK(tsp[2].config.sampling.temperature == 1.0);
+  CHECK(tsp[2].config.sampling.seed == 1234);
+
+  const ExperimentConfig dc = load_experiment_config(kConfigs + "/drafter_comparison.yaml");
+  REQUIRE(dc.models.draft.has_value());
+  CHECK(dc.models.draft->path == kConfigs + "/../.cache/models/smollm2-draft-6l.gguf");
+  const DrafterEntry& dm = drafter(dc, "draft_model");
+  CHECK(dm.options.draft_model == dc.models.draft->path);  // taken from models.draft
+  CHECK(dm.options.draft_model_format == "gguf");
+  CHECK(drafter(dc, "layer_skip").options.draft_layers == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+
+  const ExperimentConfig eq = load_experiment_config(kConfigs + "/equivalence.yaml");
+  REQUIRE(eq.equivalence.has_value());
+  CHECK(eq.equivalence->positions == std::vector<int>{1, 2});
+  CHECK(eq.equivalence->control_alpha == 1e-6);
+  const ExperimentConfig eqs = load_experiment_config(kConfigs + "/equivalence_smollm2.yaml");
+  REQUIRE(eqs.equivalence.has_value());
+  CHECK(eqs.equivalence->samples >= 100000);
+  CHECK(load_prompts(eqs).size() >= 20);
+}
+
+TEST_CASE("sweep expansion is the cartesian product, first axis outermost", "[config]") {
+  const std::string yaml = kBase +
+                           "drafters:\n"
+                           "  - {name: prompt_lookup}\n"
+                           "  - {name: layer_skip, gamma: 3}\n"
+                           "sweep:\n"
+                           "  sampling.temperature: [0, 0.7]\n"
+                           "  drafter.gamma: [1, 2, 4]\n"
+                           "  generation.max_new_tokens: [8]\n";
+  const ExperimentConfig c = parse_experiment_config(yaml, "sweep.yaml");
+  REQUIRE(c.sweep.size() == 3);
+  CHECK(c.sweep[0].key == "sampling.temperature");
+  CHECK(c.sweep[1].key == "drafter.num_speculative_tokens");
+  const auto pts = expand_sweep(c);
+  REQUIRE(pts.size() == 6);
+  const double temps[] = {0, 0, 0, 0.7, 0.7, 0.7};
+  const int gammas[] = {1, 2, 4, 1, 2, 4};
+  for (size_t i = 0; i < 6; ++i) {
+    INFO("point " << i);
+    CHECK(pts[i].values.at("sampling.temperature") == (i < 3 ? "0" : "0.7"));
+    CHECK(pts[i].config.sampling.temperature == temps[i]);
+    CHECK(pts[i].config.generation.max_new_tokens == 8);
+    for (const auto& d : pts[i].config.drafters) CHECK(d.options.num_speculative_tokens == gammas[i]);
+    CHECK(pts[i].config.drafters[1].label == "layer_skip");
+    CHECK(pts[i].config.resolved_yaml.find("sweep") == std::string::npos);
+    CHECK(pts[i].config.resolved_yaml.find('&') == std::string::npos);
+  }
+  // The point's resolved YAML parses back to the point's config.
+  const ExperimentConfig back = parse_experiment_config(pts[5].config.resolved_yaml, "sweep.yaml");
+  CHECK(back.sampling.temperature == 0.7);
+  CHECK(back.drafters[1].options.num_speculative_tokens == 4);
+  CHECK(back.sweep.empty());
+
+  // No sweep: one point, the config itself.
+  const ExperimentConfig plain = parse_experiment_config(kBase + "sampling: {temperature: 0.5}\n", "plain.yaml");
+  const auto one = expand_sweep(plain);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].values.empty());
+  CHECK(one[0].config.sampling.temperature == 0.5);
+}
+
+TEST_CASE("--set overrides scalars and lists before mapping", "[config]") {
+  const std::string yaml = kBase +
+                           "drafters:\n"
+                           "  - {name: prompt_lookup, gamma: 4}\n"
+                           "  - {name: layer_skip}\n"
+                           "sampling: {temperature: 0}\n";
+  const ExperimentConfig c = parse_experiment_config(
+      yaml, "set.yaml",
+      {"sampling.temperature=0.7", "generation.stop=[\"\\n\\n\", END]", "drafters.0.num_speculative_tokens=6",
+       "drafters[1].draft_layers=0-2", "sweep.drafter.gamma=[1, 3]", "kv.budget_bytes=512MiB"});
+  CHECK(c.sampling.temperature == 0.7);
+  CHECK(c.generation.stop == std::vector<std::string>{"\n\n", "END"});
+  CHECK(c.drafters[0].options.num_speculative_tokens == 6);  // replaced the entry written as gamma
+  CHECK(c.drafters[1].options.draft_layers == std::vector<int64_t>{0, 1, 2});
+  CHECK(c.kv.budget_bytes == 512LL * 1024 * 1024);
+  REQUIRE(c.sweep.size() == 1);
+  CHECK(c.sweep[0].values == std::vector<std::string>{"1", "3"});
+  CHECK(expand_sweep(c).size() == 2);
+  // resolved_yaml is the tree after the overrides: one key per setting.
+  const ExperimentConfig back = parse_experiment_config(c.resolved_yaml, "set.yaml");
+  CHECK(back.sampling.temperature == 0.7);
+  CHECK(back.drafters[0].options.num_speculative_tokens == 6);
+  CHECK(back.resolved_yaml.find("num_speculative_tokens") == std::string::npos);
+
+  // drafter.<key> applies to every entry.
+  const ExperimentConfig all = parse_experiment_config(yaml, "set.yaml", {"drafter.gamma=5"});
+  for (const auto& d : all.drafters) CHECK(d.options.num_speculative_tokens == 5);
+  CHECK(all.resolved_yaml.find('&') == std::string::npos);  // one value per entry, no YAML anchors
+  CHECK_THAT(config_error(yaml, {"drafter.gamma=0"}), Contains("--set drafter.gamma=0: drafters[0].gamma: expected gamma in 1..64"));
+
+  // Errors in overridden values name the --set argument and the key.
+  CHECK_THAT(config_error(yaml, {"sampling.temperature=hot"}),
+             Contains("--set sampling.temperature=hot: sampling.temperature: expected a number, found \"hot\""));
+  CHECK_THAT(config_error(yaml, {"sampling.temperature=-2"}),
+             Contains("--set sampling.temperature=-2: sampling.temperature: expected a finite temperature >= 0"));
+  CHECK_THAT(config_error(yaml, {"sampling.temprature=1"}), Contains("did you mean 'temperature'?"));
+  CHECK_THAT(config_error(yaml, {"sampling.temperature"}), Contains("expected key=value"));
+  CHECK_THAT(config_error(yaml, {"drafters.5.gamma=2"}), Contains("expected an index below 2"));
+  CHECK_THAT(config_error(yaml, {"sweep.drafter.gama=[1]"}), Contains("did you mean 'drafter.gamma'?"));
+}
+
+TEST_CASE("HF GenerationConfig and vLLM speculative_config names map onto SpecLab keys", "[config]") {
+  const std::string yaml = kBase +
+                           "drafters:\n"
+                           "  - {method: ngram, prompt_lookup_num_tokens: 5, max_matching_ngram_size: 4}\n"
+                           "  - name: layer_skip\n"
+                           "    num_assistant_tokens: 3\n"
+                           "    num_assistant_tokens_schedule: heuristic\n"
+                           "    assistant_confidence_threshold: 0.4\n"
+                           "    assistant_early_exit: 6\n"
+                           "  - {name: draft_model, model: stories260K, num_speculative_tokens: 2}\n"
+                           "sampling: {temperature: 0.8, top_k: -1, top_p: 0.95, seed: 7}\n"
+                           "generation: {max_tokens: 1e3, stop_strings: END, ignore_eos: true}\n";
+  const ExperimentConfig c = parse_experiment_config(yaml, "hf.yaml");
+  REQUIRE(c.drafters.size() == 3);
+  const DrafterOptions& pl = c.drafters[0].options;
+  CHECK(pl.name == "prompt_lookup");
+  CHECK(c.drafters[0].label == "prompt_lookup");
+  CHECK(pl.num_speculative_tokens == 5);
+  CHECK(pl.prompt_lookup_max == 4);
+  const DrafterOptions& ls = c.drafters[1].options;
+  CHECK(ls.num_speculative_tokens == 3);
+  CHECK(ls.schedule == "heuristic");
+  CHECK(ls.confidence_threshold == 0.4);
+  CHECK(ls.draft_layers_first == 6);
+  CHECK(c.drafters[2].options.draft_model == "stories260K");
+  CHECK(c.sampling.top_k == 0);  // vLLM's -1 = off
+  CHECK(c.sampling.seed == 7);
+  CHECK(c.generation.max_new_tokens == 1000);
+  CHECK(c.generation.stop == std::vector<std::string>{"END"});
+  CHECK(c.generation.ignore_eos);
+}
+
+TEST_CASE("bad config input: every error names the key and its line:column", "[config]") {
+  SECTION("malformed YAML gives yaml-cpp's message at line:column") {
+    CHECK_THAT(config_error("models:\n  target: {path: x\nprompts: [\n"),
+               Contains("bad.yaml:3:8: malformed YAML: end of map flow not found"));
+    CHECK_THAT(config_error("models:\n  target:\n    path: x\n   format: gguf\n"),
+               Contains("bad.yaml:4:4: malformed YAML: end of map not found"));
+  }
+  SECTION("unknown key: one suggestion and nothing else") {
+    const std::string e = config_error(kBase + "sampling:\n  temprature: 0.5\n");
+    CHECK_THAT(e, Contains("bad.yaml:6:3: sampling.temprature: unknown key 'temprature' in sampling; did you mean "
+                           "'temperature'?"));
+    CHECK_THAT(e, !Contains("top_p"));
+  }
+  SECTION("unknown key without a near miss lists the section's keys; a key from another section points there") {
+    CHECK_THAT(config_error(kBase + "sampling:\n  wibble: 1\n"),
+               Contains("expected one of: temperature, top_k, top_p, seed"));
+    CHECK_THAT(config_error(kBase + "generation:\n  temperature: 1\n"),
+               Contains("bad.yaml:6:3: generation.temperature: unknown key 'temperature' in generation; did you mean "
+                        "'sampling.temperature'?"));
+  }
+  SECTION("wrong type") {
+    CHECK_THAT(config_error(kBase + "sampling:\n  temperature: hot\n"),
+               Contains("bad.yaml:6:16: sampling.temperature: expected a number, found \"hot\""));
+    CHECK_THAT(config_error(kBase + "generation:\n  max_new_tokens: 12.5\n"),
+               Contains("bad.yaml:6:19: generation.max_new_tokens: expected an integer, found \"12.5\""));
+    CHECK_THAT(config_error(kBase + "drafters: {name: layer_skip}\n"),
+               Contains("bad.yaml:5:11: drafters: expected a list of drafter entries"));
+    CHECK_THAT(config_error("models:\n  target: stories260K\nprompts: {inline: [x]}\n"),
+               Contains("bad.yaml:2:11: models.target: expected a map of model source keys (path, format, tokenizer), "
+                        "found \"stories260K\""));
+  }
+  SECTION("negative temperature: the struct's validate() message with the YAML location added") {
+    const std::string e = config_error(kBase + "sampling:\n  temperature: -1\n");
+    CHECK_THAT(e, Contains("bad.yaml:6:16: sampling.temperature: expected a finite temperature >= 0 (0 = greedy), found -1"));
+  }
+  SECTION("gamma 0, written with an alias, is reported under the written name") {
+    const std::string e = config_error(kBase + "drafters:\n  - name: prompt_lookup\n    gamma: 0\n");
+    CHECK_THAT(e, Contains("bad.yaml:7:12: drafters[0].gamma: expected gamma in 1..64, found 0"));
+  }
+  SECTION("an invalid value that is not written points at its section") {
+    const std::string e = config_error(kBase + "drafters:\n  - {name: prompt_lookup, gamma: 32}\n");
+    CHECK_THAT(e, Contains("bad.yaml:6:5: drafters[0].max_speculative_tokens: expected gamma <= max_speculative_tokens"));
+  }
+  SECTION("empty sweep list") {
+    CHECK_THAT(config_error(kBase + "drafters: [{name: prompt_lookup}]\nsweep:\n  drafter.gamma: []\n"),
+               Contains("bad.yaml:7:18: sweep.drafter.gamma: expected a non-empty list of values, found an empty list"));
+  }
+  SECTION("unknown sweep key") {
+    CHECK_THAT(config_error(kBase + "sweep:\n  sampling.temprature: [0, 1]\n"),
+               Contains("bad.yaml:6:3: sweep.sampling.temprature: unknown sweep key 'sampling.temprature'; did you mean "
+                        "'sampling.temperature'?"));
+    CHECK_THAT(config_error(kBase + "sweep:\n  prompts.inline: [a]\n"), Contains("unknown sweep key 'prompts.inline'"));
+    CHECK_THAT(config_error(kBase + "sweep:\n  drafter.gamma: [1, 2]\n"),
+               Contains("bad.yaml:6:18: sweep.drafter.gamma: expected at least one drafters entry"));
+  }
+  SECTION("a bad sweep value is located in the sweep list") {
+    CHECK_THAT(config_error(kBase + "drafters: [{name: prompt_lookup}]\nsweep:\n  drafter.gamma: [2, 0]\n"),
+               Contains("bad.yaml:7:22: sweep.drafter.gamma: expected gamma in 1..64, found 0 "
+                        "(drafters[0].num_speculative_tokens, at sweep point drafter.num_speculative_tokens=0)"));
+    // Values are validated together: gamma 8 needs the max raised by the other axis.
+    const std::string both = kBase +
+                             "drafters: [{name: prompt_lookup, max_speculative_tokens: 4}]\n"
+                             "sweep:\n"
+                             "  drafter.gamma: [2, 8]\n"
+                             "  drafter.max_speculative_tokens: [8, 4]\n";
+    CHECK_THAT(config_error(both), Contains("bad.yaml:8:39: sweep.drafter.max_speculative_tokens: expected gamma <= "
+                                            "max_speculative_tokens <= 64, found 4"));
+    CHECK_THAT(config_error(both), Contains("at sweep point drafter.num_speculative_tokens=8, "
+                                            "drafter.max_speculative_tokens=4"));
+    const ExperimentConfig ok = parse_experiment_config(
+        kBase + "drafters: [{name: prompt_lookup, max_speculative_tokens: 4}]\nsweep:\n  drafter.gamma: [8]\n"
+                "  drafter.max_speculative_tokens: [16]\n",
+        "ok.yaml");
+    CHECK(expand_sweep(ok).at(0).config.drafters[0].options.max_speculative_tokens == 16);
+    CHECK_THAT(config_error(kBase + "sweep:\n  sampling.temperature: [0.5, warm]\n"),
+               Contains("bad.yaml:6:31: sweep.sampling.temperature: expected a number, found \"warm\""));
+  }
+  SECTION("the same setting twice, through an alias") {
+    CHECK_THAT(config_error(kBase + "drafters:\n  - name: prompt_lookup\n    gamma: 2\n    num_assistant_tokens: 3\n"),
+               Contains("bad.yaml:8:5: drafters[0].num_assistant_tokens: expected one of 'gamma' and "
+                        "'num_assistant_tokens' (they name the same setting), found both (first at bad.yaml:7:5)"));
+  }
+  SECTION("drafter names, labels and models") {
+    CHECK_THAT(config_error(kBase + "drafters:\n  - name: prompt_lokup\n"),
+               Contains("bad.yaml:6:11: drafters[0].name: expected a built-in drafter"));
+    CHECK_THAT(config_error(kBase + "drafters:\n  - name: prompt_lokup\n"), Contains("did you mean 'prompt_lookup'?"));
+    CHECK_THAT(config_error(kBase + "drafters:\n  - name: draft_model\n"),
+               Contains("bad.yaml:6:5: drafters[0].draft_model: expected a draft model path"));
+    CHECK_THAT(config_error(kBase + "drafters:\n  - {name: prompt_lookup, label: x}\n  - {name: layer_skip, label: x}\n"),
+               Contains("bad.yaml:7:31: drafters[1].label: expected unique labels"));
+    CHECK_THAT(config_error(kBase + "drafters:\n  - {name: layer_skip, draft_layers: 0-x}\n"),
+               Contains("bad.yaml:6:38: drafters[0].draft_layers: expected layer indices"));
+  }
+  SECTION("missing sections and empty documents") {
+    CHECK_THAT(config_error("prompts: {inline: [x]}\n"),
+               Contains("models.target.path: expected a model path or named entry, found nothing"));
+    CHECK_THAT(config_error("models: {target: {path: stories260K}}\n"),
+               Contains("prompts.files: expected at least one prompt source"));
+    CHECK_THAT(config_error(""), Contains("bad.yaml: expected a map of sections"));
+  }
+  SECTION("a missing config file is an I/O error naming it") {
+    try {
+      load_experiment_config(kConfigs + "/no_such_config.yaml");
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kIo);
+      CHECK_THAT(e.what(), Contains("no_such_config.yaml"));
+    }
+  }
+}
+
+TEST_CASE("load_prompts: JSONL, .jsonl.gz, dotted fields, limit after concatenation", "[config]") {
+  const std::string dir = tmp_dir();
+  write_file(dir + "/a.jsonl", "{\"q\": \"first\", \"c\": \"x\"}\n\n{\"q\": \"second\", \"c\": \"y\"}\r\n");
+  write_file(dir + "/b.jsonl", "{\"q\": \"third\", \"c\": 3}\n");
+  const std::string yaml = "models: {target: {path: stories260K}}\n"
+                           "prompts:\n"
+                           "  files: [a.jsonl, b.jsonl]\n"
+                           "  field: q\n"
+                           "  category_field: c\n"
+                           "  inline: [{text: fourth, id: four}]\n";
+  ExperimentConfig c = parse_experiment_config(yaml, dir + "/p.yaml");
+  auto p = load_prompts(c);
+  REQUIRE(p.size() == 4);
+  CHECK(p[0].text == "first");
+  CHECK(p[0].id == "a.jsonl:1");
+  CHECK(p[1].text == "second");
+  CHECK(p[1].id == "a.jsonl:3");  // blank lines are skipped but counted
+  CHECK(p[2].category == "3");
+  CHECK(p[3].id == "four");
+  c.prompts.limit = 3;
+  p = load_prompts(c);
+  REQUIRE(p.size() == 3);
+  CHECK(p[2].text == "third");  // the limit applies after concatenating the files
+
+  SECTION("HumanEval (.jsonl.gz) and GSM8K from the shared datasets") {
+    const std::string ds = std::string(SPECLAB_SHARED_DIR) + "/datasets";
+    ExperimentConfig h = parse_experiment_config(
+        "models: {target: {path: stories260K}}\nprompts: {files: [" + ds +
+            "/humaneval.jsonl.gz], field: prompt, id_field: task_id}\n",
+        dir + "/h.yaml");
+    const auto he = load_prompts(h);
+    REQUIRE(he.size() == 164);
+    CHECK(he[0].id == "HumanEval/0");
+    CHECK_THAT(he[0].text, Contains("def has_close_elements("));
+    ExperimentConfig g = parse_experiment_config(
+        "models: {target: {path: stories260K}}\nprompts: {files: [" + ds + "/gsm8k_test.jsonl], field: question, limit: 5}\n",
+        dir + "/g.yaml");
+    const auto gs = load_prompts(g);
+    REQUIRE(gs.size() == 5);
+    CHECK_THAT(gs[0].text, Contains("Janet"));
+  }
+  SECTION("a line that is not JSON names file:line") {
+    write_file(dir + "/bad.jsonl", "{\"q\": \"ok\"}\n{\"q\": oops}\n");
+    ExperimentConfig b = parse_experiment_config(
+        "models: {target: {path: stories260K}}\nprompts: {files: [bad.jsonl], field: q}\n", dir + "/b.yaml");
+    try {
+      load_prompts(b);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kBadInput);
+      CHECK_THAT(e.what(), Contains(dir + "/bad.jsonl:2: expected one JSON object per line, found invalid JSON"));
+    }
+  }
+  SECTION("a missing field names file:line and the field") {
+    write_file(dir + "/nofield.jsonl", "{\"q\": \"ok\"}\n{\"question\": \"no q here\"}\n");
+    ExperimentConfig b = parse_experiment_config(
+        "models: {target: {path: stories260K}}\nprompts: {files: [nofield.jsonl], field: q}\n", dir + "/b.yaml");
+    try {
+      load_prompts(b);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kBadInput);
+      CHECK_THAT(e.what(), Contains(dir + "/nofield.jsonl:2: q: expected a string at key 'q'"));
+      CHECK_THAT(e.what(), Contains("keys on this line: question"));
+    }
+  }
+  SECTION("a dotted field that does not resolve") {
+    write_file(dir + "/turns.jsonl", "{\"turns\": [\"one\", \"two\"]}\n");
+    ExperimentConfig b = parse_experiment_config(
+        "models: {target: {path: stories260K}}\nprompts: {files: [turns.jsonl], field: turns.1}\n", dir + "/b.yaml");
+    CHECK(load_prompts(b)[0].text == "two");
+    b.prompts.field = "turns.2";
+    CHECK_THROWS_WITH(load_prompts(b), Contains("turns.jsonl:1: turns.2: expected a string at key 'turns.2'"));
+  }
+  SECTION("a missing prompt file is an I/O error naming it") {
+    ExperimentConfig b = parse_experiment_config(
+        "models: {target: {path: stories260K}}\nprompts: {files: [missing.jsonl]}\n", dir + "/b.yaml");
+    try {
+      load_prompts(b);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kIo);
+      CHECK_THAT(e.what(), Contains(dir + "/missing.jsonl"));
+    }
+  }
+}

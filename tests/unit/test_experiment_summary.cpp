@@ -1,0 +1,175 @@
+// Experiment summary math: Wilson intervals against Newcombe (1998), Leviathan et al.'s speedup
+// formula against hand-evaluated values, and summarize() on hand-built records.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include "framework/core/error.h"
+#include "framework/io/experiment_summary.h"
+
+using namespace speclab;
+using Catch::Matchers::WithinAbs;
+
+TEST_CASE("Wilson score intervals match Newcombe (1998), Table I, method 3", "[summary][wilson]") {
+  // R. G. Newcombe, "Two-sided confidence intervals for the single proportion: comparison of
+  // seven methods", Statistics in Medicine 17 (1998) 857-872, examples (i)-(iv), method 3
+  // (score interval without continuity correction), 4 decimals.
+  struct Case {
+    int64_t r, n;
+    double lo, hi;
+  };
+  for (const Case& c : {Case{81, 263, 0.2553, 0.3662}, Case{15, 148, 0.0624, 0.1605}, Case{0, 20, 0.0, 0.1611},
+                        Case{1, 29, 0.0061, 0.1718}}) {
+    const Proportion p = wilson_interval(c.r, c.n);
+    CHECK_THAT(p.lo, WithinAbs(c.lo, 5e-5));
+    CHECK_THAT(p.hi, WithinAbs(c.hi, 5e-5));
+    CHECK(p.rate == Approx(static_cast<double>(c.r) / c.n));
+  }
+  // The Wald interval is a different (wrong here) answer: a control that the check can fail.
+  const double ph = 15.0 / 148, wald_hi = ph + kZ95 * std::sqrt(ph * (1 - ph) / 148);
+  CHECK(std::abs(wilson_interval(15, 148).hi - wald_hi) > 1e-3);
+}
+
+TEST_CASE("Wilson interval edge cases and bad input", "[summary][wilson]") {
+  const Proportion none = wilson_interval(0, 0);
+  CHECK(std::isnan(none.rate));
+  CHECK(std::isnan(none.lo));
+  const Proportion all = wilson_interval(5, 5);
+  CHECK(all.hi == 1.0);
+  CHECK(all.lo < 1.0);
+  // 0 of 2: upper bound z^2 / (n + z^2).
+  CHECK_THAT(wilson_interval(0, 2).hi, WithinAbs(kZ95 * kZ95 / (2 + kZ95 * kZ95), 1e-12));
+  CHECK_THROWS_AS(wilson_interval(3, 2), Error);
+  CHECK_THROWS_AS(wilson_interval(-1, 2), Error);
+  CHECK_THROWS_AS(wilson_interval(1, 2, 0.0), Error);
+}
+
+TEST_CASE("Leviathan et al. expected speedup", "[summary][leviathan]") {
+  // c = 0: the expected tokens per step, 1 + a + a^2 + a^3 for gamma 3.
+  CHECK_THAT(leviathan_speedup(0.5, 3, 0.0), WithinAbs(1.875, 1e-12));
+  // alpha = 1 (the closed form is 0/0 there): (gamma + 1) / (gamma c + 1).
+  CHECK_THAT(leviathan_speedup(1.0, 4, 0.1), WithinAbs(5.0 / 1.4, 1e-12));
+  // alpha = 0: only the correction token, at the cost of gamma drafts.
+  CHECK_THAT(leviathan_speedup(0.0, 5, 0.2), WithinAbs(1.0 / 2.0, 1e-12));
+  // A generic point against the closed form (1 - a^(g+1)) / ((1 - a)(g c + 1)).
+  const double a = 0.8, c = 0.05;
+  const int64_t g = 5;
+  CHECK_THAT(leviathan_speedup(a, g, c), WithinAbs((1 - std::pow(a, g + 1)) / ((1 - a) * (g * c + 1)), 1e-12));
+  // Approaching alpha = 1 continuously.
+  CHECK_THAT(leviathan_speedup(1.0 - 1e-9, 4, 0.1), WithinAbs(leviathan_speedup(1.0, 4, 0.1), 1e-6));
+  CHECK(std::isnan(leviathan_speedup(std::nan(""), 3, 0.1)));
+  CHECK_THROWS_AS(leviathan_speedup(1.5, 3, 0.1), Error);
+  CHECK_THROWS_AS(leviathan_speedup(0.5, -1, 0.1), Error);
+  CHECK_THROWS_AS(leviathan_speedup(0.5, 3, -0.1), Error);
+}
+
+namespace {
+
+StepRecord step(int k, int n, double draft_s) {
+  StepRecord s;
+  s.drafted = k;
+  s.accepted = n;
+  s.draft_seconds = draft_s;
+  for (int i = 0; i < k; ++i) {
+    s.p.push_back(0.5f);
+    s.q.push_back(1.0f);
+    s.accept_prob.push_back(i <= n ? 0.5f : std::nanf(""));
+    s.accepted_mask.push_back(i < n ? 1 : 0);
+  }
+  return s;
+}
+
+RunRecord run(int64_t prompt, const std::string& method, const std::string& category, double wall) {
+  RunRecord r;
+  r.key = {0, prompt, method, 0};
+  r.category = category;
+  r.wall_seconds = wall;
+  if (method != kArMethod) {
+    r.drafter = "prompt_lookup";
+    r.gamma = 3;
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("summarize: acceptance, positions, tau, cost ratio, speedup and categories by hand", "[summary]") {
+  ExperimentData d;
+  d.points = {{0, {}, ""}};
+  d.methods = {"ar", "pl"};
+  // AR: 2 prompts, 2 s each, 11 forwards -> 10 decode forwards of 0.1 s.
+  for (int64_t p : {0, 1}) {
+    RunRecord ar = run(p, "ar", p == 0 ? "x" : "y", 2.0);
+    ar.decode_seconds = 1.0;
+    ar.target_forwards = 11;
+    d.runs.push_back(ar);
+  }
+  // Prompt 0: steps (k, n) = (3, 3), (3, 1); prompt 1: (2, 0).
+  RunRecord s0 = run(0, "pl", "x", 1.0);
+  s0.steps = {step(3, 3, 0.03), step(3, 1, 0.03)};
+  s0.lossless = 1;
+  RunRecord s1 = run(1, "pl", "y", 1.5);
+  s1.steps = {step(2, 0, 0.02)};
+  s1.lossless = 0;
+  d.runs.push_back(s0);
+  d.runs.push_back(s1);
+
+  const ExperimentSummary sum = summarize(d);
+  REQUIRE(sum.overall.size() == 1);
+  const MethodSummary& m = sum.overall[0];
+  CHECK(m.method == "pl");
+  CHECK(m.drafted == 8);
+  CHECK(m.accepted == 4);
+  // examined = min(n+1, k) per step = 3 + 2 + 1.
+  CHECK(m.alpha.trials == 6);
+  CHECK(m.alpha.rate == Approx(4.0 / 6.0));
+  CHECK(m.accepted_fraction == Approx(0.5));
+  REQUIRE(m.positions.size() == 3);
+  CHECK(m.positions[0].alpha.trials == 3);
+  CHECK(m.positions[0].alpha.successes == 2);
+  CHECK(m.positions[1].alpha.trials == 2);
+  CHECK(m.positions[1].alpha.successes == 1);
+  CHECK(m.positions[2].alpha.trials == 1);
+  CHECK(m.positions[2].alpha.successes == 1);
+  CHECK(m.tau == Approx(7.0 / 3.0));
+  // draft: 0.08 s / 8 tokens = 0.01; AR: 2 s / 20 decode forwards = 0.1 -> c = 0.1.
+  CHECK(m.cost_ratio == Approx(0.1));
+  CHECK(m.speedup == Approx(4.0 / 2.5));
+  CHECK(m.predicted_speedup == Approx(leviathan_speedup(4.0 / 6.0, 3, 0.1)));
+  CHECK(m.efficiency == Approx(m.speedup / m.predicted_speedup));
+  CHECK(m.lossless == 0);  // one run differs
+  CHECK(m.lossless_checked == 2);
+
+  REQUIRE(sum.by_category.size() == 2);
+  CHECK(sum.by_category[0].category == "x");
+  CHECK(sum.by_category[0].alpha.rate == Approx(4.0 / 5.0));
+  CHECK(sum.by_category[0].speedup == Approx(2.0));
+  CHECK(sum.by_category[0].lossless == 1);
+  CHECK(sum.by_category[1].category == "y");
+  CHECK(sum.by_category[1].alpha.rate == Approx(0.0));
+  CHECK(sum.by_category[1].lossless == 0);
+
+  const std::string table = format_summary_table(sum.overall, d.points);
+  std::istringstream in(table);
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  CHECK(header.find("alpha [95% CI]") != std::string::npos);
+  CHECK(row.find("0.667 [") != std::string::npos);
+  CHECK(row.find("2.333") != std::string::npos);
+  CHECK(row.find("NO") != std::string::npos);
+}
+
+TEST_CASE("summarize: a run without its AR partner gives no speedup", "[summary]") {
+  ExperimentData d;
+  d.methods = {"ar", "pl"};
+  RunRecord s = run(0, "pl", "", 1.0);
+  s.steps = {step(1, 1, 0.0)};
+  d.runs.push_back(s);
+  const ExperimentSummary sum = summarize(d);
+  REQUIRE(sum.overall.size() == 1);
+  CHECK(std::isnan(sum.overall[0].speedup));
+  CHECK(std::isnan(sum.overall[0].cost_ratio));
+  CHECK(sum.overall[0].alpha.rate == 1.0);
+}
