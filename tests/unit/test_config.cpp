@@ -93,7 +93,8 @@ TEST_CASE("demo.yaml: 40 prompts in 5 categories, 3 drafters x gamma {2, 4, 8}",
   CHECK(c.name == "demo");
   CHECK(c.models.target.path == "smollm2-135m-instruct");  // a named entry is kept as written
   REQUIRE(c.drafters.size() == 3);
-  CHECK(drafter(c, "layer_skip").options.draft_layers_first == 10);
+  CHECK(drafter(c, "layer_skip").options.draft_layers ==
+        std::vector<int64_t>{0, 1, 2, 3, 6, 7, 8, 9, 12, 13, 14, 15, 18, 19, 20, 21, 24, 25, 26, 27, 28, 29});
   CHECK(drafter(c, "prompt_lookup_dynamic").options.schedule == "heuristic");
   CHECK(c.sampling.temperature == 0.0);
   CHECK(c.output.path == "results/demo.h5");
@@ -215,7 +216,7 @@ TEST_CASE("sweep expansion is the cartesian product, first axis outermost", "[co
   CHECK(one[0].config.sampling.temperature == 0.5);
 }
 
-TEST_CASE("--set overrides scalars and lists before mapping", "[config]") {
+TEST_CASE("overrides with --set: scalars and lists before mapping", "[config]") {
   const std::string yaml = kBase +
                            "drafters:\n"
                            "  - {name: prompt_lookup, gamma: 4}\n"
