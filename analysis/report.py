@@ -153,7 +153,7 @@ class Report:
             all_g = sorted({int(r["gamma"]) for r in rows})
             ax.set_xticks(all_g)
         self.save(fig, "speedup_vs_gamma.png",
-                  "Measured speedup = AR wall / speculative wall; predicted from measured α and c.")
+                  "Measured speedup = AR / speculative decode-phase wall time (prefill excluded); predicted from measured α and c.")
 
     def time_breakdown(self) -> list[tuple[str, dict, int]]:
         runs = self.exp.runs

@@ -203,8 +203,9 @@ def compute_summary(exp: Experiment) -> dict:
                     key = (int(runs["prompt"][i]), int(runs["repeat"][i]))
                     if key in ar:
                         a = ar[key]
-                        spec_wall += float(runs["wall_seconds"][i])
-                        ar_wall += float(runs["wall_seconds"][a])
+                        # decode phase: prefill is the same forward for both methods
+                        spec_wall += float(runs["wall_seconds"][i]) - float(runs["prefill_seconds"][i])
+                        ar_wall += float(runs["wall_seconds"][a]) - float(runs["prefill_seconds"][a])
                         ar_decode += float(runs["decode_seconds"][a])
                         ar_fw += max(0, int(runs["target_forwards"][a]) - 1)
                 gamma = int(runs["gamma"][sub[0]])

@@ -184,7 +184,7 @@ int cmd_run(const std::vector<std::string>& args) {
   std::printf("\nsummary: %s (%lld prompt-runs recorded now, %lld resumed)\n", out.output_path.c_str(),
               static_cast<long long>(out.runs_recorded), static_cast<long long>(out.runs_resumed));
   std::printf("alpha: per-token acceptance rate [95%% Wilson CI]; tau: tokens per target forward; c: draft/target cost "
-              "per token; speedup: AR wall / speculative wall; predicted: Leviathan et al. (2023) from alpha, gamma, "
+              "per token; speedup: AR / speculative decode-phase wall time (prefill excluded); predicted: Leviathan et al. (2023) from alpha, gamma, "
               "c; efficiency: speedup / predicted; lossless: greedy output identical to AR\n\n");
   std::printf("%s", format_summary_table(out.summary.overall, out.data.points).c_str());
   bool several_categories = false;

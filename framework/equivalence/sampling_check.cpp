@@ -304,7 +304,7 @@ std::vector<CellTest> compare_with_exact(const Draws& subject, const ExactRefere
   int64_t outside = 0, impossible = 0;
   for (int64_t i = 0; i < n; ++i) {
     const Token t0 = subject.at(i, 0), t1 = subject.at(i, 1);
-    if (ref.p1[static_cast<size_t>(t0)] == 0.0) {
+    if (t0 < 0 || static_cast<size_t>(t0) >= vocab || ref.p1[static_cast<size_t>(t0)] == 0.0) {
       ++impossible;
       continue;
     }

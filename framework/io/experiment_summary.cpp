@@ -68,8 +68,9 @@ MethodSummary summarize_runs(const std::vector<const RunRecord*>& spec, const st
     }
     auto it = ar.find({r->key.prompt, r->key.repeat});
     if (it != ar.end()) {
-      m.spec_wall_seconds += r->wall_seconds;
-      m.ar_wall_seconds += it->second->wall_seconds;
+      // Decode phase: the prefill is the same single forward over the prompt for both methods.
+      m.spec_wall_seconds += r->wall_seconds - r->prefill_seconds;
+      m.ar_wall_seconds += it->second->wall_seconds - it->second->prefill_seconds;
       ar_decode += it->second->decode_seconds;
       ar_decode_forwards += std::max<int64_t>(0, it->second->target_forwards - 1);
     }
