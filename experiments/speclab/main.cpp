@@ -29,22 +29,8 @@ const char* kUsage =
 
 }  // namespace
 
-// Debian's OpenBLAS 0.3.21 reads OPENBLAS_CORETYPE when it is loaded, before main(), and on CPUs
-// it does not know (e.g. Sapphire Rapids) falls back to generic PRESCOTT kernels that make
-// prefill ~2x slower. On AVX-512 machines, re-run ourselves once with SkylakeX kernels unless
-// the user chose a core type (or set SPECLAB_NO_REEXEC).
-void select_blas_kernels(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("SPECLAB_NO_REEXEC")) return;
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) return;
-  ::setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-  ::setenv("SPECLAB_NO_REEXEC", "1", 1);
-  ::execv("/proc/self/exe", argv);
-  ::unsetenv("OPENBLAS_CORETYPE");  // exec failed: carry on with the generic kernels
-}
-
 int main(int argc, char** argv) {
   using namespace speclab::cli;
-  select_blas_kernels(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kUsage << "\n";

@@ -30,23 +30,14 @@ at::Tensor take(WeightMap& w, const std::string& name) {
   return t;
 }
 
-// Debian's OpenBLAS 0.3.21 does not recognise recent Xeons and falls back to generic PRESCOTT
-// kernels unless OPENBLAS_CORETYPE names a core (the speclab CLI sets it on AVX-512 machines,
-// see experiments/speclab/main.cpp). With tuned kernels BLAS sgemm is ~2x faster than
-// gemm_small_f32 for prefill-sized batches; with generic ones it is ~2x slower.
-bool blas_has_tuned_kernels() {
-  static const bool tuned = std::getenv("OPENBLAS_CORETYPE") != nullptr;
-  return tuned;
-}
-// Decode (1) and verification (k + 1 <= 17) batches always stream the weights once.
-constexpr int64_t kStreamingRows = 32;
-
-// y = x W^T (+ b). x: [n, in], w: [out, in] -> [n, out]. On the CPU, decode and verification
-// batches stream the weights once through gemm_small_f32 (gemv.h); prefill-sized batches use
-// BLAS sgemm when its kernels are tuned for this CPU. Other devices use at::linear.
+// y = x W^T (+ b). x: [n, in], w: [out, in] -> [n, out]. On the CPU every batch (decode,
+// verification, prefill) streams the weights once through gemm_small_f32 (gemv.h): Debian's
+// OpenBLAS 0.3.21 does not recognise recent Xeons and runs generic PRESCOTT kernels, ~3x slower
+// for prefill (and forcing OPENBLAS_CORETYPE=SkylakeX makes its small attention-shaped gemms
+// ~4x slower at 256 tokens of context). Other devices use at::linear.
 at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
   const int64_t n = x.size(0);
-  if ((n <= kStreamingRows || !blas_has_tuned_kernels()) && w.device().is_cpu() && w.scalar_type() == at::kFloat && w.is_contiguous()) {
+  if (w.device().is_cpu() && w.scalar_type() == at::kFloat && w.is_contiguous()) {
     at::Tensor xc = x.contiguous();
     at::Tensor y = at::empty({n, w.size(0)}, x.options());
     gemm_small_f32(w.data_ptr<float>(), xc.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr,
