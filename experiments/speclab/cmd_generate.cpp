@@ -45,8 +45,11 @@ void print_timing(const GenerationResult& r, const char* mode) {
   const double n = static_cast<double>(r.tokens.size());
   std::fprintf(stderr,
                "prompt tokens: %zu, new tokens: %zu, stop: %s, target forwards: %lld\n"
+               "KV cache: peak %.2f MiB in use over all pools (draft included), %.2f MiB referenced by the "
+               "target sequence\n"
                "prefill: %.3f s (%.1f tok/s); decode: %.3f s (%.1f tok/s); mode: %s\n",
                r.prompt.size(), r.tokens.size(), to_string(r.stop_reason), static_cast<long long>(r.forward_calls),
+               r.kv_peak_bytes / 1048576.0, r.kv_seq_peak_bytes / 1048576.0,
                r.prefill_seconds, r.prompt.size() / std::max(r.prefill_seconds, 1e-9), r.decode_seconds,
                (n - 1) / std::max(r.decode_seconds, 1e-9), mode);
 }

@@ -102,6 +102,8 @@ GenerationResult generate_ar(const Model& model, const Tokenizer& tokenizer, con
       at::Tensor tok = at::full({1}, static_cast<int64_t>(seq.back()), at::kLong);
       logits = model.forward(tok, at::full({1}, pos, at::kLong), kv.view(sid, 1));
       SPECLAB_CHECK(kv.commit(sid, 1) == KvStatus::kOk, "commit of a decoded token");
+      res.kv_peak_bytes = std::max(res.kv_peak_bytes, kv.bytes_used());
+      res.kv_seq_peak_bytes = std::max(res.kv_seq_peak_bytes, kv.usage(sid).bytes_referenced);
       ++res.forward_calls;
       done = emit(logits[0]);
     }

@@ -52,6 +52,8 @@ struct GenerationResult {
   double prefill_seconds = 0.0;   // first forward over the prompt (cached mode)
   double decode_seconds = 0.0;    // everything after the prefill
   int64_t forward_calls = 0;      // target forward passes
+  int64_t kv_peak_bytes = 0;      // peak KvCacheManager::bytes_used() during the call (all pools)
+  int64_t kv_seq_peak_bytes = 0;  // peak bytes referenced by the target's own sequence
 };
 
 using TokenCallback = std::function<void(Token)>;

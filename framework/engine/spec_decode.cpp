@@ -160,6 +160,8 @@ SpecResult generate_speculative(const Model& target, const Tokenizer& tokenizer,
     SPECLAB_CHECK(kv.truncate(sid, n + 1 + v.n_accepted) == KvStatus::kOk, "rollback of rejected tokens");
     drafter.accept(sid, v.n_accepted);
     step.kv_seconds += since(ts);
+    res.kv_peak_bytes = std::max(res.kv_peak_bytes, kv.bytes_used());
+    res.kv_seq_peak_bytes = std::max(res.kv_seq_peak_bytes, kv.usage(sid).bytes_referenced);
 
     // 6. record and emit
     step.drafted = k;

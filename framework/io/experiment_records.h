@@ -57,6 +57,8 @@ struct RunRecord {
   int64_t n_prompt_tokens = 0;
   int64_t n_generated = 0;
   int64_t target_forwards = 0;
+  int64_t kv_peak_bytes = 0;      // peak KV bytes in use over all pools (shared manager)
+  int64_t kv_seq_peak_bytes = 0;  // peak KV bytes referenced by the target's sequence
   // Seconds. wall = the whole generate call. verify = target forwards (prefill included; for
   // ar every target forward and token pick); other = wall - (draft + verify + accept + kv).
   double wall_seconds = 0.0, prefill_seconds = 0.0, decode_seconds = 0.0;

@@ -184,6 +184,8 @@ void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, 
     rec.tokens = std::move(g.tokens);
     rec.text = std::move(g.text);
     rec.target_forwards = g.forward_calls;
+    rec.kv_peak_bytes = g.kv_peak_bytes;
+    rec.kv_seq_peak_bytes = g.kv_seq_peak_bytes;
     rec.stop_reason = to_string(g.stop_reason);
   } else {
     const DrafterEntry& entry = cfg.drafters[static_cast<size_t>(method_index)];
@@ -200,6 +202,8 @@ void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, 
     rec.tokens = std::move(s.tokens);
     rec.text = std::move(s.text);
     rec.target_forwards = s.forward_calls;
+    rec.kv_peak_bytes = s.kv_peak_bytes;
+    rec.kv_seq_peak_bytes = s.kv_seq_peak_bytes;
     rec.stop_reason = to_string(s.stop_reason);
     for (SpecStep& st : s.steps) {
       StepRecord r;

@@ -32,7 +32,7 @@ const Schema kRunsSchema = {
     {"prefill_seconds", Col::kF64}, {"decode_seconds", Col::kF64}, {"draft_seconds", Col::kF64},
     {"verify_seconds", Col::kF64},  {"accept_seconds", Col::kF64}, {"kv_seconds", Col::kF64},
     {"other_seconds", Col::kF64},   {"stop_reason", Col::kStr},    {"text", Col::kStr},
-    {"lossless", Col::kI8},
+    {"lossless", Col::kI8},         {"kv_peak_bytes", Col::kI64},  {"kv_seq_peak_bytes", Col::kI64},
 };
 const Schema kStepsSchema = {
     {"run_id", Col::kI64},        {"step", Col::kI32},           {"drafted", Col::kI32},
@@ -485,6 +485,8 @@ ExperimentData Hdf5Recorder::Impl::read() const {
     x.n_prompt_tokens = r.i("n_prompt_tokens")[i];
     x.n_generated = r.i("n_generated")[i];
     x.target_forwards = r.i("target_forwards")[i];
+    x.kv_peak_bytes = r.i("kv_peak_bytes")[i];
+    x.kv_seq_peak_bytes = r.i("kv_seq_peak_bytes")[i];
     x.wall_seconds = r.f("wall_seconds")[i];
     x.prefill_seconds = r.f("prefill_seconds")[i];
     x.decode_seconds = r.f("decode_seconds")[i];
@@ -720,6 +722,8 @@ void Hdf5Recorder::append(RunRecord& run) {
     rr.add("n_prompt_tokens", run.n_prompt_tokens);
     rr.add("n_generated", run.n_generated);
     rr.add("target_forwards", run.target_forwards);
+    rr.add("kv_peak_bytes", run.kv_peak_bytes);
+    rr.add("kv_seq_peak_bytes", run.kv_seq_peak_bytes);
     rr.add("n_steps", static_cast<int64_t>(run.steps.size()));
     rr.add_real("wall_seconds", run.wall_seconds);
     rr.add_real("prefill_seconds", run.prefill_seconds);
