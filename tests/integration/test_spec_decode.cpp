@@ -15,35 +15,17 @@
 #include "framework/kv/contiguous_kv.h"
 #include "models/llama/llama_model.h"
 #include "models/model_loader.h"
+#include "tests/support/stories260k.h"
 
 using namespace speclab;
+using testing::stories;
+using testing::Stories;
 
 namespace {
 
-struct Stories {
-  LoadedModel info;
-  std::unique_ptr<LlamaModel> model;
-};
-
-Stories& stories() {
-  static Stories s = [] {
-    Stories out;
-    ModelSource src;
-    src.path = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/stories260K.bin";
-    src.tokenizer = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/tok512.bin";
-    out.info = load_model(src);
-    out.model = std::make_unique<LlamaModel>(out.info);
-    return out;
-  }();
-  return s;
-}
-
 std::vector<std::string> reference_prompts() {
-  std::ifstream in(std::string(SPECLAB_SHARED_DIR) + "/reference/stories260K_greedy.jsonl");
   std::vector<std::string> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line).at("prompt"));
+  for (const auto& rec : testing::stories_reference_records()) out.push_back(rec.at("prompt"));
   return out;
 }
 

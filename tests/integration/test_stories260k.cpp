@@ -12,40 +12,19 @@
 #include "framework/kv/contiguous_kv.h"
 #include "models/llama/llama_model.h"
 #include "models/model_loader.h"
+#include "tests/support/stories260k.h"
 
 using namespace speclab;
 
+using testing::stories;
+using testing::Stories;
+
 namespace {
-
-struct Stories {
-  LoadedModel info;
-  std::unique_ptr<LlamaModel> model;
-};
-
-Stories& stories() {
-  static Stories s = [] {
-    Stories out;
-    ModelSource src;
-    src.path = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/stories260K.bin";
-    src.tokenizer = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/tok512.bin";
-    src.format = "llama2c";
-    out.info = load_model(src);
-    out.model = std::make_unique<LlamaModel>(out.info);
-    return out;
-  }();
-  return s;
-}
-
 std::vector<nlohmann::json> reference_records() {
-  std::ifstream in(std::string(SPECLAB_SHARED_DIR) + "/reference/stories260K_greedy.jsonl");
-  REQUIRE(in.good());
-  std::vector<nlohmann::json> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  auto out = testing::stories_reference_records();
+  REQUIRE(out.size() >= 5);
   return out;
 }
-
 }  // namespace
 
 TEST_CASE("stories260K greedy output equals the llama2.c run.c reference", "[stories260k][reference]") {

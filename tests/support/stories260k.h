@@ -1,0 +1,46 @@
+// Shared test fixture: the real stories260K model (llama2.c, ../shared) loaded once per test
+// process, and the upstream run.c reference records.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/llama/llama_model.h"
+#include "models/model_loader.h"
+
+namespace speclab::testing {
+
+struct Stories {
+  LoadedModel info;  // config, tokenizer (weights moved into `model`)
+  std::unique_ptr<LlamaModel> model;
+};
+
+inline Stories& stories() {
+  static Stories s = [] {
+    Stories out;
+    ModelSource src;
+    src.path = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/stories260K.bin";
+    src.tokenizer = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/tok512.bin";
+    src.format = "llama2c";
+    out.info = load_model(src);
+    out.model = std::make_unique<LlamaModel>(out.info);
+    return out;
+  }();
+  return s;
+}
+
+// Every record of ../shared/reference/stories260K_greedy.jsonl (empty if the file is missing).
+inline std::vector<nlohmann::json> stories_reference_records() {
+  std::ifstream in(std::string(SPECLAB_SHARED_DIR) + "/reference/stories260K_greedy.jsonl");
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace speclab::testing
