@@ -118,6 +118,11 @@ void write_group(H5::Group& root, const EquivalenceReport& r) {
     t.finish();
   }
   {
+    TableWriter t(eq, "notes");
+    t.str("message", r.notes);
+    t.finish();
+  }
+  {
     const auto& g = r.greedy;
     TableWriter t(eq, "greedy");
     t.i64("prompt", col(g, [](const GreedyRow& x) { return x.prompt; }));

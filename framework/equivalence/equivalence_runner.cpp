@@ -215,6 +215,22 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
                            fmt("%g", r.alpha) + ") at " + where);
     }
   }
+  r.notes.clear();
+  for (const SamplingCell& c : r.cells) {
+    bool any = false, testable = false;
+    for (const TestRow& t : r.tests)
+      if (t.cell == c.index && t.test.subject == "speculative") {
+        any = true;
+        testable = testable || t.test.stats.dof > 0;
+      }
+    if (any && !testable) {
+      const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
+      r.notes.push_back("cell " + std::to_string(c.index) + " (context " + g.prompt_id + ", " +
+                        sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma) +
+                        "): every test has 0 degrees of freedom (the target is (nearly) deterministic at the recorded "
+                        "positions): it compares nothing; choose a context with an open continuation");
+    }
+  }
   r.controls_pass = true;
   for (const SamplingCell& c : r.cells) {
     const std::pair<const char*, const ControlOutcome*> controls[] = {{"always_accept", &c.always_accept},
@@ -488,16 +504,21 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
             for (int k = 0; k < 2; ++k) {
               if (!ran[k]) continue;
               ControlOutcome& o = *outcome[k];
-              o.applicable = controls[k].drafted > 0;
+              bool testable = false;  // some test has a degree of freedom
               for (CellTest& t : tests_of(controls[k], names[k], n)) {
                 o.min_p = std::min(o.min_p, t.stats.p_value);
                 ++o.tests;
+                testable = testable || t.stats.dof > 0;
                 TestRow row;
                 row.group = g.index;
                 row.cell = cell.index;
                 row.test = std::move(t);
                 rep.tests.push_back(std::move(row));
               }
+              o.applicable = controls[k].drafted > 0 && testable;
+              if (controls[k].drafted > 0 && !testable)
+                o.note = "no test has a degree of freedom: the target is (nearly) deterministic at the recorded "
+                         "positions, so no rule can change them";
               o.caught = o.tests > 0 && o.min_p * static_cast<double>(o.tests) < eq.control_alpha;
               const std::vector<PowerPoint> curve = power_curve(
                   std::min(options.power_start, n), n, eq.control_alpha,
@@ -625,7 +646,7 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
         const SamplingCell& c = r.cells[static_cast<size_t>(t.cell)];
         drafter = c.drafter;
         gamma = std::to_string(c.gamma);
-        acc = fmt("%.2f", c.acceptance_rate);
+        acc = std::isnan(c.acceptance_rate) ? "-" : fmt("%.2f", c.acceptance_rate);
         cell = std::to_string(c.index);
       }
       std::snprintf(buf, sizeof buf, "  %4s %-12s %-26s %-18s %5s %6s  %-11s %-9s %2d %10.2f %5lld %9.3g %9.3g %7.4f+-%.4f%s\n",
@@ -660,6 +681,7 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
                          << (r.controls_pass ? "ok" : "FAIL");
   os << "  (" << fmt("%.1f", r.seconds) << " s)\n";
   for (const std::string& f : r.failures) os << "  - " << f << "\n";
+  for (const std::string& n : r.notes) os << "  note: " << n << "\n";
   return os.str();
 }
 

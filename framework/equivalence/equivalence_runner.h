@@ -83,6 +83,9 @@ struct SamplingGroup {
   double ar_seconds = 0.0;
 };
 
+// A control is applicable when it ran, the drafter proposed tokens, and at least one of its tests
+// has a degree of freedom (otherwise the target is (nearly) deterministic at every recorded
+// position and no acceptance rule can change the tokens).
 struct ControlOutcome {
   bool applicable = false;
   std::string note;           // why not applicable
@@ -148,6 +151,8 @@ struct EquivalenceReport {
   bool greedy_pass = true, analytic_pass = true, sampling_pass = true, controls_pass = true;
   double analytic_max_error = 0.0;
   std::vector<std::string> failures;  // one line per failed item
+  std::vector<std::string> notes;     // warnings that do not fail the check (e.g. a cell whose
+                                      // tests all have 0 degrees of freedom)
   double seconds = 0.0;
 
   bool pass() const { return greedy_pass && analytic_pass && sampling_pass && controls_pass; }
@@ -158,8 +163,8 @@ struct EquivalenceReport {
 EquivalenceReport run_equivalence(const ExperimentConfig& config, const EquivalenceRunOptions& options = {});
 
 // Applies Holm to the report's family, sets in_family/holm_p/reject, the cells' pass and
-// min_holm_p, sampling_pass, controls_pass and the failure lines of the sampling part. Exposed
-// for tests; run_equivalence calls it.
+// min_holm_p, sampling_pass, controls_pass, the failure lines of the sampling part and the notes
+// (cells whose tests all have 0 degrees of freedom). Exposed for tests; run_equivalence calls it.
 void finalize_sampling_verdict(EquivalenceReport& report);
 
 // The report as a plain-text table (what `speclab check` prints).

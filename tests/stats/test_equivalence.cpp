@@ -37,6 +37,7 @@
 #include "framework/verify/stats.h"
 #include "models/llama/llama_model.h"
 #include "models/model_loader.h"
+#include "tests/support/stories260k.h"
 
 using namespace speclab;
 namespace fs = std::filesystem;
@@ -44,30 +45,20 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-struct Stories {
-  LoadedModel info;
-  std::unique_ptr<LlamaModel> model;
-};
+using testing::Stories;
 
 Stories& stories() {
-  static Stories s = [] {
+  static bool once = [] {
     at::set_num_threads(1);  // a 260K-parameter model: threads only add overhead
-    Stories out;
-    ModelSource src;
-    src.path = "stories260K";
-    out.info = load_model(src);
-    out.model = std::make_unique<LlamaModel>(out.info);
-    return out;
+    return true;
   }();
-  return s;
+  (void)once;
+  return testing::stories();
 }
 
 std::vector<std::string> reference_prompts() {
-  std::ifstream in(std::string(SPECLAB_SHARED_DIR) + "/reference/stories260K_greedy.jsonl");
   std::vector<std::string> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line).at("prompt"));
+  for (const nlohmann::json& r : testing::stories_reference_records()) out.push_back(r.at("prompt"));
   return out;
 }
 
@@ -181,7 +172,7 @@ TEST_CASE("two-sample chi-square, G and TV match an independent mpmath computati
   CHECK_THROWS_AS(two_sample_test({-1, 2}, {1, 2}), Error);
 }
 
-TEST_CASE("one-sample test agrees with pearson_chi_square and mpmath; the pooled form equals the dense one",
+TEST_CASE("one-sample test agrees with pearson_chi_square and mpmath, and the pooled form equals the dense one",
           "[equivalence][stats]") {
   TestStatistics r = one_sample_test({48, 35, 17}, {0.5, 0.3, 0.2});
   CHECK(r.statistic == Approx(1.3633333333333333).epsilon(1e-12));
@@ -609,7 +600,7 @@ TEST_CASE("draws and statistics are a pure function of the seed", "[equivalence]
 
 // ---- verdict, bad input, HDF5, CLI ---------------------------------------------------------------
 
-TEST_CASE("verdict: Holm over the family; a rejected test or a missed control fails the check",
+TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fails the check",
           "[equivalence][verdict]") {
   EquivalenceReport r;
   r.alpha = 0.01;
@@ -636,6 +627,12 @@ TEST_CASE("verdict: Holm over the family; a rejected test or a missed control fa
   CHECK(r.tests[3].reject);  // 1e-9 x 2 tests < 1e-6
   CHECK_FALSE(r.tests[4].reject);
   CHECK(r.controls_pass);
+  // Every speculative test of cell 0 has 0 degrees of freedom: the cell compares nothing (a note).
+  REQUIRE(r.notes.size() == 1);
+  CHECK_THAT(r.notes[0], Contains("0 degrees of freedom"));
+  r.tests[1].test.stats.dof = 3;
+  finalize_sampling_verdict(r);
+  CHECK(r.notes.empty());
   r.tests[0].test.stats.p_value = 0.001;  // 3 x 0.001 < 0.01
   r.cells[0].always_accept.caught = false;
   finalize_sampling_verdict(r);
@@ -720,7 +717,7 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
     va.read(va.getStrType(), verdict);
     CHECK(verdict == (r.pass() ? "pass" : "fail"));
     for (const char* table : {"greedy", "analytic", "sampling_groups", "sampling_cells", "sampling_tests", "power",
-                              "frequencies", "failures"}) {
+                              "frequencies", "failures", "notes"}) {
       H5::Group t = eq.openGroup(table);
       int64_t complete = -1;
       t.openAttribute("complete").read(H5::PredType::NATIVE_INT64, &complete);
