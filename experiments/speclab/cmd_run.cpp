@@ -1,10 +1,17 @@
 // speclab run — run an experiment config (framework/io/experiment_runner.h): record every
 // prompt-run to HDF5, print the summary table, and generate the report.
+//
+// SIGINT / SIGTERM during the sweep: the runner stops after the prompt-run in progress (each one
+// is committed to the file as it finishes), marks the file status "interrupted", and `speclab
+// run` exits with 128 + the signal number (130 for Ctrl-C). A second signal ends it at once (the
+// file still holds every prompt-run finished before). `--resume` continues either way.
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -109,6 +116,39 @@ class ProgressPrinter {
   bool drawn_ = false;
 };
 
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  static const char msg[] = "\nspeclab run: stopping after the current prompt-run (again to quit at once)\n";
+  ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)ignored;
+}
+
+// SIGINT and SIGTERM set g_stop_signal while it lives (one-shot: the next one has the default
+// effect); the previous handlers come back on destruction.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
 std::string capture(const std::string& cmd) {
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
@@ -172,14 +212,25 @@ int cmd_run(const std::vector<std::string>& args) {
   ropts.git_revision = git_revision();
   ProgressPrinter progress;
   ropts.on_progress = [&progress](const ProgressEvent& e) { progress(e); };
+  ropts.stop_requested = [] { return g_stop_signal != 0; };
   ExperimentOutcome out;
-  try {
-    out = run_experiment(config, ropts);
-  } catch (...) {
-    progress.finish();
-    throw;
+  {
+    StopSignals signals;
+    try {
+      out = run_experiment(config, ropts);
+    } catch (...) {
+      progress.finish();
+      throw;
+    }
   }
   progress.finish();
+  if (out.interrupted) {
+    const int sig = g_stop_signal ? static_cast<int>(g_stop_signal) : SIGINT;
+    std::fprintf(stderr, "interrupted: %lld prompt-runs in %s (%lld recorded now); continue with --resume\n",
+                 static_cast<long long>(out.data.runs.size()), out.output_path.c_str(),
+                 static_cast<long long>(out.runs_recorded));
+    return 128 + sig;
+  }
 
   std::printf("\nsummary: %s (%lld prompt-runs recorded now, %lld resumed)\n", out.output_path.c_str(),
               static_cast<long long>(out.runs_recorded), static_cast<long long>(out.runs_resumed));

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -31,6 +32,9 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
   using namespace speclab::cli;
+  // A file-size limit (ulimit -f) makes writes fail with EFBIG, reported as an error, instead
+  // of killing the process with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kUsage << "\n";

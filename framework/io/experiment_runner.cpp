@@ -1,10 +1,13 @@
 #include "framework/io/experiment_runner.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -279,7 +282,22 @@ void check_output_path(const std::string& path, OutputMode mode) {
       throw Error(ErrorKind::kConfig,
                   "the output file already exists; pass --resume to continue it or --overwrite to replace it", path,
                   "output.path");
+    if (::access(path.c_str(), W_OK) != 0)
+      throw Error(ErrorKind::kIo, "expected a writable output file, found a read-only one: " +
+                                      std::string(std::strerror(errno)), path, "output.path");
   }
+  // The recorder writes <path>.partial and renames it over <path>: probe that the directory
+  // takes a new file now, before any model is loaded.
+  const std::string probe = path + ".partial";
+  const bool had_probe = fs::exists(probe, ec);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw Error(ErrorKind::kIo,
+                "expected a writable directory for the output file, cannot create " + probe + ": " +
+                    std::strerror(errno),
+                dir.string(), "output.path");
+  ::close(fd);
+  if (!had_probe) ::unlink(probe.c_str());
 }
 
 ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOptions& options) {
@@ -338,6 +356,14 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   while (first < n_points && !pending(first)) ++first;
   std::unique_ptr<PointContext> ctx;
   if (first < n_points) ctx = prepare_point(points[static_cast<size_t>(first)], prompts, models);
+  auto stop = [&] { return options.stop_requested && options.stop_requested(); };
+  ExperimentOutcome out;
+  out.output_path = path;
+  out.runs_resumed = static_cast<int64_t>(done_keys.size());
+  if (stop()) {  // interrupted while loading: nothing made yet
+    out.interrupted = true;
+    return out;
+  }
   recorder = std::make_unique<Hdf5Recorder>(
       resuming ? Hdf5Recorder::open_for_append(path)
                : Hdf5Recorder::create(path, host_metadata(config, options), precs, prrecs, methods));
@@ -354,70 +380,105 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   const auto t_start = Clock::now();
   int64_t recorded = 0;
 
-  for (int64_t pi = first; pi < n_points; ++pi) {
-    if (!pending(pi)) continue;
-    const SweepPoint& point = points[static_cast<size_t>(pi)];
-    if (!ctx) ctx = prepare_point(point, prompts, models);
-    ev.point = pi;
-    ev.point_label = precs[static_cast<size_t>(pi)].label;
+  // One prompt-run: decode, check losslessness, append (committed before it returns).
+  auto run_one = [&](const SweepPoint& point, int64_t pi, int64_t i, int64_t r, int64_t m) {
+    const Prompt& prompt = prompts[static_cast<size_t>(i)];
+    RunRecord rec;
+    rec.key = {pi, i, methods[static_cast<size_t>(m + 1)], r};
+    if (done_keys.count(rec.key)) return;
+    rec.prompt_id = prompt.id;
+    rec.category = prompt.category;
+    if (m >= 0) {
+      const DrafterOptions& o = point.config.drafters[static_cast<size_t>(m)].options;
+      rec.drafter = o.name;
+      rec.gamma = o.num_speculative_tokens;
+    }
+    try {
+      decode_once(*ctx, m, ctx->prompts[static_cast<size_t>(i)], rec);
+    } catch (const Error& e) {
+      throw Error(e.kind(),
+                  "point #" + std::to_string(pi) + ", prompt '" + prompt.id + "', method '" + rec.key.method +
+                      "': " + e.message() + " (" + std::to_string(recorded + ev.resumed) +
+                      " prompt-runs recorded before are in " + path + ")",
+                  e.file().empty() ? config.source_path : e.file(), e.field());
+    }
+    const RunKey ar_key{pi, i, kArMethod, r};
+    if (m < 0) {
+      ar_tokens[ar_key] = rec.tokens;
+    } else if (rec.greedy) {
+      auto it = ar_tokens.find(ar_key);
+      rec.lossless = it == ar_tokens.end() ? -1 : (it->second == rec.tokens ? 1 : 0);
+    }
+    recorder->append(rec);
+    done_keys.insert(rec.key);
+    ++recorded;
+    ++ev.done;
+    ev.tokens += rec.n_generated;
+    ev.elapsed_seconds = since(t_start);
+    ev.eta_seconds = ev.elapsed_seconds / static_cast<double>(recorded) * static_cast<double>(ev.total - ev.done);
+    ev.run = &rec;
+    report(ProgressEvent::Kind::kRunDone);
     ev.run = nullptr;
-    report(ProgressEvent::Kind::kPoint);
-    if (warmup > 0) {
-      report(ProgressEvent::Kind::kWarmup);
-      for (int64_t w = 0; w < warmup; ++w)
-        for (int64_t m = -1; m < static_cast<int64_t>(point.config.drafters.size()); ++m) {
-          RunRecord scratch;
-          decode_once(*ctx, m, ctx->prompts.front(), scratch);
-        }
-    }
-    for (int64_t i = 0; i < n_prompts; ++i) {
-      const Prompt& prompt = prompts[static_cast<size_t>(i)];
-      for (int64_t r = 0; r < repeats; ++r) {
-        for (int64_t m = -1; m < static_cast<int64_t>(point.config.drafters.size()); ++m) {
-          RunRecord rec;
-          rec.key = {pi, i, methods[static_cast<size_t>(m + 1)], r};
-          if (done_keys.count(rec.key)) continue;
-          rec.prompt_id = prompt.id;
-          rec.category = prompt.category;
-          if (m >= 0) {
-            const DrafterOptions& o = point.config.drafters[static_cast<size_t>(m)].options;
-            rec.drafter = o.name;
-            rec.gamma = o.num_speculative_tokens;
+  };
+
+  // The sweep; false when stop_requested() cut it short.
+  auto run_sweep = [&]() -> bool {
+    for (int64_t pi = first; pi < n_points; ++pi) {
+      if (!pending(pi)) continue;
+      if (stop()) return false;
+      const SweepPoint& point = points[static_cast<size_t>(pi)];
+      if (!ctx) ctx = prepare_point(point, prompts, models);
+      ev.point = pi;
+      ev.point_label = precs[static_cast<size_t>(pi)].label;
+      ev.run = nullptr;
+      report(ProgressEvent::Kind::kPoint);
+      if (warmup > 0) {
+        report(ProgressEvent::Kind::kWarmup);
+        for (int64_t w = 0; w < warmup; ++w)
+          for (int64_t m = -1; m < static_cast<int64_t>(point.config.drafters.size()); ++m) {
+            if (stop()) return false;
+            RunRecord scratch;
+            decode_once(*ctx, m, ctx->prompts.front(), scratch);
           }
-          decode_once(*ctx, m, ctx->prompts[static_cast<size_t>(i)], rec);
-          const RunKey ar_key{pi, i, kArMethod, r};
-          if (m < 0) {
-            ar_tokens[ar_key] = rec.tokens;
-          } else if (rec.greedy) {
-            auto it = ar_tokens.find(ar_key);
-            rec.lossless = it == ar_tokens.end() ? -1 : (it->second == rec.tokens ? 1 : 0);
-          }
-          recorder->append(rec);
-          done_keys.insert(rec.key);
-          ++recorded;
-          ++ev.done;
-          ev.tokens += rec.n_generated;
-          ev.elapsed_seconds = since(t_start);
-          ev.eta_seconds = ev.elapsed_seconds / static_cast<double>(recorded) * static_cast<double>(ev.total - ev.done);
-          ev.run = &rec;
-          report(ProgressEvent::Kind::kRunDone);
-          ev.run = nullptr;
-        }
       }
+      for (int64_t i = 0; i < n_prompts; ++i)
+        for (int64_t r = 0; r < repeats; ++r)
+          for (int64_t m = -1; m < static_cast<int64_t>(point.config.drafters.size()); ++m) {
+            if (stop()) return false;
+            run_one(point, pi, i, r, m);
+          }
+      ctx.reset();
     }
-    ctx.reset();
+    return true;
+  };
+
+  bool finished = false;
+  try {
+    finished = run_sweep();
+  } catch (...) {
+    // Best effort: a full disk may refuse this too, and the file then keeps status "running".
+    try {
+      recorder->set_root_attribute("status", "failed");
+    } catch (const Error&) {
+    }
+    throw;
+  }
+  out.runs_recorded = recorded;
+  out.runs_resumed = ev.resumed;
+  if (!finished) {
+    recorder->set_root_attribute("status", "interrupted");
+    out.interrupted = true;
+    out.data = recorder->read();
+    return out;
   }
 
-  // 4. Summary from the file's records (identical for resumed and uninterrupted runs).
-  ExperimentOutcome out;
-  out.output_path = path;
+  // 4. Summary from the file's records (identical for resumed and uninterrupted runs). The
+  // status becomes "complete" last, so a file that says complete holds the summary too.
   out.data = recorder->read();
   out.summary = summarize(out.data);
   recorder->write_summary(out.summary);
   recorder->set_root_attribute("end_time", iso8601_now());
   recorder->set_root_attribute("status", "complete");
-  out.runs_recorded = recorded;
-  out.runs_resumed = ev.resumed;
   return out;
 }
 

@@ -14,6 +14,13 @@
 // file must hold the same sweep points, prompts and methods, and the same resolved config apart
 // from `output`). The summary is recomputed from the file's records at the end.
 //
+// Stopping: `stop_requested` is polled before each prompt-run (and warmup); when it returns true
+// the runner stops there, marks the file status "interrupted" and returns with interrupted set
+// (every prompt-run finished so far is in the file; --resume continues). An error while the
+// sweep runs (a KV budget exhausted, a full disk, ...) marks the file status "failed" when it
+// still can and propagates; the prompt-runs recorded before stay in the file. Error messages
+// from a prompt-run name it: "point #p, prompt 'id', method 'm': ...".
+//
 // Greedy runs (temperature 0) record whether each speculative run's tokens equal those of the
 // ar run of the same (point, prompt, repeat): the losslessness check.
 #pragma once
@@ -53,6 +60,7 @@ struct RunnerOptions {
   OutputMode mode = OutputMode::kCreate;
   std::string git_revision = "unknown";  // recorded as the root attribute git_revision
   std::function<void(const ProgressEvent&)> on_progress;  // optional
+  std::function<bool()> stop_requested;                   // optional; e.g. set by SIGINT
 };
 
 struct ExperimentOutcome {
@@ -61,11 +69,14 @@ struct ExperimentOutcome {
   ExperimentSummary summary;  // summarize(data), also written to /summary
   int64_t runs_recorded = 0;  // by this session
   int64_t runs_resumed = 0;   // found complete in the file
+  bool interrupted = false;   // stopped by stop_requested; data holds the runs so far, summary empty
 };
 
-// Checks `path` for `mode` without touching anything. Throws Error(kConfig, ..., path,
+// Checks `path` for `mode` without changing anything. Throws Error(kConfig, ..., path,
 // "output.path") when the file exists and mode is kCreate, Error(kIo, ..., <dir>,
-// "output.path") when its directory does not exist or is not a directory.
+// "output.path") when its directory does not exist, is not a directory or cannot be written
+// (probed by creating and removing `<path>.partial`), Error(kIo, ..., path, "output.path") when
+// the file exists but is read-only.
 void check_output_path(const std::string& path, OutputMode mode);
 
 // Runs the experiment into config.output.path. Throws speclab::Error on bad input (config,

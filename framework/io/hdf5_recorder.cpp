@@ -1,9 +1,15 @@
 #include "framework/io/hdf5_recorder.h"
 
 #include <H5Cpp.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -362,10 +368,15 @@ hsize_t committed_prefix(const Table& child, hsize_t n_runs, const std::string& 
 // ---- the file ----------------------------------------------------------------------------------
 
 struct Hdf5Recorder::Impl {
-  std::unique_ptr<H5::H5File> file;
+  std::unique_ptr<H5::H5File> file;  // writers: the in-memory (core driver) copy of the file
   Table runs, steps, positions, tokens;
   std::string path;
   uint64_t read_limit = 0;  // bytes a read may allocate per column
+  int64_t committed_runs = 0;  // prompt-runs in the file on disk
+  std::vector<char> image;     // scratch for commit()
+
+  // Replaces the file on disk with the in-memory file, atomically (see the header).
+  void commit();
 
   void open_tables() {
     H5::Group root = file->openGroup("/");
@@ -405,7 +416,8 @@ auto wrap_h5(const std::string& path, const char* what, F&& f) -> decltype(f()) 
   }
 }
 
-std::unique_ptr<H5::H5File> open_file(const std::string& path, unsigned flags) {
+std::unique_ptr<H5::H5File> open_file(const std::string& path, unsigned flags,
+                                      const H5::FileAccPropList& fapl = H5::FileAccPropList::DEFAULT) {
   H5::Exception::dontPrint();
   FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw Error(ErrorKind::kIo, "cannot open the file", path);
@@ -417,7 +429,45 @@ std::unique_ptr<H5::H5File> open_file(const std::string& path, unsigned flags) {
     hdf5 = false;
   }
   if (!hdf5) throw Error(ErrorKind::kBadInput, "expected an HDF5 file, found another format", path);
-  return wrap_h5(path, "opening the HDF5 file", [&] { return std::make_unique<H5::H5File>(path, flags); });
+  return wrap_h5(path, "opening the HDF5 file", [&] {
+    return std::make_unique<H5::H5File>(path, flags, H5::FileCreatPropList::DEFAULT, fapl);
+  });
+}
+
+// The in-memory driver for writers: nothing reaches the disk except through commit().
+H5::FileAccPropList in_memory_access() {
+  H5::FileAccPropList fapl;
+  fapl.setCore(size_t(1) << 20, false);
+  return fapl;
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Writes `bytes` to `<path>.partial` and renames it over `path`. On failure the partial file
+// is removed and `path` is as it was. `runs` (committed before) goes into the message.
+void write_atomically(const std::string& path, const std::vector<char>& bytes, int64_t runs) {
+  const std::string tmp = path + ".partial";
+  auto fail = [&](const std::string& what, int err, int fd) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(ErrorKind::kIo,
+                what + ": " + errno_text(err) + "; the file keeps the " + std::to_string(runs) +
+                    " prompt-runs recorded before (continue with --resume)",
+                path, "output.path");
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot create " + tmp, errno, -1);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) (void)::fchmod(fd, st.st_mode & 07777);  // keep the old file's mode
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("cannot write " + tmp, n < 0 ? errno : ENOSPC, fd);
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) fail("cannot write " + tmp, errno, -1);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp + " to the output file", errno, -1);
 }
 
 std::string read_config_yaml(const H5::H5File& file, const std::string& path) {
@@ -432,6 +482,17 @@ std::string read_config_yaml(const H5::H5File& file, const std::string& path) {
 }
 
 }  // namespace
+
+void Hdf5Recorder::Impl::commit() {
+  file->flush(H5F_SCOPE_GLOBAL);
+  const ssize_t n = H5Fget_file_image(file->getId(), nullptr, 0);
+  if (n <= 0) throw H5::FileIException("commit", "cannot get the file image");
+  image.resize(static_cast<size_t>(n));
+  if (H5Fget_file_image(file->getId(), image.data(), image.size()) != n)
+    throw H5::FileIException("commit", "cannot copy the file image");
+  write_atomically(path, image, committed_runs);
+  committed_runs = static_cast<int64_t>(runs.rows());
+}
 
 ExperimentData Hdf5Recorder::Impl::read() const {
   ExperimentData d;
@@ -583,7 +644,7 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetad
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   wrap_h5(path, "creating the experiment file", [&] {
-    impl->file = std::make_unique<H5::H5File>(path, H5F_ACC_TRUNC);
+    impl->file = std::make_unique<H5::H5File>(path, H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, in_memory_access());
     H5::Group root = impl->file->openGroup("/");
     write_int_attr(root, "schema_version", kHdf5SchemaVersion);
     write_str_attr(root, "name", meta.name);
@@ -636,7 +697,7 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetad
     impl->steps = Table::create(root, "steps", kStepsSchema);
     impl->positions = Table::create(root, "positions", kPositionsSchema);
     impl->tokens = Table::create(root, "tokens", kTokensSchema);
-    impl->file->flush(H5F_SCOPE_GLOBAL);
+    impl->commit();
     impl->set_read_limit();
   });
   return Hdf5Recorder(path, std::move(impl));
@@ -645,7 +706,7 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetad
 Hdf5Recorder Hdf5Recorder::open_for_append(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  impl->file = open_file(path, H5F_ACC_RDWR);
+  impl->file = open_file(path, H5F_ACC_RDWR, in_memory_access());
   wrap_h5(path, "opening the experiment file", [&] {
     H5::Group root = impl->file->openGroup("/");
     check_schema_version(root, path);
@@ -662,7 +723,8 @@ Hdf5Recorder Hdf5Recorder::open_for_append(const std::string& path) {
       return v + 1;
     }());
     write_str_attr(root, "status", "running");
-    impl->file->flush(H5F_SCOPE_GLOBAL);
+    impl->committed_runs = static_cast<int64_t>(n_runs);
+    impl->commit();
   });
   return Hdf5Recorder(path, std::move(impl));
 }
@@ -744,7 +806,7 @@ void Hdf5Recorder::append(RunRecord& run) {
     m.positions.commit();
     m.runs.append(rr);
     m.runs.commit();  // the run counts from here on
-    m.file->flush(H5F_SCOPE_GLOBAL);
+    m.commit();
   });
 }
 
@@ -764,7 +826,7 @@ void Hdf5Recorder::write_summary(const ExperimentSummary& summary) {
     for (const auto& m : summary.by_category) append_position_rows(r, m);
     if (!r.ints.empty()) pos.append(r);
     pos.commit();
-    impl_->file->flush(H5F_SCOPE_GLOBAL);
+    impl_->commit();
   });
 }
 
@@ -772,7 +834,7 @@ void Hdf5Recorder::set_root_attribute(const std::string& name, const std::string
   wrap_h5(path_, "writing an attribute", [&] {
     H5::Group root = impl_->file->openGroup("/");
     write_str_attr(root, name, value);
-    impl_->file->flush(H5F_SCOPE_GLOBAL);
+    impl_->commit();
   });
 }
 
@@ -780,7 +842,7 @@ void Hdf5Recorder::set_root_attribute(const std::string& name, int64_t value) {
   wrap_h5(path_, "writing an attribute", [&] {
     H5::Group root = impl_->file->openGroup("/");
     write_int_attr(root, name, value);
-    impl_->file->flush(H5F_SCOPE_GLOBAL);
+    impl_->commit();
   });
 }
 

@@ -8,12 +8,22 @@
 // by_category,positions}; plus /points, /point_values, /prompts, the /methods list, the
 // /config_yaml scalar and the root attributes. No compound types.
 //
-// Crash consistency: append() writes a prompt-run's tokens, steps and positions first, then its
-// /runs row, then bumps the tables' `complete` attributes (/runs last) and flushes the file
-// (H5Fflush). Each table's attribute `complete` is the number of committed rows: a reader uses
-// only rows [0, complete) of /runs and the child rows whose run_id is a committed run, so a
-// file whose writer was killed (SIGKILL) reads back as the set of prompt-runs finished before
-// the last flush. open_for_append() (resume) cuts the uncommitted rows off before appending.
+// Crash consistency: a writer keeps the whole file in memory (HDF5's core driver) and every
+// change that must survive — create(), open_for_append(), each append(), write_summary(),
+// set_root_attribute() — ends with a commit: the file image is written to `<path>.partial`,
+// which is then renamed over `path`. rename() is atomic, so the file on disk is always a
+// complete, consistent image of some commit: a writer killed at any point (SIGKILL, a failed
+// write, a full disk, a file-size limit) leaves the file as of its last commit, and a failed
+// commit throws Error(kIo, ..., path, "output.path") with `path` untouched (the .partial file is
+// removed; a SIGKILL mid-commit may leave it behind, and the next commit replaces it). There is
+// no fsync: a process crash is covered, a power cut is not. A commit costs one write of the
+// whole file (milliseconds for the files `speclab run` writes per prompt-run).
+//
+// Tables also carry a `complete` attribute: the number of committed rows. append() writes a
+// prompt-run's tokens, steps and positions, then its /runs row, then bumps the `complete`
+// attributes (/runs last). Readers use only rows [0, complete) of /runs and the child rows whose
+// run_id is a committed run, and open_for_append() cuts any other rows off — so files written by
+// older versions, which flushed in place, read back as the prompt-runs finished before a kill.
 #pragma once
 
 #include <cstdint>
@@ -62,11 +72,11 @@ class Hdf5Recorder {
   // The /config_yaml text.
   std::string config_yaml() const;
 
-  // Appends one finished prompt-run (assigns run.run_id) and flushes; see the header comment.
+  // Appends one finished prompt-run (assigns run.run_id) and commits; see the header comment.
   void append(RunRecord& run);
-  // Replaces /summary with `summary`; flushes.
+  // Replaces /summary with `summary`; commits.
   void write_summary(const ExperimentSummary& summary);
-  // Sets a string attribute on the root group (e.g. end_time, status); flushes.
+  // Sets a string attribute on the root group (e.g. end_time, status); commits.
   void set_root_attribute(const std::string& name, const std::string& value);
   void set_root_attribute(const std::string& name, int64_t value);
   int64_t root_int_attribute(const std::string& name, int64_t fallback) const;

@@ -1,0 +1,146 @@
+// Runs the `speclab` binary (SPECLAB_CLI) as a subprocess for the command-line tests
+// (test_cli, test_bad_inputs, test_crash_safety): stdout and stderr captured apart, the exit
+// status or the signal that ended it, a timeout, and two hooks — code to run in the child before
+// exec (resource limits, signal dispositions), and a callback on every chunk of stderr (to signal
+// the process once it reports progress).
+#pragma once
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace speclab::testing {
+
+struct RunResult {
+  std::string command;  // for messages
+  bool exited = false;  // normal exit (not killed by a signal)
+  int exit_code = -1;
+  int signal = 0;       // the signal that ended it, when !exited
+  bool timed_out = false;
+  std::string out, err;
+};
+
+struct RunOptions {
+  int timeout_s = 120;                   // SIGKILL after this long
+  std::function<void()> in_child;        // runs after fork, before exec
+  std::function<void(pid_t, const std::string&)> on_stderr;  // (pid, stderr so far) after each read
+};
+
+inline std::string describe(const RunResult& r) {
+  std::ostringstream s;
+  s << "command: " << r.command << "\n";
+  if (r.exited)
+    s << "exit code " << r.exit_code;
+  else
+    s << "killed by signal " << r.signal << (r.timed_out ? " (timed out)" : "");
+  s << "\nstderr:\n" << r.err << "\nstdout:\n" << r.out.substr(0, 2000);
+  return s.str();
+}
+
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Runs SPECLAB_CLI with `args`.
+inline RunResult run_cli(const std::vector<std::string>& args, const RunOptions& opt = {}) {
+  const std::string cli = SPECLAB_CLI;
+  RunResult r;
+  r.command = cli;
+  for (const auto& a : args) r.command += " '" + (a.size() > 80 ? a.substr(0, 80) + "...'" : a + "'");
+  int out_pipe[2], err_pipe[2];
+  REQUIRE(::pipe(out_pipe) == 0);
+  REQUIRE(::pipe(err_pipe) == 0);
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(cli.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(out_pipe[1], 1);
+    ::dup2(err_pipe[1], 2);
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
+    ::close(err_pipe[0]);
+    ::close(err_pipe[1]);
+    ::setenv("SPECLAB_SHARED_DIR", SPECLAB_SHARED_DIR, 1);
+    if (opt.in_child) opt.in_child();
+    ::execv(cli.c_str(), argv.data());
+    _exit(127);
+  }
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opt.timeout_s);
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&r.out, &r.err};
+  int open_fds = 2;
+  while (open_fds > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      r.timed_out = true;
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    const int n = ::poll(fds, 2, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    REQUIRE(n >= 0);
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[8192];
+      const ssize_t got = ::read(fds[i].fd, buf, sizeof buf);
+      if (got > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(got));
+        if (i == 1 && opt.on_stderr) opt.on_stderr(pid, r.err);
+      } else if (got == 0 || errno != EINTR) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (auto& f : fds)
+    if (f.fd >= 0) ::close(f.fd);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.exited = WIFEXITED(status);
+  if (r.exited) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  return r;
+}
+
+// The bad-input contract: exit code `code`, exactly one "error: ..." line on stderr containing
+// every one of `needles`, nothing on stdout, no crash artefacts (signal, "terminate called",
+// libtorch's "Exception raised from", "internal error").
+inline void check_bad_input(const RunResult& r, const std::vector<std::string>& needles, int code = 2) {
+  INFO(describe(r));
+  CHECK(r.exited);  // not killed by a signal (SIGABRT from an uncaught exception, SIGSEGV, ...)
+  CHECK(r.exit_code == code);
+  CHECK(lines_of(r.err).size() == 1);
+  CHECK(!r.err.empty());
+  CHECK(r.err.back() == '\n');
+  CHECK(r.err.rfind("error: ", 0) == 0);
+  CHECK(r.err.find("terminate called") == std::string::npos);
+  CHECK(r.err.find("Exception raised from") == std::string::npos);
+  CHECK(r.err.find("internal error") == std::string::npos);
+  CHECK(r.out.empty());
+  for (const auto& needle : needles) {
+    INFO("expected in stderr: " << needle);
+    CHECK(r.err.find(needle) != std::string::npos);
+  }
+}
+
+}  // namespace speclab::testing

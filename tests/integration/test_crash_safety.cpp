@@ -1,0 +1,314 @@
+// Crash safety and resource limits of `speclab run`, as a subprocess on stories260K:
+//   - SIGINT stops after the prompt-run in progress with exit code 130 and the file status
+//     "interrupted"; --resume completes it, equal to an uninterrupted run. A second SIGINT ends
+//     the process at once and the file still opens with every prompt-run reported finished.
+//   - a KV budget too small for a later prompt: a one-line error naming the KV key, the prompt
+//     and the method; the prompt-runs before it stay in the file (status "failed").
+//   - a full disk, simulated with a file-size limit (RLIMIT_FSIZE; speclab ignores SIGXFSZ so the
+//     write fails with EFBIG): a one-line error naming the output file; the file on disk is the
+//     last complete commit, no .partial is left, and --resume completes it.
+//   - a read-only output location: a clear error before anything is loaded or written; a
+//     --resume there leaves the existing file as it was.
+// The SIGKILL-at-random-points test is scripts/kill_test.sh (`make kill-test`).
+#include <catch2/catch.hpp>
+
+#include <H5Cpp.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "framework/io/hdf5_recorder.h"
+#include "tests/bad_inputs/cli_process.h"
+
+using namespace speclab;
+using namespace speclab::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTinyStories = std::string(SPECLAB_SOURCE_DIR) + "/configs/tiny_stories.yaml";
+// 3 prompts x 3 methods x 2 gamma values x 4 repeats = 72 prompt-runs of 32 tokens.
+const std::vector<std::string> kSets = {"--set", "repeats=4", "--set", "generation.max_new_tokens=32",
+                                        "--set", "generation.ignore_eos=true"};
+constexpr size_t kTotal = 72;
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "speclab_crash_XXXXXX").string();
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, ec);
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  REQUIRE(out.good());
+}
+
+std::vector<std::string> run_args(const std::string& config, const std::string& h5, std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {"run", config};
+  a.insert(a.end(), kSets.begin(), kSets.end());
+  a.insert(a.end(), {"--output", h5, "--no-report"});
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+std::string status_of(const std::string& h5) {
+  H5::H5File f(h5, H5F_ACC_RDONLY);
+  H5::Attribute a = f.openGroup("/").openAttribute("status");
+  std::string v;
+  a.read(a.getStrType(), v);
+  return v;
+}
+
+// The highest k of the "[k/N]" progress lines: prompt-runs reported finished (and committed).
+size_t reported_done(const std::string& err) {
+  size_t best = 0;
+  for (const std::string& l : lines_of(err))
+    if (l.rfind("[", 0) == 0 && l.find('/') != std::string::npos) best = std::max<size_t>(best, std::stoul(l.substr(1)));
+  return best;
+}
+
+// The one error line: exactly one line starting "error: ", and it is the last one.
+std::string error_line(const RunResult& r) {
+  const std::vector<std::string> l = lines_of(r.err);
+  int n = 0;
+  for (const auto& x : l) n += x.rfind("error: ", 0) == 0;
+  CHECK(n == 1);
+  REQUIRE(!l.empty());
+  CHECK(r.err.find("terminate called") == std::string::npos);
+  CHECK(r.err.find("internal error") == std::string::npos);
+  return l.back();
+}
+
+// Every prompt-run of `a` equals the one of `b` with the same key (timings aside).
+void expect_same_runs(const ExperimentData& a, const ExperimentData& b) {
+  std::map<RunKey, const RunRecord*> kb;
+  for (const RunRecord& r : b.runs) kb[r.key] = &r;
+  REQUIRE(a.runs.size() == b.runs.size());
+  std::map<RunKey, int> seen;
+  for (const RunRecord& r : a.runs) {
+    INFO("point " << r.key.point << " prompt " << r.key.prompt << " method " << r.key.method << " repeat " << r.key.repeat);
+    CHECK(++seen[r.key] == 1);
+    auto it = kb.find(r.key);
+    REQUIRE(it != kb.end());
+    CHECK(r.tokens == it->second->tokens);
+    CHECK(r.text == it->second->text);
+    CHECK(r.lossless == it->second->lossless);
+    REQUIRE(r.steps.size() == it->second->steps.size());
+    for (size_t s = 0; s < r.steps.size(); ++s) {
+      CHECK(r.steps[s].drafted == it->second->steps[s].drafted);
+      CHECK(r.steps[s].accepted == it->second->steps[s].accepted);
+      CHECK(r.steps[s].p == it->second->steps[s].p);
+    }
+  }
+}
+
+// Options that send `count` SIGINTs once stderr shows the progress line "[k/"; `sent` records it.
+RunOptions sigint_at(int k, int count, bool& sent) {
+  RunOptions opt;
+  const std::string marker = "\n[" + std::to_string(k) + "/";
+  opt.on_stderr = [marker, count, &sent](pid_t pid, const std::string& err) {
+    if (sent || err.find(marker) == std::string::npos) return;
+    for (int i = 0; i < count; ++i) ::kill(pid, SIGINT);
+    sent = true;
+  };
+  return opt;
+}
+
+const ExperimentData& reference() {
+  static const ExperimentData ref = [] {
+    TempDir d;
+    const RunResult r = run_cli(run_args(kTinyStories, d.path + "/ref.h5"));
+    INFO(describe(r));
+    REQUIRE(r.exit_code == 0);
+    return read_experiment(d.path + "/ref.h5");
+  }();
+  return ref;
+}
+
+// `--resume` on `h5` completes it, equal to the uninterrupted run.
+void resume_and_compare(const std::string& h5) {
+  const RunResult res = run_cli(run_args(kTinyStories, h5, {"--resume"}));
+  INFO(describe(res));
+  REQUIRE(res.exit_code == 0);
+  CHECK(status_of(h5) == "complete");
+  expect_same_runs(read_experiment(h5), reference());
+}
+
+}  // namespace
+
+TEST_CASE("SIGINT stops after the current prompt-run, and --resume completes it", "[crash][sigint]") {
+  TempDir d;
+  const std::string h5 = d.path + "/int.h5";
+  bool sent = false;
+  const RunResult r = run_cli(run_args(kTinyStories, h5), sigint_at(3, 1, sent));
+  INFO(describe(r));
+  REQUIRE(sent);
+  CHECK(r.exited);
+  CHECK(r.exit_code == 130);
+  CHECK(r.err.find("stopping after the current prompt-run") != std::string::npos);
+  CHECK(lines_of(r.err).back().rfind("interrupted: ", 0) == 0);
+  CHECK(r.err.find("error") == std::string::npos);
+  const ExperimentData part = read_experiment(h5);
+  CHECK(part.runs.size() >= 3);
+  CHECK(part.runs.size() == reported_done(r.err));  // nothing finished after the report is lost
+  CHECK(part.runs.size() < kTotal);
+  CHECK(status_of(h5) == "interrupted");
+  CHECK(!fs::exists(h5 + ".partial"));
+
+  resume_and_compare(h5);
+}
+
+TEST_CASE("a second SIGINT ends the run at once, and the file keeps what was reported", "[crash][sigint]") {
+  TempDir d;
+  const std::string h5 = d.path + "/int2.h5";
+  bool sent = false;
+  const RunResult r = run_cli(run_args(kTinyStories, h5), sigint_at(2, 2, sent));
+  INFO(describe(r));
+  REQUIRE(sent);
+  // Killed by the second SIGINT, or (if the first was handled after a finished run) exit 130.
+  CHECK(((!r.exited && r.signal == SIGINT) || (r.exited && r.exit_code == 130)));
+  const ExperimentData part = read_experiment(h5);
+  CHECK(part.runs.size() >= reported_done(r.err));
+  CHECK(part.runs.size() >= 2);
+  CHECK(status_of(h5) != "complete");
+  resume_and_compare(h5);
+}
+
+TEST_CASE("KV budget exhausted by a later prompt: clear error, earlier prompt-runs kept", "[crash][resource][kv]") {
+  TempDir d;
+  const std::string cfg = d.path + "/kv.yaml", h5 = d.path + "/kv.h5";
+  // stories260K: 1280 KV bytes per token, 16-token blocks of 20480 bytes; 4 blocks hold the
+  // short prompt's 13 tokens but not the long one's ~80.
+  write_file(cfg,
+             "name: kv_budget\n"
+             "models:\n  target: {path: stories260K}\n"
+             "prompts:\n  chat: off\n  inline:\n"
+             "    - {id: short, text: \"Once upon a time\"}\n"
+             "    - {id: long, text: \"Once upon a time, there was a little girl named Lily. She loved to play outside "
+             "in the sun. One day, she saw a big red ball in the park. She wanted to play with it, so she ran to the "
+             "ball and kicked it. The ball went up high into the sky and came down near a tree.\"}\n"
+             "drafters:\n  - name: prompt_lookup\n"
+             "sampling: {temperature: 0}\ngeneration: {max_new_tokens: 8}\nwarmup: 0\n"
+             "kv: {budget_bytes: 81920}\n");
+  const RunResult r = run_cli({"run", cfg, "--output", h5, "--no-report"});
+  INFO(describe(r));
+  CHECK(r.exited);
+  CHECK(r.exit_code == 2);
+  const std::string e = error_line(r);
+  CHECK(e.rfind("error: " + cfg + ": kv.", 0) == 0);
+  CHECK(e.find("prompt 'long', method 'ar'") != std::string::npos);
+  CHECK(e.find("budget 81920 bytes") != std::string::npos);
+  CHECK(e.find("2 prompt-runs recorded before are in " + h5) != std::string::npos);
+  CHECK(r.out.empty());
+  const ExperimentData part = read_experiment(h5);
+  REQUIRE(part.runs.size() == 2);
+  CHECK(part.runs[0].prompt_id == "short");
+  CHECK(part.runs[1].prompt_id == "short");
+  CHECK(status_of(h5) == "failed");
+}
+
+TEST_CASE("disk full (file-size limit): clear error, the file keeps its last commit, --resume completes",
+          "[crash][resource][disk]") {
+  TempDir d;
+  const std::string h5 = d.path + "/full.h5";
+  // The complete file's size, from an uninterrupted run; the limit lets about half of it through.
+  const std::string ref_h5 = d.path + "/size.h5";
+  REQUIRE(run_cli(run_args(kTinyStories, ref_h5)).exit_code == 0);
+  const auto full = static_cast<rlim_t>(fs::file_size(ref_h5));
+  RunOptions opt;
+  opt.in_child = [full] {
+    const rlimit lim{full / 2, full / 2};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+  };
+  const RunResult r = run_cli(run_args(kTinyStories, h5), opt);
+  INFO(describe(r) << "\nlimit " << full / 2 << " bytes");
+  CHECK(r.exited);  // not killed by SIGXFSZ
+  CHECK(r.exit_code == 2);
+  const std::string e = error_line(r);
+  CHECK(e.rfind("error: " + h5 + ": output.path: cannot write " + h5 + ".partial: File too large", 0) == 0);
+  CHECK(e.find("prompt-runs recorded before (continue with --resume)") != std::string::npos);
+  CHECK(!fs::exists(h5 + ".partial"));
+  const ExperimentData part = read_experiment(h5);
+  CHECK(part.runs.size() >= 1);
+  CHECK(part.runs.size() < kTotal);
+  CHECK(part.runs.size() == reported_done(r.err));
+  CHECK(status_of(h5) != "complete");
+  CHECK(fs::file_size(h5) <= full / 2);
+
+  resume_and_compare(h5);
+}
+
+TEST_CASE("a read-only output location: clear error, nothing written, an existing file untouched",
+          "[crash][resource][readonly]") {
+  TempDir d;
+  if (::geteuid() == 0) {
+    // root writes through permission bits; sysfs refuses new files even to root.
+    const std::string h5 = "/sys/speclab_crash_test.h5";
+    const RunResult r = run_cli(run_args(kTinyStories, h5));
+    INFO(describe(r));
+    CHECK(r.exit_code == 2);
+    const std::string e = error_line(r);
+    CHECK(e.rfind("error: /sys: output.path: expected a writable directory for the output file, cannot create " + h5 +
+                      ".partial: ",
+                  0) == 0);
+    CHECK(lines_of(r.err).size() == 1);  // before any model was loaded or prompt-run made
+    CHECK(!fs::exists(h5));
+    WARN("running as root: the read-only directory and read-only file cases use chmod and are skipped");
+    return;
+  }
+  const std::string ro = d.path + "/ro";
+  fs::create_directories(ro);
+  // A partial experiment, then the directory made read-only.
+  const std::string h5 = ro + "/part.h5";
+  bool sent = false;
+  REQUIRE(run_cli(run_args(kTinyStories, h5), sigint_at(2, 1, sent)).exit_code == 130);
+  const std::string before = read_file(h5);
+  fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+  {
+    const RunResult r = run_cli(run_args(kTinyStories, ro + "/new.h5"));
+    INFO(describe(r));
+    CHECK(r.exit_code == 2);
+    CHECK(error_line(r).rfind("error: " + ro + ": output.path: expected a writable directory", 0) == 0);
+    CHECK(!fs::exists(ro + "/new.h5"));
+  }
+  {
+    const RunResult r = run_cli(run_args(kTinyStories, h5, {"--resume"}));
+    INFO(describe(r));
+    CHECK(r.exit_code == 2);
+    CHECK(error_line(r).find(ro + ": output.path:") != std::string::npos);
+    CHECK(read_file(h5) == before);
+  }
+  fs::permissions(ro, fs::perms::owner_all);
+  fs::permissions(h5, fs::perms::owner_read);  // a read-only file in a writable directory
+  {
+    const RunResult r = run_cli(run_args(kTinyStories, h5, {"--resume"}));
+    INFO(describe(r));
+    CHECK(r.exit_code == 2);
+    CHECK(error_line(r).rfind("error: " + h5 + ": output.path: expected a writable output file", 0) == 0);
+    CHECK(read_file(h5) == before);
+  }
+}
