@@ -4,7 +4,7 @@ JOBS     ?= $(shell nproc)
 CMAKE_ARGS ?=
 SPECLAB  := $(BUILD)/speclab
 
-.PHONY: all setup configure build test demo bench clean
+.PHONY: all setup configure build test demo bench clean bad-inputs crash-safety kill-test
 
 all: build
 
@@ -27,6 +27,19 @@ demo: build
 
 bench: build
 	$(SPECLAB) bench
+
+# The bad-input catalogue (tests/bad_inputs/cases.txt) and the crash-safety / resource-limit
+# tests (SIGINT, KV budget, file-size limit, read-only output); both are also part of `make test`.
+bad-inputs: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -R '^test_bad_inputs:'
+
+crash-safety: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -R '^test_crash_safety:'
+
+# SIGKILL `speclab run` at random points, KILLS times (default 20), resuming each time.
+KILLS ?= 20
+kill-test: build
+	bash scripts/kill_test.sh $(SPECLAB) $(KILLS)
 
 clean:
 	rm -rf $(BUILD)
