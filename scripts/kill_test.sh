@@ -7,7 +7,8 @@
 # 4 repeats = 72 prompt-runs of 32 tokens) once without interruption as the reference. Then, until
 # KILLS processes were killed: start `speclab run --resume` on the same file (which creates it
 # when it does not exist), SIGKILL it after a random delay, and check the file:
-#   - it opens (h5py, the analysis reader) and says status != complete;
+#   - it opens (h5py, the analysis reader); if it says status complete (the kill landed after the
+#     last commit), it must equal the reference run below;
 #   - it holds every prompt-run the killed process reported finished (its last "[k/N]" progress
 #     line is printed after the run was flushed), each once, with all its tokens;
 #   - it holds every prompt-run the file held after the previous kill (nothing lost).
@@ -75,25 +76,9 @@ except Exception as ex:  # noqa: BLE001 - any failure to read is the failure und
     fail(f"does not open: {type(ex).__name__}: {ex}")
 runs = keyed(exp)
 
-if mode == "killed":
-    reported, before_file = int(sys.argv[4]), sys.argv[5]
-    if exp.attrs.get("status") == "complete":
-        fail("a killed run's file says status complete")
-    if len(runs) < reported:
-        fail(f"holds {len(runs)} prompt-runs, the killed process reported {reported} finished")
-    before = [tuple(l.split("\t")) for l in open(before_file).read().splitlines() if l]
-    for b in before:
-        k = (int(b[0]), int(b[1]), b[2], int(b[3]))
-        if k not in runs:
-            fail(f"prompt-run {k}, present before the kill, is gone")
-    with open(before_file, "w") as f:
-        for k in sorted(runs):
-            f.write("\t".join(map(str, k)) + "\n")
-    print(len(runs))
-elif mode == "complete":
-    ref = keyed(Experiment(sys.argv[4]))
-    if exp.attrs.get("status") != "complete":
-        fail(f"status {exp.attrs.get('status')!r} after the run finished")
+
+def same_as_reference(ref_path):
+    ref = keyed(Experiment(ref_path))
     if set(runs) != set(ref):
         fail(f"{len(runs)} prompt-runs, the reference has {len(ref)}; keys differ")
     for k in ref:
@@ -106,6 +91,29 @@ elif mode == "complete":
                 fail(f"prompt-run {k}: {field} differs from the uninterrupted run")
     if exp.summary is None:
         fail("no /summary")
+
+
+if mode == "killed":
+    reported, before_file, ref_path = int(sys.argv[4]), sys.argv[5], sys.argv[6]
+    if len(runs) < reported:
+        fail(f"holds {len(runs)} prompt-runs, the killed process reported {reported} finished")
+    before = [tuple(l.split("\t")) for l in open(before_file).read().splitlines() if l]
+    for b in before:
+        k = (int(b[0]), int(b[1]), b[2], int(b[3]))
+        if k not in runs:
+            fail(f"prompt-run {k}, present before the kill, is gone")
+    with open(before_file, "w") as f:
+        for k in sorted(runs):
+            f.write("\t".join(map(str, k)) + "\n")
+    if exp.attrs.get("status") == "complete":  # killed after its last commit, while exiting
+        same_as_reference(ref_path)
+        print(f"{len(runs)} complete")
+    else:
+        print(len(runs))
+elif mode == "complete":
+    if exp.attrs.get("status") != "complete":
+        fail(f"status {exp.attrs.get('status')!r} after the run finished")
+    same_as_reference(sys.argv[4])
     print(len(runs))
 EOF
 
@@ -146,8 +154,15 @@ while (( kills < KILLS )); do
         echo "kill_test: kill $kills after ${delay_ms} ms: before the file was created"
         continue
       fi
-      have=$(check killed "$H5" "$reported" "$WORK/before.tsv") || { echo "$have"; exit 1; }
-      echo "kill_test: kill $kills after ${delay_ms} ms: file holds $have/$TOTAL prompt-runs (process reported $reported)"
+      have=$(check killed "$H5" "$reported" "$WORK/before.tsv" "$WORK/ref.h5") || { echo "$have"; exit 1; }
+      echo "kill_test: kill $kills after ${delay_ms} ms: file holds ${have%% *}/$TOTAL prompt-runs (process reported $reported)"
+      if [[ $have == *complete ]]; then
+        # Killed after its last commit: the file is complete and equal to the reference.
+        completed=$((completed + 1))
+        echo "kill_test: (that file was already complete and equals the uninterrupted run; starting over)"
+        rm -f "$H5"
+        : > "$WORK/before.tsv"
+      fi
       continue
     fi
   else
