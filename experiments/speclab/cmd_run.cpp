@@ -227,7 +227,7 @@ int cmd_run(const std::vector<std::string>& args) {
   if (out.interrupted) {
     const int sig = g_stop_signal ? static_cast<int>(g_stop_signal) : SIGINT;
     std::fprintf(stderr, "interrupted: %lld prompt-runs in %s (%lld recorded now); continue with --resume\n",
-                 static_cast<long long>(out.data.runs.size()), out.output_path.c_str(),
+                 static_cast<long long>(out.runs_resumed + out.runs_recorded), out.output_path.c_str(),
                  static_cast<long long>(out.runs_recorded));
     return 128 + sig;
   }
