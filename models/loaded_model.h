@@ -15,7 +15,7 @@ namespace speclab {
 
 struct LoadedModel {
   ModelConfig config;
-  WeightMap weights;                     // canonical HF names, float32 (see weights.h)
+  WeightMap weights;                     // canonical HF names, float32 or packed blocks (see weights.h)
   std::shared_ptr<Tokenizer> tokenizer;  // never null after a successful load
   ChatTemplate chat_template;            // family kNone when the model ships none
   std::string source;                    // path it was loaded from

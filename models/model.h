@@ -22,6 +22,8 @@ struct ForwardOptions {
   std::vector<int64_t> layers;
   // Only compute logits for the last `logits_last_n` tokens (0 = all tokens).
   int64_t logits_last_n = 0;
+  // Run the libtorch-op implementation even where a faster CPU path exists (tests compare them).
+  bool aten_reference = false;
 };
 
 class Model {
@@ -39,6 +41,9 @@ class Model {
 
   // Bytes held by the weights in memory.
   virtual uint64_t weight_bytes() const = 0;
+  // How the weights are held in memory, e.g. "Q4_1 x 90, float32 x 61" (packed matrices count once
+  // per stacked matrix).
+  virtual std::string weight_storage() const { return "float32"; }
 };
 
 }  // namespace speclab

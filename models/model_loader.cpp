@@ -64,6 +64,8 @@ void ModelSource::validate() const {
   if (format != "auto" && format != "gguf" && format != "safetensors" && format != "llama2c")
     throw Error(ErrorKind::kConfig,
                 "expected one of auto, gguf, safetensors, llama2c; found '" + format + "'", "model", "format");
+  if (weights != "native" && weights != "f32")
+    throw Error(ErrorKind::kConfig, "expected native or f32, found '" + weights + "'", "model", "weights");
 }
 
 ModelSource resolve_model_source(const ModelSource& in) {
@@ -92,7 +94,11 @@ LoadedModel load_model(const ModelSource& source) {
   source.validate();
   const ModelSource s = resolve_model_source(source);
   if (!exists(s.path)) throw Error(ErrorKind::kIo, "no such file or directory", s.path);
-  if (s.format == "gguf") return load_gguf(s.path);
+  if (s.format == "gguf") {
+    GgufLoadOptions options;
+    options.keep_packed = s.weights == "native";
+    return load_gguf(s.path, options);
+  }
   if (s.format == "safetensors") return load_hf_dir(s.path);
   return load_llama2c(s.path, s.tokenizer);
 }

@@ -1,5 +1,8 @@
 #include "models/weights.h"
 
+#include <algorithm>
+#include <type_traits>
+
 #include "framework/core/error.h"
 
 namespace speclab {
@@ -8,6 +11,12 @@ int64_t HostTensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+int64_t HostTensor::row_bytes() const {
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  if (rows <= 0) return 0;
+  return is_packed() ? static_cast<int64_t>(packed.size()) / rows : numel() / rows * static_cast<int64_t>(sizeof(float));
 }
 
 std::string shape_to_string(const std::vector<int64_t>& shape) {
@@ -58,7 +67,11 @@ void validate_weights(const ModelConfig& config, const WeightMap& weights, const
                   "tensor shape disagrees with the config: expected " + shape_to_string(shape) +
                       ", found " + shape_to_string(it->second.shape),
                   source, name);
-    if (static_cast<int64_t>(it->second.data.size()) != it->second.numel())
+    const HostTensor& t = it->second;
+    const bool size_ok = t.is_packed() ? (t.shape.size() == 2 && !t.packed.empty() && t.data.empty() &&
+                                          t.packed.size() % static_cast<size_t>(t.shape[0]) == 0)
+                                       : static_cast<int64_t>(t.data.size()) == t.numel();
+    if (!size_ok)
       throw Error(ErrorKind::kInternal, "tensor data size does not match its shape", source, name);
   }
 }
@@ -74,18 +87,24 @@ void reorder_rope_rows(HostTensor& t, int64_t n_heads, bool to_hf) {
                                           " rows do not split into " + std::to_string(n_heads) +
                                           " heads of even size");
   const int64_t head_dim = rows / n_heads, half = head_dim / 2;
-  std::vector<float> out(t.data.size());
-  for (int64_t h = 0; h < n_heads; ++h)
-    for (int64_t j = 0; j < half; ++j)
-      for (int64_t r = 0; r < 2; ++r) {
-        const int64_t interleaved = h * head_dim + 2 * j + r;
-        const int64_t rotate_half = h * head_dim + r * half + j;
-        const int64_t src = to_hf ? interleaved : rotate_half;
-        const int64_t dst = to_hf ? rotate_half : interleaved;
-        std::copy(t.data.begin() + src * cols, t.data.begin() + (src + 1) * cols,
-                  out.begin() + dst * cols);
-      }
-  t.data.swap(out);
+  // Whole rows move, so packed rows (blocks run along a row) move as bytes.
+  auto reorder = [&](auto& v, int64_t stride) {
+    std::remove_reference_t<decltype(v)> out(v.size());
+    for (int64_t h = 0; h < n_heads; ++h)
+      for (int64_t j = 0; j < half; ++j)
+        for (int64_t r = 0; r < 2; ++r) {
+          const int64_t interleaved = h * head_dim + 2 * j + r;
+          const int64_t rotate_half = h * head_dim + r * half + j;
+          const int64_t src = to_hf ? interleaved : rotate_half;
+          const int64_t dst = to_hf ? rotate_half : interleaved;
+          std::copy(v.begin() + src * stride, v.begin() + (src + 1) * stride, out.begin() + dst * stride);
+        }
+    v.swap(out);
+  };
+  if (t.is_packed())
+    reorder(t.packed, static_cast<int64_t>(t.packed.size()) / rows);
+  else
+    reorder(t.data, cols);
 }
 }  // namespace
 

@@ -30,9 +30,21 @@ namespace speclab {
 
 struct HostTensor {
   std::vector<int64_t> shape;  // outermost first
-  std::vector<float> data;     // row-major, product(shape) elements
+  std::vector<float> data;     // row-major, product(shape) elements (empty when packed)
+
+  // Packed storage: a 2-D matrix kept in the quantized blocks it had on disk (GGUF Q4_0, Q4_1,
+  // Q8_0) so that the model's matmul kernels read ~5-8.5 bits per weight instead of 32.
+  // `storage_type` is the ggml type id (0 = F32 in `data`); when it is not 0, `data` is empty and
+  // `packed` holds shape[0] rows of row_bytes() bytes each, blocks running along shape[1].
+  uint32_t storage_type = 0;
+  std::vector<uint8_t> packed;
 
   int64_t numel() const;
+  bool is_packed() const { return storage_type != 0; }
+  // Bytes of one row (outermost index) in memory: packed.size() / shape[0], or 4 * the row's floats.
+  int64_t row_bytes() const;
+  // Bytes held in memory (packed or float32).
+  uint64_t bytes() const { return is_packed() ? packed.size() : data.size() * sizeof(float); }
 };
 
 using WeightMap = std::map<std::string, HostTensor>;

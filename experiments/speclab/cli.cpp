@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
 #include "models/llama/llama_model.h"
 #include "models/loaders/export.h"
 
@@ -17,7 +18,9 @@ void ModelArgs::add_to(po::options_description& desc) {
        "model path (.gguf file, llama2.c .bin, HF directory) or named entry: smollm2-135m-instruct, stories260K")
       ("format", po::value(&format)->default_value(format), "auto | gguf | safetensors | llama2c")
       ("tokenizer", po::value(&tokenizer), "llama2.c tokenizer.bin (default: beside the model)")
-      ("threads", po::value(&threads)->default_value(threads), "CPU threads for libtorch (0 = default)");
+      ("weights", po::value(&weights)->default_value(weights),
+       "native (GGUF Q4_0/Q4_1/Q8_0 matrices stay quantized) | f32 (dequantize everything at load)")
+      ("threads", po::value(&threads)->default_value(threads), "CPU threads for the model kernels (0 = all cores)");
 }
 
 ModelSource ModelArgs::source() const {
@@ -25,6 +28,7 @@ ModelSource ModelArgs::source() const {
   s.path = model;
   s.format = format;
   s.tokenizer = tokenizer;
+  s.weights = weights;
   return s;
 }
 
@@ -69,7 +73,7 @@ DrafterOptions DrafterArgs::options() const {
 
 void set_threads(int threads) {
   if (threads < 0) throw Error(ErrorKind::kConfig, "expected >= 0, found " + std::to_string(threads), "cli", "--threads");
-  if (threads > 0) at::set_num_threads(threads);
+  set_compute_threads(threads);
 }
 
 RuntimeModel load_runtime_model(const ModelArgs& args) {

@@ -26,7 +26,8 @@ struct ModelArgs {
   std::string model = "smollm2-135m-instruct";
   std::string format = "auto";
   std::string tokenizer;
-  int threads = 0;  // 0 = libtorch default
+  std::string weights = "native";  // ModelSource::weights
+  int threads = 0;                 // 0 = libtorch default
 
   void add_to(po::options_description& desc);
   ModelSource source() const;

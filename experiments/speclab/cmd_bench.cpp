@@ -7,6 +7,8 @@
 #include <c10/core/InferenceMode.h>
 #include <sys/resource.h>
 
+#include "framework/core/thread_pool.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -152,10 +154,10 @@ int cmd_bench(const std::vector<std::string>& args) {
     if (ctx <= 0 || ctx + steps > c.max_position_embeddings)
       throw Error(ErrorKind::kConfig, "context " + std::to_string(ctx) + " does not fit the model context " +
                                           std::to_string(c.max_position_embeddings), "command line", "--contexts");
-  const int threads = at::get_num_threads();
-  std::printf("SpecLab bench — %s (%s), libtorch %s, %d threads, weights float32 (dequantized from %s)\n",
-              m.info.source.c_str(), m.info.format.c_str(), SPECLAB_TORCH_VERSION, threads,
-              m.info.storage_types.c_str());
+  const int threads = compute_threads();
+  std::printf("SpecLab bench — %s (%s), libtorch %s, %d threads, --weights %s: %s in memory (file: %s)\n",
+              m.info.source.c_str(), m.info.format.c_str(), SPECLAB_TORCH_VERSION, threads, margs.weights.c_str(),
+              model.weight_storage().c_str(), m.info.storage_types.c_str());
 
   // Warm up allocator and caches.
   cached_step_seconds(model, 16, 4);
@@ -179,8 +181,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   const double bw = read_bandwidth(int64_t(1) << 30);
   const double wbytes = static_cast<double>(model.weight_bytes());
   const double floor_s = wbytes / bw;
-  std::printf("\nmemory bandwidth (sum over 1 GiB): %.2f GB/s; weights %.1f MB float32 per token\n", bw / 1e9,
-              wbytes / 1e6);
+  std::printf("\nmemory bandwidth (sum over 1 GiB): %.2f GB/s; weights %.1f MB read per token (as held in memory)\n",
+              bw / 1e9, wbytes / 1e6);
   std::printf("bandwidth floor: %.2f ms/token = %.1f tok/s; measured cached decode at context %lld: %.1f tok/s "
               "(%.0f%% of the floor rate)\n",
               floor_s * 1e3, 1.0 / floor_s, static_cast<long long>(contexts.front()), 1.0 / cached_first,
@@ -209,11 +211,18 @@ int cmd_bench(const std::vector<std::string>& args) {
         throw Error(ErrorKind::kConfig, "llama-cpp-python is not usable (pip install llama-cpp-python)", "--llama-cpp");
       std::printf("\nllama.cpp: not installed (pip install llama-cpp-python to compare)\n");
     } else {
+      const bool packed = model.weight_storage() != "float32" && margs.weights == "native";
       std::printf("\nllama.cpp %s, same file, native %s kernels: decode %.1f tok/s, prefill %s tok/s\n",
                   version.c_str(), m.info.storage_types.c_str(), lc, lc_prefill.c_str());
-      std::printf("  SpecLab float32 decode time / llama.cpp quantized decode time: %.2fx (not equal precision)\n",
-                  lc * cached_first);
-      // Equal precision: the same weights dequantized to F32 in a GGUF file (speclab export).
+      if (packed)
+        std::printf("  same quantized weights both (SpecLab: %s, float32 activations; llama.cpp: Q8 activations):\n"
+                    "  SpecLab decode time / llama.cpp decode time = %.2fx (target <= 1.25x)\n",
+                    model.weight_storage().c_str(), lc * cached_first);
+      else
+        std::printf("  SpecLab float32 decode time / llama.cpp quantized decode time: %.2fx (not equal precision)\n",
+                    lc * cached_first);
+      // Float32 both: the same weights dequantized to F32 in a GGUF file (speclab export), and
+      // SpecLab with --weights f32.
       const std::string base = m.info.source.substr(m.info.source.find_last_of('/') + 1);
       const std::string f32_path = std::string(SPECLAB_SOURCE_DIR) + "/.cache/models/" + base + ".f32.gguf";
       std::FILE* probe = std::fopen(f32_path.c_str(), "rb");
@@ -227,11 +236,20 @@ int cmd_bench(const std::vector<std::string>& args) {
       double lc32 = 0.0;
       std::string pf32, v32;
       if (run_llama(f32_path, lc32, pf32, v32)) {
+        double ours32 = cached_first;
+        if (packed) {
+          ModelArgs f32_args = margs;
+          f32_args.weights = "f32";
+          RuntimeModel m32 = load_runtime_model(f32_args);
+          cached_step_seconds(*m32.model, 16, 4);
+          ours32 = cached_step_seconds(*m32.model, contexts.front(), steps);
+          std::printf("SpecLab --weights f32 (%s): decode %.1f tok/s at context %lld\n",
+                      m32.model->weight_storage().c_str(), 1.0 / ours32, static_cast<long long>(contexts.front()));
+        }
         std::printf("llama.cpp %s, F32 copy of the same weights (%s): decode %.1f tok/s, prefill %s tok/s\n",
                     v32.c_str(), f32_path.c_str(), lc32, pf32.c_str());
-        std::printf("  equal precision (F32 both): SpecLab decode time / llama.cpp decode time = %.2fx "
-                    "(target <= 1.25x)\n",
-                    lc32 * cached_first);
+        std::printf("  float32 both: SpecLab decode time / llama.cpp decode time = %.2fx (target <= 1.25x)\n",
+                    lc32 * ours32);
       }
     }
   }

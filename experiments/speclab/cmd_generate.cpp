@@ -34,7 +34,7 @@ void print_model_info(const RuntimeModel& m, std::ostream& os) {
      << "\n"
      << "on disk:      " << m.info.storage_types << "; " << human_bytes(static_cast<double>(m.info.file_bytes))
      << " of tensor data\n"
-     << "weights:      " << human_bytes(static_cast<double>(m.model->weight_bytes())) << " in memory (float32)\n"
+     << "weights:      " << human_bytes(static_cast<double>(m.model->weight_bytes())) << " in memory (" << m.model->weight_storage() << ")\n"
      << "KV per token: 2 * " << c.num_hidden_layers << " layers * " << c.num_key_value_heads << " kv_heads * "
      << c.head_dim << " head_dim * 4 bytes = " << c.kv_bytes_per_token(4) << " bytes ("
      << human_bytes(static_cast<double>(c.kv_bytes_per_token(4)) * c.max_position_embeddings)

@@ -1,9 +1,16 @@
 #include "models/llama/gemv.h"
 
-#include <ATen/Parallel.h>
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*() operands.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
+#include <vector>
+
+#include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
+#include "models/loaders/dequant.h"
 
 namespace speclab {
 
@@ -170,18 +177,140 @@ bool have_avx512() {
 }
 
 bool have_avx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool ok =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return ok;
 }
 
+// ---- packed (quantized) rows -> float32 ------------------------------------------------------
+// Block layouts (dequant.h): Q4_0 {f16 d; u8 qs[16]} x = d*(nibble-8); Q4_1 {f16 d, m; u8 qs[16]}
+// x = d*nibble + m; Q8_0 {f16 d; i8 qs[32]} x = d*q. Low nibbles of qs are elements 0..15, high
+// nibbles 16..31. Products and sums are rounded separately (no FMA), like dequantize().
+
+inline uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+__attribute__((target("avx512f,f16c"))) void decode_row_avx512(const uint8_t* src, GgmlType type, int64_t in,
+                                                                float* dst) {
+  const int64_t nb = in / 32;
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    float* o = dst + 32 * b;
+    __m512 lo, hi;
+    if (type == GgmlType::Q4_1) {
+      const uint8_t* blk = src + 20 * b;
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(blk))), m = _mm512_set1_ps(_cvtsh_ss(load_u16(blk + 2)));
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
+      lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(q, low4)));
+      hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), low4)));
+      lo = _mm512_add_ps(_mm512_mul_ps(lo, d), m);
+      hi = _mm512_add_ps(_mm512_mul_ps(hi, d), m);
+    } else if (type == GgmlType::Q4_0) {
+      const uint8_t* blk = src + 18 * b;
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(blk))), eight = _mm512_set1_ps(8.f);
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+      lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(q, low4)));
+      hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), low4)));
+      lo = _mm512_mul_ps(_mm512_sub_ps(lo, eight), d);
+      hi = _mm512_mul_ps(_mm512_sub_ps(hi, eight), d);
+    } else {  // Q8_0
+      const uint8_t* blk = src + 34 * b;
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(blk)));
+      lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
+      hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
+      lo = _mm512_mul_ps(lo, d);
+      hi = _mm512_mul_ps(hi, d);
+    }
+    _mm512_storeu_ps(o, lo);
+    _mm512_storeu_ps(o + 16, hi);
+  }
+}
+
+__attribute__((target("avx2,f16c"))) void decode_row_avx2(const uint8_t* src, GgmlType type, int64_t in, float* dst) {
+  const int64_t nb = in / 32;
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    float* o = dst + 32 * b;
+    __m256 v[4];
+    if (type == GgmlType::Q8_0) {
+      const uint8_t* blk = src + 34 * b;
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)));
+      for (int k = 0; k < 4; ++k)
+        v[k] = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * k)))),
+            d);
+    } else {
+      const bool q41 = type == GgmlType::Q4_1;
+      const uint8_t* blk = src + (q41 ? 20 : 18) * b;
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)));
+      const __m256 m = q41 ? _mm256_set1_ps(_cvtsh_ss(load_u16(blk + 2))) : _mm256_set1_ps(8.f);
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (q41 ? 4 : 2)));
+      const __m128i lo = _mm_and_si128(q, low4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
+      const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+      for (int k = 0; k < 4; ++k) {
+        const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k]));  // low 8 bytes
+        v[k] = q41 ? _mm256_add_ps(_mm256_mul_ps(f, d), m) : _mm256_mul_ps(_mm256_sub_ps(f, m), d);
+      }
+    }
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(o + 8 * k, v[k]);
+  }
+}
+
+void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes, float* dst) {
+  if (have_avx512())
+    decode_row_avx512(src, type, in, dst);
+  else if (have_avx2())
+    decode_row_avx2(src, type, in, dst);
+  else
+    dequantize(static_cast<uint32_t>(type), src, static_cast<size_t>(row_bytes), dst, static_cast<size_t>(in),
+               "packed weight row");
+}
+
+int64_t packed_row_bytes(uint32_t type, int64_t in) {
+  if (!is_packable(type))
+    throw Error(ErrorKind::kUnsupported, "packed matmul supports Q4_0, Q4_1 and Q8_0, not " + ggml_type_name(type));
+  return static_cast<int64_t>(ggml_row_bytes(type, static_cast<uint64_t>(in), "packed weight row"));
+}
+
 }  // namespace
+
+void gemm_small_packed(const uint8_t* w, uint32_t type_id, const float* x, const float* bias, float* y, int64_t n,
+                       int64_t out, int64_t in) {
+  const int64_t row_bytes = packed_row_bytes(type_id, in);
+  const GgmlType type = static_cast<GgmlType>(type_id);
+  constexpr int64_t kTile = 8;  // rows decoded at a time: 8 x in floats stay in L1/L2
+  const int64_t grain = std::max<int64_t>(2 * kTile, ((int64_t(1) << 15) / std::max<int64_t>(in, 1)) / kTile * kTile);
+  const bool avx2 = have_avx2();
+  const bool avx512 = avx2 && have_avx512();
+  parallel_chunks(out, grain, compute_threads(), [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> tile;
+    if (tile.size() < static_cast<size_t>(kTile * in)) tile.resize(static_cast<size_t>(kTile * in));
+    for (int64_t r = r0; r < r1; r += kTile) {
+      const int64_t rows = std::min(kTile, r1 - r);
+      for (int64_t i = 0; i < rows; ++i) decode_row(w + (r + i) * row_bytes, type, in, row_bytes, tile.data() + i * in);
+      const float* b = bias ? bias + r : nullptr;
+      if (avx512)
+        rows_avx512(tile.data(), x, b, y + r, n, out, 0, rows, in);
+      else if (avx2)
+        rows_avx2(tile.data(), x, b, y + r, n, out, 0, rows, in);
+      else
+        rows_scalar(tile.data(), x, b, y + r, n, out, 0, rows, in);
+    }
+  });
+}
+
+void dequantize_packed_rows(const uint8_t* w, uint32_t type_id, const int64_t* rows, int64_t n, int64_t in,
+                            float* dst) {
+  const int64_t row_bytes = packed_row_bytes(type_id, in);
+  for (int64_t i = 0; i < n; ++i)
+    decode_row(w + rows[i] * row_bytes, static_cast<GgmlType>(type_id), in, row_bytes, dst + i * in);
+}
 
 void gemm_small_f32(const float* w, const float* x, const float* bias, float* y, int64_t n, int64_t out, int64_t in) {
   // ~64 KiB of weights per task: enough work per thread without oversubscribing small matrices.
   const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 14) / std::max<int64_t>(in, 1));
   const bool avx2 = have_avx2();
   const bool avx512 = avx2 && have_avx512();
-  at::parallel_for(0, out, grain, [&](int64_t r0, int64_t r1) {
+  parallel_chunks(out, grain, compute_threads(), [&](int64_t r0, int64_t r1) {
     if (avx512)
       rows_avx512(w, x, bias, y, n, out, r0, r1, in);
     else if (avx2)

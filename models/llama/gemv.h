@@ -5,7 +5,7 @@
 // packs (copies) the weight matrix first, tripling that traffic, and the OpenBLAS build on these
 // machines falls back to generic (PRESCOTT) kernels. These kernels stream each weight row from
 // memory once (AVX2/FMA, scalar fallback), reuse it from L1 for every activation row, and split
-// the rows over libtorch's intra-op threads. Results equal a float32 dot product up to the
+// the rows over compute_threads() threads (framework/core/thread_pool.h, not libgomp). Results equal a float32 dot product up to the
 // summation order.
 #pragma once
 
@@ -18,6 +18,20 @@ namespace speclab {
 // applied to 3 activation rows at a time from L1/L2 (12 accumulators), which also makes prefill
 // 3x faster than this machine's OpenBLAS sgemm (generic PRESCOTT kernels).
 void gemm_small_f32(const float* w, const float* x, const float* bias, float* y, int64_t n, int64_t out, int64_t in);
+
+// y = x W^T (+ b) with W kept as ggml blocks (Q4_0, Q4_1 or Q8_0; layouts in
+// models/loaders/dequant.h). w: [out rows of ggml_row_bytes(type, in) bytes]; x: [n, in]; bias:
+// [out] or nullptr; y: [n, out]; in a multiple of 32. Each tile of 8 weight rows is decoded once
+// into an L1-resident float32 buffer (AVX-512 / AVX2; scalar dequantize() otherwise) and applied
+// to all n activation rows with the float32 kernels above, so the weights cross the memory bus
+// in their packed size (Q4_1: 5 bits per weight). The decoded values are exactly dequantize()'s,
+// so results equal gemm_small_f32 on the dequantized matrix up to the summation order.
+// Throws Error(kUnsupported) for another type.
+void gemm_small_packed(const uint8_t* w, uint32_t type, const float* x, const float* bias, float* y, int64_t n,
+                       int64_t out, int64_t in);
+
+// Decodes rows rows[0..n) of a packed [*, in] matrix into dst: [n, in] (an embedding lookup).
+void dequantize_packed_rows(const uint8_t* w, uint32_t type, const int64_t* rows, int64_t n, int64_t in, float* dst);
 
 // n == 1 convenience: y[out] = W x (+ b).
 inline void gemv_f32(const float* w, const float* x, const float* bias, float* y, int64_t out, int64_t in) {

@@ -496,4 +496,19 @@ float bf16_to_fp32(uint16_t h) {
   return f;
 }
 
+bool is_packable(uint32_t type_id) {
+  const auto t = static_cast<GgmlType>(type_id);
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0;
+}
+
+void unpack_to_f32(HostTensor& t, const std::string& what) {
+  if (!t.is_packed()) return;
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  dequantize(t.storage_type, t.packed.data(), t.packed.size(), out.data(), out.size(), what);
+  t.data.swap(out);
+  t.packed.clear();
+  t.packed.shrink_to_fit();
+  t.storage_type = 0;
+}
+
 }  // namespace speclab

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "models/weights.h"
+
 namespace speclab {
 
 // Values are the ggml/GGUF type ids (ggml.h `enum ggml_type`). Ids 4, 5, 31-33 and 36-38
@@ -72,6 +74,13 @@ void dequantize(uint32_t type_id, const uint8_t* src, size_t src_bytes, float* d
 // Encodes `n` floats (a multiple of the block size) as `type`, which must be F32, F16, Q8_0,
 // Q4_0 or Q4_1 (else Error(kUnsupported)).
 std::vector<uint8_t> quantize(GgmlType type, const float* src, size_t n, const std::string& what);
+
+// Types the model keeps packed (HostTensor::is_packed) and multiplies with fused dequantizing
+// kernels (models/llama/gemv.h): Q4_0, Q4_1, Q8_0.
+bool is_packable(uint32_t type_id);
+// Decodes a packed HostTensor to float32 in place (no-op for a float32 one); `what` names it in
+// errors.
+void unpack_to_f32(HostTensor& t, const std::string& what);
 
 // IEEE binary16 / bfloat16 <-> binary32. fp32_to_fp16 rounds to nearest even (overflow -> inf,
 // NaN stays NaN); fp16_to_fp32 and bf16_to_fp32 are exact.

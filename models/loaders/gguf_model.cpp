@@ -6,6 +6,7 @@
 #include <set>
 
 #include "framework/core/error.h"
+#include "models/loaders/dequant.h"
 #include "models/loaders/gguf.h"
 #include "models/tokenizers/byte_level_bpe.h"
 #include "models/tokenizers/sentencepiece_bpe.h"
@@ -193,7 +194,7 @@ std::string gguf_to_hf_name(const std::string& name) {
   return "model.layers." + layer + "." + it->second + "." + suffix;
 }
 
-LoadedModel load_gguf(const std::string& path) {
+LoadedModel load_gguf(const std::string& path, const GgufLoadOptions& options) {
   const GgufFile f = read_gguf(path);
   LoadedModel m;
   m.source = path;
@@ -227,7 +228,16 @@ LoadedModel load_gguf(const std::string& path) {
       throw Error(ErrorKind::kUnsupported,
                   "unexpected tensor: not part of a " + c.architecture + " decoder", path, field);
     SPECLAB_CHECK(!m.weights.count(hf), "two GGUF names map to " + hf);
-    m.weights.emplace(hf, f.load_tensor(info));
+    if (options.keep_packed && is_packable(info.type) && info.dims.size() == 2) {
+      HostTensor t;
+      t.shape = info.shape();
+      t.storage_type = info.type;
+      const uint8_t* src = f.tensor_data(info);
+      t.packed.assign(src, src + info.n_bytes);
+      m.weights.emplace(hf, std::move(t));
+    } else {
+      m.weights.emplace(hf, f.load_tensor(info));
+    }
     m.file_bytes += info.n_bytes;
   }
   // Shapes and presence are checked before any reordering relies on them (this also rejects

@@ -2,6 +2,7 @@
 #include "tests/torch_catch.h"
 
 #include "models/llama/gemv.h"
+#include "models/loaders/dequant.h"
 
 using namespace speclab;
 
@@ -35,4 +36,57 @@ TEST_CASE("gemm_small_f32 detects a wrong row: the comparison can fail", "[model
   gemm_small_f32(w.data_ptr<float>(), x.data_ptr<float>(), nullptr, y.data_ptr<float>(), 2, 8, 16);
   at::Tensor shuffled = at::linear(x, w.flip(0));
   CHECK((y - shuffled).abs().max().item<double>() > 1e-3);
+}
+
+// The packed kernels decode blocks with their own SIMD code: compare with the loader's scalar
+// dequantize() (itself checked against the `gguf` Python package in test_dequant) followed by a
+// float64 linear. Inputs are quantized by quantize() (ggml's reference rounding).
+TEST_CASE("gemm_small_packed equals dequantize() then linear for Q4_0, Q4_1, Q8_0", "[model][kernel]") {
+  at::manual_seed(5);
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+    for (int64_t in : {32, 64, 576, 1536}) {
+      for (int64_t out : {1, 7, 8, 9, 64, 200}) {
+        at::Tensor w = at::randn({out, in});
+        const std::vector<uint8_t> packed = quantize(type, w.data_ptr<float>(), static_cast<size_t>(w.numel()), "w");
+        at::Tensor deq = at::empty({out, in});
+        dequantize(static_cast<uint32_t>(type), packed.data(), packed.size(), deq.data_ptr<float>(),
+                   static_cast<size_t>(deq.numel()), "w");
+        for (int64_t n : {1, 2, 3, 5, 17, 40}) {
+          at::Tensor x = at::randn({n, in});
+          at::Tensor b = at::randn({out});
+          at::Tensor y = at::empty({n, out});
+          gemm_small_packed(packed.data(), static_cast<uint32_t>(type), x.data_ptr<float>(), b.data_ptr<float>(),
+                            y.data_ptr<float>(), n, out, in);
+          at::Tensor ref = at::linear(x.to(at::kDouble), deq.to(at::kDouble), b.to(at::kDouble)).to(at::kFloat);
+          const double tol = 1e-5 * std::sqrt(static_cast<double>(in)) * 4;
+          INFO(ggml_type_name(static_cast<uint32_t>(type)) << " n " << n << " out " << out << " in " << in);
+          CHECK((y - ref).abs().max().item<double>() < tol);
+        }
+        // Embedding rows decode exactly.
+        std::vector<int64_t> rows = {out - 1, 0, out / 2};
+        at::Tensor e = at::empty({3, in});
+        dequantize_packed_rows(packed.data(), static_cast<uint32_t>(type), rows.data(), 3, in, e.data_ptr<float>());
+        CHECK(at::equal(e, deq.index_select(0, at::tensor(rows, at::kLong))));
+      }
+    }
+  }
+  // A type without a packed kernel is refused by name.
+  std::vector<uint8_t> dummy(1024);
+  float x[32] = {}, y[1] = {};
+  CHECK_THROWS_WITH(gemm_small_packed(dummy.data(), static_cast<uint32_t>(GgmlType::Q6_K), x, nullptr, y, 1, 1, 256),
+                    Catch::Contains("Q6_K"));
+}
+
+TEST_CASE("gemm_small_packed with a corrupted block differs: the comparison can fail", "[model][kernel]") {
+  at::manual_seed(6);
+  at::Tensor w = at::randn({8, 64});
+  std::vector<uint8_t> packed = quantize(GgmlType::Q4_1, w.data_ptr<float>(), 8 * 64, "w");
+  at::Tensor deq = at::empty({8, 64});
+  dequantize(static_cast<uint32_t>(GgmlType::Q4_1), packed.data(), packed.size(), deq.data_ptr<float>(), 8 * 64, "w");
+  packed[20 * 3 + 4] ^= 0x0F;  // block 3 (row 1), element 0's nibble
+  at::Tensor x = at::randn({1, 64});
+  at::Tensor y = at::empty({1, 8});
+  gemm_small_packed(packed.data(), static_cast<uint32_t>(GgmlType::Q4_1), x.data_ptr<float>(), nullptr,
+                    y.data_ptr<float>(), 1, 8, 64);
+  CHECK((y - at::linear(x, deq)).abs().max().item<double>() > 1e-3);
 }

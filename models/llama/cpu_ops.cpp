@@ -1,0 +1,87 @@
+#include "models/llama/cpu_ops.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+
+namespace speclab::cpu {
+
+namespace {
+
+bool have_avx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok;
+}
+
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  const __m256 s = _mm256_add_ps(s0, s1);
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 0x55));
+  float t = _mm_cvtss_f32(lo);
+  for (; i < n; ++i) t += a[i] * b[i];
+  return t;
+}
+
+__attribute__((target("avx2,fma"))) void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+}  // namespace
+
+void rms_norm_rows(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * d;
+    float* yr = y + r * d;
+    double ss = 0.0;
+    for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(d)) + eps);
+    for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * inv * w[i];
+  }
+}
+
+void rope_head(float* x, const float* cos, const float* sin, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  float* x1 = x;
+  float* x2 = x + half;
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = x1[i], b = x2[i];
+    x1[i] = a * cos[i] - b * sin[i];
+    x2[i] = b * cos[i] + a * sin[i];
+  }
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  if (have_avx2()) return dot_avx2(a, b, n);
+  float t = 0.f;
+  for (int64_t i = 0; i < n; ++i) t += a[i] * b[i];
+  return t;
+}
+
+void axpy(float alpha, const float* x, float* y, int64_t n) {
+  if (have_avx2()) return axpy_avx2(alpha, x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+}  // namespace speclab::cpu
