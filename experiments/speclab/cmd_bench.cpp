@@ -81,15 +81,48 @@ double prefill_seconds(const Model& model, int64_t n, int reps) {
   return best;
 }
 
-// Read bandwidth in bytes/s: summing a buffer much larger than the caches.
+// Seconds for one forward of n new tokens on top of `ctx` cached ones (a verification pass of
+// gamma = n - 1 drafts), best of `reps` (the cache is rolled back between them).
+double batch_forward_seconds(const Model& model, int64_t ctx, int64_t n, int reps) {
+  const ModelConfig& c = model.config();
+  ContiguousKv kv(c, ctx + n);
+  model.forward(synthetic_tokens(ctx, c.vocab_size), at::arange(ctx, at::kLong), kv.append_view(ctx),
+                ForwardOptions{{}, 1});
+  kv.commit(ctx);
+  at::Tensor toks = synthetic_tokens(n, c.vocab_size), pos = at::arange(ctx, ctx + n, at::kLong);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    model.forward(toks, pos, kv.append_view(n));
+    best = std::min(best, since(t0));
+  }
+  return best;
+}
+
+// Read bandwidth in bytes/s: summing a buffer much larger than the caches on the kernels'
+// threads (the same pool the matmuls use).
 double read_bandwidth(int64_t bytes) {
-  c10::InferenceMode guard;
-  at::Tensor buf = at::ones({bytes / 4}, at::kFloat);
+  const int64_t n = bytes / 4;
+  std::vector<float> buf(static_cast<size_t>(n), 1.0f);
+  const int64_t chunk = int64_t(1) << 16;
+  std::vector<double> partial(static_cast<size_t>((n + chunk - 1) / chunk));
   double best = 1e30;
   for (int r = 0; r < 5; ++r) {
     auto t0 = Clock::now();
-    volatile float s = buf.sum().item<float>();
-    (void)s;
+    parallel_chunks(n, chunk, compute_threads(), [&](int64_t b, int64_t e) {
+      float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+      int64_t i = b;
+      for (; i + 4 <= e; i += 4) {
+        s0 += buf[i];
+        s1 += buf[i + 1];
+        s2 += buf[i + 2];
+        s3 += buf[i + 3];
+      }
+      for (; i < e; ++i) s0 += buf[i];
+      partial[static_cast<size_t>(b / chunk)] = s0 + s1 + s2 + s3;
+    });
+    volatile double total = 0.0;
+    for (double p : partial) total = total + p;
     best = std::min(best, since(t0));
   }
   return static_cast<double>(bytes) / best;
@@ -176,6 +209,19 @@ int cmd_bench(const std::vector<std::string>& args) {
   }
   std::printf("(per-token time at each context; naive recomputes all tokens every step, so generating T tokens "
               "costs O(T^2) naive vs O(T) cached)\n");
+
+  // Verification cost: one forward of n = gamma + 1 tokens vs one decode step. Leviathan et al.'s
+  // speedup formula assumes the ratio is 1; on a CPU it grows with n.
+  const int64_t vctx = std::min<int64_t>(128, c.max_position_embeddings - 17);
+  std::printf("\nverification batch at context %lld: forward time for n new tokens (best of 5)\n",
+              static_cast<long long>(vctx));
+  std::printf("%-6s %10s %14s\n", "n", "ms", "vs n = 1");
+  double one = 0.0;
+  for (int64_t n : {1, 2, 3, 5, 9, 17}) {
+    const double t = batch_forward_seconds(model, vctx, n, 5);
+    if (n == 1) one = t;
+    std::printf("%-6lld %10.2f %13.2fx\n", static_cast<long long>(n), t * 1e3, t / one);
+  }
 
   const double rss_before_bw = peak_rss_mib();
   const double bw = read_bandwidth(int64_t(1) << 30);

@@ -255,6 +255,88 @@ __attribute__((target("avx2,f16c"))) void decode_row_avx2(const uint8_t* src, Gg
   }
 }
 
+// One block of 32 weights decoded into two registers (elements 0-15, 16-31), exactly as
+// decode_row_avx512 stores them.
+template <GgmlType T>
+__attribute__((target("avx512f,f16c"), always_inline)) inline void decode_block_avx512(const uint8_t* blk, __m512& lo,
+                                                                                       __m512& hi) {
+  if constexpr (T == GgmlType::Q8_0) {
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(blk)));
+    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)))), d);
+    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)))), d);
+  } else {
+    constexpr int qs_at = T == GgmlType::Q4_1 ? 4 : 2;
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qs_at));
+    lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(q, low4)));
+    hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), low4)));
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(load_u16(blk)));
+    if constexpr (T == GgmlType::Q4_1) {
+      const __m512 m = _mm512_set1_ps(_cvtsh_ss(load_u16(blk + 2)));
+      lo = _mm512_add_ps(_mm512_mul_ps(lo, d), m);
+      hi = _mm512_add_ps(_mm512_mul_ps(hi, d), m);
+    } else {
+      const __m512 eight = _mm512_set1_ps(8.f);
+      lo = _mm512_mul_ps(_mm512_sub_ps(lo, eight), d);
+      hi = _mm512_mul_ps(_mm512_sub_ps(hi, eight), d);
+    }
+  }
+}
+
+// Small batches (decode: n = 1; short verifications: n <= 4) decode each block in registers and
+// apply it to every activation row at once: no float32 tile is written and read back. R weight
+// rows x N activation rows of 16-lane accumulators.
+template <GgmlType T, int R, int N>
+__attribute__((target("avx512f,f16c"))) void fused_rows_avx512(const uint8_t* w, int64_t row_bytes, const float* x,
+                                                               const float* bias, float* y, int64_t out, int64_t r,
+                                                               int64_t in) {
+  constexpr int64_t block_bytes = T == GgmlType::Q4_1 ? 20 : T == GgmlType::Q4_0 ? 18 : 34;
+  const int64_t nb = in / 32;
+  __m512 acc[R][N];
+  for (int rr = 0; rr < R; ++rr)
+    for (int j = 0; j < N; ++j) acc[rr][j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int rr = 0; rr < R; ++rr) {
+      __m512 lo, hi;
+      decode_block_avx512<T>(w + (r + rr) * row_bytes + b * block_bytes, lo, hi);
+      for (int j = 0; j < N; ++j) {  // x rows come from L1
+        acc[rr][j] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + j * in + 32 * b), acc[rr][j]);
+        acc[rr][j] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + j * in + 32 * b + 16), acc[rr][j]);
+      }
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int j = 0; j < N; ++j) y[j * out + r + rr] = _mm512_reduce_add_ps(acc[rr][j]) + (bias ? bias[r + rr] : 0.f);
+}
+
+template <GgmlType T, int N>
+void fused_range_avx512(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t out,
+                        int64_t r0, int64_t r1, int64_t in) {
+  constexpr int R = N <= 4 ? 4 : N <= 6 ? 3 : N <= 8 ? 2 : 1;  // R x N accumulators: at most 24 registers
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) fused_rows_avx512<T, R, N>(w, row_bytes, x, bias, y, out, r, in);
+  for (; r < r1; ++r) fused_rows_avx512<T, 1, N>(w, row_bytes, x, bias, y, out, r, in);
+}
+
+template <GgmlType T>
+void fused_range_any_n(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t n,
+                       int64_t out, int64_t r0, int64_t r1, int64_t in) {
+  switch (n) {
+    case 1: return fused_range_avx512<T, 1>(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 2: return fused_range_avx512<T, 2>(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 3: return fused_range_avx512<T, 3>(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 4: return fused_range_avx512<T, 4>(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 5: return fused_range_avx512<T, 5>(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 6: return fused_range_avx512<T, 6>(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 7: return fused_range_avx512<T, 7>(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 8: return fused_range_avx512<T, 8>(w, row_bytes, x, bias, y, out, r0, r1, in);
+    default: {  // 9..16 rows: one pass of 8, then the rest
+      fused_range_avx512<T, 8>(w, row_bytes, x, bias, y, out, r0, r1, in);
+      fused_range_any_n<T>(w, row_bytes, x + 8 * in, bias, y + 8 * out, n - 8, out, r0, r1, in);
+    }
+  }
+}
+
 void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes, float* dst) {
   if (have_avx512())
     decode_row_avx512(src, type, in, dst);
@@ -281,6 +363,17 @@ void gemm_small_packed(const uint8_t* w, uint32_t type_id, const float* x, const
   const int64_t grain = std::max<int64_t>(2 * kTile, ((int64_t(1) << 15) / std::max<int64_t>(in, 1)) / kTile * kTile);
   const bool avx2 = have_avx2();
   const bool avx512 = avx2 && have_avx512();
+  if (avx512 && n <= 16) {
+    parallel_chunks(out, grain, compute_threads(), [&](int64_t r0, int64_t r1) {
+      if (type == GgmlType::Q4_1)
+        fused_range_any_n<GgmlType::Q4_1>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+      else if (type == GgmlType::Q4_0)
+        fused_range_any_n<GgmlType::Q4_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+      else
+        fused_range_any_n<GgmlType::Q8_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+    });
+    return;
+  }
   parallel_chunks(out, grain, compute_threads(), [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> tile;
     if (tile.size() < static_cast<size_t>(kTile * in)) tile.resize(static_cast<size_t>(kTile * in));

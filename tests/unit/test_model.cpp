@@ -51,7 +51,7 @@ TEST_CASE("gemm_small_packed equals dequantize() then linear for Q4_0, Q4_1, Q8_
         at::Tensor deq = at::empty({out, in});
         dequantize(static_cast<uint32_t>(type), packed.data(), packed.size(), deq.data_ptr<float>(),
                    static_cast<size_t>(deq.numel()), "w");
-        for (int64_t n : {1, 2, 3, 5, 17, 40}) {
+        for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 40}) {  // fused (<= 16) and tile paths
           at::Tensor x = at::randn({n, in});
           at::Tensor b = at::randn({out});
           at::Tensor y = at::empty({n, out});
