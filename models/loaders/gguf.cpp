@@ -793,6 +793,7 @@ HostTensor GgufFile::load_tensor(const GgufTensorInfo& info) const {
     throw Error(ErrorKind::kUnsupported,
                 "tensor type " + info.type_name() + " is not supported by SpecLab's dequantizer",
                 path, "tensor " + info.name);
+  if (info.n_elements == 0) return t;  // a zero-sized dimension: nothing to decode
   try {
     t.data.resize(static_cast<size_t>(info.n_elements));
     dequantize(info.type, src, static_cast<size_t>(info.n_bytes), t.data.data(),

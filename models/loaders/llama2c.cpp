@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "framework/core/error.h"
 #include "models/tokenizers/sentencepiece_bpe.h"
@@ -108,10 +109,20 @@ LoadedModel load_llama2c(const std::string& path, const std::string& tokenizer_p
   const int64_t L = c.num_hidden_layers, D = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
-  const uint64_t floats = static_cast<uint64_t>(V * D + L * D + L * D * q_dim + 2 * L * kv_dim * D +
-                                                L * q_dim * D + L * D + 3 * L * F * D + D +
-                                                c.max_position_embeddings * c.head_dim + (shared ? 0 : V * D));
-  const uint64_t expected = 28 + floats * 4;
+  // Every header value is below 2^24, so a product of three can reach 2^72: the sum is formed
+  // in 128 bits and compared with the file size before anything is narrowed or allocated.
+  using u128 = unsigned __int128;
+  const u128 floats128 = u128(V) * D + u128(L) * D + u128(L) * D * q_dim + u128(2) * L * kv_dim * D +
+                         u128(L) * q_dim * D + u128(L) * D + u128(3) * L * F * D + u128(D) +
+                         u128(c.max_position_embeddings) * c.head_dim + (shared ? 0 : u128(V) * D);
+  const u128 expected128 = 28 + floats128 * 4;
+  if (expected128 > std::numeric_limits<uint64_t>::max())
+    throw Error(ErrorKind::kBadInput,
+                "file size disagrees with the header: the header describes more than 2^64 bytes "
+                "of weights, the file has " + std::to_string(r.size()) + " bytes",
+                path, "size");
+  const uint64_t floats = static_cast<uint64_t>(floats128);
+  const uint64_t expected = static_cast<uint64_t>(expected128);
   if (r.size() != expected)
     throw Error(ErrorKind::kBadInput,
                 "file size disagrees with the header: expected " + std::to_string(expected) +
