@@ -130,7 +130,8 @@ struct Schema {
 
 const Schema& source_schema() {
   static const Schema s{"model source", {{"path", {}, Shape::kScalar}, {"format", {}, Shape::kScalar},
-                                         {"tokenizer", {}, Shape::kScalar}}};
+                                         {"tokenizer", {}, Shape::kScalar},
+                                         {"weights", {}, Shape::kScalar}}};
   return s;
 }
 const Schema& models_schema() {
@@ -433,6 +434,10 @@ void apply_source(const YamlValue& v, const Ctx& ctx, ModelSource& s) {
   r.with("path", [&](const YamlValue& x) { s.path = resolve_model_path(ctx.base_dir, x.as_string()); });
   r.with("format", [&](const YamlValue& x) { s.format = x.as_string(); });
   r.with("tokenizer", [&](const YamlValue& x) { s.tokenizer = resolve_path(ctx.base_dir, x.as_string()); });
+  r.with("weights", [&](const YamlValue& x) {
+    s.weights = x.as_string();
+    if (s.weights != "native" && s.weights != "f32") x.fail("expected native or f32, found '" + s.weights + "'");
+  });
 }
 
 void apply_models(const YamlValue& v, const Ctx& ctx, ModelsOptions& m) {

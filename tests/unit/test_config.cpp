@@ -317,8 +317,16 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
     CHECK_THAT(config_error(kBase + "drafters: {name: layer_skip}\n"),
                Contains("bad.yaml:5:11: drafters: expected a list of drafter entries"));
     CHECK_THAT(config_error("models:\n  target: stories260K\nprompts: {inline: [x]}\n"),
-               Contains("bad.yaml:2:11: models.target: expected a map of model source keys (path, format, tokenizer), "
+               Contains("bad.yaml:2:11: models.target: expected a map of model source keys (path, format, tokenizer, "
+                        "weights), "
                         "found \"stories260K\""));
+  }
+  SECTION("models.target.weights: native or f32") {
+    CHECK_THAT(config_error("models:\n  target: {path: stories260K, weights: f16}\nprompts: {inline: [x]}\n"),
+               Contains("bad.yaml:2:40: models.target.weights: expected native or f32, found 'f16'"));
+    const ExperimentConfig ok =
+        parse_experiment_config("models:\n  target: {path: stories260K, weights: f32}\nprompts: {inline: [x]}\n", "ok.yaml", {});
+    CHECK(ok.models.target.weights == "f32");
   }
   SECTION("negative temperature: the struct's validate() message with the YAML location added") {
     const std::string e = config_error(kBase + "sampling:\n  temperature: -1\n");
