@@ -43,3 +43,17 @@ kill-test: build
 
 clean:
 	rm -rf $(BUILD)
+
+# Hardening (docs/hardening.md): libFuzzer harnesses and the ASan+UBSan test build.
+FUZZ_SECONDS ?= 60
+SANITIZE_SUBSET ?= full
+.PHONY: fuzz test-sanitize test-sanitize-ci
+
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh
+
+test-sanitize:
+	JOBS=$(JOBS) bash scripts/test_sanitize.sh $(SANITIZE_SUBSET)
+
+test-sanitize-ci:
+	JOBS=$(JOBS) bash scripts/test_sanitize.sh ci

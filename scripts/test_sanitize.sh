@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the test suite with ASan + UBSan (gcc, -DSPECLAB_SANITIZE=ON, RelWithDebInfo) in
+# $SANITIZE_BUILD (default build-asan) and runs it under CTest.
+#   scripts/test_sanitize.sh          the whole suite (make test-sanitize)
+#   scripts/test_sanitize.sh ci       the torch-free subset that CI runs (make test-sanitize-ci)
+# Any ASan report, leak or UBSan report fails the test it occurs in (halt_on_error).
+# What is suppressed, and why, is in docs/hardening.md ("Sanitizers") and
+# tests/sanitize/lsan.supp.
+set -euo pipefail
+EXTRA_CMAKE=()
+cd "$(dirname "$0")/.."
+SUBSET=${1:-${SANITIZE_SUBSET:-full}}
+case "$SUBSET" in
+  full) BUILD=${SANITIZE_BUILD:-build-asan} ;;
+  # Without Boost.Program_options the speclab CLI is not built, and the tests stop depending on
+  # it (tests/CMakeLists.txt), so the subset compiles only the torch-free libraries.
+  ci) BUILD=${SANITIZE_BUILD:-build-asan-ci}; EXTRA_CMAKE=(-DCMAKE_DISABLE_FIND_PACKAGE_Boost=ON) ;;
+  *) echo "test_sanitize: expected 'full' or 'ci', found '$SUBSET'" >&2; exit 2 ;;
+esac
+JOBS=${JOBS:-$(nproc)}
+
+# The torch-free libraries' tests (speclab_core/tokenizers/loaders/math) and the fuzz
+# regressions: a few minutes, against ~1 h for the whole suite under ASan.
+CI_TESTS=(test_core test_tokenizers test_chat_template test_gguf test_dequant test_safetensors test_llama2c
+          test_sampling test_acceptance test_block_manager test_fuzz_regressions)
+
+bash scripts/setup.sh
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+  # CUDA off: nvcc objects are not instrumented, and the CUDA test needs a GPU anyway.
+  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECLAB_SANITIZE=ON -DSPECLAB_CUDA=OFF \
+    "${EXTRA_CMAKE[@]}"
+fi
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0}
+
+if [ "$SUBSET" = ci ]; then
+  targets=()
+  for t in "${CI_TESTS[@]}"; do
+    [ -f "tests/unit/$t.cpp" ] && targets+=("$t")
+  done
+  cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}"
+  regex="^($(IFS='|'; echo "${targets[*]}")):"
+  (cd "$BUILD" && ctest --output-on-failure -j"$JOBS" -R "$regex")
+else
+  cmake --build "$BUILD" -j"$JOBS"
+  (cd "$BUILD" && ctest --output-on-failure -j"$JOBS")
+fi
