@@ -47,6 +47,8 @@ struct VerifyInputs {
   const float* target_logits = nullptr;                  // [k+1, vocab] row-major
   int64_t vocab = 0;
   const std::vector<std::vector<float>>* p = nullptr;    // [k+1][vocab] processed target probs
+                                                         // (empty under greedy decoding
+                                                         // when no hook is set)
   const SamplingOptions* sampling = nullptr;
   Rng* rng = nullptr;                                    // the verifier's stream
 };

@@ -11,6 +11,14 @@
 
 #include "framework/core/error.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#define SPECLAB_X86 1
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*() operands.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#endif
+
 namespace speclab {
 
 namespace {
@@ -141,6 +149,83 @@ void check_vocab(const void* data, int64_t vocab, const char* field) {
               kSection, "logits");
 }
 
+
+// ---- softmax_prob -------------------------------------------------------------------------
+
+// Validates every logit (no NaN, no +inf, at least one finite) and returns the maximum.
+float checked_max(const float* logits, int64_t vocab) {
+  const float kInf = std::numeric_limits<float>::infinity();
+  float m = -kInf;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float v = logits[i];
+    if (std::isnan(v) || v == kInf) bad_logit(i, v);
+    m = std::max(m, v);
+  }
+  if (m == -kInf)
+    throw Error(ErrorKind::kBadInput, "expected at least one finite logit, found all -inf",
+                kSection, "logits");
+  return m;
+}
+
+double sum_exp_scalar(const float* logits, int64_t n, float m) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(logits[i]) - m);
+  return s;
+}
+
+#ifdef SPECLAB_X86
+bool have_avx512f() {
+  static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
+}
+
+// Max of logits[0, n) (n a multiple of 16) and whether any lane held NaN or +inf.
+__attribute__((target("avx512f"))) float max_avx512(const float* logits, int64_t n, bool& bad) {
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __mmask16 flagged = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(logits + i);
+    flagged |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v, inf, _CMP_EQ_OQ);
+    m = _mm512_max_ps(m, v);
+  }
+  bad = flagged != 0;
+  return _mm512_reduce_max_ps(m);
+}
+
+// sum_i exp(logits[i] - m) over [0, n), n a multiple of 16, every logit <= m. exp(x) for x <= 0:
+// x = k ln2 + r with k = round(x / ln2), |r| <= ln2 / 2 (Cody-Waite split of ln2), e^r by its
+// degree-7 Taylor polynomial (truncation error < 5e-9 relative), times 2^k by vscalefps, which
+// flushes to 0 below the float range. x is clamped at -104 (e^-104 < the smallest float), so
+// -inf logits give 0. Each 16-lane block is added in double.
+__attribute__((target("avx512f"))) double sum_exp_avx512(const float* logits, int64_t n, float m) {
+  const __m512 vm = _mm512_set1_ps(m), lo = _mm512_set1_ps(-104.0f);
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+  const __m512 ln2_hi = _mm512_set1_ps(0.693359375f), ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
+  const __m512 c2 = _mm512_set1_ps(1.0f / 2), c3 = _mm512_set1_ps(1.0f / 6), c4 = _mm512_set1_ps(1.0f / 24),
+               c5 = _mm512_set1_ps(1.0f / 120), c6 = _mm512_set1_ps(1.0f / 720), c7 = _mm512_set1_ps(1.0f / 5040),
+               one = _mm512_set1_ps(1.0f);
+  __m512d acc0 = _mm512_setzero_pd(), acc1 = _mm512_setzero_pd();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 x = _mm512_max_ps(_mm512_sub_ps(_mm512_loadu_ps(logits + i), vm), lo);
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, ln2_hi, x);
+    r = _mm512_fnmadd_ps(k, ln2_lo, r);
+    __m512 p = _mm512_fmadd_ps(c7, r, c6);
+    p = _mm512_fmadd_ps(p, r, c5);
+    p = _mm512_fmadd_ps(p, r, c4);
+    p = _mm512_fmadd_ps(p, r, c3);
+    p = _mm512_fmadd_ps(p, r, c2);
+    p = _mm512_fmadd_ps(p, r, one);
+    p = _mm512_fmadd_ps(p, r, one);
+    const __m512 e = _mm512_scalef_ps(p, k);
+    acc0 = _mm512_add_pd(acc0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    acc1 = _mm512_add_pd(acc1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(acc0, acc1));
+}
+#endif
+
 }  // namespace
 
 void SamplingOptions::validate() const {
@@ -155,6 +240,32 @@ void SamplingOptions::validate() const {
     throw Error(ErrorKind::kConfig,
                 "expected top_k >= 0 (0 = off), found " + std::to_string(top_k), kSection,
                 "top_k");
+}
+
+double softmax_prob(const float* logits, int64_t vocab, int32_t token) {
+  check_vocab(logits, vocab, "logits");
+  if (token < 0 || token >= vocab)
+    throw Error(ErrorKind::kBadInput,
+                "expected a token in [0, " + std::to_string(vocab) + "), found " + std::to_string(token),
+                kSection, "token");
+#ifdef SPECLAB_X86
+  if (have_avx512f()) {
+    const int64_t body = vocab - vocab % 16;
+    bool bad = false;
+    float m = body > 0 ? max_avx512(logits, body, bad) : -std::numeric_limits<float>::infinity();
+    if (bad) m = checked_max(logits, vocab);  // throws, naming the first bad index
+    for (int64_t i = body; i < vocab; ++i) {
+      const float v = logits[i];
+      if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) bad_logit(i, v);
+      m = std::max(m, v);
+    }
+    if (m == -std::numeric_limits<float>::infinity()) checked_max(logits, vocab);  // throws: all -inf
+    const double total = sum_exp_avx512(logits, body, m) + sum_exp_scalar(logits + body, vocab - body, m);
+    return std::exp(static_cast<double>(logits[token]) - m) / total;
+  }
+#endif
+  const float m = checked_max(logits, vocab);
+  return std::exp(static_cast<double>(logits[token]) - m) / sum_exp_scalar(logits, vocab, m);
 }
 
 int32_t argmax(const float* logits, int64_t vocab) {

@@ -60,6 +60,15 @@ constexpr double kTopPTolerance = 1e-6;
 void logits_to_probs(const float* logits, int64_t vocab, const SamplingOptions& opts,
                      std::vector<float>& probs);
 
+// The plain softmax probability of one token, exp(l[token] - max) / sum_i exp(l[i] - max): the
+// value logits_to_probs gives at temperature 1 without top-k/top-p, for one token, without the
+// [vocab] output. logits: [vocab]. For logging p(x) under greedy decoding, where p is not used
+// to decide anything. Relative error < 1e-6 (exp by a degree-7 polynomial, sums in double);
+// ~15 us for vocab 49152 with AVX-512 against ~0.5 ms for logits_to_probs.
+// Throws Error(kBadInput, field "logits") as logits_to_probs does, and on a token outside
+// [0, vocab).
+double softmax_prob(const float* logits, int64_t vocab, int32_t token);
+
 // Index of the largest logit; the lowest index wins ties. logits: [vocab].
 // Throws Error(kBadInput, field "logits") on vocab <= 0 or a NaN logit.
 int32_t argmax(const float* logits, int64_t vocab);

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "framework/core/error.h"
@@ -171,16 +172,21 @@ __attribute__((target("avx512f"))) void rows_avx512(const float* w, const float*
   rows_avx2(w, x, bias, y, n, out, r, r1, in);
 }
 
-bool have_avx512() {
+std::atomic<int> g_isa_cap{static_cast<int>(KernelIsa::kAvx512)};
+
+bool cpu_avx512() {
   static const bool ok = __builtin_cpu_supports("avx512f");
   return ok;
 }
 
-bool have_avx2() {
+bool cpu_avx2() {
   static const bool ok =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return ok;
 }
+
+bool have_avx512() { return cpu_avx2() && cpu_avx512() && g_isa_cap.load(std::memory_order_relaxed) >= 2; }
+bool have_avx2() { return cpu_avx2() && g_isa_cap.load(std::memory_order_relaxed) >= 1; }
 
 // ---- packed (quantized) rows -> float32 ------------------------------------------------------
 // Block layouts (dequant.h): Q4_0 {f16 d; u8 qs[16]} x = d*(nibble-8); Q4_1 {f16 d, m; u8 qs[16]}
@@ -318,23 +324,120 @@ void fused_range_avx512(const uint8_t* w, int64_t row_bytes, const float* x, con
   for (; r < r1; ++r) fused_rows_avx512<T, 1, N>(w, row_bytes, x, bias, y, out, r, in);
 }
 
+
+// ---- AVX2 (no AVX-512): the same fused scheme with 8-lane registers ------------------------
+
+// One block of 32 weights decoded into four registers (elements 0-7, 8-15, 16-23, 24-31), exactly
+// as decode_row_avx2 stores them.
 template <GgmlType T>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void decode_block_avx2(const uint8_t* blk, __m256* w) {
+  if constexpr (T == GgmlType::Q8_0) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)));
+    for (int k = 0; k < 4; ++k)
+      w[k] = _mm256_mul_ps(
+          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * k)))), d);
+  } else {
+    constexpr int qs_at = T == GgmlType::Q4_1 ? 4 : 2;
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qs_at));
+    const __m128i lo = _mm_and_si128(q, low4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
+    w[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+    w[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+    w[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+    w[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)));
+    if constexpr (T == GgmlType::Q4_1) {
+      const __m256 m = _mm256_set1_ps(_cvtsh_ss(load_u16(blk + 2)));
+      for (int k = 0; k < 4; ++k) w[k] = _mm256_add_ps(_mm256_mul_ps(w[k], d), m);
+    } else {
+      const __m256 eight = _mm256_set1_ps(8.f);
+      for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(_mm256_sub_ps(w[k], eight), d);
+    }
+  }
+}
+
+// R weight rows x N activation rows of 8-lane accumulators; each accumulator adds the block's
+// four 8-weight parts in order, so a row's sum does not depend on N or R (decode and
+// verification give bit-identical logits).
+template <GgmlType T, int R, int N>
+__attribute__((target("avx2,fma,f16c"))) void fused_rows_avx2(const uint8_t* w, int64_t row_bytes, const float* x,
+                                                              const float* bias, float* y, int64_t out, int64_t r,
+                                                              int64_t in) {
+  constexpr int64_t block_bytes = T == GgmlType::Q4_1 ? 20 : T == GgmlType::Q4_0 ? 18 : 34;
+  const int64_t nb = in / 32;
+  __m256 acc[R][N];
+  for (int rr = 0; rr < R; ++rr)
+    for (int j = 0; j < N; ++j) acc[rr][j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int rr = 0; rr < R; ++rr) {
+      __m256 wv[4];
+      decode_block_avx2<T>(w + (r + rr) * row_bytes + b * block_bytes, wv);
+      for (int j = 0; j < N; ++j) {
+        const float* xb = x + j * in + 32 * b;
+        for (int k = 0; k < 4; ++k) acc[rr][j] = _mm256_fmadd_ps(wv[k], _mm256_loadu_ps(xb + 8 * k), acc[rr][j]);
+      }
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int j = 0; j < N; ++j) y[j * out + r + rr] = hsum(acc[rr][j]) + (bias ? bias[r + rr] : 0.f);
+}
+
+template <GgmlType T, int N>
+void fused_range_avx2(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t out,
+                      int64_t r0, int64_t r1, int64_t in) {
+  constexpr int R = N <= 2 ? 4 : N <= 3 ? 3 : N <= 5 ? 2 : 1;  // R x N accumulators + 4 weights <= 16 registers
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) fused_rows_avx2<T, R, N>(w, row_bytes, x, bias, y, out, r, in);
+  for (; r < r1; ++r) fused_rows_avx2<T, 1, N>(w, row_bytes, x, bias, y, out, r, in);
+}
+
+// The fused kernels of one ISA, by block type and activation-row count N <= 8.
+template <GgmlType T, int N>
+struct Avx512Kernel {
+  static void run(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t out,
+                  int64_t r0, int64_t r1, int64_t in) {
+    fused_range_avx512<T, N>(w, row_bytes, x, bias, y, out, r0, r1, in);
+  }
+};
+template <GgmlType T, int N>
+struct Avx2Kernel {
+  static void run(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t out,
+                  int64_t r0, int64_t r1, int64_t in) {
+    fused_range_avx2<T, N>(w, row_bytes, x, bias, y, out, r0, r1, in);
+  }
+};
+
+// Rows [r0, r1) for any n <= 16: one call of the N = n kernel, or N = 8 then the rest.
+template <template <GgmlType, int> class K, GgmlType T>
 void fused_range_any_n(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t n,
                        int64_t out, int64_t r0, int64_t r1, int64_t in) {
   switch (n) {
-    case 1: return fused_range_avx512<T, 1>(w, row_bytes, x, bias, y, out, r0, r1, in);
-    case 2: return fused_range_avx512<T, 2>(w, row_bytes, x, bias, y, out, r0, r1, in);
-    case 3: return fused_range_avx512<T, 3>(w, row_bytes, x, bias, y, out, r0, r1, in);
-    case 4: return fused_range_avx512<T, 4>(w, row_bytes, x, bias, y, out, r0, r1, in);
-    case 5: return fused_range_avx512<T, 5>(w, row_bytes, x, bias, y, out, r0, r1, in);
-    case 6: return fused_range_avx512<T, 6>(w, row_bytes, x, bias, y, out, r0, r1, in);
-    case 7: return fused_range_avx512<T, 7>(w, row_bytes, x, bias, y, out, r0, r1, in);
-    case 8: return fused_range_avx512<T, 8>(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 1: return K<T, 1>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 2: return K<T, 2>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 3: return K<T, 3>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 4: return K<T, 4>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 5: return K<T, 5>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 6: return K<T, 6>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 7: return K<T, 7>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+    case 8: return K<T, 8>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
     default: {  // 9..16 rows: one pass of 8, then the rest
-      fused_range_avx512<T, 8>(w, row_bytes, x, bias, y, out, r0, r1, in);
-      fused_range_any_n<T>(w, row_bytes, x + 8 * in, bias, y + 8 * out, n - 8, out, r0, r1, in);
+      K<T, 8>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+      fused_range_any_n<K, T>(w, row_bytes, x + 8 * in, bias, y + 8 * out, n - 8, out, r0, r1, in);
     }
   }
+}
+
+template <template <GgmlType, int> class K>
+void fused_gemm(const uint8_t* w, GgmlType type, int64_t row_bytes, const float* x, const float* bias, float* y,
+                int64_t n, int64_t out, int64_t in, int64_t grain) {
+  parallel_chunks(out, grain, compute_threads(), [&](int64_t r0, int64_t r1) {
+    if (type == GgmlType::Q4_1)
+      fused_range_any_n<K, GgmlType::Q4_1>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+    else if (type == GgmlType::Q4_0)
+      fused_range_any_n<K, GgmlType::Q4_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+    else
+      fused_range_any_n<K, GgmlType::Q8_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+  });
 }
 
 void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes, float* dst) {
@@ -355,6 +458,18 @@ int64_t packed_row_bytes(uint32_t type, int64_t in) {
 
 }  // namespace
 
+KernelIsa best_kernel_isa() {
+  return cpu_avx2() ? (cpu_avx512() ? KernelIsa::kAvx512 : KernelIsa::kAvx2) : KernelIsa::kScalar;
+}
+
+KernelIsa kernel_isa() { return have_avx512() ? KernelIsa::kAvx512 : have_avx2() ? KernelIsa::kAvx2 : KernelIsa::kScalar; }
+
+void set_kernel_isa_cap(KernelIsa cap) { g_isa_cap.store(static_cast<int>(cap)); }
+
+const char* kernel_isa_name(KernelIsa isa) {
+  return isa == KernelIsa::kAvx512 ? "AVX-512" : isa == KernelIsa::kAvx2 ? "AVX2" : "scalar";
+}
+
 void gemm_small_packed(const uint8_t* w, uint32_t type_id, const float* x, const float* bias, float* y, int64_t n,
                        int64_t out, int64_t in) {
   const int64_t row_bytes = packed_row_bytes(type_id, in);
@@ -363,17 +478,8 @@ void gemm_small_packed(const uint8_t* w, uint32_t type_id, const float* x, const
   const int64_t grain = std::max<int64_t>(2 * kTile, ((int64_t(1) << 15) / std::max<int64_t>(in, 1)) / kTile * kTile);
   const bool avx2 = have_avx2();
   const bool avx512 = avx2 && have_avx512();
-  if (avx512 && n <= 16) {
-    parallel_chunks(out, grain, compute_threads(), [&](int64_t r0, int64_t r1) {
-      if (type == GgmlType::Q4_1)
-        fused_range_any_n<GgmlType::Q4_1>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-      else if (type == GgmlType::Q4_0)
-        fused_range_any_n<GgmlType::Q4_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-      else
-        fused_range_any_n<GgmlType::Q8_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-    });
-    return;
-  }
+  if (avx512 && n <= 16) return fused_gemm<Avx512Kernel>(w, type, row_bytes, x, bias, y, n, out, in, grain);
+  if (avx2 && n <= 16) return fused_gemm<Avx2Kernel>(w, type, row_bytes, x, bias, y, n, out, in, grain);
   parallel_chunks(out, grain, compute_threads(), [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> tile;
     if (tile.size() < static_cast<size_t>(kTile * in)) tile.resize(static_cast<size_t>(kTile * in));

@@ -19,12 +19,22 @@ namespace speclab {
 // 3x faster than this machine's OpenBLAS sgemm (generic PRESCOTT kernels).
 void gemm_small_f32(const float* w, const float* x, const float* bias, float* y, int64_t n, int64_t out, int64_t in);
 
+// Instruction sets the kernels dispatch on. By default the best the CPU has; tests and
+// benchmarks lower the cap to run every path this CPU can run.
+enum class KernelIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+KernelIsa best_kernel_isa();            // the best this CPU supports (AVX2 needs FMA and F16C too)
+KernelIsa kernel_isa();                 // the one in effect: min(best, cap)
+void set_kernel_isa_cap(KernelIsa cap);  // process-wide; call between forward passes only
+const char* kernel_isa_name(KernelIsa isa);
+
 // y = x W^T (+ b) with W kept as ggml blocks (Q4_0, Q4_1 or Q8_0; layouts in
 // models/loaders/dequant.h). w: [out rows of ggml_row_bytes(type, in) bytes]; x: [n, in]; bias:
-// [out] or nullptr; y: [n, out]; in a multiple of 32. With AVX-512 and n <= 16 (decode and
-// verification) each 32-weight block is decoded in registers and applied to every activation row
-// at once (1.2x faster at n = 1, 1.5x at n = 5 than the tile path, measured single-threaded on
-// SmolLM2). Otherwise each tile of 8 weight rows is decoded once into an L1-resident float32
+// [out] or nullptr; y: [n, out]; in a multiple of 32. With n <= 16 (decode and verification) and
+// AVX-512 or AVX2, each 32-weight block is decoded in registers and applied to every activation
+// row at once (AVX-512: 1.2x faster at n = 1, 1.5x at n = 5 than the tile path, measured
+// single-threaded on SmolLM2). Each output is then summed in an order that depends only on its
+// own row, so row i of an n-row call is bit-identical to a 1-row call on x[i] (decode and
+// verification agree exactly). Otherwise (prefill) each tile of 8 weight rows is decoded once into an L1-resident float32
 // buffer (AVX-512 / AVX2; scalar dequantize() without AVX2) and applied to all n rows with the
 // float32 kernels above. Either way the weights cross the memory bus in their packed size
 // (Q4_1: 5 bits per weight). The decoded values are exactly dequantize()'s,

@@ -41,8 +41,25 @@ TEST_CASE("gemm_small_f32 detects a wrong row: the comparison can fail", "[model
 // The packed kernels decode blocks with their own SIMD code: compare with the loader's scalar
 // dequantize() (itself checked against the `gguf` Python package in test_dequant) followed by a
 // float64 linear. Inputs are quantized by quantize() (ggml's reference rounding).
+namespace {
+// Every kernel ISA this CPU can run, best first; the cap is restored on scope exit.
+std::vector<KernelIsa> runnable_isas() {
+  std::vector<KernelIsa> v;
+  for (int i = static_cast<int>(best_kernel_isa()); i >= 0; --i) v.push_back(static_cast<KernelIsa>(i));
+  return v;
+}
+struct IsaCapGuard {
+  ~IsaCapGuard() { set_kernel_isa_cap(KernelIsa::kAvx512); }
+};
+}  // namespace
+
 TEST_CASE("gemm_small_packed equals dequantize() then linear for Q4_0, Q4_1, Q8_0", "[model][kernel]") {
   at::manual_seed(5);
+  IsaCapGuard guard;
+  const KernelIsa isa = GENERATE(from_range(runnable_isas()));
+  set_kernel_isa_cap(isa);
+  INFO("kernel ISA " << kernel_isa_name(isa));
+  REQUIRE(kernel_isa() == isa);
   for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
     for (int64_t in : {32, 64, 576, 1536}) {
       for (int64_t out : {1, 7, 8, 9, 64, 200}) {
@@ -75,6 +92,33 @@ TEST_CASE("gemm_small_packed equals dequantize() then linear for Q4_0, Q4_1, Q8_
   float x[32] = {}, y[1] = {};
   CHECK_THROWS_WITH(gemm_small_packed(dummy.data(), static_cast<uint32_t>(GgmlType::Q6_K), x, nullptr, y, 1, 1, 256),
                     Catch::Contains("Q6_K"));
+}
+
+TEST_CASE("gemm_small_packed rows of an n-row call are bit-identical to 1-row calls (n <= 16)", "[model][kernel]") {
+  // Decode (n = 1) and verification (n = k + 1) must give the same logits to the last bit, or
+  // greedy speculative output could differ from AR output on a near tie.
+  at::manual_seed(9);
+  IsaCapGuard guard;
+  const KernelIsa isa = GENERATE(from_range(runnable_isas()));
+  set_kernel_isa_cap(isa);
+  INFO("kernel ISA " << kernel_isa_name(isa));
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+    const int64_t out = 67, in = 576;
+    at::Tensor w = at::randn({out, in});
+    const std::vector<uint8_t> packed = quantize(type, w.data_ptr<float>(), static_cast<size_t>(w.numel()), "w");
+    at::Tensor x = at::randn({16, in});
+    at::Tensor single = at::empty({16, out});
+    for (int64_t i = 0; i < 16; ++i)
+      gemm_small_packed(packed.data(), static_cast<uint32_t>(type), x[i].data_ptr<float>(), nullptr,
+                        single[i].data_ptr<float>(), 1, out, in);
+    for (int64_t n = 2; n <= 16; ++n) {
+      at::Tensor y = at::empty({n, out});
+      gemm_small_packed(packed.data(), static_cast<uint32_t>(type), x.data_ptr<float>(), nullptr, y.data_ptr<float>(),
+                        n, out, in);
+      INFO(ggml_type_name(static_cast<uint32_t>(type)) << " n " << n);
+      CHECK(at::equal(y, single.narrow(0, 0, n)));
+    }
+  }
 }
 
 TEST_CASE("gemm_small_packed with a corrupted block differs: the comparison can fail", "[model][kernel]") {

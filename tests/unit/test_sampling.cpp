@@ -402,3 +402,53 @@ TEST_CASE("sample() rejects invalid distributions", "[sampling]") {
     }
   }
 }
+
+TEST_CASE("softmax_prob equals a double-precision softmax on a 49152 vocabulary", "[sampling]") {
+  // Logits spread over ~60 nats (as an LM head's), -inf entries, and vocab sizes that leave a
+  // tail after the 16-wide blocks; the reference is a plain double softmax.
+  Rng rng(7);
+  for (const int64_t vocab : {int64_t(49152), int64_t(49157), int64_t(5), int64_t(1)}) {
+    std::vector<float> l(static_cast<size_t>(vocab));
+    for (auto& v : l) v = static_cast<float>(rng.uniform() * 60.0 - 45.0);
+    if (vocab > 100) {
+      l[3] = -INFINITY;
+      l[static_cast<size_t>(vocab - 1)] = 30.0f;  // the maximum sits in the tail for 49157
+    }
+    double m = -INFINITY, total = 0.0;
+    for (float v : l) m = std::max(m, static_cast<double>(v));
+    for (float v : l) total += std::exp(static_cast<double>(v) - m);
+    for (int64_t t : {int64_t(0), vocab / 2, vocab - 1}) {
+      const double want = std::exp(static_cast<double>(l[static_cast<size_t>(t)]) - m) / total;
+      const double got = softmax_prob(l.data(), vocab, static_cast<int32_t>(t));
+      INFO("vocab " << vocab << " token " << t << ": got " << got << ", want " << want);
+      REQUIRE(std::fabs(got - want) <= 1e-6 * want);
+    }
+    if (vocab > 100) REQUIRE(softmax_prob(l.data(), vocab, 3) == 0.0);
+  }
+  // The plain softmax of logits_to_probs at temperature 1, token by token.
+  std::vector<float> l(1000);
+  for (auto& v : l) v = static_cast<float>(rng.uniform() * 20.0);
+  const std::vector<float> p = run(l, 1.0, 0, 1.0);
+  for (int32_t t = 0; t < 1000; ++t) REQUIRE(std::fabs(softmax_prob(l.data(), 1000, t) - p[t]) <= 1e-6 * p[t]);
+}
+
+TEST_CASE("softmax_prob rejects bad logits and tokens like logits_to_probs", "[sampling]") {
+  for (const int64_t vocab : {int64_t(2), int64_t(40)}) {  // scalar and vector paths
+    for (int which = 0; which < 3; ++which) {
+      std::vector<float> l(static_cast<size_t>(vocab), 0.0f);
+      if (which == 0) l[1] = NAN;
+      if (which == 1) l[0] = INFINITY;
+      if (which == 2) std::fill(l.begin(), l.end(), -INFINITY);
+      try {
+        softmax_prob(l.data(), vocab, 0);
+        FAIL("accepted bad logits (case " << which << ", vocab " << vocab << ")");
+      } catch (const Error& e) {
+        REQUIRE(e.kind() == ErrorKind::kBadInput);
+        REQUIRE(e.field() == "logits");
+      }
+    }
+    std::vector<float> ok(static_cast<size_t>(vocab), 0.0f);
+    REQUIRE_THROWS_AS(softmax_prob(ok.data(), vocab, static_cast<int32_t>(vocab)), Error);
+    REQUIRE_THROWS_AS(softmax_prob(ok.data(), vocab, -1), Error);
+  }
+}
