@@ -35,7 +35,7 @@ except ImportError as e:  # pragma: no cover - environment problem
     print(f"error: {e}; run with /usr/bin/python3 (Debian python3-h5py, python3-matplotlib)", file=sys.stderr)
     sys.exit(1)
 
-from speclab_h5 import Experiment, SchemaError, compute_summary, read_table  # noqa: E402
+from speclab_h5 import Experiment, SchemaError, compute_summary, efficiency_decomposition, read_table  # noqa: E402
 
 PARTS = ("draft", "verify", "accept", "kv", "other")
 PART_LABELS = {"draft": "draft (propose)", "verify": "verify (target forward)", "accept": "accept (acceptance/sampling)",
@@ -328,6 +328,21 @@ class Report:
             out.append(row)
         return md_table(header, out)
 
+    def decomposition_table(self, rows: list[dict], with_category: bool) -> str:
+        header = ["point"] + (["category"] if with_category else []) + [
+            "drafter", "γ", "steps drafting", "drafted/step", "τ", "τ_L", "verify cost", "draft cost", "other cost",
+            "τ ÷ cost", "speedup", "τ ÷ τ_L", "cost_L ÷ cost", "efficiency"]
+        out = []
+        for r in rows:
+            row = [self.exp.point_label(r["point"])] + ([r["category"] or "(none)"] if with_category else [])
+            row += [r["method"], str(r["gamma"]), fmt(100 * r["draft_steps"], ".0f") + "%", fmt(r["mean_k"], ".2f"),
+                    fmt(r["tau"], ".2f"), fmt(r["tau_leviathan"], ".2f"), fmt(r["verify_cost"], ".2f"),
+                    fmt(r["draft_cost"], ".2f"), fmt(r["other_cost"], ".2f"), times(r["tau_over_cost"]),
+                    times(r["speedup"]), fmt(r["tau_factor"], ".2f"), fmt(r["cost_factor"], ".2f"),
+                    fmt(r["efficiency"], ".2f")]
+            out.append(row)
+        return md_table(header, out)
+
     def write(self):
         os.makedirs(self.out, exist_ok=True)
         self.plot_acceptance_by_position()
@@ -363,6 +378,19 @@ class Report:
         if cat_rows:
             md.append("\n### By prompt category\n")
             md.append(self.summary_table(cat_rows, with_category=True))
+        md.append("\n## Where the time goes\n")
+        md.append("Why measured speedup differs from Leviathan's prediction, over the decode phase. A step is one "
+                  "target forward; costs are a step's wall time in units of one AR decode step on the same prompts. "
+                  "Measured speedup ≈ τ ÷ cost. The prediction assumes γ drafts every step, each kept with "
+                  "probability α (τ_L = (1−α^(γ+1))/(1−α)), and a verification as cheap as one decode step "
+                  "(cost_L = γc + 1), so efficiency ≈ (τ ÷ τ_L) × (cost_L ÷ cost). Verification of k + 1 tokens "
+                  "costs more than one step when a decode step is compute-bound (`speclab bench` measures the "
+                  "verification batch cost).\n")
+        md.append(self.decomposition_table(efficiency_decomposition(self.exp), with_category=False))
+        cat_rows = efficiency_decomposition(self.exp, by_category=True)
+        if cat_rows:
+            md.append("\n### By prompt category\n")
+            md.append(self.decomposition_table(cat_rows, with_category=True))
         md.append("\n## Time breakdown\n")
         md.append(md_table(["method", "tokens", "wall (s)"] + [f"{PART_LABELS[p]} (ms/token)" for p in PARTS],
                            [[label, str(tokens), fmt(parts["wall"], ".3f")] +

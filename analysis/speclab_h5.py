@@ -230,3 +230,62 @@ def compute_summary(exp: Experiment) -> dict:
                         out["positions"][col].append(v)
     return {name: {k: np.array(v, dtype=object if k in ("category", "method", "drafter") else None)
                    for k, v in t.items()} for name, t in out.items()}
+
+
+def efficiency_decomposition(exp: Experiment, by_category: bool = False) -> list[dict]:
+    """Where the gap between measured and predicted speedup comes from, per (point, method).
+
+    Over the decode phase, with A = AR seconds per decoded token on the same prompts and S the
+    speculative steps (one target forward each), measured speedup ~= tau / cost, where
+    cost = (verify + draft + other) / S / A is a step's wall time in AR decode steps. Leviathan et
+    al. (2023) assume tau = (1 - alpha^(gamma+1)) / (1 - alpha) (gamma drafts every step, each
+    accepted with probability alpha) and cost = gamma c + 1 (a verification costs one decode step).
+    So efficiency ~= tau_factor * cost_factor with tau_factor = tau / tau_Leviathan and
+    cost_factor = (gamma c + 1) / cost."""
+    runs, steps = exp.runs, exp.steps
+    summary = compute_summary(exp)["by_category" if by_category else "overall"]
+    steps_by_run: dict[int, list[int]] = {}
+    for i, rid in enumerate(steps["run_id"]):
+        steps_by_run.setdefault(int(rid), []).append(i)
+    out = []
+    for j in range(len(summary["point"])):
+        point, method = int(summary["point"][j]), str(summary["method"][j])
+        category = str(summary["category"][j]) if by_category else ""
+        ar = {(int(runs["prompt"][i]), int(runs["repeat"][i])): i for i in range(exp.n_runs)
+              if runs["point"][i] == point and runs["method"][i] == "ar"}
+        n_steps = with_draft = drafted = emitted = 0
+        verify = draft = wall = ar_decode = 0.0
+        ar_tokens = 0
+        for i in range(exp.n_runs):
+            key = (int(runs["prompt"][i]), int(runs["repeat"][i]))
+            if runs["point"][i] != point or runs["method"][i] != method or key not in ar:
+                continue
+            if category and runs["category"][i] != category:
+                continue
+            a = ar[key]
+            for s in steps_by_run.get(i, []):
+                k = int(steps["drafted"][s])
+                n_steps += 1
+                with_draft += int(k > 0)
+                drafted += k
+                emitted += int(steps["accepted"][s]) + 1
+                verify += float(steps["verify_seconds"][s])
+                draft += float(steps["draft_seconds"][s])
+            wall += float(runs["wall_seconds"][i]) - float(runs["prefill_seconds"][i])
+            ar_decode += float(runs["decode_seconds"][a])
+            ar_tokens += max(0, int(runs["target_forwards"][a]) - 1)
+        per_tok = _ratio(ar_decode, ar_tokens)
+        unit = n_steps * per_tok if n_steps > 0 else math.nan
+        alpha, gamma, c = float(summary["alpha"][j]), int(summary["gamma"][j]), float(summary["cost_ratio"][j])
+        tau = _ratio(emitted, n_steps)
+        tau_l = sum(alpha ** p for p in range(gamma + 1)) if not math.isnan(alpha) else math.nan
+        v, d = _ratio(verify, unit), _ratio(draft, unit)
+        o = _ratio(wall - verify - draft, unit)
+        cost = v + d + o
+        out.append(dict(point=point, category=category, method=method, gamma=gamma, steps=n_steps,
+                        draft_steps=_ratio(with_draft, n_steps), mean_k=_ratio(drafted, n_steps),
+                        tau=tau, tau_leviathan=tau_l, verify_cost=v, draft_cost=d, other_cost=o, cost=cost,
+                        cost_leviathan=gamma * c + 1.0, tau_over_cost=_ratio(tau, cost),
+                        tau_factor=_ratio(tau, tau_l), cost_factor=_ratio(gamma * c + 1.0, cost),
+                        speedup=float(summary["speedup"][j]), efficiency=float(summary["efficiency"][j])))
+    return out

@@ -224,6 +224,61 @@ __attribute__((target("avx512f"))) double sum_exp_avx512(const float* logits, in
   }
   return _mm512_reduce_add_pd(_mm512_add_pd(acc0, acc1));
 }
+
+bool have_avx2_fma() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok;
+}
+
+// max_avx512 with 8 lanes (n a multiple of 8).
+__attribute__((target("avx2,fma"))) float max_avx2(const float* logits, int64_t n, bool& bad) {
+  const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 flagged = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(logits + i);
+    flagged = _mm256_or_ps(flagged, _mm256_or_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(v, inf, _CMP_EQ_OQ)));
+    m = _mm256_max_ps(m, v);
+  }
+  bad = _mm256_movemask_ps(flagged) != 0;
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  return *std::max_element(lanes, lanes + 8);
+}
+
+// sum_exp_avx512 with 8 lanes (n a multiple of 8). Without vscalefps, 2^k is built in the
+// exponent field, which needs k >= -126: x is clamped at -87 (e^-87 = 1.6e-38), so a logit more
+// than 87 below the maximum adds at most 1.6e-38 instead of its true tiny weight; the sum is >= 1
+// (the maximum adds 1), so this is far below float resolution.
+__attribute__((target("avx2,fma"))) double sum_exp_avx2(const float* logits, int64_t n, float m) {
+  const __m256 vm = _mm256_set1_ps(m), lo = _mm256_set1_ps(-87.0f);
+  const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+  const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
+  const __m256 c2 = _mm256_set1_ps(1.0f / 2), c3 = _mm256_set1_ps(1.0f / 6), c4 = _mm256_set1_ps(1.0f / 24),
+               c5 = _mm256_set1_ps(1.0f / 120), c6 = _mm256_set1_ps(1.0f / 720), c7 = _mm256_set1_ps(1.0f / 5040),
+               one = _mm256_set1_ps(1.0f);
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 x = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(logits + i), vm), lo);
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, ln2_hi, x);
+    r = _mm256_fnmadd_ps(k, ln2_lo, r);
+    __m256 p = _mm256_fmadd_ps(c7, r, c6);
+    p = _mm256_fmadd_ps(p, r, c5);
+    p = _mm256_fmadd_ps(p, r, c4);
+    p = _mm256_fmadd_ps(p, r, c3);
+    p = _mm256_fmadd_ps(p, r, c2);
+    p = _mm256_fmadd_ps(p, r, one);
+    p = _mm256_fmadd_ps(p, r, one);
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+    acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
+  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
 #endif
 
 }  // namespace
@@ -243,16 +298,24 @@ void SamplingOptions::validate() const {
 }
 
 double softmax_prob(const float* logits, int64_t vocab, int32_t token) {
+  return softmax_prob(logits, vocab, token, 16);
+}
+
+double softmax_prob(const float* logits, int64_t vocab, int32_t token, int max_lanes) {
   check_vocab(logits, vocab, "logits");
   if (token < 0 || token >= vocab)
     throw Error(ErrorKind::kBadInput,
                 "expected a token in [0, " + std::to_string(vocab) + "), found " + std::to_string(token),
                 kSection, "token");
 #ifdef SPECLAB_X86
-  if (have_avx512f()) {
-    const int64_t body = vocab - vocab % 16;
+  const bool avx512 = max_lanes >= 16 && have_avx512f(), avx2 = max_lanes >= 8 && have_avx2_fma();
+  if (avx512 || avx2) {
+    const int64_t lanes = avx512 ? 16 : 8;
+    const int64_t body = vocab - vocab % lanes;
     bool bad = false;
-    float m = body > 0 ? max_avx512(logits, body, bad) : -std::numeric_limits<float>::infinity();
+    float m = body == 0      ? -std::numeric_limits<float>::infinity()
+              : avx512 ? max_avx512(logits, body, bad)
+                       : max_avx2(logits, body, bad);
     if (bad) m = checked_max(logits, vocab);  // throws, naming the first bad index
     for (int64_t i = body; i < vocab; ++i) {
       const float v = logits[i];
@@ -260,7 +323,8 @@ double softmax_prob(const float* logits, int64_t vocab, int32_t token) {
       m = std::max(m, v);
     }
     if (m == -std::numeric_limits<float>::infinity()) checked_max(logits, vocab);  // throws: all -inf
-    const double total = sum_exp_avx512(logits, body, m) + sum_exp_scalar(logits + body, vocab - body, m);
+    const double total = (avx512 ? sum_exp_avx512(logits, body, m) : sum_exp_avx2(logits, body, m)) +
+                         sum_exp_scalar(logits + body, vocab - body, m);
     return std::exp(static_cast<double>(logits[token]) - m) / total;
   }
 #endif

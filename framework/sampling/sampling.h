@@ -64,10 +64,13 @@ void logits_to_probs(const float* logits, int64_t vocab, const SamplingOptions& 
 // value logits_to_probs gives at temperature 1 without top-k/top-p, for one token, without the
 // [vocab] output. logits: [vocab]. For logging p(x) under greedy decoding, where p is not used
 // to decide anything. Relative error < 1e-6 (exp by a degree-7 polynomial, sums in double);
-// ~15 us for vocab 49152 with AVX-512 against ~0.5 ms for logits_to_probs.
+// measured cost in docs/performance.md.
 // Throws Error(kBadInput, field "logits") as logits_to_probs does, and on a token outside
 // [0, vocab).
 double softmax_prob(const float* logits, int64_t vocab, int32_t token);
+// The same with the vector width capped (16: AVX-512, 8: AVX2, 1: scalar), so tests can run
+// every path this CPU has; the default above is the widest.
+double softmax_prob(const float* logits, int64_t vocab, int32_t token, int max_lanes);
 
 // Index of the largest logit; the lowest index wins ties. logits: [vocab].
 // Throws Error(kBadInput, field "logits") on vocab <= 0 or a NaN logit.

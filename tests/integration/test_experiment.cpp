@@ -302,7 +302,18 @@ TEST_CASE("speclab run: a tiny stories260K experiment, its HDF5 file, summary an
              "            else:\n"
              "                a, b = float(a), float(b)\n"
              "                assert (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-9 * max(1, abs(a)), (tab, col, a, b)\n"
-             "print('summaries agree')\n");
+             "print('summaries agree')\n"
+             "# The efficiency decomposition: tau and speedup as in the summary, its two factors\n"
+             "# multiply to tau/cost over the prediction, and tau/cost tracks the measured speedup.\n"
+             "from speclab_h5 import efficiency_decomposition\n"
+             "d = efficiency_decomposition(e)\n"
+             "assert len(d) == len(c['overall']['point']) > 0\n"
+             "for r, tau, sp, pred in zip(d, c['overall']['tau'], c['overall']['speedup'], c['overall']['predicted_speedup']):\n"
+             "    assert abs(r['tau'] - tau) <= 1e-12 and r['speedup'] == sp, (r, tau, sp)\n"
+             "    assert abs(r['tau_factor'] * r['cost_factor'] - r['tau_over_cost'] / pred) <= 1e-9 * r['tau_over_cost'] / pred, r\n"
+             "    assert 0.5 < r['tau_over_cost'] / sp < 2.0, r\n"
+             "    assert 0 <= r['draft_steps'] <= 1 and r['verify_cost'] > 0, r\n"
+             "print('decomposition consistent')\n");
   const std::string py = "/usr/bin/python3 '" + dir + "/cross.py' '" + h5 + "' > '" + dir + "/.py' 2>&1";
   const int py_status = std::system(py.c_str());
   INFO(read_file(dir + "/.py"));
@@ -317,6 +328,8 @@ TEST_CASE("speclab run: a tiny stories260K experiment, its HDF5 file, summary an
   for (const auto& png : kPlots) CHECK(is_png(dir + "/rep2/" + png));
   const std::string md = read_file(dir + "/rep2/report.md");
   CHECK(md.find("| point | drafter |") != std::string::npos);
+  CHECK(md.find("## Where the time goes") != std::string::npos);
+  CHECK(md.find("| τ ÷ cost |") != std::string::npos);
   CHECK(md.find("layer_skip") != std::string::npos);
   fs::remove_all(dir);
 }

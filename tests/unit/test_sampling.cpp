@@ -407,6 +407,8 @@ TEST_CASE("softmax_prob equals a double-precision softmax on a 49152 vocabulary"
   // Logits spread over ~60 nats (as an LM head's), -inf entries, and vocab sizes that leave a
   // tail after the 16-wide blocks; the reference is a plain double softmax.
   Rng rng(7);
+  const int lanes = GENERATE(16, 8, 1);  // AVX-512, AVX2, scalar (a wider path falls back when absent)
+  INFO("max lanes " << lanes);
   for (const int64_t vocab : {int64_t(49152), int64_t(49157), int64_t(5), int64_t(1)}) {
     std::vector<float> l(static_cast<size_t>(vocab));
     for (auto& v : l) v = static_cast<float>(rng.uniform() * 60.0 - 45.0);
@@ -419,20 +421,21 @@ TEST_CASE("softmax_prob equals a double-precision softmax on a 49152 vocabulary"
     for (float v : l) total += std::exp(static_cast<double>(v) - m);
     for (int64_t t : {int64_t(0), vocab / 2, vocab - 1}) {
       const double want = std::exp(static_cast<double>(l[static_cast<size_t>(t)]) - m) / total;
-      const double got = softmax_prob(l.data(), vocab, static_cast<int32_t>(t));
+      const double got = softmax_prob(l.data(), vocab, static_cast<int32_t>(t), lanes);
       INFO("vocab " << vocab << " token " << t << ": got " << got << ", want " << want);
       REQUIRE(std::fabs(got - want) <= 1e-6 * want);
     }
-    if (vocab > 100) REQUIRE(softmax_prob(l.data(), vocab, 3) == 0.0);
+    if (vocab > 100) REQUIRE(softmax_prob(l.data(), vocab, 3, lanes) == 0.0);
   }
   // The plain softmax of logits_to_probs at temperature 1, token by token.
   std::vector<float> l(1000);
   for (auto& v : l) v = static_cast<float>(rng.uniform() * 20.0);
   const std::vector<float> p = run(l, 1.0, 0, 1.0);
-  for (int32_t t = 0; t < 1000; ++t) REQUIRE(std::fabs(softmax_prob(l.data(), 1000, t) - p[t]) <= 1e-6 * p[t]);
+  for (int32_t t = 0; t < 1000; ++t) REQUIRE(std::fabs(softmax_prob(l.data(), 1000, t, lanes) - p[t]) <= 1e-6 * p[t]);
 }
 
 TEST_CASE("softmax_prob rejects bad logits and tokens like logits_to_probs", "[sampling]") {
+  const int lanes = GENERATE(16, 8, 1);
   for (const int64_t vocab : {int64_t(2), int64_t(40)}) {  // scalar and vector paths
     for (int which = 0; which < 3; ++which) {
       std::vector<float> l(static_cast<size_t>(vocab), 0.0f);
@@ -440,7 +443,7 @@ TEST_CASE("softmax_prob rejects bad logits and tokens like logits_to_probs", "[s
       if (which == 1) l[0] = INFINITY;
       if (which == 2) std::fill(l.begin(), l.end(), -INFINITY);
       try {
-        softmax_prob(l.data(), vocab, 0);
+        softmax_prob(l.data(), vocab, 0, lanes);
         FAIL("accepted bad logits (case " << which << ", vocab " << vocab << ")");
       } catch (const Error& e) {
         REQUIRE(e.kind() == ErrorKind::kBadInput);
