@@ -25,4 +25,16 @@ struct LoadedModel {
   bool add_bos = true;                   // prepend tokenizer->bos_id() when encoding a prompt
 };
 
+// Whether a `chat` setting ("on", "off" or "auto") applies the model's chat template: "on", or
+// "auto" when the model ships one.
+bool use_chat_template(const LoadedModel& m, const std::string& chat);
+
+// The token ids of a prompt: `text` as the user message of the model's chat template (after a
+// system message when `system` is not empty, then the assistant header) when use_chat, else
+// `text` itself; BOS when the model wants one. The one rendering used by `speclab generate`,
+// `speclab run` and `speclab check`, so their prompts are token-identical.
+// Throws Error(kConfig, file = m.source, field "chat_template") when use_chat and the model
+// ships no template; callers that can name their own option check chat_template.available().
+TokenList encode_prompt(const LoadedModel& m, const std::string& text, bool use_chat, const std::string& system = "");
+
 }  // namespace speclab

@@ -19,6 +19,20 @@
 
 namespace speclab {
 
+bool use_chat_template(const LoadedModel& m, const std::string& chat) {
+  return chat == "on" || (chat == "auto" && m.chat_template.available());
+}
+
+TokenList encode_prompt(const LoadedModel& m, const std::string& text, bool use_chat, const std::string& system) {
+  if (!use_chat) return m.tokenizer->encode(text, m.add_bos);
+  if (!m.chat_template.available())
+    throw Error(ErrorKind::kConfig, "expected a model with a chat template, found none", m.source, "chat_template");
+  std::vector<ChatMessage> msgs;
+  if (!system.empty()) msgs.push_back({"system", system});
+  msgs.push_back({"user", text});
+  return m.tokenizer->encode(m.chat_template.render(msgs, true), m.add_bos);
+}
+
 namespace {
 
 bool is_dir(const std::string& p) {

@@ -90,17 +90,10 @@ TokenList build_prompt(const RuntimeModel& m, const std::string& text, const std
                        const std::string& system) {
   if (chat != "on" && chat != "off" && chat != "auto")
     throw Error(ErrorKind::kConfig, "expected on, off or auto; found '" + chat + "'", "cli", "--chat");
-  const bool use_chat = chat == "on" || (chat == "auto" && m.info.chat_template.available());
-  std::string rendered = text;
-  if (use_chat) {
-    if (!m.info.chat_template.available())
-      throw Error(ErrorKind::kConfig, "the model ships no chat template; use --chat off", m.info.source, "--chat");
-    std::vector<ChatMessage> msgs;
-    if (!system.empty()) msgs.push_back({"system", system});
-    msgs.push_back({"user", text});
-    rendered = m.info.chat_template.render(msgs, true);
-  }
-  return m.info.tokenizer->encode(rendered, m.info.add_bos);
+  const bool use_chat = use_chat_template(m.info, chat);
+  if (use_chat && !m.info.chat_template.available())
+    throw Error(ErrorKind::kConfig, "the model ships no chat template; use --chat off", m.info.source, "--chat");
+  return encode_prompt(m.info, text, use_chat, system);
 }
 
 bool parse_or_help(const std::string& usage, po::options_description& desc, const std::vector<std::string>& args,

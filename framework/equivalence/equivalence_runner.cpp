@@ -13,6 +13,7 @@
 #include "framework/core/error.h"
 #include "framework/draft/registry.h"
 #include "framework/equivalence/model_taps.h"
+#include "framework/io/prompt_render.h"
 #include "framework/kv/kv_cache_manager.h"
 #include "models/llama/llama_model.h"
 #include "models/model_loader.h"
@@ -43,19 +44,7 @@ struct Target {
 
 // The prompt as `speclab run` renders it (chat template per prompts.chat).
 TokenList render_prompt(const Target& t, const ExperimentConfig& cfg, const Prompt& p) {
-  const std::string& chat = cfg.prompts.chat;
-  const bool use_chat = chat == "on" || (chat == "auto" && t.info.chat_template.available());
-  std::string text = p.text;
-  if (use_chat) {
-    if (!t.info.chat_template.available())
-      throw Error(ErrorKind::kConfig, "expected a model with a chat template for chat: on, found none in " + t.info.source,
-                  cfg.source_path, "prompts.chat");
-    std::vector<ChatMessage> msgs;
-    if (!cfg.prompts.system.empty()) msgs.push_back({"system", cfg.prompts.system});
-    msgs.push_back({"user", p.text});
-    text = t.info.chat_template.render(msgs, true);
-  }
-  return t.info.tokenizer->encode(text, t.info.add_bos);
+  return render_config_prompt(t.info, cfg, p);
 }
 
 // Independent seed stream per (context, sampling combo, drafter, gamma, subject).

@@ -22,6 +22,7 @@
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/spec_decode.h"
 #include "framework/io/hdf5_recorder.h"
+#include "framework/io/prompt_render.h"
 #include "framework/kv/kv_cache_manager.h"
 #include "models/llama/llama_model.h"
 #include "models/model_loader.h"
@@ -116,19 +117,7 @@ class ModelCache {
 };
 
 TokenList render_prompt(const LoadedTarget& m, const ExperimentConfig& cfg, const Prompt& p) {
-  const std::string& chat = cfg.prompts.chat;
-  const bool use_chat = chat == "on" || (chat == "auto" && m.info.chat_template.available());
-  std::string text = p.text;
-  if (use_chat) {
-    if (!m.info.chat_template.available())
-      throw Error(ErrorKind::kConfig, "expected a model with a chat template for chat: on, found none in " + m.info.source,
-                  cfg.source_path, "prompts.chat");
-    std::vector<ChatMessage> msgs;
-    if (!cfg.prompts.system.empty()) msgs.push_back({"system", cfg.prompts.system});
-    msgs.push_back({"user", p.text});
-    text = m.info.chat_template.render(msgs, true);
-  }
-  return m.info.tokenizer->encode(text, m.info.add_bos);
+  return render_config_prompt(m.info, cfg, p);
 }
 
 // Everything one sweep point runs with.

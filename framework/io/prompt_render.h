@@ -1,0 +1,22 @@
+// Rendering a configured prompt into token ids, shared by `speclab run` (experiment_runner) and
+// `speclab check` (equivalence_runner) so both feed the model the same tokens.
+#pragma once
+
+#include "framework/core/error.h"
+#include "framework/io/experiment_config.h"
+#include "models/loaded_model.h"
+
+namespace speclab {
+
+// p.text under prompts.chat / prompts.system of `cfg` (models/loaded_model.h: encode_prompt).
+// Throws Error(kConfig, cfg.source_path, "prompts.chat") for chat: on with a model that ships no
+// chat template.
+inline TokenList render_config_prompt(const LoadedModel& m, const ExperimentConfig& cfg, const Prompt& p) {
+  const bool use_chat = use_chat_template(m, cfg.prompts.chat);
+  if (use_chat && !m.chat_template.available())
+    throw Error(ErrorKind::kConfig, "expected a model with a chat template for chat: on, found none in " + m.source,
+                cfg.source_path, "prompts.chat");
+  return encode_prompt(m, p.text, use_chat, cfg.prompts.system);
+}
+
+}  // namespace speclab
