@@ -402,14 +402,14 @@ TEST_CASE("the writer's bytes equal the safetensors Python package's", "[safeten
 
   WeightMap w;
   w["b.weight"] = src;
-  w["a.bias"] = HostTensor{{5}, std::vector<float>(src.data.begin(), src.data.begin() + 5)};
-  w["scalar"] = HostTensor{{}, {src.data[6]}};
+  w["a.bias"] = HostTensor{{5}, std::vector<float>(src.data.begin(), src.data.begin() + 5), 0, {}};
+  w["scalar"] = HostTensor{{}, {src.data[6]}, 0, {}};
   write_safetensors(dir / "f16.safetensors", w, SafetensorsDtype::kF16, {{"format", "pt"}});
   CHECK(read_bytes(dir / "f16.safetensors") == read_bytes(kFixtures + "tiny_f16.safetensors"));
 
   const std::vector<float> bf = {1.0f, -2.5f, 0.15625f, std::ldexp(1.0f, 127), -std::ldexp(1.0f, -130), 448.0f};
   WeightMap wb;
-  wb["x"] = HostTensor{{3, 2}, bf};
+  wb["x"] = HostTensor{{3, 2}, bf, 0, {}};
   write_safetensors(dir / "bf16.safetensors", wb, SafetensorsDtype::kBF16, {{"format", "pt"}});
   CHECK(read_bytes(dir / "bf16.safetensors") == read_bytes(kFixtures + "tiny_bf16.safetensors"));
 
@@ -426,8 +426,8 @@ TEST_CASE("write then read back F32, F16 and BF16", "[safetensors]") {
   WeightMap w;
   w["z.last"] = make_tensor({3, 7}, 1);
   w["a.first"] = make_tensor({5}, 2);
-  w["m.empty"] = HostTensor{{2, 0, 3}, {}};
-  w["m.scalar"] = HostTensor{{}, {0.625f}};
+  w["m.empty"] = HostTensor{{2, 0, 3}, {}, 0, {}};
+  w["m.scalar"] = HostTensor{{}, {0.625f}, 0, {}};
   for (SafetensorsDtype dtype : {SafetensorsDtype::kF32, SafetensorsDtype::kF16, SafetensorsDtype::kBF16}) {
     INFO(to_string(dtype));
     const std::string path = dir / (std::string(to_string(dtype)) + ".safetensors");
@@ -443,7 +443,7 @@ TEST_CASE("write then read back F32, F16 and BF16", "[safetensors]") {
   // The conversions are not the identity (so the comparison above can fail).
   CHECK(through(w["z.last"].data, SafetensorsDtype::kBF16) != w["z.last"].data);
 
-  HostTensor bad{{2, 3}, {1.0f}};
+  HostTensor bad{{2, 3}, {1.0f}, 0, {}};
   CHECK_THAT(error_of([&] { write_safetensors(dir / "bad.safetensors", {{"t", bad}}, SafetensorsDtype::kF32); }),
              Catch::Contains("t") && Catch::Contains("expected 6"));
   CHECK_THAT(error_of([&] {
