@@ -385,7 +385,9 @@ __attribute__((target("avx2,fma,f16c"))) void fused_rows_avx2(const uint8_t* w, 
 template <GgmlType T, int N>
 void fused_range_avx2(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t out,
                       int64_t r0, int64_t r1, int64_t in) {
-  constexpr int R = N <= 2 ? 4 : N <= 3 ? 3 : N <= 5 ? 2 : 1;  // R x N accumulators + 4 weights <= 16 registers
+  // R x N accumulators + 4 weights <= 16 registers (x is an FMA memory operand); N = 9..12 spill
+  // a few accumulators to L1, still cheaper than decoding every block twice.
+  constexpr int R = N <= 2 ? 4 : N <= 3 ? 3 : N <= 5 ? 2 : 1;
   int64_t r = r0;
   for (; r + R <= r1; r += R) fused_rows_avx2<T, R, N>(w, row_bytes, x, bias, y, out, r, in);
   for (; r < r1; ++r) fused_rows_avx2<T, 1, N>(w, row_bytes, x, bias, y, out, r, in);
@@ -394,6 +396,7 @@ void fused_range_avx2(const uint8_t* w, int64_t row_bytes, const float* x, const
 // The fused kernels of one ISA, by block type and activation-row count N <= 8.
 template <GgmlType T, int N>
 struct Avx512Kernel {
+  static constexpr int kMaxN = 8;
   static void run(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t out,
                   int64_t r0, int64_t r1, int64_t in) {
     fused_range_avx512<T, N>(w, row_bytes, x, bias, y, out, r0, r1, in);
@@ -401,13 +404,15 @@ struct Avx512Kernel {
 };
 template <GgmlType T, int N>
 struct Avx2Kernel {
+  static constexpr int kMaxN = 12;
   static void run(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t out,
                   int64_t r0, int64_t r1, int64_t in) {
     fused_range_avx2<T, N>(w, row_bytes, x, bias, y, out, r0, r1, in);
   }
 };
 
-// Rows [r0, r1) for any n <= 16: one call of the N = n kernel, or N = 8 then the rest.
+// Rows [r0, r1) for any n <= 16: one call of the N = n kernel when n <= K::kMaxN, else a pass of
+// kMaxN rows and then the rest.
 template <template <GgmlType, int> class K, GgmlType T>
 void fused_range_any_n(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t n,
                        int64_t out, int64_t r0, int64_t r1, int64_t in) {
@@ -420,11 +425,21 @@ void fused_range_any_n(const uint8_t* w, int64_t row_bytes, const float* x, cons
     case 6: return K<T, 6>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
     case 7: return K<T, 7>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
     case 8: return K<T, 8>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
-    default: {  // 9..16 rows: one pass of 8, then the rest
-      K<T, 8>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
-      fused_range_any_n<K, T>(w, row_bytes, x + 8 * in, bias, y + 8 * out, n - 8, out, r0, r1, in);
+    default: break;
+  }
+  constexpr int max_n = K<T, 1>::kMaxN;
+  if constexpr (max_n >= 12) {
+    switch (n) {
+      case 9: return K<T, 9>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+      case 10: return K<T, 10>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+      case 11: return K<T, 11>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+      case 12: return K<T, 12>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+      default: break;
     }
   }
+  // More rows than one pass takes: a full pass, then the rest.
+  K<T, max_n>::run(w, row_bytes, x, bias, y, out, r0, r1, in);
+  fused_range_any_n<K, T>(w, row_bytes, x + max_n * in, bias, y + max_n * out, n - max_n, out, r0, r1, in);
 }
 
 template <template <GgmlType, int> class K>
