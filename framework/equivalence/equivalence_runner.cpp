@@ -42,11 +42,6 @@ struct Target {
   std::unique_ptr<LlamaModel> model;
 };
 
-// The prompt as `speclab run` renders it (chat template per prompts.chat).
-TokenList render_prompt(const Target& t, const ExperimentConfig& cfg, const Prompt& p) {
-  return render_config_prompt(t.info, cfg, p);
-}
-
 // Independent seed stream per (context, sampling combo, drafter, gamma, subject).
 uint64_t stream_id(std::initializer_list<int64_t> parts) {
   uint64_t h = 0x5eedc0de5eedc0deull;
@@ -263,7 +258,7 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
   const ModelConfig& mc = model.config();
   std::vector<TokenList> ids;
   for (const Prompt& p : prompts) {
-    TokenList t = render_prompt(target, cfg, p);
+    TokenList t = render_config_prompt(target.info, cfg, p);
     try {
       check_prompt_fits(t, mc);
     } catch (const Error& e) {

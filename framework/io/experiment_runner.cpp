@@ -116,10 +116,6 @@ class ModelCache {
   std::map<std::string, std::unique_ptr<LoadedTarget>> models_;
 };
 
-TokenList render_prompt(const LoadedTarget& m, const ExperimentConfig& cfg, const Prompt& p) {
-  return render_config_prompt(m.info, cfg, p);
-}
-
 // Everything one sweep point runs with.
 struct PointContext {
   const SweepPoint* point = nullptr;
@@ -138,7 +134,7 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
   ctx->target = &models.get(cfg.models.target);
   const ModelConfig& mc = ctx->target->model->config();
   for (const Prompt& p : prompts) {
-    TokenList ids = render_prompt(*ctx->target, cfg, p);
+    TokenList ids = render_config_prompt(ctx->target->info, cfg, p);
     try {
       check_prompt_fits(ids, mc);
     } catch (const Error& e) {
