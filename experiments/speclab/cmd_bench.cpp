@@ -2,7 +2,9 @@
 //   prefill tok/s; per-token decode rate at several context lengths, cached vs naive (the naive
 //   mode's cost per token grows linearly with context, so its total is quadratic); decode rate
 //   against the memory-bandwidth floor (weight bytes per token / measured read bandwidth);
-//   peak RSS; and, when llama-cpp-python is installed, llama.cpp's decode on the same GGUF.
+//   peak RSS; model load time; tokenizer encode time, with a linearity ratio (a 2x longer input
+//   should take about 2x, not 4x); and, when llama-cpp-python is installed, llama.cpp's decode on
+//   the same GGUF.
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <sys/resource.h>
@@ -128,6 +130,29 @@ double read_bandwidth(int64_t bytes) {
   return static_cast<double>(bytes) / best;
 }
 
+// Best-of-`reps` seconds for tok.encode(make(r)), r = 0..reps-1. Tokenizers cache per
+// pre-token, so `make` should return a different text each rep to time cold encodes.
+template <class Make>
+double encode_seconds(const Tokenizer& tok, int reps, Make make, size_t& tokens) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const std::string text = make(r);
+    const auto t0 = Clock::now();
+    tokens = tok.encode(text, false).size();
+    best = std::min(best, since(t0));
+  }
+  return best;
+}
+
+// One word of `bytes` letters with no spaces, different for each `variant`: the pre-tokenizer
+// keeps it whole, so BPE merges over all of it (where a naive pair search is quadratic).
+std::string long_word(size_t bytes, int variant) {
+  std::string w(bytes, 'a');
+  for (size_t i = 0; i < w.size(); i += 7) w[i] = 'b';
+  w[3] = static_cast<char>('c' + variant % 20);
+  return w;
+}
+
 double peak_rss_mib() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -191,6 +216,28 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::printf("SpecLab bench — %s (%s), libtorch %s, %d threads, --weights %s: %s in memory (file: %s)\n",
               m.info.source.c_str(), m.info.format.c_str(), SPECLAB_TORCH_VERSION, threads, margs.weights.c_str(),
               model.weight_storage().c_str(), m.info.storage_types.c_str());
+
+  std::printf("model load: %.2f s\n", m.load_seconds);
+
+  // Tokenizer: prose (pre-tokens repeat, so the per-word cache is used as in real prompts) and
+  // one long word (no cache hits; linear vs quadratic shows in the 2x ratio).
+  {
+    const Tokenizer& tok = *m.info.tokenizer;
+    auto prose = [](int variant) {
+      std::string t;
+      for (int i = 0; t.size() < 10 * 1024; ++i)
+        t += "Speculative decoding drafts tokens cheaply and verifies them in one pass, step " +
+             std::to_string(i) + "/" + std::to_string(variant) + ".\n";
+      return t;
+    };
+    size_t n_prose = 0, n1 = 0, n2 = 0;
+    const double tp = encode_seconds(tok, 3, prose, n_prose);
+    const double t1 = encode_seconds(tok, 3, [](int r) { return long_word(10000, r); }, n1);
+    const double t2 = encode_seconds(tok, 3, [](int r) { return long_word(20000, r); }, n2);
+    std::printf("tokenizer: 10 KB prose %.2f ms (%zu tokens, %.1f MB/s); one 10 000-byte word %.2f ms, "
+                "20 000-byte word %.2f ms: ratio %.2f (linear ~2, quadratic ~4)\n",
+                tp * 1e3, n_prose, 10.24e3 / tp / 1e6, t1 * 1e3, t2 * 1e3, t2 / t1);
+  }
 
   // Warm up allocator and caches.
   cached_step_seconds(model, 16, 4);

@@ -3,7 +3,6 @@
 // SmolLM2-135M-Instruct Q4_1 file installed by scripts/setup.sh.
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -264,14 +263,8 @@ TEST_CASE("real SmolLM2 GGUF: dequantized tensors match gguf.quants.dequantize",
 }
 
 TEST_CASE("load_gguf on SmolLM2: config, weights, tokenizer, un-permuted q/k", "[gguf]") {
-  const auto t0 = std::chrono::steady_clock::now();
+  // Load time is printed by `speclab bench` ("model load"), not asserted here.
   const LoadedModel m = load_gguf(model_path());
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  INFO("load_gguf took " << seconds << " s");
-#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
-  CHECK(seconds < 3.0);
-#endif
   const ModelConfig& c = m.config;
   CHECK(c.architecture == "llama");
   CHECK(c.vocab_size == 49152);
