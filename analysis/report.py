@@ -10,7 +10,7 @@ Plots (each with a title, axis labels and units):
   accepted_length_hist.png     distribution of accepted draft tokens per step
   acceptance_by_category.png   acceptance rate per prompt category
   equivalence.png              empirical vs expected token frequencies (when /equivalence exists)
-Exit codes: 0 ok, 2 unreadable or non-SpecLab input.
+Exit codes: 0 ok, 2 unreadable or non-SpecLab input, or an --out that cannot be a directory (one line on stderr).
 """
 
 from __future__ import annotations
@@ -81,10 +81,17 @@ class Report:
 
     def save(self, fig, name: str, caption: str):
         path = os.path.join(self.out, name)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        # "tight" fits the image to everything drawn (legends right of the axes, long rotated tick
+        # labels), so nothing is cut at the edges. No tight_layout(): it would shrink the axes to
+        # make room for an outside legend inside the fixed figure size.
+        fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.1)
         plt.close(fig)
         self.figures.append((name, caption))
+
+    @staticmethod
+    def legend(ax):
+        """The legend to the right of the axes, where it cannot cover data."""
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
     def rows(self, table: str, category: str | None = "") -> list[dict]:
         t = self.summary.get(table) or {}
@@ -115,15 +122,21 @@ class Report:
             ax.errorbar(x, y, yerr=[np.clip(np.nan_to_num(y - lo), 0, None), np.clip(np.nan_to_num(hi - y), 0, None)],
                         marker="o", capsize=3,
                         label=self.series_label(point, method))
+        # A drafter that never drafted has no positions: name it in the legend instead.
+        no_drafts = [self.series_label(int(r["point"]), str(r["method"])) for r in self.rows("overall")
+                     if math.isnan(float(r["alpha"]))]
+        for label in no_drafts:
+            ax.plot([], [], " ", label=f"{label}: no drafts")
         ax.set_title("Acceptance rate by draft position (95% Wilson CI)")
         ax.set_xlabel("draft position i (1 = first draft token of a step)")
         ax.set_ylabel("acceptance rate α_i (fraction, given position i reached)")
         ax.set_ylim(-0.02, 1.02)
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        if series:
-            ax.legend(fontsize=7)
-        else:
-            ax.text(0.5, 0.5, "no speculative steps recorded", ha="center", transform=ax.transAxes)
+        if series or no_drafts:
+            self.legend(ax)
+        if not series:
+            ax.text(0.5, 0.5, "no drafts recorded" if no_drafts else "no speculative steps recorded", ha="center",
+                    transform=ax.transAxes)
         self.save(fig, "acceptance_by_position.png",
                   "Acceptance rate at each draft position, conditional on reaching it.")
 
@@ -142,14 +155,15 @@ class Report:
             label = method + ("" if not rest else " (" + ", ".join(f"{k}={v}" for k, v in rest) + ")")
             color = colors[i % len(colors)]
             ax.plot(g, [float(r["speedup"]) for r in rs], "-o", color=color, label=f"{label}: measured")
+            drafted = not all(math.isnan(float(r["alpha"])) for r in rs)
             ax.plot(g, [float(r["predicted_speedup"]) for r in rs], "--s", color=color, alpha=0.7,
-                    label=f"{label}: predicted")
+                    label=f"{label}: " + ("predicted" if drafted else "no drafts, no prediction"))
         ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
-        ax.set_title("Speedup over AR vs draft length γ: measured and predicted (Leviathan et al. 2023)")
+        ax.set_title("Speedup over AR vs draft length γ\nmeasured and predicted (Leviathan et al. 2023)")
         ax.set_xlabel("γ (num_speculative_tokens, draft tokens per step)")
         ax.set_ylabel("speedup (× AR wall time)")
         if groups:
-            ax.legend(fontsize=7)
+            self.legend(ax)
             all_g = sorted({int(r["gamma"]) for r in rows})
             ax.set_xticks(all_g)
         self.save(fig, "speedup_vs_gamma.png",
@@ -181,11 +195,11 @@ class Report:
             ax.bar(x, v, bottom=bottom, label=PART_LABELS[part])
             bottom += v
         ax.set_xticks(x)
-        ax.set_xticklabels([b[0] for b in breakdown], rotation=30, ha="right", fontsize=8)
+        ax.set_xticklabels([b[0] for b in breakdown], rotation=30, ha="right", rotation_mode="anchor", fontsize=8)
         ax.set_title("Time breakdown per generated token")
         ax.set_xlabel("method (ar = autoregressive baseline)")
         ax.set_ylabel("time per generated token (ms)")
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        self.legend(ax)
         self.save(fig, "time_breakdown.png", "Wall time per generated token, split by phase (sums over prompts).")
 
     def plot_accepted_hist(self):
@@ -195,9 +209,11 @@ class Report:
             if method == "ar":
                 continue
             ids = np.nonzero((runs["point"] == point) & (runs["method"] == method))[0]
-            acc = steps["accepted"][np.isin(steps["run_id"], ids)]
+            mine = np.isin(steps["run_id"], ids)
+            acc = steps["accepted"][mine]
             if len(acc):
-                series.append((self.series_label(point, method), acc))
+                label = self.series_label(point, method)
+                series.append((label if steps["drafted"][mine].any() else f"{label} (no drafts)", acc))
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
         if series:
             top = max(int(a.max()) for _, a in series)
@@ -207,7 +223,7 @@ class Report:
                 freq = np.bincount(acc.astype(int), minlength=top + 1) / len(acc)
                 ax.bar(bins + (i - (len(series) - 1) / 2) * width, freq, width=width, label=label)
             ax.set_xticks(bins)
-            ax.legend(fontsize=7)
+            self.legend(ax)
         else:
             ax.text(0.5, 0.5, "no speculative steps recorded", ha="center", transform=ax.transAxes)
         ax.set_title("Accepted draft tokens per step")
@@ -232,11 +248,21 @@ class Report:
                     y.append(a)
                     lo.append(a - float(r["alpha_lo"]) if r is not None else 0.0)
                     hi.append(float(r["alpha_hi"]) - a if r is not None else 0.0)
-                ax.bar(x + (i - (len(series) - 1) / 2) * width, y, width=width,
-                       yerr=[np.clip(np.nan_to_num(lo), 0, None), np.clip(np.nan_to_num(hi), 0, None)], capsize=2, label=self.series_label(point, method))
+                # No drafts in a category: an empty bar (height 0, no error bar) marked "no drafts".
+                y = np.array(y)
+                none = np.isnan(y)
+                xs = x + (i - (len(series) - 1) / 2) * width
+                bars = ax.bar(xs, np.where(none, 0.0, y), width=width,
+                              yerr=[np.where(none, 0.0, np.clip(np.nan_to_num(lo), 0, None)),
+                                    np.where(none, 0.0, np.clip(np.nan_to_num(hi), 0, None))],
+                              capsize=2, label=self.series_label(point, method))
+                for xi in xs[none]:
+                    ax.text(xi, 0.02, "no drafts", rotation=90, ha="center", va="bottom", fontsize=7,
+                            color=bars.patches[0].get_facecolor())
             ax.set_xticks(x)
-            ax.set_xticklabels([c if c else "(no category)" for c in cats], rotation=20, ha="right")
-            ax.legend(fontsize=7)
+            ax.set_xticklabels([c if c else "(no category)" for c in cats], rotation=20, ha="right",
+                               rotation_mode="anchor")
+            self.legend(ax)
         else:
             ax.text(0.5, 0.5, "no speculative runs recorded", ha="center", transform=ax.transAxes)
         ax.set_ylim(0, 1.05)
@@ -321,7 +347,8 @@ class Report:
             if with_category:
                 row.append(str(r["category"]) or "(none)")
             row += [str(r["method"]), str(int(r["gamma"])),
-                    f"{fmt(r['alpha'])} [{fmt(r['alpha_lo'])}, {fmt(r['alpha_hi'])}]", fmt(r["tau"]),
+                    "no drafts" if math.isnan(float(r["alpha"]))
+                    else f"{fmt(r['alpha'])} [{fmt(r['alpha_lo'])}, {fmt(r['alpha_hi'])}]", fmt(r["tau"]),
                     fmt(r["cost_ratio"], ".4f"), times(r["speedup"]), times(r["predicted_speedup"]),
                     fmt(r["efficiency"], ".2f"),
                     "yes" if ll == 1 else "NO" if ll == 0 else "n/a"]
@@ -344,7 +371,6 @@ class Report:
         return md_table(header, out)
 
     def write(self):
-        os.makedirs(self.out, exist_ok=True)
         self.plot_acceptance_by_position()
         self.plot_speedup_vs_gamma()
         breakdown = self.time_breakdown()
@@ -405,6 +431,39 @@ class Report:
             f.write("\n".join(md))
 
 
+def input_error(path: str) -> str | None:
+    """Why `path` cannot be an experiment file (one line), or None."""
+    expected = "expected a readable SpecLab experiment file (HDF5)"
+    if not os.path.exists(path):
+        return f"{path}: {expected}, found none"
+    if os.path.isdir(path):
+        return f"{path}: {expected}, found a directory"
+    if not os.path.isfile(path):
+        return f"{path}: {expected}, found something that is not a regular file"
+    if not os.access(path, os.R_OK):
+        return f"{path}: {expected}, found a file without read permission"
+    if os.path.getsize(path) == 0:
+        return f"{path}: {expected}, found an empty file"
+    if not h5py.is_hdf5(path):
+        return f"{path}: {expected}, found a file that is not HDF5"
+    return None
+
+
+def make_out_dir(path: str) -> str | None:
+    """Creates the report directory (and its parents); why it cannot be one (one line), or None."""
+    expected = "report directory: expected a directory (or a path where one can be created)"
+    if os.path.exists(path) and not os.path.isdir(path):
+        kind = "a regular file" if os.path.isfile(path) else "something that is not a directory"
+        return f"{path}: {expected}, found {kind}"
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        return f"{path}: {expected}, cannot create it: {e.strerror or e}"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"{path}: {expected}, found a directory without write permission"
+    return None
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description="SpecLab experiment report (plots + report.md)")
     ap.add_argument("input", help="experiment HDF5 file written by speclab run")
@@ -412,10 +471,19 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     out = args.out or os.path.join(os.path.dirname(args.input), os.path.splitext(os.path.basename(args.input))[0]
                                    + "_report")
-    try:
-        exp = Experiment(args.input)
-    except (OSError, SchemaError, KeyError) as e:
-        print(f"error: {args.input}: {e}", file=sys.stderr)
+    error = input_error(args.input)
+    if error is None:
+        try:
+            exp = Experiment(args.input)
+        except SchemaError as e:
+            error = str(e)  # names the file
+        except (OSError, KeyError) as e:
+            detail = " ".join(str(e).split())  # h5py's messages can span lines
+            error = f"{args.input}: expected a readable SpecLab experiment file, found {type(e).__name__}: {detail}"
+    if error is None:
+        error = make_out_dir(out)
+    if error is not None:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     Report(exp, out).write()
     return 0
