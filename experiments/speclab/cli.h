@@ -80,6 +80,9 @@ int cmd_check(const std::vector<std::string>& args);
 std::string source_dir();
 // "<dir>/<stem>_report" for "<dir>/<stem>.h5".
 std::string default_report_dir(const std::string& h5_path);
+// Throws Error(kBadInput) naming `dir` and `option` unless `dir` is a writable directory or can be
+// created (its nearest existing ancestor is a writable directory). `run` calls it before decoding.
+void check_report_dir(const std::string& dir, const std::string& option);
 // Runs analysis/report.py on an experiment file; prints the report path. Returns an exit code.
 int run_report(const std::string& h5_path, const std::string& out_dir);
 

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -37,6 +38,30 @@ std::string source_dir() {
 std::string default_report_dir(const std::string& h5_path) {
   fs::path p(h5_path);
   return (p.parent_path() / (p.stem().string() + "_report")).string();
+}
+
+void check_report_dir(const std::string& dir, const std::string& option) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  if (ec) p = dir;
+  for (fs::path d = p;; d = d.parent_path()) {
+    const fs::file_status st = fs::status(d, ec);
+    if (fs::exists(st)) {
+      if (!fs::is_directory(st))
+        throw Error(ErrorKind::kBadInput,
+                    std::string("expected a directory for the report") + (d == p ? "" : " (or a path where one can be created)") +
+                        ", found a file that is not a directory at " + d.string(),
+                    dir, option);
+      if (::access(d.c_str(), W_OK | X_OK) != 0)
+        throw Error(ErrorKind::kBadInput,
+                    "expected a writable directory for the report, cannot write in " + d.string() + ": " +
+                        std::strerror(errno),
+                    dir, option);
+      return;
+    }
+    if (d == d.root_path() || d.parent_path() == d) break;
+  }
+  throw Error(ErrorKind::kBadInput, "expected a report directory with an existing ancestor, found none", dir, option);
 }
 
 int run_report(const std::string& h5_path, const std::string& out_dir) {
@@ -98,6 +123,7 @@ int cmd_report(const std::vector<std::string>& args) {
   std::error_code ec;
   if (!fs::is_regular_file(input, ec)) throw Error(ErrorKind::kIo, "expected an existing file, found none", input);
   if (out_dir.empty()) out_dir = default_report_dir(input);
+  check_report_dir(out_dir, "--out");
   return run_report(input, out_dir);
 }
 

@@ -164,7 +164,10 @@ std::string git_revision() {
   const std::string dir = source_dir();
   std::string rev = capture("git " + (dir.empty() ? std::string() : "-C '" + dir + "' ") + "rev-parse HEAD 2>/dev/null");
   if (rev.size() != 40 || rev.find_first_not_of("0123456789abcdef") != std::string::npos) return "unknown";
-  return rev;
+  // "+dirty" when tracked files differ from HEAD: the binary may then not be what HEAD builds.
+  const std::string changes = capture("git " + (dir.empty() ? std::string() : "-C '" + dir + "' ") +
+                                      "status --porcelain --untracked-files=no 2>/dev/null");
+  return changes.empty() ? rev : rev + "+dirty";
 }
 
 }  // namespace
@@ -206,6 +209,10 @@ int cmd_run(const std::vector<std::string>& args) {
 
   ExperimentConfig config = load_experiment_config(config_path, overrides);
   if (!output.empty()) config.output.path = output;
+  // A report directory that cannot be made is found now, not after the whole run.
+  if (!no_report)
+    check_report_dir(report_dir.empty() ? default_report_dir(config.output.path) : report_dir,
+                     report_dir.empty() ? "output.path" : "--report-dir");
 
   RunnerOptions ropts;
   ropts.mode = resume ? OutputMode::kResume : overwrite ? OutputMode::kOverwrite : OutputMode::kCreate;

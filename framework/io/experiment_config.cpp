@@ -281,11 +281,24 @@ std::string canonical_sweep_key(const std::string& written) {
   return join(canon, ".");
 }
 
+// Canonical keys that exist but cannot vary between points: one run writes one file under one
+// name, and the equivalence section belongs to `speclab check`. Empty when `key` may be swept.
+std::string unsweepable_reason(const std::string& key) {
+  if (key == "name" || starts_with(key, "output."))
+    return "expected a per-point setting, found " + squote(key) +
+           ": one run writes one HDF5 file under one name; run the config once per value instead";
+  if (starts_with(key, "equivalence."))
+    return "expected a per-point setting, found " + squote(key) +
+           ": the equivalence section configures `speclab check`, which does not sweep";
+  return {};
+}
+
 std::vector<std::string> sweepable_keys() {
   std::vector<std::string> out;
   std::function<void(const Schema&, const std::string&)> walk = [&](const Schema& s, const std::string& prefix) {
     for (const auto& k : s.keys) {
       if (k.shape == Shape::kScalar || k.shape == Shape::kScalarOrList) {
+        if (!unsweepable_reason(join_path(prefix, k.key)).empty()) continue;
         out.push_back(join_path(prefix, k.key));
         for (const auto& a : k.aliases) out.push_back(join_path(prefix, a));
       } else if (k.shape == Shape::kSection) {
@@ -605,6 +618,8 @@ void apply_sweep(const YamlValue& v, std::vector<SweepAxis>& out) {
     const std::string path = "sweep." + written;
     const std::string key = canonical_sweep_key(written);
     if (key.empty()) throw Error(ErrorKind::kConfig, unknown_sweep_key_message(written), v.origin->where(it->first), path);
+    if (const std::string why = unsweepable_reason(key); !why.empty())
+      throw Error(ErrorKind::kConfig, why, v.origin->where(it->first), path);
     auto prev = seen.find(key);
     if (prev != seen.end())
       throw Error(ErrorKind::kConfig,
@@ -617,7 +632,12 @@ void apply_sweep(const YamlValue& v, std::vector<SweepAxis>& out) {
     if (list.node.size() == 0) list.fail("expected a non-empty list of values, found an empty list");
     SweepAxis axis;
     axis.key = key;
-    for (const YamlValue& item : list.items(false)) axis.values.push_back(item.as_scalar_text("a single value"));
+    for (const YamlValue& item : list.items(false)) {
+      std::string value = item.as_scalar_text("a single value");
+      if (std::find(axis.values.begin(), axis.values.end(), value) != axis.values.end())
+        item.fail("expected distinct values (each is one sweep point), found " + squote(value) + " twice");
+      axis.values.push_back(std::move(value));
+    }
     out.push_back(std::move(axis));
   }
 }
@@ -815,6 +835,7 @@ void set_in(YAML::Node map, const Schema& schema, const std::vector<std::string>
     case Shape::kSweep: {
       const std::string key = canonical_sweep_key(rest);
       if (key.empty()) set_fail(op, unknown_sweep_key_message(rest));
+      if (const std::string why = unsweepable_reason(key); !why.empty()) set_fail(op, why);
       YAML::Node sw = child_map(map, *def, s, op, here);
       for (auto it = sw.begin(); it != sw.end(); ++it) {
         if (it->first.IsScalar() && canonical_sweep_key(it->first.Scalar()) == key) {
@@ -1120,6 +1141,49 @@ std::vector<SweepPoint> expand_points(const ExperimentConfig& config, const Poin
   return out;
 }
 
+// The key node (not the value) of `def` in `map`; null when absent.
+YAML::Node find_key(const YAML::Node& map, const KeyDef& def) {
+  if (map.IsMap())
+    for (auto it = map.begin(); it != map.end(); ++it)
+      if (it->first.IsScalar() && def.names(it->first.Scalar())) return it->first;
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+// A drafter entry that writes a key which a drafter.<key> sweep sets on every entry: the value
+// written would never run (while the recorded config still shows it), so it is an error at the
+// written key. (A top-level key such as sampling.temperature may be written and swept: the
+// written value is the base that each point replaces, as documented in docs/config.md.)
+void check_sweep_conflicts(const YAML::Node& root, const YamlOrigin& origin, const std::vector<SweepAxis>& sweep) {
+  auto conflict = [&](const YAML::Node& key, const std::string& written, const std::string& axis) {
+    throw Error(ErrorKind::kConfig,
+                "expected the drafters entries to leave this key to sweep." + axis +
+                    ", which sets it on every entry at every point; found it written here (remove it here or "
+                    "from the sweep)",
+                origin.where(key), written);
+  };
+  const YAML::Node list = find_child(root, *top_schema().find("drafters"));
+  if (!list.IsSequence()) return;
+  for (const SweepAxis& ax : sweep) {
+    const std::vector<std::string> segs = split(ax.key, '.');
+    if (segs.size() < 2 || segs[0] != "drafter") continue;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const YAML::Node entry = list[i];
+      const std::string at = "drafters[" + std::to_string(i) + "].";
+      if (segs[1] == "params") {
+        const YAML::Node params = find_child(entry, *drafter_schema().find("params"));
+        const std::string name = ax.key.substr(std::string("drafter.params.").size());
+        if (params.IsMap())
+          for (auto it = params.begin(); it != params.end(); ++it)
+            if (it->first.IsScalar() && it->first.Scalar() == name) conflict(it->first, at + "params." + name, ax.key);
+        continue;
+      }
+      const KeyDef* def = drafter_schema().find(segs[1]);
+      const YAML::Node key = def ? find_key(entry, *def) : YAML::Node();
+      if (key.IsDefined() && !key.IsNull()) conflict(key, at + key.Scalar(), ax.key);
+    }
+  }
+}
+
 // Whether a canonical key path ("drafters[2].num_speculative_tokens") is set by a sweep key
 // ("drafter.num_speculative_tokens").
 bool set_by_axis(const std::string& field, const std::string& axis) {
@@ -1239,6 +1303,7 @@ void ExperimentConfig::validate() const {
   for (const SweepAxis& a : sweep) {
     const std::string p = "sweep." + a.key;
     if (canonical_sweep_key(a.key) != a.key) bad("", p, unknown_sweep_key_message(a.key));
+    if (const std::string why = unsweepable_reason(a.key); !why.empty()) bad("", p, why);
     if (!keys.insert(a.key).second) bad("", p, "expected each sweep key once, found it twice");
     if (a.values.empty()) bad("", p, "expected a non-empty list of values, found an empty list");
     if (starts_with(a.key, "drafter.") && drafters.empty())
@@ -1289,6 +1354,7 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
   }
 
   if (cfg.sweep.empty()) return cfg;
+  check_sweep_conflicts(root, origin, cfg.sweep);
   // Sweep values: types first, each located at its value in the sweep list...
   const YAML::Node sweep_node = find_child(root, *top_schema().find("sweep"));
   std::vector<std::string> written;
@@ -1333,6 +1399,149 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
 }
 
 std::vector<SweepPoint> expand_sweep(const ExperimentConfig& config) { return expand_points(config, nullptr); }
+
+std::string effective_config_yaml(const ExperimentConfig& c) {
+  auto seq = [](const auto& items) {
+    YAML::Node n(YAML::NodeType::Sequence);
+    for (const auto& x : items) n.push_back(x);
+    n.SetStyle(YAML::EmitterStyle::Flow);
+    return n;
+  };
+  auto source = [](const ModelSource& s) {
+    YAML::Node m;
+    m["path"] = s.path;
+    m["format"] = s.format;
+    m["tokenizer"] = s.tokenizer;
+    m["weights"] = s.weights;
+    return m;
+  };
+  YAML::Node n;
+  n["name"] = c.name;
+  n["models"]["target"] = source(c.models.target);
+  if (c.models.draft) n["models"]["draft"] = source(*c.models.draft);
+  n["drafters"] = YAML::Node(YAML::NodeType::Sequence);
+  for (const DrafterEntry& e : c.drafters) {
+    const DrafterOptions& o = e.options;
+    YAML::Node d;
+    d["label"] = e.label;
+    d["name"] = o.name;
+    d["plugin"] = o.plugin;
+    d["num_speculative_tokens"] = o.num_speculative_tokens;
+    d["schedule"] = o.schedule;
+    d["max_speculative_tokens"] = o.max_speculative_tokens;
+    d["confidence_threshold"] = o.confidence_threshold;
+    d["prompt_lookup_min"] = o.prompt_lookup_min;
+    d["prompt_lookup_max"] = o.prompt_lookup_max;
+    d["draft_layers"] = seq(o.draft_layers);
+    d["draft_layers_first"] = o.draft_layers_first;
+    d["draft_model"] = o.draft_model;
+    d["draft_model_format"] = o.draft_model_format;
+    YAML::Node params(YAML::NodeType::Map);
+    for (const auto& [k, v] : o.params) params[k] = v;
+    d["params"] = params;
+    n["drafters"].push_back(d);
+  }
+  n["sampling"]["temperature"] = c.sampling.temperature;
+  n["sampling"]["top_k"] = c.sampling.top_k;
+  n["sampling"]["top_p"] = c.sampling.top_p;
+  n["sampling"]["seed"] = c.sampling.seed;
+  n["generation"]["max_new_tokens"] = c.generation.max_new_tokens;
+  n["generation"]["stop"] = seq(c.generation.stop);
+  n["generation"]["ignore_eos"] = c.generation.ignore_eos;
+  const PromptsOptions& p = c.prompts;
+  n["prompts"]["files"] = seq(p.files);
+  n["prompts"]["field"] = p.field;
+  n["prompts"]["category_field"] = p.category_field;
+  n["prompts"]["id_field"] = p.id_field;
+  n["prompts"]["inline"] = YAML::Node(YAML::NodeType::Sequence);
+  for (const InlinePrompt& ip : p.inline_prompts) {
+    YAML::Node i;
+    i["id"] = ip.id;
+    i["category"] = ip.category;
+    i["text"] = ip.text;
+    n["prompts"]["inline"].push_back(i);
+  }
+  n["prompts"]["chat"] = p.chat;
+  n["prompts"]["system"] = p.system;
+  n["prompts"]["limit"] = p.limit;
+  n["sweep"] = YAML::Node(YAML::NodeType::Map);
+  for (const SweepAxis& a : c.sweep) n["sweep"][a.key] = seq(a.values);
+  n["repeats"] = c.repeats;
+  n["warmup"] = c.warmup;
+  n["kv"]["block_size"] = c.kv.block_size;
+  n["kv"]["budget_bytes"] = c.kv.budget_bytes;
+  n["kv"]["preemption"] = c.kv.preemption == Preemption::kLowestPriority ? "lowest_priority" : "off";
+  n["output"]["path"] = c.output.path;
+  if (c.equivalence) {
+    const EquivalenceOptions& q = *c.equivalence;
+    YAML::Node e;
+    e["greedy"] = q.greedy;
+    e["analytic"] = q.analytic;
+    e["sampling"] = q.sampling;
+    e["samples"] = q.samples;
+    e["positions"] = seq(q.positions);
+    e["temperatures"] = seq(q.temperatures);
+    e["top_ps"] = seq(q.top_ps);
+    e["top_ks"] = seq(q.top_ks);
+    e["gammas"] = seq(q.gammas);
+    e["alpha"] = q.alpha;
+    e["control_alpha"] = q.control_alpha;
+    e["negative_controls"] = q.negative_controls;
+    e["numerical_margin"] = q.numerical_margin;
+    e["contexts"] = q.contexts;
+    n["equivalence"] = e;
+  }
+  return emit(n);
+}
+
+namespace {
+
+void flatten(const YAML::Node& n, const std::string& path, std::map<std::string, std::string>& out) {
+  if (n.IsMap()) {
+    if (n.size() == 0) out[path] = "{}";
+    for (auto it = n.begin(); it != n.end(); ++it)
+      flatten(it->second, path.empty() ? it->first.as<std::string>() : path + "." + it->first.as<std::string>(), out);
+  } else if (n.IsSequence()) {
+    if (n.size() == 0) out[path] = "[]";
+    for (size_t i = 0; i < n.size(); ++i) flatten(n[i], path + "[" + std::to_string(i) + "]", out);
+  } else {
+    out[path] = n.IsScalar() ? n.Scalar() : "~";
+  }
+}
+
+std::map<std::string, std::string> flat_yaml(const std::string& text) {
+  std::map<std::string, std::string> out;
+  if (text.empty()) return out;
+  try {
+    flatten(YAML::Load(text), "", out);
+  } catch (const YAML::Exception&) {
+    out["(unparsable YAML)"] = text;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> yaml_differences(const std::string& a, const std::string& b,
+                                          const std::vector<std::string>& ignore) {
+  const auto fa = flat_yaml(a), fb = flat_yaml(b);
+  auto ignored = [&](const std::string& k) {
+    for (const auto& i : ignore)
+      if (k == i || starts_with(k, i + ".") || starts_with(k, i + "[")) return true;
+    return false;
+  };
+  std::set<std::string> keys;
+  for (const auto& kv : fa) keys.insert(kv.first);
+  for (const auto& kv : fb) keys.insert(kv.first);
+  std::vector<std::string> out;
+  for (const auto& k : keys) {
+    if (ignored(k)) continue;
+    auto ia = fa.find(k), ib = fb.find(k);
+    const std::string va = ia == fa.end() ? "(absent)" : ia->second, vb = ib == fb.end() ? "(absent)" : ib->second;
+    if (va != vb) out.push_back(k + ": " + va + " vs " + vb);
+  }
+  return out;
+}
 
 std::vector<Prompt> load_prompts(const ExperimentConfig& config) {
   const PromptsOptions& po = config.prompts;

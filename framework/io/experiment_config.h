@@ -143,6 +143,18 @@ struct SweepPoint {
 };
 std::vector<SweepPoint> expand_sweep(const ExperimentConfig& config);
 
+// Every setting of `config` with its effective value, defaults included, under the canonical
+// key names (aliases resolved), as YAML text in a fixed layout: two configs that run the same
+// experiment give the same text however they were written (0 vs 0.0, key order, a default
+// written out or left implicit). Paths are as resolved at load (relative to the YAML file).
+std::string effective_config_yaml(const ExperimentConfig& config);
+
+// The settings at which two YAML texts differ, as "key: <a> vs <b>" lines (key paths such as
+// sampling.temperature or drafters[1].num_speculative_tokens; "(absent)" for a missing key).
+// Keys whose path starts with one of `ignore` (e.g. "output") are skipped.
+std::vector<std::string> yaml_differences(const std::string& a, const std::string& b,
+                                          const std::vector<std::string>& ignore = {});
+
 // Reads the prompts (files relative to the config's directory, inline ones after them).
 // Error(kBadInput) naming "<file>:<line>" for a line that is not JSON or lacks the field.
 std::vector<Prompt> load_prompts(const ExperimentConfig& config);

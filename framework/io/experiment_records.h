@@ -22,7 +22,7 @@ inline constexpr const char* kArMethod = "ar";
 // Identifies a prompt-run; resume skips the keys already recorded.
 struct RunKey {
   int64_t point = 0;         // sweep point index (expand_sweep order)
-  int64_t prompt = 0;        // prompt index (load_prompts order)
+  int64_t prompt = 0;        // index into /prompts: the union of the points' prompt lists
   std::string method;        // "ar" or the drafter's label
   int64_t repeat = 0;        // 0 .. repeats-1
 
@@ -86,7 +86,8 @@ struct PromptRecord {
 
 // Everything an experiment file holds (complete prompt-runs only).
 struct ExperimentData {
-  std::string config_yaml;  // the resolved config the experiment ran with
+  std::string config_yaml;           // the config as written (after --set) the experiment ran with
+  std::string resolved_config_yaml;  // /resolved_config; empty in files written before it existed
   std::vector<PointRecord> points;
   std::vector<PromptRecord> prompts;
   std::vector<std::string> methods;  // "ar" first, then the drafter labels

@@ -16,8 +16,10 @@
 #include <memory>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
 #include "framework/draft/registry.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/spec_decode.h"
@@ -65,10 +67,37 @@ std::string cpu_model() {
   return "unknown";
 }
 
-ExperimentMetadata host_metadata(const ExperimentConfig& config, const RunnerOptions& options) {
+// effective_config_yaml plus what only the run knows: the `runtime` section of /resolved_config.
+// `target` is the first point's loaded model (null when none was loaded).
+std::string resolved_config(const ExperimentConfig& config, const LoadedModel* target) {
+  YAML::Node n = YAML::Load(effective_config_yaml(config));
+  YAML::Node rt;
+  rt["threads"] = compute_threads();
+  try {
+    const ModelSource src = resolve_model_source(config.models.target);
+    std::error_code ec;
+    const fs::path abs = fs::absolute(src.path, ec);
+    rt["target_model"]["path"] = ec ? src.path : abs.lexically_normal().string();
+    rt["target_model"]["format"] = src.format;
+    if (!src.tokenizer.empty()) rt["target_model"]["tokenizer"] = fs::absolute(src.tokenizer, ec).lexically_normal().string();
+  } catch (const Error&) {
+    // A named model that is not installed: check_model_source has reported it already.
+  }
+  if (target) rt["chat_template"] = use_chat_template(*target, config.prompts.chat) ? "on" : "off";
+  std::error_code ec;
+  rt["working_directory"] = fs::current_path(ec).string();
+  n["runtime"] = rt;
+  YAML::Emitter e;
+  e << n;
+  return std::string(e.c_str()) + "\n";
+}
+
+ExperimentMetadata host_metadata(const ExperimentConfig& config, const RunnerOptions& options,
+                                 const LoadedModel* target) {
   ExperimentMetadata m;
   m.name = config.name;
   m.config_yaml = config.resolved_yaml;
+  m.resolved_config_yaml = resolved_config(config, target);
   m.git_revision = options.git_revision.empty() ? "unknown" : options.git_revision;
   m.torch_version = SPECLAB_TORCH_VERSION;
   m.cpu_model = cpu_model();
@@ -142,15 +171,33 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
     }
     ctx->prompts.push_back(std::move(ids));
   }
-  ctx->kv = std::make_unique<KvCacheManager>(cfg.kv);
-  ctx->pool = ctx->kv->add_pool(mc);
+  // Settings that only the loaded model can check (the KV budget against its block size, a
+  // layer range against its depth) fail here: the error names the config and the key path.
+  const std::string at = point.values.empty() ? "" : " (sweep point #" + std::to_string(point.index) + ": " +
+                                                          point_label(point.values) + ")";
+  auto rethrow = [&](const Error& e, const std::string& section, const std::string& key) {
+    if (e.file() != section) throw;
+    throw Error(e.kind(), e.message() + at, cfg.source_path, key + (e.field().empty() ? "" : "." + e.field()));
+  };
+  try {
+    ctx->kv = std::make_unique<KvCacheManager>(cfg.kv);
+    ctx->pool = ctx->kv->add_pool(mc);
+  } catch (const Error& e) {
+    rethrow(e, "kv", "kv");
+  }
   DrafterEnv env;
   env.target = ctx->target->model.get();
   env.kv = ctx->kv.get();
   env.target_pool = ctx->pool;
   env.vocab_size = mc.vocab_size;
   DrafterRegistry registry = DrafterRegistry::with_builtins();
-  for (const DrafterEntry& d : cfg.drafters) ctx->drafters.push_back(registry.create(d.options, env));
+  for (size_t i = 0; i < cfg.drafters.size(); ++i) {
+    try {
+      ctx->drafters.push_back(registry.create(cfg.drafters[i].options, env));
+    } catch (const Error& e) {
+      rethrow(e, "drafter", "drafters[" + std::to_string(i) + "]");
+    }
+  }
   return ctx;
 }
 
@@ -245,7 +292,27 @@ void check_same_experiment(const std::string& path, const ExperimentData& have, 
         have.prompts[i].category != prompts[i].category)
       differs("prompt set");
   if (have.methods != methods) differs("drafter list");
-  if (config_without_output(have.config_yaml) != config_without_output(config.resolved_yaml)) differs("config");
+  if (have.resolved_config_yaml.empty()) {  // a file written before /resolved_config existed
+    if (config_without_output(have.config_yaml) != config_without_output(config.resolved_yaml)) differs("config");
+    return;
+  }
+  // Settings by value (0 and 0.0, key order and written-out defaults do not matter); the output
+  // path may differ, and of the runtime facts only the thread count (it changes every timing).
+  std::string now = effective_config_yaml(config);
+  now += "runtime:\n  threads: " + std::to_string(compute_threads()) + "\n";
+  std::vector<std::string> diff = yaml_differences(
+      have.resolved_config_yaml, now,
+      {"output", "runtime.target_model", "runtime.chat_template", "runtime.working_directory"});
+  if (!diff.empty()) {
+    std::string list;
+    for (size_t i = 0; i < diff.size() && i < 5; ++i) list += (i ? "; " : "") + diff[i];
+    if (diff.size() > 5) list += "; and " + std::to_string(diff.size() - 5) + " more";
+    throw Error(ErrorKind::kConfig,
+                "expected the same settings as the experiment recorded in the file, found " +
+                    std::to_string(diff.size()) + " different (file vs now: " + list +
+                    "); resume with the same config (and --threads), or use --overwrite to start over",
+                path, "--resume");
+  }
 }
 
 }  // namespace
@@ -285,14 +352,66 @@ void check_output_path(const std::string& path, OutputMode mode) {
   if (!had_probe) ::unlink(probe.c_str());
 }
 
+// A model source that resolves to an existing file or directory; errors name the config key
+// (`key` = "models.target", "drafters[1].draft_model") and the sweep point.
+void check_model_source(const ModelSource& src, const std::string& key, const SweepPoint& point,
+                        const ExperimentConfig& config) {
+  try {
+    src.validate();
+    const ModelSource r = resolve_model_source(src);
+    std::error_code ec;
+    if (!fs::exists(r.path, ec)) throw Error(ErrorKind::kIo, "expected an existing model file or directory, found none at " + r.path, "", "path");
+  } catch (const Error& e) {
+    const std::string at = point.values.empty() ? "" : " (sweep point #" + std::to_string(point.index) + ": " + point_label(point.values) + ")";
+    const std::string where = e.file().empty() || e.file() == "model" ? "" : e.file() + ": ";
+    throw Error(e.kind(), where + e.message() + at, config.source_path, key + "." + (e.field().empty() ? "path" : e.field()));
+  }
+}
+
 ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOptions& options) {
   // 1. Everything that can be checked without touching the output.
   config.validate();
   const std::vector<SweepPoint> points = expand_sweep(config);
   if (points.empty()) throw Error(ErrorKind::kConfig, "expected at least one sweep point, found none", config.source_path, "sweep");
-  const std::vector<Prompt> prompts = load_prompts(config);
-  if (prompts.empty())
-    throw Error(ErrorKind::kConfig, "expected at least one prompt, found none", config.source_path, "prompts");
+  // Every point's models exist before anything runs (a later point's missing file would
+  // otherwise end the run after the earlier points).
+  for (const SweepPoint& pt : points) {
+    check_model_source(pt.config.models.target, "models.target", pt, config);
+    for (size_t d = 0; d < pt.config.drafters.size(); ++d) {
+      const DrafterOptions& o = pt.config.drafters[d].options;
+      if (!o.plugin.empty() || o.name != "draft_model" || o.draft_model.empty()) continue;
+      ModelSource ds;
+      ds.path = o.draft_model;
+      ds.format = o.draft_model_format;
+      const std::string key = "drafters[" + std::to_string(d) + "]";
+      try {
+        check_model_source(ds, key, pt, config);
+      } catch (const Error& e) {
+        // "drafters[0].path" -> "drafters[0].draft_model", ".format" -> ".draft_model_format"
+        std::string field = e.field();
+        if (field == key + ".path") field = key + ".draft_model";
+        if (field == key + ".format") field = key + ".draft_model_format";
+        throw Error(e.kind(), e.message(), e.file(), field);
+      }
+    }
+  }
+  // Prompts per point (prompts.* may be swept): the file's prompt table is their union, in
+  // first-seen order, and each point runs its own list of indices into it.
+  std::vector<Prompt> prompts;
+  std::vector<std::vector<int64_t>> point_prompts(points.size());
+  {
+    std::map<std::tuple<std::string, std::string, std::string>, int64_t> index_of;
+    for (size_t pi = 0; pi < points.size(); ++pi) {
+      const std::vector<Prompt> own = load_prompts(points[pi].config);
+      if (own.empty())
+        throw Error(ErrorKind::kConfig, "expected at least one prompt, found none", config.source_path, "prompts");
+      for (const Prompt& p : own) {
+        auto [it, fresh] = index_of.emplace(std::make_tuple(p.id, p.category, p.text), static_cast<int64_t>(prompts.size()));
+        if (fresh) prompts.push_back(p);
+        point_prompts[pi].push_back(it->second);
+      }
+    }
+  }
   const std::string& path = config.output.path;
   check_output_path(path, options.mode);
   std::vector<std::string> methods = {kArMethod};
@@ -306,11 +425,10 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   }
   const std::vector<PointRecord> precs = point_records(points);
   const std::vector<PromptRecord> prrecs = prompt_records(prompts);
-  const int64_t n_points = static_cast<int64_t>(points.size()), n_prompts = static_cast<int64_t>(prompts.size());
+  const int64_t n_points = static_cast<int64_t>(points.size());
   const int64_t n_methods = static_cast<int64_t>(methods.size());
-  const int64_t repeats = config.repeats, warmup = config.warmup;
-  if (repeats < 1) throw Error(ErrorKind::kConfig, "expected repeats >= 1, found " + std::to_string(repeats), config.source_path, "repeats");
-  if (warmup < 0) throw Error(ErrorKind::kConfig, "expected warmup >= 0, found " + std::to_string(warmup), config.source_path, "warmup");
+  // repeats and warmup may be swept too (validated per point by expand_sweep).
+  auto repeats_of = [&](int64_t pi) { return points[static_cast<size_t>(pi)].config.repeats; };
 
   // 2. What the file already holds (resume).
   std::error_code ec;
@@ -328,8 +446,8 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
     }
   }
   auto pending = [&](int64_t point) {
-    for (int64_t i = 0; i < n_prompts; ++i)
-      for (int64_t r = 0; r < repeats; ++r)
+    for (int64_t i : point_prompts[static_cast<size_t>(point)])
+      for (int64_t r = 0; r < repeats_of(point); ++r)
         for (const auto& m : methods)
           if (!done_keys.count({point, i, m, r})) return true;
     return false;
@@ -340,7 +458,12 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   int64_t first = 0;
   while (first < n_points && !pending(first)) ++first;
   std::unique_ptr<PointContext> ctx;
-  if (first < n_points) ctx = prepare_point(points[static_cast<size_t>(first)], prompts, models);
+  auto point_prompt_list = [&](int64_t pi) {
+    std::vector<Prompt> own;
+    for (int64_t i : point_prompts[static_cast<size_t>(pi)]) own.push_back(prompts[static_cast<size_t>(i)]);
+    return own;
+  };
+  if (first < n_points) ctx = prepare_point(points[static_cast<size_t>(first)], point_prompt_list(first), models);
   auto stop = [&] { return options.stop_requested && options.stop_requested(); };
   ExperimentOutcome out;
   out.output_path = path;
@@ -351,10 +474,13 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   }
   recorder = std::make_unique<Hdf5Recorder>(
       resuming ? Hdf5Recorder::open_for_append(path)
-               : Hdf5Recorder::create(path, host_metadata(config, options), precs, prrecs, methods));
+               : Hdf5Recorder::create(path, host_metadata(config, options, ctx ? &ctx->target->info : nullptr), precs,
+                                      prrecs, methods));
 
   ProgressEvent ev;
-  ev.total = n_points * n_prompts * n_methods * repeats;
+  ev.total = 0;
+  for (int64_t pi = 0; pi < n_points; ++pi)
+    ev.total += static_cast<int64_t>(point_prompts[static_cast<size_t>(pi)].size()) * n_methods * repeats_of(pi);
   ev.resumed = ev.done = static_cast<int64_t>(done_keys.size());
   ev.eta_seconds = std::numeric_limits<double>::quiet_NaN();
   auto report = [&](ProgressEvent::Kind kind) {
@@ -365,8 +491,10 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   const auto t_start = Clock::now();
   int64_t recorded = 0;
 
-  // One prompt-run: decode, check losslessness, append (committed before it returns).
-  auto run_one = [&](const SweepPoint& point, int64_t pi, int64_t i, int64_t r, int64_t m) {
+  // One prompt-run: decode, check losslessness, append (committed before it returns). `j` is the
+  // prompt's place in the point's own list, `i` its index in the file's prompt table.
+  auto run_one = [&](const SweepPoint& point, int64_t pi, int64_t j, int64_t r, int64_t m) {
+    const int64_t i = point_prompts[static_cast<size_t>(pi)][static_cast<size_t>(j)];
     const Prompt& prompt = prompts[static_cast<size_t>(i)];
     RunRecord rec;
     rec.key = {pi, i, methods[static_cast<size_t>(m + 1)], r};
@@ -379,7 +507,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
       rec.gamma = o.num_speculative_tokens;
     }
     try {
-      decode_once(*ctx, m, ctx->prompts[static_cast<size_t>(i)], rec);
+      decode_once(*ctx, m, ctx->prompts[static_cast<size_t>(j)], rec);
     } catch (const Error& e) {
       throw Error(e.kind(),
                   "point #" + std::to_string(pi) + ", prompt '" + prompt.id + "', method '" + rec.key.method +
@@ -412,25 +540,26 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
       if (!pending(pi)) continue;
       if (stop()) return false;
       const SweepPoint& point = points[static_cast<size_t>(pi)];
-      if (!ctx) ctx = prepare_point(point, prompts, models);
+      if (!ctx) ctx = prepare_point(point, point_prompt_list(pi), models);
       ev.point = pi;
       ev.point_label = precs[static_cast<size_t>(pi)].label;
       ev.run = nullptr;
       report(ProgressEvent::Kind::kPoint);
-      if (warmup > 0) {
+      if (point.config.warmup > 0) {
         report(ProgressEvent::Kind::kWarmup);
-        for (int64_t w = 0; w < warmup; ++w)
+        for (int64_t w = 0; w < point.config.warmup; ++w)
           for (int64_t m = -1; m < static_cast<int64_t>(point.config.drafters.size()); ++m) {
             if (stop()) return false;
             RunRecord scratch;
             decode_once(*ctx, m, ctx->prompts.front(), scratch);
           }
       }
-      for (int64_t i = 0; i < n_prompts; ++i)
-        for (int64_t r = 0; r < repeats; ++r)
+      const int64_t n_own = static_cast<int64_t>(point_prompts[static_cast<size_t>(pi)].size());
+      for (int64_t j = 0; j < n_own; ++j)
+        for (int64_t r = 0; r < point.config.repeats; ++r)
           for (int64_t m = -1; m < static_cast<int64_t>(point.config.drafters.size()); ++m) {
             if (stop()) return false;
-            run_one(point, pi, i, r, m);
+            run_one(point, pi, j, r, m);
           }
       ctx.reset();
     }
@@ -451,6 +580,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   out.runs_recorded = recorded;
   out.runs_resumed = ev.resumed;
   if (!finished) {
+    recorder->set_root_attribute("end_time", iso8601_now());
     recorder->set_root_attribute("status", "interrupted");
     out.interrupted = true;
     out.data = recorder->read();

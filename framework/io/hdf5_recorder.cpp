@@ -481,6 +481,18 @@ std::string read_config_yaml(const H5::H5File& file, const std::string& path) {
   return v;
 }
 
+// /resolved_config, or "" when the file predates it.
+std::string read_resolved_config(const H5::H5File& file, const std::string& path) {
+  H5::Group root = file.openGroup("/");
+  if (!exists(root, "resolved_config")) return {};
+  H5::DataSet ds = root.openDataSet("resolved_config");
+  if (ds.getTypeClass() != H5T_STRING || ds.getSpace().getSimpleExtentNpoints() != 1)
+    throw Error(ErrorKind::kBadInput, "expected a scalar string, found another type", path, "resolved_config");
+  std::string v;
+  ds.read(v, ds.getStrType());
+  return v;
+}
+
 }  // namespace
 
 void Hdf5Recorder::Impl::commit() {
@@ -499,6 +511,7 @@ ExperimentData Hdf5Recorder::Impl::read() const {
   H5::Group root = file->openGroup("/");
   check_schema_version(root, path);
   d.config_yaml = read_config_yaml(*file, path);
+  d.resolved_config_yaml = read_resolved_config(*file, path);
   auto table_rows = [&](const char* name, const Schema& s) {
     Table t = Table::open(root, name, s, path);
     return t.read(t.rows(), path, read_limit);
@@ -662,6 +675,11 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetad
       H5::DataSet ds = root.createDataSet("config_yaml", t, H5::DataSpace(H5S_SCALAR));
       const char* p = meta.config_yaml.c_str();
       ds.write(&p, t);
+      if (!meta.resolved_config_yaml.empty()) {
+        H5::DataSet rs = root.createDataSet("resolved_config", t, H5::DataSpace(H5S_SCALAR));
+        const char* r = meta.resolved_config_yaml.c_str();
+        rs.write(&r, t);
+      }
     }
     Table pts = Table::create(root, "points", kPointsSchema);
     Table pvs = Table::create(root, "point_values", kPointValuesSchema);

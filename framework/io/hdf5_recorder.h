@@ -41,7 +41,10 @@ constexpr int64_t kHdf5SchemaVersion = 1;
 // Root attributes written at creation.
 struct ExperimentMetadata {
   std::string name;
-  std::string config_yaml;    // the resolved config (after --set overrides), as YAML text
+  std::string config_yaml;    // the config as written, after --set overrides (YAML text)
+  // Every effective setting (effective_config_yaml) plus a `runtime` section (threads, the
+  // model file loaded, chat template on/off, the output path); /resolved_config. Optional.
+  std::string resolved_config_yaml;
   std::string git_revision = "unknown";
   std::string torch_version;  // SPECLAB_TORCH_VERSION
   std::string cpu_model;      // /proc/cpuinfo "model name"

@@ -194,7 +194,7 @@ TEST_CASE("speclab run: a tiny stories260K experiment, its HDF5 file, summary an
   CHECK(std::regex_match(str_attr(f, "start_time"), iso));
   CHECK(std::regex_match(str_attr(f, "end_time"), iso));
   const std::string rev = str_attr(f, "git_revision");
-  CHECK((rev == "unknown" || std::regex_match(rev, std::regex("[0-9a-f]{40}"))));
+  CHECK((rev == "unknown" || std::regex_match(rev, std::regex("[0-9a-f]{40}(\\+dirty)?"))));
   CHECK(!str_attr(f, "torch_version").empty());
   CHECK(!str_attr(f, "cpu_model").empty());
   CHECK(int_attr(root, "cpu_cores") > 0);
@@ -470,5 +470,61 @@ TEST_CASE("speclab run --overwrite replaces an existing experiment file", "[expe
   CHECK(o.code == 0);
   CHECK(read_experiment(h5).runs.size() == 36);
   CHECK(!fs::exists(h5 + ".partial"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("speclab run: prompt files and repeats sweep per point", "[experiment][sweep]") {
+  const std::string dir = temp_dir(), h5 = dir + "/out.h5";
+  write_file(dir + "/one.jsonl", "{\"prompt\": \"Sam had a red car.\", \"id\": \"x1\"}\n");
+  write_file(dir + "/two.jsonl",
+             "{\"prompt\": \"Mia liked to play.\", \"id\": \"y1\"}\n{\"prompt\": \"Ben wanted cake.\", \"id\": \"y2\"}\n");
+  write_file(dir + "/p.yaml",
+             "models: {target: {path: stories260K}}\n"
+             "drafters: [{name: prompt_lookup}]\n"
+             "generation: {max_new_tokens: 3}\n"
+             "prompts:\n  chat: off\n  id_field: id\n  inline: [{id: shared, text: \"Once upon a time\"}]\n"
+             "sweep:\n  prompts.files: [one.jsonl, two.jsonl]\n  repeats: [1, 2]\n"
+             "output: {path: " + h5 + "}\n");
+  const Result r = cli("run '" + dir + "/p.yaml' --no-report", dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const ExperimentData d = read_experiment(h5);
+  // Prompt table: the union in first-seen order (x1, shared, y1, y2); each point runs its own.
+  REQUIRE(d.prompts.size() == 4);
+  CHECK(d.prompts[0].id == "x1");
+  CHECK(d.prompts[1].id == "shared");
+  std::map<int64_t, std::set<std::pair<int64_t, int64_t>>> runs;  // point -> {(prompt, repeat)}
+  for (const RunRecord& run : d.runs) runs[run.key.point].insert({run.key.prompt, run.key.repeat});
+  using S = std::set<std::pair<int64_t, int64_t>>;
+  CHECK(runs[0] == S{{0, 0}, {1, 0}});                                  // one.jsonl, repeats 1
+  CHECK(runs[1] == S{{0, 0}, {0, 1}, {1, 0}, {1, 1}});                  // one.jsonl, repeats 2
+  CHECK(runs[2] == S{{2, 0}, {3, 0}, {1, 0}});                          // two.jsonl, repeats 1
+  CHECK(runs[3] == S{{2, 0}, {2, 1}, {3, 0}, {3, 1}, {1, 0}, {1, 1}});  // two.jsonl, repeats 2
+  CHECK(d.runs.size() == 2 * (2 + 4 + 3 + 6));                          // ar + prompt_lookup
+  fs::remove_all(dir);
+}
+
+TEST_CASE("speclab run --resume compares settings by value and names the ones that differ",
+          "[experiment][resume]") {
+  const std::string dir = temp_dir(), h5 = dir + "/out.h5";
+  write_file(dir + "/a.yaml", config_yaml(h5, "{max_new_tokens: 4}"));
+  REQUIRE(cli("run '" + dir + "/a.yaml' --no-report", dir).code == 0);
+  // /resolved_config holds every effective setting and the runtime facts.
+  const ExperimentData d = read_experiment(h5);
+  CHECK_THAT(d.resolved_config_yaml, Catch::Matchers::Contains("top_p: 1"));
+  CHECK_THAT(d.resolved_config_yaml, Catch::Matchers::Contains("threads:"));
+  CHECK_THAT(d.resolved_config_yaml, Catch::Matchers::Contains("stories260K.bin"));
+  // The same settings written differently: 0.0 for 0, a default written out, sections moved.
+  std::string same = config_yaml(h5, "{max_tokens: 4, ignore_eos: false}");
+  same.replace(same.find("sampling: {temperature: 0}\n"), 27, "");
+  same = "sampling: {temperature: 0.0, top_k: 0}\n" + same;
+  write_file(dir + "/b.yaml", same);
+  const Result ok = cli("run '" + dir + "/b.yaml' --no-report --resume", dir);
+  INFO(ok.err);
+  CHECK(ok.code == 0);
+  const Result bad = cli("run '" + dir + "/a.yaml' --no-report --resume --set sampling.top_k=5", dir);
+  CHECK(bad.code == 2);
+  CHECK_THAT(bad.err, Catch::Matchers::Contains("--resume: expected the same settings as the experiment recorded in "
+                                                "the file, found 1 different (file vs now: sampling.top_k: 0 vs 5)"));
   fs::remove_all(dir);
 }

@@ -179,7 +179,7 @@ TEST_CASE("sweep expansion is the cartesian product, first axis outermost", "[co
   const std::string yaml = kBase +
                            "drafters:\n"
                            "  - {name: prompt_lookup}\n"
-                           "  - {name: layer_skip, gamma: 3}\n"
+                           "  - {name: layer_skip, draft_layers_first: 2}\n"
                            "sweep:\n"
                            "  sampling.temperature: [0, 0.7]\n"
                            "  drafter.gamma: [1, 2, 4]\n"
@@ -225,7 +225,7 @@ TEST_CASE("overrides with --set: scalars and lists before mapping", "[config]") 
   const ExperimentConfig c = parse_experiment_config(
       yaml, "set.yaml",
       {"sampling.temperature=0.7", "generation.stop=[\"\\n\\n\", END]", "drafters.0.num_speculative_tokens=6",
-       "drafters[1].draft_layers=0-2", "sweep.drafter.gamma=[1, 3]", "kv.budget_bytes=512MiB"});
+       "drafters[1].draft_layers=0-2", "sweep.sampling.top_k=[1, 3]", "kv.budget_bytes=512MiB"});
   CHECK(c.sampling.temperature == 0.7);
   CHECK(c.generation.stop == std::vector<std::string>{"\n\n", "END"});
   CHECK(c.drafters[0].options.num_speculative_tokens == 6);  // replaced the entry written as gamma
@@ -358,7 +358,7 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
                         "(drafters[0].num_speculative_tokens, at sweep point drafter.num_speculative_tokens=0)"));
     // Values are validated together: gamma 8 needs the max raised by the other axis.
     const std::string both = kBase +
-                             "drafters: [{name: prompt_lookup, max_speculative_tokens: 4}]\n"
+                             "drafters: [{name: prompt_lookup}]\n"
                              "sweep:\n"
                              "  drafter.gamma: [2, 8]\n"
                              "  drafter.max_speculative_tokens: [8, 4]\n";
@@ -367,7 +367,7 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
     CHECK_THAT(config_error(both), Contains("at sweep point drafter.num_speculative_tokens=8, "
                                             "drafter.max_speculative_tokens=4"));
     const ExperimentConfig ok = parse_experiment_config(
-        kBase + "drafters: [{name: prompt_lookup, max_speculative_tokens: 4}]\nsweep:\n  drafter.gamma: [8]\n"
+        kBase + "drafters: [{name: prompt_lookup}]\nsweep:\n  drafter.gamma: [8]\n"
                 "  drafter.max_speculative_tokens: [16]\n",
         "ok.yaml");
     CHECK(expand_sweep(ok).at(0).config.drafters[0].options.max_speculative_tokens == 16);
@@ -406,6 +406,63 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
       CHECK_THAT(e.what(), Contains("no_such_config.yaml"));
     }
   }
+}
+
+TEST_CASE("sweep keys: per-point settings only, and a drafters entry may not write a swept key", "[config][sweep]") {
+  SECTION("name, output.* and equivalence.* cannot vary between points") {
+    CHECK_THAT(config_error(kBase + "sweep:\n  name: [a, b]\n"),
+               Contains("bad.yaml:6:3: sweep.name: expected a per-point setting, found 'name'"));
+    CHECK_THAT(config_error(kBase + "sweep:\n  output.path: [a.h5, b.h5]\n"),
+               Contains("sweep.output.path: expected a per-point setting, found 'output.path': one run writes one HDF5 "
+                        "file"));
+    CHECK_THAT(config_error(kBase + "sweep:\n  equivalence.samples: [1, 2]\n"),
+               Contains("the equivalence section configures `speclab check`"));
+    CHECK_THAT(config_error(kBase, {"sweep.output.path=[a.h5]"}), Contains("expected a per-point setting"));
+    CHECK_THAT(config_error(kBase + "sweep:\n  sampling.top_k: [2, 4, 2]\n"),
+               Contains("bad.yaml:6:26: sweep.sampling.top_k[2]: expected distinct values (each is one sweep point), found "
+                        "'2' twice"));
+  }
+  SECTION("prompts.*, repeats and warmup are per point") {
+    const ExperimentConfig c = parse_experiment_config(
+        kBase + "sweep:\n  prompts.limit: [1, 2]\n  repeats: [1, 3]\n  warmup: [0, 2]\n", "ok.yaml", {});
+    const std::vector<SweepPoint> pts = expand_sweep(c);
+    REQUIRE(pts.size() == 8);
+    CHECK(pts[7].config.prompts.limit == 2);
+    CHECK(pts[7].config.repeats == 3);
+    CHECK(pts[7].config.warmup == 2);
+    CHECK(pts[0].config.repeats == 1);
+  }
+  SECTION("a drafters entry that writes a key a drafter.<key> sweep sets is an error at that key") {
+    CHECK_THAT(config_error(kBase + "drafters:\n  - name: prompt_lookup\n    gamma: 7\nsweep:\n  drafter.gamma: [1, 2]\n"),
+               Contains("bad.yaml:7:5: drafters[0].gamma: expected the drafters entries to leave this key to "
+                        "sweep.drafter.num_speculative_tokens"));
+    CHECK_THAT(config_error(kBase + "drafters:\n  - name: layer_skip\n  - {name: prompt_lookup, "
+                                    "max_matching_ngram_size: 2}\nsweep:\n  drafter.prompt_lookup_max: [2, 3]\n"),
+               Contains("drafters[1].max_matching_ngram_size: expected the drafters entries to leave"));
+    // A top-level key may be written and swept: the written value is the base each point replaces.
+    const ExperimentConfig ok = parse_experiment_config(
+        kBase + "sampling: {temperature: 0.5}\nsweep:\n  sampling.temperature: [0, 1]\n", "ok.yaml", {});
+    CHECK(expand_sweep(ok)[1].config.sampling.temperature == 1.0);
+  }
+}
+
+TEST_CASE("effective_config_yaml: the same settings give the same text however they are written", "[config]") {
+  const std::string a = kBase + "sampling: {temperature: 0, top_k: 0}\ngeneration: {max_new_tokens: 8}\n"
+                                "drafters:\n  - {name: prompt_lookup, gamma: 2}\n";
+  const std::string b = "generation:\n  max_tokens: 8\ndrafters:\n  - {method: prompt_lookup, "
+                        "num_speculative_tokens: 2, prompt_lookup_max: 3}\nsampling:\n  temperature: 0.0\n" + kBase;
+  const std::string ea = effective_config_yaml(parse_experiment_config(a, "a.yaml", {}));
+  const std::string eb = effective_config_yaml(parse_experiment_config(b, "b.yaml", {}));
+  CHECK(ea == eb);
+  CHECK_THAT(ea, Contains("top_p: 1"));                  // defaults are written out
+  CHECK_THAT(ea, Contains("num_speculative_tokens: 2"));  // under the canonical name
+  CHECK(yaml_differences(ea, eb).empty());
+  const std::string ec = effective_config_yaml(parse_experiment_config(a, "c.yaml", {"sampling.top_k=5"}));
+  const std::vector<std::string> d = yaml_differences(ea, ec);
+  REQUIRE(d.size() == 1);
+  CHECK(d[0] == "sampling.top_k: 0 vs 5");
+  CHECK(yaml_differences("output: {path: a.h5}\nx: 1\n", "output: {path: b.h5}\nx: 1\n", {"output"}).empty());
+  CHECK(yaml_differences("x: [1, 2]\n", "x: [1]\n") == std::vector<std::string>{"x[1]: 2 vs (absent)"});
 }
 
 TEST_CASE("load_prompts: JSONL, .jsonl.gz, dotted fields, limit after concatenation", "[config]") {
