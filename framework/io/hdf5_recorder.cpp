@@ -470,27 +470,23 @@ void write_atomically(const std::string& path, const std::vector<char>& bytes, i
   if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp + " to the output file", errno, -1);
 }
 
-std::string read_config_yaml(const H5::H5File& file, const std::string& path) {
+// The scalar string dataset /<name>; "" when it is absent and not `required`.
+std::string read_root_string(const H5::H5File& file, const std::string& name, const std::string& path, bool required) {
   H5::Group root = file.openGroup("/");
-  if (!exists(root, "config_yaml")) throw Error(ErrorKind::kBadInput, "expected a config_yaml dataset, found none", path);
-  H5::DataSet ds = root.openDataSet("config_yaml");
+  if (!exists(root, name)) {
+    if (!required) return {};
+    throw Error(ErrorKind::kBadInput, "expected a " + name + " dataset, found none", path);
+  }
+  H5::DataSet ds = root.openDataSet(name);
   if (ds.getTypeClass() != H5T_STRING || ds.getSpace().getSimpleExtentNpoints() != 1)
-    throw Error(ErrorKind::kBadInput, "expected a scalar string, found another type", path, "config_yaml");
+    throw Error(ErrorKind::kBadInput, "expected a scalar string, found another type", path, name);
   std::string v;
   ds.read(v, ds.getStrType());
   return v;
 }
 
-// /resolved_config, or "" when the file predates it.
-std::string read_resolved_config(const H5::H5File& file, const std::string& path) {
-  H5::Group root = file.openGroup("/");
-  if (!exists(root, "resolved_config")) return {};
-  H5::DataSet ds = root.openDataSet("resolved_config");
-  if (ds.getTypeClass() != H5T_STRING || ds.getSpace().getSimpleExtentNpoints() != 1)
-    throw Error(ErrorKind::kBadInput, "expected a scalar string, found another type", path, "resolved_config");
-  std::string v;
-  ds.read(v, ds.getStrType());
-  return v;
+std::string read_config_yaml(const H5::H5File& file, const std::string& path) {
+  return read_root_string(file, "config_yaml", path, true);
 }
 
 }  // namespace
@@ -511,7 +507,7 @@ ExperimentData Hdf5Recorder::Impl::read() const {
   H5::Group root = file->openGroup("/");
   check_schema_version(root, path);
   d.config_yaml = read_config_yaml(*file, path);
-  d.resolved_config_yaml = read_resolved_config(*file, path);
+  d.resolved_config_yaml = read_root_string(*file, "resolved_config", path, false);  // absent in older files
   auto table_rows = [&](const char* name, const Schema& s) {
     Table t = Table::open(root, name, s, path);
     return t.read(t.rows(), path, read_limit);
