@@ -122,8 +122,9 @@ int cmd_report(const std::vector<std::string>& args) {
   if (input.empty()) throw Error(ErrorKind::kConfig, "expected an experiment file, found none", "command line", "RESULTS.h5");
   std::error_code ec;
   if (!fs::is_regular_file(input, ec)) throw Error(ErrorKind::kIo, "expected an existing file, found none", input);
-  if (out_dir.empty()) out_dir = default_report_dir(input);
-  check_report_dir(out_dir, "--out");
+  const bool given = !out_dir.empty();
+  if (!given) out_dir = default_report_dir(input);
+  check_report_dir(out_dir, given ? "--out" : "report directory");
   return run_report(input, out_dir);
 }
 

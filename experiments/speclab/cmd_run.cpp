@@ -209,7 +209,10 @@ int cmd_run(const std::vector<std::string>& args) {
 
   ExperimentConfig config = load_experiment_config(config_path, overrides);
   if (!output.empty()) config.output.path = output;
-  // A report directory that cannot be made is found now, not after the whole run.
+  // A report directory that cannot be made is found now, not after the whole run (after the
+  // output path, whose error is the more useful one when its directory is missing).
+  check_output_path(config.output.path,
+                    resume ? OutputMode::kResume : overwrite ? OutputMode::kOverwrite : OutputMode::kCreate);
   if (!no_report)
     check_report_dir(report_dir.empty() ? default_report_dir(config.output.path) : report_dir,
                      report_dir.empty() ? "output.path" : "--report-dir");

@@ -6,12 +6,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include "framework/core/error.h"
 #include "framework/io/yaml_util.h"
@@ -1317,6 +1321,10 @@ ExperimentConfig load_experiment_config(const std::string& path, const std::vect
   return parse_experiment_config(load_yaml_text(path), path, overrides);
 }
 
+namespace {
+std::string canonical_sweep_value(const ExperimentConfig& c, const std::string& key, const std::string& written);
+}  // namespace
+
 ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std::string& source_name,
                                          const std::vector<std::string>& overrides) {
   YamlOrigin origin(source_name);
@@ -1366,13 +1374,24 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
     for (size_t j = 0; j < it->second.size(); ++j) {
       value_nodes.back().push_back(it->second[j]);
       const YamlValue val(&origin, it->second[j], YAML::Node(), written.back());
+      std::string canon;
       try {
         ExperimentConfig c = cfg;
         apply_sweep_value(c, cfg.sweep[a].key, val, ctx);
+        canon = canonical_sweep_value(c, cfg.sweep[a].key, cfg.sweep[a].values[j]);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::kConfig) throw;
         throw Error(ErrorKind::kConfig, e.message(), val.where(), written.back());
       }
+      // Numbers by value: 0 and 0.0 are one point, recorded as 0.
+      std::vector<std::string>& values = cfg.sweep[a].values;
+      if (std::find(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(j), canon) !=
+          values.begin() + static_cast<std::ptrdiff_t>(j))
+        throw Error(ErrorKind::kConfig,
+                    "expected distinct values (each is one sweep point), found " + squote(values[j]) + ", which is " +
+                        squote(canon) + " again",
+                    val.where(), written.back() + "[" + std::to_string(j) + "]");
+      values[j] = canon;
     }
   }
   // ...then every point of the product, since values are only valid together (gamma and
@@ -1401,17 +1420,39 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
 std::vector<SweepPoint> expand_sweep(const ExperimentConfig& config) { return expand_points(config, nullptr); }
 
 std::string effective_config_yaml(const ExperimentConfig& c) {
-  auto seq = [](const auto& items) {
+  // Paths absolute and normalised, so the text does not depend on how the config path was typed
+  // or the working directory (named models stay as written).
+  auto abs = [](const std::string& p) {
+    if (p.empty() || is_named_model(p)) return p;
+    std::error_code ec;
+    const std::filesystem::path a = std::filesystem::absolute(p, ec);
+    return ec ? p : a.lexically_normal().string();
+  };
+  // Doubles in the shortest text that reads back to the same value (0.7, not 0.69999999999999996).
+  auto real = [](double v) {
+    char buf[32];
+    for (int precision = 1; precision <= 17; ++precision) {
+      std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+      if (std::strtod(buf, nullptr) == v) break;
+    }
+    return std::string(buf);
+  };
+  auto seq = [&](const auto& items) {
     YAML::Node n(YAML::NodeType::Sequence);
-    for (const auto& x : items) n.push_back(x);
+    for (const auto& x : items) {
+      if constexpr (std::is_floating_point_v<std::decay_t<decltype(x)>>)
+        n.push_back(real(x));
+      else
+        n.push_back(x);
+    }
     n.SetStyle(YAML::EmitterStyle::Flow);
     return n;
   };
-  auto source = [](const ModelSource& s) {
+  auto source = [&](const ModelSource& s) {
     YAML::Node m;
-    m["path"] = s.path;
+    m["path"] = abs(s.path);
     m["format"] = s.format;
-    m["tokenizer"] = s.tokenizer;
+    m["tokenizer"] = abs(s.tokenizer);
     m["weights"] = s.weights;
     return m;
   };
@@ -1425,31 +1466,34 @@ std::string effective_config_yaml(const ExperimentConfig& c) {
     YAML::Node d;
     d["label"] = e.label;
     d["name"] = o.name;
-    d["plugin"] = o.plugin;
+    d["plugin"] = abs(o.plugin);
     d["num_speculative_tokens"] = o.num_speculative_tokens;
     d["schedule"] = o.schedule;
     d["max_speculative_tokens"] = o.max_speculative_tokens;
-    d["confidence_threshold"] = o.confidence_threshold;
+    d["confidence_threshold"] = real(o.confidence_threshold);
     d["prompt_lookup_min"] = o.prompt_lookup_min;
     d["prompt_lookup_max"] = o.prompt_lookup_max;
     d["draft_layers"] = seq(o.draft_layers);
     d["draft_layers_first"] = o.draft_layers_first;
-    d["draft_model"] = o.draft_model;
+    d["draft_model"] = abs(o.draft_model);
     d["draft_model_format"] = o.draft_model_format;
     YAML::Node params(YAML::NodeType::Map);
     for (const auto& [k, v] : o.params) params[k] = v;
     d["params"] = params;
     n["drafters"].push_back(d);
   }
-  n["sampling"]["temperature"] = c.sampling.temperature;
+  n["sampling"]["temperature"] = real(c.sampling.temperature);
   n["sampling"]["top_k"] = c.sampling.top_k;
-  n["sampling"]["top_p"] = c.sampling.top_p;
+  n["sampling"]["top_p"] = real(c.sampling.top_p);
   n["sampling"]["seed"] = c.sampling.seed;
   n["generation"]["max_new_tokens"] = c.generation.max_new_tokens;
   n["generation"]["stop"] = seq(c.generation.stop);
   n["generation"]["ignore_eos"] = c.generation.ignore_eos;
   const PromptsOptions& p = c.prompts;
-  n["prompts"]["files"] = seq(p.files);
+  std::vector<std::string> files;
+  const std::string base = c.source_path.empty() ? std::string(".") : dirname_of(c.source_path);
+  for (const std::string& f : p.files) files.push_back(abs(resolve_path(base, f)));
+  n["prompts"]["files"] = seq(files);
   n["prompts"]["field"] = p.field;
   n["prompts"]["category_field"] = p.category_field;
   n["prompts"]["id_field"] = p.id_field;
@@ -1484,10 +1528,10 @@ std::string effective_config_yaml(const ExperimentConfig& c) {
     e["top_ps"] = seq(q.top_ps);
     e["top_ks"] = seq(q.top_ks);
     e["gammas"] = seq(q.gammas);
-    e["alpha"] = q.alpha;
-    e["control_alpha"] = q.control_alpha;
+    e["alpha"] = real(q.alpha);
+    e["control_alpha"] = real(q.control_alpha);
     e["negative_controls"] = q.negative_controls;
-    e["numerical_margin"] = q.numerical_margin;
+    e["numerical_margin"] = real(q.numerical_margin);
     e["contexts"] = q.contexts;
     n["equivalence"] = e;
   }
@@ -1518,6 +1562,18 @@ std::map<std::string, std::string> flat_yaml(const std::string& text) {
     out["(unparsable YAML)"] = text;
   }
   return out;
+}
+
+// A numeric sweep value as the setting holds it (0.0 -> 0, 1e3 -> 1000); other values as written.
+std::string canonical_sweep_value(const ExperimentConfig& c, const std::string& key, const std::string& written) {
+  char* end = nullptr;
+  std::strtod(written.c_str(), &end);
+  if (written.empty() || end != written.c_str() + written.size()) return written;
+  const std::string path =
+      starts_with(key, "drafter.") ? (c.drafters.empty() ? key : "drafters[0]." + key.substr(8)) : key;
+  const auto flat = flat_yaml(effective_config_yaml(c));
+  const auto it = flat.find(path);
+  return it == flat.end() ? written : it->second;
 }
 
 }  // namespace

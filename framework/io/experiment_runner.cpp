@@ -67,14 +67,15 @@ std::string cpu_model() {
   return "unknown";
 }
 
-// effective_config_yaml plus what only the run knows: the `runtime` section of /resolved_config.
-// `target` is the first point's loaded model (null when none was loaded).
-std::string resolved_config(const ExperimentConfig& config, const LoadedModel* target) {
+// effective_config_yaml plus what only the run knows: the `runtime` section of /resolved_config,
+// for the first sweep point (`first_point`; `target` is its loaded model, null when none was).
+std::string resolved_config(const ExperimentConfig& config, const ExperimentConfig& first_point,
+                            const LoadedModel* target) {
   YAML::Node n = YAML::Load(effective_config_yaml(config));
   YAML::Node rt;
   rt["threads"] = compute_threads();
   try {
-    const ModelSource src = resolve_model_source(config.models.target);
+    const ModelSource src = resolve_model_source(first_point.models.target);
     std::error_code ec;
     const fs::path abs = fs::absolute(src.path, ec);
     rt["target_model"]["path"] = ec ? src.path : abs.lexically_normal().string();
@@ -83,7 +84,7 @@ std::string resolved_config(const ExperimentConfig& config, const LoadedModel* t
   } catch (const Error&) {
     // A named model that is not installed: check_model_source has reported it already.
   }
-  if (target) rt["chat_template"] = use_chat_template(*target, config.prompts.chat) ? "on" : "off";
+  if (target) rt["chat_template"] = use_chat_template(*target, first_point.prompts.chat) ? "on" : "off";
   std::error_code ec;
   rt["working_directory"] = fs::current_path(ec).string();
   n["runtime"] = rt;
@@ -92,12 +93,12 @@ std::string resolved_config(const ExperimentConfig& config, const LoadedModel* t
   return std::string(e.c_str()) + "\n";
 }
 
-ExperimentMetadata host_metadata(const ExperimentConfig& config, const RunnerOptions& options,
-                                 const LoadedModel* target) {
+ExperimentMetadata host_metadata(const ExperimentConfig& config, const ExperimentConfig& first_point,
+                                 const RunnerOptions& options, const LoadedModel* target) {
   ExperimentMetadata m;
   m.name = config.name;
   m.config_yaml = config.resolved_yaml;
-  m.resolved_config_yaml = resolved_config(config, target);
+  m.resolved_config_yaml = resolved_config(config, first_point, target);
   m.git_revision = options.git_revision.empty() ? "unknown" : options.git_revision;
   m.torch_version = SPECLAB_TORCH_VERSION;
   m.cpu_model = cpu_model();
@@ -132,7 +133,7 @@ struct LoadedTarget {
 class ModelCache {
  public:
   LoadedTarget& get(const ModelSource& src) {
-    const std::string key = src.path + "\n" + src.format + "\n" + src.tokenizer;
+    const std::string key = src.path + "\n" + src.format + "\n" + src.tokenizer + "\n" + src.weights;
     auto it = models_.find(key);
     if (it != models_.end()) return *it->second;
     auto t = std::make_unique<LoadedTarget>();
@@ -302,7 +303,7 @@ void check_same_experiment(const std::string& path, const ExperimentData& have, 
   now += "runtime:\n  threads: " + std::to_string(compute_threads()) + "\n";
   std::vector<std::string> diff = yaml_differences(
       have.resolved_config_yaml, now,
-      {"output", "runtime.target_model", "runtime.chat_template", "runtime.working_directory"});
+      {"output", "equivalence", "runtime.target_model", "runtime.chat_template", "runtime.working_directory"});
   if (!diff.empty()) {
     std::string list;
     for (size_t i = 0; i < diff.size() && i < 5; ++i) list += (i ? "; " : "") + diff[i];
@@ -400,13 +401,18 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   std::vector<Prompt> prompts;
   std::vector<std::vector<int64_t>> point_prompts(points.size());
   {
-    std::map<std::tuple<std::string, std::string, std::string>, int64_t> index_of;
+    // Keyed by (id, category, text, k) for the k-th copy within a point: identical prompts in one
+    // point stay separate rows, the same prompt in several points is one.
+    std::map<std::tuple<std::string, std::string, std::string, int>, int64_t> index_of;
     for (size_t pi = 0; pi < points.size(); ++pi) {
       const std::vector<Prompt> own = load_prompts(points[pi].config);
       if (own.empty())
         throw Error(ErrorKind::kConfig, "expected at least one prompt, found none", config.source_path, "prompts");
+      std::map<std::tuple<std::string, std::string, std::string>, int> copies;
       for (const Prompt& p : own) {
-        auto [it, fresh] = index_of.emplace(std::make_tuple(p.id, p.category, p.text), static_cast<int64_t>(prompts.size()));
+        const int k = copies[std::make_tuple(p.id, p.category, p.text)]++;
+        auto [it, fresh] =
+            index_of.emplace(std::make_tuple(p.id, p.category, p.text, k), static_cast<int64_t>(prompts.size()));
         if (fresh) prompts.push_back(p);
         point_prompts[pi].push_back(it->second);
       }
@@ -464,6 +470,11 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
     return own;
   };
   if (first < n_points) ctx = prepare_point(points[static_cast<size_t>(first)], point_prompt_list(first), models);
+  // The other points with work left are prepared once and dropped, so that what only a loaded
+  // model can check (KV budget, layer ranges, prompt lengths) fails before anything runs. Their
+  // target models stay in the cache for later.
+  for (int64_t pi = first + 1; pi < n_points; ++pi)
+    if (pending(pi)) prepare_point(points[static_cast<size_t>(pi)], point_prompt_list(pi), models);
   auto stop = [&] { return options.stop_requested && options.stop_requested(); };
   ExperimentOutcome out;
   out.output_path = path;
@@ -474,7 +485,10 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   }
   recorder = std::make_unique<Hdf5Recorder>(
       resuming ? Hdf5Recorder::open_for_append(path)
-               : Hdf5Recorder::create(path, host_metadata(config, options, ctx ? &ctx->target->info : nullptr), precs,
+               : Hdf5Recorder::create(path,
+                                      host_metadata(config, points.front().config, options,
+                                                    ctx ? &ctx->target->info : nullptr),
+                                      precs,
                                       prrecs, methods));
 
   ProgressEvent ev;

@@ -528,3 +528,21 @@ TEST_CASE("speclab run --resume compares settings by value and names the ones th
                                                 "the file, found 1 different (file vs now: sampling.top_k: 0 vs 5)"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("speclab run: identical prompts in one point are separate prompt-runs", "[experiment][sweep]") {
+  const std::string dir = temp_dir(), h5 = dir + "/out.h5";
+  write_file(dir + "/d.yaml",
+             "models: {target: {path: stories260K}}\n"
+             "drafters: [{name: prompt_lookup}]\n"
+             "generation: {max_new_tokens: 3}\n"
+             "prompts:\n  chat: off\n  inline: [{id: a, text: \"Once upon a time\"}, {id: a, text: \"Once upon a time\"}]\n"
+             "sweep:\n  sampling.top_k: [0, 5]\n"
+             "output: {path: " + h5 + "}\n");
+  const Result r = cli("run '" + dir + "/d.yaml' --no-report", dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const ExperimentData d = read_experiment(h5);
+  CHECK(d.prompts.size() == 2);  // two rows within a point, shared by both points
+  CHECK(d.runs.size() == 2 * 2 * 2);
+  fs::remove_all(dir);
+}

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -422,6 +423,18 @@ TEST_CASE("sweep keys: per-point settings only, and a drafters entry may not wri
                Contains("bad.yaml:6:26: sweep.sampling.top_k[2]: expected distinct values (each is one sweep point), found "
                         "'2' twice"));
   }
+  SECTION("numbers are compared and recorded by value") {
+    CHECK_THAT(config_error(kBase + "sweep:\n  sampling.temperature: [0, 0.0]\n"),
+               Contains("sweep.sampling.temperature[1]: expected distinct values (each is one sweep point), found "
+                        "'0.0', which is '0' again"));
+    const ExperimentConfig c =
+        parse_experiment_config(kBase + "drafters: [{name: prompt_lookup}]\nsweep:\n  sampling.top_p: [0.50, 1e0]\n"
+                                        "  drafter.gamma: [02, 4]\n  prompts.chat: [off]\n",
+                                "ok.yaml", {});
+    CHECK(c.sweep[0].values == std::vector<std::string>{"0.5", "1"});
+    CHECK(c.sweep[1].values == std::vector<std::string>{"2", "4"});
+    CHECK(c.sweep[2].values == std::vector<std::string>{"off"});  // not a number: as written
+  }
   SECTION("prompts.*, repeats and warmup are per point") {
     const ExperimentConfig c = parse_experiment_config(
         kBase + "sweep:\n  prompts.limit: [1, 2]\n  repeats: [1, 3]\n  warmup: [0, 2]\n", "ok.yaml", {});
@@ -463,6 +476,14 @@ TEST_CASE("effective_config_yaml: the same settings give the same text however t
   CHECK(d[0] == "sampling.top_k: 0 vs 5");
   CHECK(yaml_differences("output: {path: a.h5}\nx: 1\n", "output: {path: b.h5}\nx: 1\n", {"output"}).empty());
   CHECK(yaml_differences("x: [1, 2]\n", "x: [1]\n") == std::vector<std::string>{"x[1]: 2 vs (absent)"});
+  // Paths are absolute: the same config named by a relative or an absolute path gives one text.
+  const std::string paths = "models:\n  target: {path: m/x.bin}\nprompts:\n  files: [p.jsonl]\n";
+  const std::string rel = effective_config_yaml(parse_experiment_config(paths, "cfg/t.yaml", {}));
+  const std::string absolute =
+      effective_config_yaml(parse_experiment_config(paths, std::filesystem::current_path().string() + "/cfg/./t.yaml", {}));
+  CHECK(rel == absolute);
+  CHECK_THAT(rel, Contains(std::filesystem::current_path().string() + "/cfg/m/x.bin"));
+  CHECK_THAT(rel, Contains(std::filesystem::current_path().string() + "/cfg/p.jsonl"));
 }
 
 TEST_CASE("load_prompts: JSONL, .jsonl.gz, dotted fields, limit after concatenation", "[config]") {
