@@ -56,6 +56,18 @@ def times(v) -> str:
     return s if s == "nan" else s + "×"
 
 
+def runtime_value(resolved_config: str, key: str) -> str:
+    """`key` from the `runtime:` section of /resolved_config (the first match below it), or ""."""
+    in_runtime = False
+    for line in resolved_config.splitlines():
+        if not line.startswith(" "):
+            in_runtime = line.rstrip() == "runtime:"
+            continue
+        if in_runtime and line.strip().startswith(key + ":"):
+            return line.split(":", 1)[1].strip().strip('"')
+    return ""
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in r) + " |" for r in rows]
@@ -386,6 +398,8 @@ class Report:
                                   ["git revision", a.get("git_revision", "")],
                                   ["libtorch", a.get("torch_version", "")],
                                   ["CPU", f"{a.get('cpu_model', '')} ({a.get('cpu_cores', '')} cores)"],
+                                  ["compute threads", runtime_value(self.exp.resolved_config, "threads") or "not recorded"],
+                                  ["target model file", runtime_value(self.exp.resolved_config, "path") or "not recorded"],
                                   ["memory", fmt(float(a.get("memory_bytes", "nan") or "nan") / 2**30, ".1f") + " GiB"],
                                   ["prompt-runs", str(self.exp.n_runs)],
                                   ["prompts", str(len(self.exp.prompts.get("id", [])))],
