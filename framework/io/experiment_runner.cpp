@@ -276,6 +276,7 @@ std::vector<PromptRecord> prompt_records(const std::vector<Prompt>& prompts) {
 
 // Resume: the file must describe the same experiment.
 void check_same_experiment(const std::string& path, const ExperimentData& have, const ExperimentConfig& config,
+                           const ExperimentConfig& first_point,
                            const std::vector<PointRecord>& points, const std::vector<PromptRecord>& prompts,
                            const std::vector<std::string>& methods) {
   auto differs = [&](const std::string& what) {
@@ -299,10 +300,8 @@ void check_same_experiment(const std::string& path, const ExperimentData& have, 
   }
   // Settings by value (0 and 0.0, key order and written-out defaults do not matter); the output
   // path may differ, and of the runtime facts only the thread count (it changes every timing).
-  std::string now = effective_config_yaml(config);
-  now += "runtime:\n  threads: " + std::to_string(compute_threads()) + "\n";
   std::vector<std::string> diff = yaml_differences(
-      have.resolved_config_yaml, now,
+      have.resolved_config_yaml, resolved_config(config, first_point, nullptr),
       {"output", "equivalence", "runtime.target_model", "runtime.chat_template", "runtime.working_directory"});
   if (!diff.empty()) {
     std::string list;
@@ -445,7 +444,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   if (resuming) {
     // Read-only first: a mismatch must leave the file untouched.
     ExperimentData have = read_experiment(path);
-    check_same_experiment(path, have, config, precs, prrecs, methods);
+    check_same_experiment(path, have, config, points.front().config, precs, prrecs, methods);
     for (RunRecord& r : have.runs) {
       done_keys.insert(r.key);
       if (r.key.method == kArMethod) ar_tokens[r.key] = std::move(r.tokens);
