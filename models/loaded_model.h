@@ -7,7 +7,7 @@
 #include <string>
 
 #include "models/chat_template.h"
-#include "models/model_config.h"
+#include "framework/core/model_config.h"
 #include "models/tokenizers/tokenizer.h"
 #include "models/weights.h"
 

@@ -73,15 +73,6 @@ std::string detect_format(const std::string& path) {
 
 }  // namespace
 
-void ModelSource::validate() const {
-  if (path.empty()) throw Error(ErrorKind::kConfig, "expected a model path or named entry, found nothing", "model", "path");
-  if (format != "auto" && format != "gguf" && format != "safetensors" && format != "llama2c")
-    throw Error(ErrorKind::kConfig,
-                "expected one of auto, gguf, safetensors, llama2c; found '" + format + "'", "model", "format");
-  if (weights != "native" && weights != "f32")
-    throw Error(ErrorKind::kConfig, "expected native or f32, found '" + weights + "'", "model", "weights");
-}
-
 ModelSource resolve_model_source(const ModelSource& in) {
   ModelSource s = in;
   const std::string models_dir = env_or("SPECLAB_MODELS_DIR", std::string(SPECLAB_SOURCE_DIR) + "/.cache/models");

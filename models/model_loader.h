@@ -10,21 +10,11 @@
 
 #include <string>
 
+#include "framework/core/model_source.h"
 #include "models/loaded_model.h"
 
 namespace speclab {
 
-struct ModelSource {
-  std::string path;
-  std::string format = "auto";
-  std::string tokenizer;  // llama2.c only: tokenizer.bin (default: tokenizer.bin beside the model)
-  // "native": GGUF Q4_0/Q4_1/Q8_0 matrices stay in their quantized blocks and the model computes
-  // with them directly (llama.cpp's precision for weights); "f32": every tensor is dequantized to
-  // float32 at load. Other formats are float32 either way.
-  std::string weights = "native";
-
-  void validate() const;  // throws Error(kConfig) on an empty path, unknown format or weights
-};
 
 // Resolves a named entry to a concrete source (no-op for plain paths).
 ModelSource resolve_model_source(const ModelSource& source);

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "models/model_config.h"
+#include "framework/core/model_config.h"
 
 namespace speclab {
 

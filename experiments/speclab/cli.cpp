@@ -7,7 +7,6 @@
 
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
-#include "models/llama/llama_model.h"
 #include "models/loaders/export.h"
 
 namespace speclab::cli {
@@ -76,17 +75,12 @@ void set_threads(int threads) {
   set_compute_threads(threads);
 }
 
-RuntimeModel load_runtime_model(const ModelArgs& args) {
+std::unique_ptr<LoadedTarget> load_runtime_model(const ModelArgs& args) {
   set_threads(args.threads);
-  auto t0 = std::chrono::steady_clock::now();
-  RuntimeModel rm;
-  rm.info = load_model(args.source());
-  rm.model = std::make_unique<LlamaModel>(rm.info);
-  rm.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return rm;
+  return load_target(args.source());
 }
 
-TokenList build_prompt(const RuntimeModel& m, const std::string& text, const std::string& chat,
+TokenList build_prompt(const LoadedTarget& m, const std::string& text, const std::string& chat,
                        const std::string& system) {
   if (chat != "on" && chat != "off" && chat != "auto")
     throw Error(ErrorKind::kConfig, "expected on, off or auto; found '" + chat + "'", "cli", "--chat");

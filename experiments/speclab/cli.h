@@ -10,8 +10,7 @@
 
 #include "framework/draft/drafter_options.h"
 #include "framework/sampling/sampling.h"
-#include "models/model.h"
-#include "models/model_loader.h"
+#include "experiments/app/loaded_target.h"
 
 namespace speclab::cli {
 
@@ -33,17 +32,12 @@ struct ModelArgs {
   ModelSource source() const;
 };
 
-struct RuntimeModel {
-  LoadedModel info;              // config, tokenizer, chat template (weights moved out)
-  std::unique_ptr<Model> model;  // stateless model
-  double load_seconds = 0.0;
-};
-
-RuntimeModel load_runtime_model(const ModelArgs& args);
+// Sets the thread count, then load_target(args.source()) (experiments/app/loaded_target.h).
+std::unique_ptr<LoadedTarget> load_runtime_model(const ModelArgs& args);
 
 // Prompt text -> ids. chat: "on" wraps the text as one user message through the model's chat
 // template, "off" uses it raw, "auto" = on when the model ships a template.
-TokenList build_prompt(const RuntimeModel& m, const std::string& text, const std::string& chat,
+TokenList build_prompt(const LoadedTarget& m, const std::string& text, const std::string& chat,
                        const std::string& system = {});
 
 // Parses `args` with `desc`; returns false (after printing help) when --help was given.

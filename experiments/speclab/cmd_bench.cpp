@@ -45,7 +45,7 @@ at::Tensor synthetic_tokens(int64_t n, int64_t vocab) {
 // Seconds per decoded token at context length `ctx`, cached mode.
 double cached_step_seconds(const Model& model, int64_t ctx, int steps) {
   const ModelConfig& c = model.config();
-  ContiguousKv kv(c, ctx + steps);
+  ContiguousKv kv(c.kv_geometry(), ctx + steps);
   at::Tensor prompt = synthetic_tokens(ctx, c.vocab_size);
   model.forward(prompt, at::arange(ctx, at::kLong), kv.append_view(ctx), ForwardOptions{{}, 1});
   kv.commit(ctx);
@@ -64,7 +64,7 @@ double naive_step_seconds(const Model& model, int64_t ctx, int steps) {
   at::Tensor seq = synthetic_tokens(ctx, c.vocab_size);
   auto t0 = Clock::now();
   for (int s = 0; s < steps; ++s) {
-    ContiguousKv kv(c, ctx);
+    ContiguousKv kv(c.kv_geometry(), ctx);
     model.forward(seq, at::arange(ctx, at::kLong), kv.append_view(ctx), ForwardOptions{{}, 1});
   }
   return since(t0) / steps;
@@ -75,7 +75,7 @@ double prefill_seconds(const Model& model, int64_t n, int reps) {
   at::Tensor prompt = synthetic_tokens(n, c.vocab_size);
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
-    ContiguousKv kv(c, n);
+    ContiguousKv kv(c.kv_geometry(), n);
     auto t0 = Clock::now();
     model.forward(prompt, at::arange(n, at::kLong), kv.append_view(n), ForwardOptions{{}, 1});
     best = std::min(best, since(t0));
@@ -87,7 +87,7 @@ double prefill_seconds(const Model& model, int64_t n, int reps) {
 // gamma = n - 1 drafts), best of `reps` (the cache is rolled back between them).
 double batch_forward_seconds(const Model& model, int64_t ctx, int64_t n, int reps) {
   const ModelConfig& c = model.config();
-  ContiguousKv kv(c, ctx + n);
+  ContiguousKv kv(c.kv_geometry(), ctx + n);
   model.forward(synthetic_tokens(ctx, c.vocab_size), at::arange(ctx, at::kLong), kv.append_view(ctx),
                 ForwardOptions{{}, 1});
   kv.commit(ctx);
@@ -205,7 +205,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   if (steps <= 0 || naive_steps <= 0 || prefill_len <= 0)
     throw Error(ErrorKind::kConfig, "expected positive --steps, --naive-steps and --prefill", "command line");
 
-  RuntimeModel m = load_runtime_model(margs);
+  const std::unique_ptr<LoadedTarget> target = load_runtime_model(margs);
+  const LoadedTarget& m = *target;
   const Model& model = *m.model;
   const ModelConfig& c = model.config();
   for (int64_t ctx : contexts)
@@ -333,11 +334,11 @@ int cmd_bench(const std::vector<std::string>& args) {
         if (packed) {
           ModelArgs f32_args = margs;
           f32_args.weights = "f32";
-          RuntimeModel m32 = load_runtime_model(f32_args);
-          cached_step_seconds(*m32.model, 16, 4);
-          ours32 = cached_step_seconds(*m32.model, contexts.front(), steps);
+          const std::unique_ptr<LoadedTarget> m32 = load_runtime_model(f32_args);
+          cached_step_seconds(*m32->model, 16, 4);
+          ours32 = cached_step_seconds(*m32->model, contexts.front(), steps);
           std::printf("SpecLab --weights f32 (%s): decode %.1f tok/s at context %lld\n",
-                      m32.model->weight_storage().c_str(), 1.0 / ours32, static_cast<long long>(contexts.front()));
+                      m32->model->weight_storage().c_str(), 1.0 / ours32, static_cast<long long>(contexts.front()));
         }
         std::printf("llama.cpp %s, F32 copy of the same weights (%s): decode %.1f tok/s, prefill %s tok/s\n",
                     v32.c_str(), f32_path.c_str(), lc32, pf32.c_str());

@@ -1,5 +1,5 @@
 // speclab check — the distribution-equivalence checks of a config's `equivalence` section
-// (framework/equivalence/equivalence_runner.h, docs/equivalence.md): prints the table, writes
+// (experiments/app/equivalence_runner.h, docs/equivalence.md): prints the table, writes
 // the `/equivalence` group of the output HDF5 file.
 // Exit codes: 0 every check passed and every negative control was caught; 1 a check failed (a
 // finding, see the printed failure lines); 2 bad input (config, models, prompts, output path).
@@ -13,7 +13,7 @@
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
 #include "framework/equivalence/equivalence_hdf5.h"
-#include "framework/equivalence/equivalence_runner.h"
+#include "experiments/app/equivalence_runner.h"
 #include "framework/io/experiment_config.h"
 
 namespace speclab::cli {

@@ -3,6 +3,7 @@
 
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
+#include "models/model_loader.h"
 #include "models/loaders/export.h"
 
 namespace speclab::cli {

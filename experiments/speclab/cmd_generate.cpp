@@ -5,8 +5,8 @@
 
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
-#include "framework/draft/registry.h"
-#include "framework/engine/ar_decode.h"
+#include "experiments/app/session_parts.h"
+#include "framework/engine/observers.h"
 #include "framework/engine/spec_decode.h"
 
 namespace speclab::cli {
@@ -25,7 +25,7 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-void print_model_info(const RuntimeModel& m, std::ostream& os) {
+void print_model_info(const LoadedTarget& m, std::ostream& os) {
   const ModelConfig& c = m.info.config;
   os << "model:        " << m.info.source << " (" << m.info.format << ", loaded in " << m.load_seconds << " s)\n"
      << "architecture: " << c.architecture << ", " << c.num_hidden_layers << " layers, hidden " << c.hidden_size
@@ -85,40 +85,41 @@ int cmd_generate(const std::vector<std::string>& args) {
   gen.validate();
   samp.validate();
 
-  RuntimeModel m = load_runtime_model(margs);
+  const std::unique_ptr<LoadedTarget> loaded = load_runtime_model(margs);
+  const LoadedTarget& m = *loaded;
   if (verbose) print_model_info(m, std::cerr);
-  TokenList ids = build_prompt(m, prompt, chat, system);
-
+  const TokenList ids = build_prompt(m, prompt, chat, system);
   const Tokenizer& tok = *m.info.tokenizer;
-  if (dargs.drafter.empty()) {
-    if (stats) throw Error(ErrorKind::kConfig, "--stats needs --drafter", "command line", "--stats");
-    GenerationResult r = generate_ar(*m.model, tok, ids, gen, samp, naive ? KvMode::kNaive : KvMode::kCached);
+  if (naive) {
+    if (!dargs.drafter.empty()) throw Error(ErrorKind::kConfig, "--naive is an AR mode; drop it with --drafter", "command line", "--naive");
+    GenerationResult r = generate_ar(*m.model, tok, ids, gen, samp, KvMode::kNaive);
     std::cout << r.text << std::endl;
-    if (verbose) print_timing(r, naive ? "AR naive" : "AR cached");
+    if (verbose) print_timing(r, "AR naive");
     return kExitOk;
   }
-  if (naive) throw Error(ErrorKind::kConfig, "--naive is an AR mode; drop it with --drafter", "command line", "--naive");
-  const DrafterOptions dopts = dargs.options();
-  KvOptions kvo;  // defaults: 16-token blocks, 2 GiB budget shared by target and draft
-  KvCacheManager kv(kvo);
-  const PoolId pool = kv.add_pool(m.model->config());
-  DrafterEnv env;
-  env.target = m.model.get();
-  env.kv = &kv;
-  env.target_pool = pool;
-  env.vocab_size = m.model->config().vocab_size;
-  DrafterRegistry registry = DrafterRegistry::with_builtins();
-  std::unique_ptr<Drafter> drafter = registry.create(dopts, env);
-  SpecResult r = generate_speculative(*m.model, tok, ids, gen, samp, *drafter, dopts, {&kv, pool});
+  if (stats && dargs.drafter.empty()) throw Error(ErrorKind::kConfig, "--stats needs --drafter", "command line", "--stats");
+
+  // One Session: the speculative run (or AR without --drafter), then AR for --stats.
+  SessionParts parts(m, KvOptions{});  // defaults: 16-token blocks, 2 GiB budget shared by target and draft
+  Method method;
+  if (!dargs.drafter.empty()) method = {&parts.add_drafter(dargs.options()), dargs.options()};
+  Session session(*m.model, tok, parts.kv_target());
+  PhaseTimer timer;
+  ProbabilityLog log;
+  session.add_observer(timer);
+  session.add_observer(log);
+  session.begin({ids, method, gen, samp});
+  const SpecResult r = run_to_end(session);
   std::cout << r.text << std::endl;
-  if (verbose) print_timing(r, ("speculative (" + drafter->name() + ")").c_str());
+  if (verbose) print_timing(r, method.drafter ? ("speculative (" + method.drafter->name() + ")").c_str() : "AR cached");
   if (stats) {
-    GenerationResult ar = generate_ar(*m.model, tok, ids, gen, samp, KvMode::kCached, {}, {&kv, pool});
+    session.begin({ids, {}, gen, samp});
+    const SpecResult ar = run_to_end(session);
     const double t_spec = r.prefill_seconds + r.decode_seconds, t_ar = ar.prefill_seconds + ar.decode_seconds;
     std::printf("drafter %s, gamma %d (%s): %zu steps, %zu target forwards, acceptance rate %.3f, mean accepted "
                 "length %.3f tokens/forward\n",
-                drafter->name().c_str(), dopts.num_speculative_tokens, dopts.schedule.c_str(), r.steps.size(),
-                static_cast<size_t>(r.forward_calls), r.acceptance_rate(), r.mean_accepted_length());
+                method.drafter->name().c_str(), method.options.num_speculative_tokens, method.options.schedule.c_str(),
+                r.steps.size(), static_cast<size_t>(r.forward_calls), r.acceptance_rate(), r.mean_accepted_length());
     // Decode phase (prefill excluded), as `speclab run` reports it; the totals follow.
     std::printf("decode time: speculative %.3f s (draft %.3f, verify %.3f, accept %.3f, kv %.3f), AR %.3f s -> "
                 "speedup %.2fx; with prefill %.3f s vs %.3f s -> %.2fx; %s\n",

@@ -1,4 +1,4 @@
-// speclab run — run an experiment config (framework/io/experiment_runner.h): record every
+// speclab run — run an experiment config (experiments/app/experiment_runner.h): record every
 // prompt-run to HDF5, print the summary table, and generate the report.
 //
 // SIGINT / SIGTERM during the sweep: the runner stops after the prompt-run in progress (each one
@@ -20,7 +20,7 @@
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
 #include "framework/io/experiment_config.h"
-#include "framework/io/experiment_runner.h"
+#include "experiments/app/experiment_runner.h"
 
 namespace speclab::cli {
 

@@ -37,4 +37,23 @@ double Rng::uniform() {
   return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
 }
 
+void Rng::jump() {
+  static constexpr uint64_t kJump[4] = {0x180ec6d33cfd0abaULL, 0xd5a61266f0c9392cULL, 0xa9582618e03fc9aaULL,
+                                        0x39abdc4529b1661cULL};
+  std::array<uint64_t, 4> acc{0, 0, 0, 0};
+  for (uint64_t word : kJump)
+    for (int b = 0; b < 64; ++b) {
+      if (word & (uint64_t{1} << b))
+        for (std::size_t i = 0; i < 4; ++i) acc[i] ^= s_[i];
+      next_u64();
+    }
+  s_ = acc;
+}
+
+Rng Rng::stream(uint64_t seed, uint64_t id) {
+  Rng r(seed);
+  for (uint64_t i = 0; i < id; ++i) r.jump();
+  return r;
+}
+
 }  // namespace speclab

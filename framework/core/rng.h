@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 namespace speclab {
@@ -30,6 +31,14 @@ class Rng {
 
   // A double in [0, 1): (next_u64() >> 11) * 2^-53, one next_u64() per call.
   double uniform();
+
+  // Advances the state by 2^128 next_u64() calls (the authors' jump polynomial), so that
+  // 2^128 non-overlapping streams of 2^128 draws each can be split from one seed.
+  void jump();
+
+  // Stream `id` of `seed`: Rng(seed) advanced by `id` jumps. Stream 0 is Rng(seed) itself (the
+  // verifier's and AR's stream); stream 1 is the drafter's. Streams never overlap.
+  static Rng stream(uint64_t seed, uint64_t id);
 
   // The raw state, for checkpointing and for comparing two generators.
   const std::array<uint64_t, 4>& state() const { return s_; }

@@ -29,4 +29,15 @@ void DrafterOptions::validate() const {
     if (l < 0) bad("draft_layers", "expected layer indices >= 0, found " + std::to_string(l));
 }
 
+std::vector<int64_t> layer_skip_layers(const DrafterOptions& o, int64_t n_layers) {
+  if (!o.draft_layers.empty()) return o.draft_layers;
+  const int64_t first = o.draft_layers_first > 0 ? o.draft_layers_first : n_layers / 2;
+  if (first > n_layers)
+    throw Error(ErrorKind::kConfig, "expected at most " + std::to_string(n_layers) + " layers, found " +
+                                        std::to_string(first), "drafter", "draft_layers_first");
+  std::vector<int64_t> layers;
+  for (int64_t l = 0; l < first; ++l) layers.push_back(l);
+  return layers;
+}
+
 }  // namespace speclab

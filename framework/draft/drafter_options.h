@@ -36,4 +36,9 @@ struct DrafterOptions {
   void validate() const;
 };
 
+// layer_skip's layers for a target of `n_layers` layers: draft_layers when given, else the first
+// draft_layers_first layers (default: the first half). Error(kConfig, "drafter",
+// "draft_layers_first") when more layers are asked for than the target has.
+std::vector<int64_t> layer_skip_layers(const DrafterOptions& options, int64_t n_layers);
+
 }  // namespace speclab

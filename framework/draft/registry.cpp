@@ -4,8 +4,7 @@
 #include "framework/draft/builtin/model_drafter.h"
 #include "framework/draft/builtin/prompt_lookup.h"
 #include "framework/draft/plugin_loader.h"
-#include "models/llama/llama_model.h"
-#include "models/model_loader.h"
+#include "framework/core/model.h"
 
 namespace speclab {
 
@@ -42,25 +41,8 @@ void register_builtin_drafters(DrafterRegistry& r) {
     return std::make_unique<PromptLookupDrafter>(o);
   });
   r.add("layer_skip", [](const DrafterOptions& o, const DrafterEnv& env) -> std::unique_ptr<Drafter> {
-    std::vector<int64_t> layers = o.draft_layers;
-    if (layers.empty()) {
-      const int64_t L = env.target ? env.target->config().num_hidden_layers : 0;
-      const int64_t first = o.draft_layers_first > 0 ? o.draft_layers_first : L / 2;
-      if (first > L)
-        throw Error(ErrorKind::kConfig, "expected at most " + std::to_string(L) + " layers, found " +
-                                            std::to_string(first), "drafter", "draft_layers_first");
-      for (int64_t l = 0; l < first; ++l) layers.push_back(l);
-    }
-    return ModelDrafter::layer_skip(env, layers);
-  });
-  r.add("draft_model", [](const DrafterOptions& o, const DrafterEnv& env) -> std::unique_ptr<Drafter> {
-    if (o.draft_model.empty())
-      throw Error(ErrorKind::kConfig, "expected a draft model path or named entry", "drafter", "draft_model");
-    ModelSource src;
-    src.path = o.draft_model;
-    src.format = o.draft_model_format;
-    LoadedModel loaded = load_model(src);
-    return ModelDrafter::separate(std::make_unique<LlamaModel>(loaded), env);
+    const int64_t n_layers = env.target ? env.target->config().num_hidden_layers : 0;
+    return ModelDrafter::layer_skip(env, layer_skip_layers(o, n_layers));
   });
 }
 

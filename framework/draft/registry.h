@@ -17,7 +17,8 @@ using DrafterFactory = std::function<std::unique_ptr<Drafter>(const DrafterOptio
 
 class DrafterRegistry {
  public:
-  // A registry with the built-ins: prompt_lookup, layer_skip, draft_model.
+  // A registry with the framework's built-ins: prompt_lookup, layer_skip. draft_model, which loads
+  // a model, is added by the application layer (experiments/app/drafters.h).
   static DrafterRegistry with_builtins();
 
   void add(const std::string& name, DrafterFactory factory);

@@ -25,7 +25,7 @@ const char* to_string(StopReason r) {
   return "unknown";
 }
 
-StopCriteria::StopCriteria(const Tokenizer& tok, const GenerationOptions& opts, int64_t prompt_len,
+StopCriteria::StopCriteria(const TokenDecoder& tok, const GenerationOptions& opts, int64_t prompt_len,
                            int64_t context_len)
     : tok_(tok), opts_(opts), prompt_len_(prompt_len), context_len_(context_len) {
   for (const auto& s : opts.stop) max_stop_len_ = std::max(max_stop_len_, s.size());

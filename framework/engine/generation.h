@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "framework/core/types.h"
-#include "models/tokenizers/tokenizer.h"
+#include "framework/core/token_decoder.h"
 
 namespace speclab {
 
@@ -27,7 +27,7 @@ const char* to_string(StopReason r);
 // stop string appears, text() is cut just before it (the tokens are kept as generated).
 class StopCriteria {
  public:
-  StopCriteria(const Tokenizer& tok, const GenerationOptions& opts, int64_t prompt_len, int64_t context_len);
+  StopCriteria(const TokenDecoder& tok, const GenerationOptions& opts, int64_t prompt_len, int64_t context_len);
   // Appends one generated token; returns true when generation must stop after it.
   bool push(Token t);
   StopReason reason() const { return reason_; }
@@ -35,7 +35,7 @@ class StopCriteria {
   int64_t n_generated() const { return n_; }
 
  private:
-  const Tokenizer& tok_;
+  const TokenDecoder& tok_;
   const GenerationOptions& opts_;
   int64_t prompt_len_, context_len_;
   int64_t n_ = 0;

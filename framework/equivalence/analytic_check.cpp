@@ -83,7 +83,7 @@ std::vector<float> next_token_logits(const Model& model, const TokenList& contex
   }
   const int64_t n = static_cast<int64_t>(context.size());
   KvCacheManager kv(kv_options_for(c, n + 1));
-  const PoolId pool = kv.add_pool(c);
+  const PoolId pool = kv.add_pool(c.kv_geometry());
   KvSequence seq(kv, pool);
   const SeqId sid = seq.id();
   if (n > 1) {

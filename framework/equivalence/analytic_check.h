@@ -18,7 +18,7 @@
 
 #include "framework/core/types.h"
 #include "framework/sampling/sampling.h"
-#include "models/model.h"
+#include "framework/core/model.h"
 
 namespace speclab {
 

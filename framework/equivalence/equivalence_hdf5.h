@@ -16,7 +16,7 @@
 
 #include <string>
 
-#include "framework/equivalence/equivalence_runner.h"
+#include "framework/equivalence/equivalence_report.h"
 
 namespace speclab {
 

@@ -45,7 +45,7 @@ double top2_margin(const float* logits, int64_t vocab) {
   return static_cast<double>(a) - static_cast<double>(b);
 }
 
-GreedyCheck check_greedy(const Model& target, const Tokenizer& tokenizer, const TokenList& prompt,
+GreedyCheck check_greedy(const Model& target, const TokenDecoder& tokenizer, const TokenList& prompt,
                          const GenerationOptions& gen, Drafter& drafter, const DrafterOptions& dopts, KvTarget kv,
                          double numerical_margin) {
   const int64_t vocab = target.config().vocab_size;

@@ -35,7 +35,7 @@
 #include "framework/draft/drafter_options.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/generation.h"
-#include "models/model.h"
+#include "framework/core/model.h"
 
 namespace speclab {
 
@@ -71,7 +71,7 @@ struct GreedyCheck {
 // been built with DrafterEnv::target == &target (it is not routed through the recorder). Both
 // runs use `kv`. numerical_margin > 0 replaces the default tolerance (absolute logits).
 // gen.max_new_tokens bounds both runs; EOS and stop strings apply to both.
-GreedyCheck check_greedy(const Model& target, const Tokenizer& tokenizer, const TokenList& prompt,
+GreedyCheck check_greedy(const Model& target, const TokenDecoder& tokenizer, const TokenList& prompt,
                          const GenerationOptions& gen, Drafter& drafter, const DrafterOptions& dopts, KvTarget kv,
                          double numerical_margin = 0.0);
 

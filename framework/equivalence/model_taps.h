@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/model.h"
+#include "framework/core/model.h"
 
 namespace speclab {
 

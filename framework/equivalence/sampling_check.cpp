@@ -18,7 +18,6 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Thrown by the token callback once a draw has its m tokens; caught in draw_speculative.
-struct EnoughTokens {};
 
 std::vector<double> to_double_normalised(const std::vector<float>& p) {
   double sum = 0.0;
@@ -87,13 +86,14 @@ void check_prefix(const Draws& d, int64_t n, const char* what) {
 }  // namespace
 
 AcceptanceRule always_accept_rule() {
-  return [](const VerifyInputs& in) {
-    return faulty::verify_always_accept(in.draft->tokens, *in.p, in.draft->probs, *in.rng);
-  };
+  return {[](const VerifyInputs& in) {
+            return faulty::verify_always_accept(in.draft->tokens, *in.p, in.draft->probs, *in.rng);
+          },
+          true};
 }
 
 AcceptanceRule top_p_on_p_only_rule() {
-  return [](const VerifyInputs& in) {
+  return {[](const VerifyInputs& in) {
     const DraftBlock& d = *in.draft;
     if (d.tokens.empty()) return verify_rejection(d.tokens, *in.p, d.probs, *in.rng);
     if (d.logits.size() != d.tokens.size())
@@ -107,7 +107,8 @@ AcceptanceRule top_p_on_p_only_rule() {
     std::vector<std::vector<float>> q_raw(d.tokens.size());
     for (size_t i = 0; i < d.tokens.size(); ++i) logits_to_probs(d.logits[i].data(), in.vocab, raw, q_raw[i]);
     return verify_rejection(d.tokens, *in.p, q_raw, *in.rng);
-  };
+  },
+          true};
 }
 
 uint64_t draw_seed(uint64_t base, uint64_t stream, int64_t index) {
@@ -131,7 +132,7 @@ void DrawPlan::validate() const {
   if (context.empty()) throw Error(ErrorKind::kBadInput, "expected a non-empty context, found none", "sampling check", "context");
 }
 
-Draws draw_ar(const Model& target, const Tokenizer& tokenizer, const DrawPlan& plan, KvTarget kv) {
+Draws draw_ar(const Model& target, const TokenDecoder& tokenizer, const DrawPlan& plan, KvTarget kv) {
   plan.validate();
   const auto t0 = Clock::now();
   Draws d;
@@ -149,7 +150,7 @@ Draws draw_ar(const Model& target, const Tokenizer& tokenizer, const DrawPlan& p
   return d;
 }
 
-Draws draw_speculative(const Model& target, const Tokenizer& tokenizer, const DrawPlan& plan, Drafter& drafter,
+Draws draw_speculative(const Model& target, const TokenDecoder& tokenizer, const DrawPlan& plan, Drafter& drafter,
                        const DrafterOptions& dopts, KvTarget kv, const AcceptanceRule& rule) {
   plan.validate();
   const auto t0 = Clock::now();
@@ -158,28 +159,29 @@ Draws draw_speculative(const Model& target, const Tokenizer& tokenizer, const Dr
   d.tokens.reserve(static_cast<size_t>(plan.n * plan.m));
   const GenerationOptions gen = draw_generation(std::max(plan.m, dopts.num_speculative_tokens + 2));
   SamplingOptions s = plan.sampling;
-  SpecHooks hooks;
-  hooks.acceptance = [&](const VerifyInputs& in) {
-    Verdict v = rule ? rule(in) : lossless_acceptance(in);
-    d.drafted += static_cast<int64_t>(in.draft->tokens.size());
-    d.accepted += v.n_accepted;
-    d.steps += 1;
-    return v;
-  };
-  TokenList got;
-  auto on_token = [&](Token t) {
-    got.push_back(t);
-    if (static_cast<int>(got.size()) == plan.m) throw EnoughTokens{};
-  };
+  // Counts every verification step of every draw, and collects each draw's tokens.
+  struct Tally : StepObserver {
+    Draws* d = nullptr;
+    TokenList got;
+    void on_token(Token t) override { got.push_back(t); }
+    void on_step(SpecStep& r) override {
+      d->drafted += r.drafted;
+      d->accepted += r.accepted;
+      d->steps += 1;
+    }
+  } tally;
+  tally.d = &d;
+  Session session(target, tokenizer, kv, rule);
+  session.add_observer(tally);
   for (int64_t i = 0; i < plan.n; ++i) {
     s.seed = draw_seed(plan.seed_base, plan.stream, i);
-    got.clear();
-    try {
-      generate_speculative(target, tokenizer, plan.context, gen, s, drafter, dopts, kv, on_token, hooks);
-    } catch (const EnoughTokens&) {
-    }
-    check_draw_length(got, plan.m);
-    d.tokens.insert(d.tokens.end(), got.begin(), got.end());
+    tally.got.clear();
+    session.begin({plan.context, {&drafter, dopts}, gen, s});
+    while (!session.done() && static_cast<int>(tally.got.size()) < plan.m) session.step();
+    session.end();
+    if (static_cast<int>(tally.got.size()) > plan.m) tally.got.resize(static_cast<size_t>(plan.m));
+    check_draw_length(tally.got, plan.m);
+    d.tokens.insert(d.tokens.end(), tally.got.begin(), tally.got.end());
   }
   d.seconds = since(t0);
   return d;
@@ -199,7 +201,7 @@ NextTokenOracle::NextTokenOracle(const Model& target, TokenList context) : impl_
     impl_->model = &target;
     impl_->n = static_cast<int64_t>(context.size());
     impl_->kv = std::make_unique<KvCacheManager>(kv_options_for(c, impl_->n + 1));
-    const PoolId pool = impl_->kv->add_pool(c);
+    const PoolId pool = impl_->kv->add_pool(c.kv_geometry());
     impl_->seq = std::make_unique<KvSequence>(*impl_->kv, pool);
     const SeqId sid = impl_->seq->id();
     impl_->kv->reserve(sid, impl_->n);

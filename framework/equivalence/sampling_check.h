@@ -2,7 +2,7 @@
 // real engines (generate_ar and generate_speculative, end to end) and test that the speculative
 // engine's tokens are distributed as the AR engine's and as the exact target distribution.
 // Negative controls (deliberately wrong acceptance rules run through the same engine via
-// SpecHooks) show that the tests can fail.
+// the Session's AcceptanceRule) show that the tests can fail.
 //
 // What one draw is. A draw runs the engine on the context with its own seed (draw_seed) and
 // records the first m emitted tokens. Position 1 is sampled from the prefill logits, before any
@@ -34,7 +34,7 @@
 
 namespace speclab {
 
-// Negative controls, as acceptance rules for SpecHooks (never used outside the checks).
+// Negative controls, as acceptance rules for the Session (never used outside the checks).
 //   always_accept_rule:    faulty::verify_always_accept — every draft token is kept, so the
 //                          output follows q, not p.
 //   top_p_on_p_only_rule:  the draft tokens were drawn from q' = the draft logits after the full
@@ -70,10 +70,10 @@ struct Draws {
   Token at(int64_t draw, int pos) const { return tokens[static_cast<size_t>(draw * m + pos)]; }
 };
 
-Draws draw_ar(const Model& target, const Tokenizer& tokenizer, const DrawPlan& plan, KvTarget kv);
+Draws draw_ar(const Model& target, const TokenDecoder& tokenizer, const DrawPlan& plan, KvTarget kv);
 // `drafter` was built for `kv`'s manager with DrafterEnv::target == the model behind `target`
 // (target may be a PrefillMemo around it). An empty rule means the lossless rule.
-Draws draw_speculative(const Model& target, const Tokenizer& tokenizer, const DrawPlan& plan, Drafter& drafter,
+Draws draw_speculative(const Model& target, const TokenDecoder& tokenizer, const DrawPlan& plan, Drafter& drafter,
                        const DrafterOptions& dopts, KvTarget kv, const AcceptanceRule& rule = {});
 
 // Raw target logits after the context and after context + [t0], computed as the AR engine

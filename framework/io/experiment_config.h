@@ -37,7 +37,7 @@
 #include "framework/engine/generation.h"
 #include "framework/kv/kv_options.h"
 #include "framework/sampling/sampling.h"
-#include "models/model_loader.h"
+#include "framework/core/model_source.h"
 
 namespace speclab {
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "framework/core/types.h"
+#include "framework/engine/step_record.h"
 
 namespace speclab {
 
@@ -34,18 +35,8 @@ struct RunKey {
   }
 };
 
-// One speculative step (one target verification forward).
-struct StepRecord {
-  int32_t drafted = 0;   // k: draft tokens proposed
-  int32_t accepted = 0;  // n: draft tokens kept (0 <= n <= k)
-  uint8_t bonus = 0;     // 1 when all k were kept and a bonus token was sampled from p
-  double draft_seconds = 0.0, verify_seconds = 0.0, accept_seconds = 0.0, kv_seconds = 0.0;
-  // Per draft position i < k:
-  std::vector<float> p;              // [k] target probability of draft token i
-  std::vector<float> q;              // [k] draft probability (1 for deterministic drafters)
-  std::vector<float> accept_prob;    // [k] min(1, p/q) where examined, NaN after the first rejection
-  std::vector<uint8_t> accepted_mask;  // [k] 1 if kept
-};
+// One speculative step (framework/engine/step_record.h), recorded as the loop produced it.
+using StepRecord = SpecStep;
 
 struct RunRecord {
   int64_t run_id = -1;  // row in /runs; assigned by the recorder

@@ -4,9 +4,9 @@
 
 namespace speclab {
 
-ContiguousKv::ContiguousKv(const ModelConfig& c, int64_t capacity) : capacity_(capacity) {
+ContiguousKv::ContiguousKv(const KvGeometry& g, int64_t capacity) : capacity_(capacity) {
   SPECLAB_CHECK(capacity > 0, "capacity must be positive");
-  k_ = at::zeros({c.num_hidden_layers, capacity, c.num_key_value_heads, c.head_dim}, at::kFloat);
+  k_ = at::zeros({g.n_layers, capacity, g.n_kv_heads, g.head_dim}, at::kFloat);
   v_ = at::zeros_like(k_);
 }
 

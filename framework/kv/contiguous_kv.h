@@ -7,15 +7,15 @@
 
 #include <ATen/ATen.h>
 
-#include "framework/kv/kv_view.h"
-#include "models/model_config.h"
+#include "framework/core/kv_view.h"
+#include "framework/core/kv_geometry.h"
 
 namespace speclab {
 
 class ContiguousKv {
  public:
   // Allocates [layers, capacity, kv_heads, head_dim] float32 K and V.
-  ContiguousKv(const ModelConfig& config, int64_t capacity);
+  ContiguousKv(const KvGeometry& geometry, int64_t capacity);
 
   int64_t length() const { return length_; }
   int64_t capacity() const { return capacity_; }

@@ -15,10 +15,10 @@ KvCacheManager::KvCacheManager(const KvOptions& options)
         return o;
       }()) {}
 
-PoolId KvCacheManager::add_pool(const ModelConfig& c) {
+PoolId KvCacheManager::add_pool(const KvGeometry& g) {
   BlockPoolOptions po;
   po.block_size = options_.block_size;
-  po.bytes_per_block = kv_bytes_per_block(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, po.block_size, 4);
+  po.bytes_per_block = kv_bytes_per_block(g.n_layers, g.n_kv_heads, g.head_dim, po.block_size, 4);
   const int64_t max_blocks = options_.budget_bytes / po.bytes_per_block;
   if (max_blocks < 1)
     throw Error(ErrorKind::kConfig,
@@ -31,7 +31,7 @@ PoolId KvCacheManager::add_pool(const ModelConfig& c) {
   c10::InferenceMode guard(false);
   Storage s;
   const int64_t slots = static_cast<int64_t>(po.n_blocks) * po.block_size;
-  s.k = at::empty({c.num_hidden_layers, slots, c.num_key_value_heads, c.head_dim}, at::kFloat);
+  s.k = at::empty({g.n_layers, slots, g.n_kv_heads, g.head_dim}, at::kFloat);
   s.v = at::empty_like(s.k);
   storage_.push_back(std::move(s));
   return id;

@@ -22,8 +22,8 @@
 
 #include "framework/kv/block_manager.h"
 #include "framework/kv/kv_options.h"
-#include "framework/kv/kv_view.h"
-#include "models/model_config.h"
+#include "framework/core/kv_view.h"
+#include "framework/core/kv_geometry.h"
 
 namespace speclab {
 
@@ -32,7 +32,7 @@ class KvCacheManager {
   explicit KvCacheManager(const KvOptions& options);
 
   // A pool for a model of this shape (separate pools for different shapes; one budget).
-  PoolId add_pool(const ModelConfig& config);
+  PoolId add_pool(const KvGeometry& geometry);
 
   SeqId create(PoolId pool, int priority = 0);
   // Capacity for n more tokens; performs copy-on-write block copies on the storage.

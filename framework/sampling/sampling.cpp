@@ -486,4 +486,11 @@ int32_t sample(const std::vector<float>& probs, Rng& rng) {
   return sample(probs.data(), static_cast<int64_t>(probs.size()), rng);
 }
 
+int32_t pick_token(const float* logits, int64_t vocab, const SamplingOptions& sampling, Rng& rng,
+                   std::vector<float>& scratch) {
+  if (sampling.greedy()) return argmax(logits, vocab);
+  logits_to_probs(logits, vocab, sampling, scratch);
+  return sample(scratch, rng);
+}
+
 }  // namespace speclab

@@ -84,4 +84,9 @@ int32_t argmax(const float* logits, int64_t vocab);
 int32_t sample(const float* probs, int64_t n, Rng& rng);
 int32_t sample(const std::vector<float>& probs, Rng& rng);
 
+// Picks the next token from one row of logits: argmax when greedy (no draw), else one draw from
+// the processed distribution (logits_to_probs, then sample). logits: [vocab] float32.
+int32_t pick_token(const float* logits, int64_t vocab, const SamplingOptions& sampling, Rng& rng,
+                   std::vector<float>& scratch_probs);
+
 }  // namespace speclab

@@ -12,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "models/model.h"
+#include "framework/core/model.h"
+#include "models/loaded_model.h"
 
 namespace speclab {
 

@@ -16,18 +16,18 @@
 #include <string_view>
 #include <vector>
 
+#include "framework/core/token_decoder.h"
 #include "framework/core/types.h"
 
 namespace speclab {
 
-class Tokenizer {
+class Tokenizer : public TokenDecoder {
  public:
-  virtual ~Tokenizer() = default;
 
   virtual TokenList encode(std::string_view text, bool add_bos) const = 0;
   virtual std::string decode(const TokenList& tokens) const = 0;
   // The raw bytes one token stands for (may be a partial UTF-8 sequence; empty for control).
-  virtual std::string token_bytes(Token id) const = 0;
+  std::string token_bytes(Token id) const override = 0;
   // The vocabulary entry as stored (e.g. "Ġthe", "▁the", "<0x0A>", "<|im_end|>").
   virtual const std::string& token_text(Token id) const = 0;
   virtual int64_t vocab_size() const = 0;
@@ -36,7 +36,7 @@ class Tokenizer {
   const TokenList& eos_ids() const { return eos_ids_; }
   void set_bos_id(Token id) { bos_id_ = id; }
   void set_eos_ids(TokenList ids) { eos_ids_ = std::move(ids); }
-  bool is_eos(Token id) const;
+  bool is_eos(Token id) const override;
 
  protected:
   Token bos_id_ = -1;

@@ -242,7 +242,7 @@ at::Tensor prefill_logits(LoadedModel m, const TokenList& ids) {
   LlamaModel model(m);
   const int64_t n = static_cast<int64_t>(ids.size());
   std::vector<int64_t> v(ids.begin(), ids.end());
-  ContiguousKv kv(model.config(), n);
+  ContiguousKv kv(model.config().kv_geometry(), n);
   return model.forward(at::tensor(v, at::kLong), at::arange(n, at::kLong), kv.append_view(n)).clone();
 }
 

@@ -242,13 +242,13 @@ TEST_CASE("SmolLM2 prefill logits equal one-by-one decoding logits and llama.cpp
   std::vector<int64_t> v(ids.begin(), ids.end());
   at::Tensor toks = at::tensor(v, at::kLong);
 
-  ContiguousKv kv_a(c, n);
+  ContiguousKv kv_a(c.kv_geometry(), n);
   at::Tensor all = s.model->forward(toks, at::arange(n, at::kLong), kv_a.append_view(n));  // [n, vocab]
   kv_a.commit(n);
   REQUIRE(all.size(0) == n);
   REQUIRE(all.size(1) == c.vocab_size);
 
-  ContiguousKv kv_b(c, n);
+  ContiguousKv kv_b(c.kv_geometry(), n);
   double worst = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     at::Tensor one = s.model->forward(toks.narrow(0, i, 1), at::full({1}, i, at::kLong), kv_b.append_view(1));
@@ -261,7 +261,7 @@ TEST_CASE("SmolLM2 prefill logits equal one-by-one decoding logits and llama.cpp
   WARN("largest prefill vs step-by-step logit difference: " << worst << " (tolerance " << kTol << ")");
 
   // Negative control: the last token at a wrong position (no context) must differ clearly.
-  ContiguousKv kv_c(c, 1);
+  ContiguousKv kv_c(c.kv_geometry(), 1);
   at::Tensor alone = s.model->forward(toks.narrow(0, n - 1, 1), at::full({1}, 0, at::kLong), kv_c.append_view(1));
   CHECK((alone[0] - all[n - 1]).abs().max().item<double>() > 100 * kTol);
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "experiments/app/session_parts.h"
 #include "framework/draft/builtin/prompt_lookup.h"
 #include "framework/draft/registry.h"
 #include "framework/engine/ar_decode.h"
@@ -40,9 +41,9 @@ Run run_both(const DrafterOptions& dopts, const std::string& prompt, int64_t max
   kvo.block_size = block_size;
   kvo.budget_bytes = 64 << 20;
   KvCacheManager kv(kvo);
-  const PoolId pool = kv.add_pool(s.model->config());
+  const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
   DrafterEnv env{s.model.get(), &kv, pool, s.model->config().vocab_size};
-  auto drafter = DrafterRegistry::with_builtins().create(dopts, env);
+  auto drafter = drafter_registry().create(dopts, env);
   TokenList ids = s.info.tokenizer->encode(prompt, true);
   GenerationOptions gen;
   gen.max_new_tokens = max_new;
@@ -144,7 +145,7 @@ TEST_CASE("rollback leaves no trace: rejected drafts do not change later logits"
     kvo.block_size = 4;  // drafts cross block boundaries
     kvo.budget_bytes = 8 << 20;
     KvCacheManager kv(kvo);
-    PoolId pool = kv.add_pool(c);
+    PoolId pool = kv.add_pool(c.kv_geometry());
     KvSequence seq(kv, pool);
     const SeqId id = seq.id();
     kv.reserve(id, n);
@@ -176,7 +177,7 @@ TEST_CASE("rollback leaves no trace: rejected drafts do not change later logits"
   kvo.block_size = 4;
   kvo.budget_bytes = 8 << 20;
   KvCacheManager kv(kvo);
-  PoolId pool = kv.add_pool(c);
+  PoolId pool = kv.add_pool(c.kv_geometry());
   KvSequence seq(kv, pool);
   kv.reserve(seq.id(), n + 3);
   std::vector<int64_t> with_junk = pv;
@@ -199,9 +200,9 @@ TEST_CASE("the paged cache's gather path equals the contiguous path bit for bit"
   kvo.block_size = 2;
   kvo.budget_bytes = 8 << 20;
   KvCacheManager kv(kvo);
-  PoolId pool = kv.add_pool(c);
+  PoolId pool = kv.add_pool(c.kv_geometry());
   KvSequence a(kv, pool), b(kv, pool);
-  ContiguousKv ref(c, n);
+  ContiguousKv ref(c.kv_geometry(), n);
   // Interleave two sequences token by token so that their blocks alternate.
   for (int64_t i = 0; i < n; ++i) {
     at::Tensor tok = at::full({1}, static_cast<int64_t>(ids[i]), at::kLong);
@@ -233,9 +234,9 @@ TEST_CASE("drafter bad input gives clear errors", "[spec][bad-input]") {
   Stories& s = stories();
   KvOptions kvo;
   KvCacheManager kv(kvo);
-  const PoolId pool = kv.add_pool(s.model->config());
+  const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
   DrafterEnv env{s.model.get(), &kv, pool, s.model->config().vocab_size};
-  auto reg = DrafterRegistry::with_builtins();
+  auto reg = drafter_registry();
   DrafterOptions o;
   o.name = "nope";
   CHECK_THROWS_WITH(reg.create(o, env), Catch::Contains("known drafters: draft_model, layer_skip, prompt_lookup"));

@@ -93,11 +93,11 @@ TEST_CASE("stories260K prefill logits equal one-by-one decoding logits", "[stori
   std::vector<int64_t> v(ids.begin(), ids.end());
   at::Tensor toks = at::tensor(v, at::kLong);
 
-  ContiguousKv kv_a(c, n);
+  ContiguousKv kv_a(c.kv_geometry(), n);
   at::Tensor all = s.model->forward(toks, at::arange(n, at::kLong), kv_a.append_view(n));  // [n, vocab]
   kv_a.commit(n);
 
-  ContiguousKv kv_b(c, n);
+  ContiguousKv kv_b(c.kv_geometry(), n);
   for (int64_t i = 0; i < n; ++i) {
     at::Tensor one = s.model->forward(toks.narrow(0, i, 1), at::full({1}, i, at::kLong), kv_b.append_view(1));
     kv_b.commit(1);
@@ -107,7 +107,7 @@ TEST_CASE("stories260K prefill logits equal one-by-one decoding logits", "[stori
   }
   // And it must be able to fail: the same tokens at shifted positions give other logits
   // (RoPE encodes relative offsets only through the query/key pairs, so shift one token).
-  ContiguousKv kv_c(c, n + 3);
+  ContiguousKv kv_c(c.kv_geometry(), n + 3);
   std::vector<int64_t> pos(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) pos[i] = i < n - 1 ? i : i + 3;
   at::Tensor shifted = s.model->forward(toks, at::tensor(pos, at::kLong), kv_c.append_view(n));

@@ -27,11 +27,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "experiments/app/session_parts.h"
 #include "framework/core/error.h"
 #include "framework/core/rng.h"
 #include "framework/draft/registry.h"
 #include "framework/equivalence/equivalence_hdf5.h"
-#include "framework/equivalence/equivalence_runner.h"
+#include "experiments/app/equivalence_runner.h"
 #include "framework/equivalence/model_taps.h"
 #include "framework/equivalence/sample_tests.h"
 #include "framework/verify/stats.h"
@@ -314,7 +315,7 @@ TEST_CASE("PrefillMemo is bit-identical to the model it wraps", "[equivalence][t
   CHECK(memo.hits() == 2);
   // Logits and K/V of a hit equal a fresh computation exactly.
   KvCacheManager kv(kv_options_for(s.model->config(), 64));
-  const PoolId pool = kv.add_pool(s.model->config());
+  const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
   const int64_t n = static_cast<int64_t>(ids.size());
   std::vector<int64_t> v(ids.begin(), ids.end());
   at::Tensor toks = at::tensor(v, at::kLong);
@@ -346,7 +347,7 @@ TEST_CASE("greedy exactness on stories260K: every reference prompt, drafter and 
   KvOptions kvo;
   kvo.budget_bytes = 64 << 20;
   KvCacheManager kv(kvo);
-  const PoolId pool = kv.add_pool(s.model->config());
+  const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
   DrafterEnv env{s.model.get(), &kv, pool, s.model->config().vocab_size};
   std::vector<DrafterOptions> drafters(3);
   drafters[0].name = "prompt_lookup";
@@ -358,7 +359,7 @@ TEST_CASE("greedy exactness on stories260K: every reference prompt, drafter and 
   gen.max_new_tokens = 120;
   int runs = 0;
   for (DrafterOptions o : drafters) {
-    auto drafter = DrafterRegistry::with_builtins().create(o, env);
+    auto drafter = drafter_registry().create(o, env);
     for (int gamma : {1, 4}) {
       o.num_speculative_tokens = gamma;
       for (const std::string& prompt : reference_prompts()) {
@@ -386,13 +387,13 @@ TEST_CASE("the greedy check calls a verification pass that disagrees with AR a b
   const Token victim = 100;
   BrokenVerification broken(*s.model, victim, 50.0f);
   KvCacheManager kv(KvOptions{});
-  const PoolId pool = kv.add_pool(s.model->config());
+  const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
   DrafterEnv env{&broken, &kv, pool, s.model->config().vocab_size};
   DrafterOptions o;
   o.name = "layer_skip";
   o.draft_layers_first = 3;
   o.num_speculative_tokens = 3;
-  auto drafter = DrafterRegistry::with_builtins().create(o, env);
+  auto drafter = drafter_registry().create(o, env);
   GenerationOptions gen;
   gen.max_new_tokens = 40;
   const TokenList ids = s.info.tokenizer->encode("Once upon a time", true);
@@ -556,13 +557,13 @@ TEST_CASE("draws and statistics are a pure function of the seed", "[equivalence]
   c10::InferenceMode guard;
   Stories& s = stories();
   KvCacheManager kv(KvOptions{});
-  const PoolId pool = kv.add_pool(s.model->config());
+  const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
   DrafterEnv env{s.model.get(), &kv, pool, s.model->config().vocab_size};
   DrafterOptions o;
   o.name = "layer_skip";
   o.draft_layers_first = 3;
   o.num_speculative_tokens = 2;
-  auto drafter = DrafterRegistry::with_builtins().create(o, env);
+  auto drafter = drafter_registry().create(o, env);
   DrawPlan plan;
   plan.context = s.info.tokenizer->encode("The little dog", true);
   plan.sampling.temperature = 1.0;

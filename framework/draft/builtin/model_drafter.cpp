@@ -26,7 +26,7 @@ std::unique_ptr<ModelDrafter> ModelDrafter::separate(std::unique_ptr<Model> mode
   d->owned_ = std::move(model);
   d->model_ = d->owned_.get();
   d->kv_ = env.kv;
-  d->pool_ = env.kv->add_pool(d->model_->config());
+  d->pool_ = env.kv->add_pool(d->model_->config().kv_geometry());
   return d;
 }
 

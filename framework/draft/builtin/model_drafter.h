@@ -23,7 +23,7 @@
 #include "framework/draft/drafter.h"
 #include "framework/draft/drafter_options.h"
 #include "framework/kv/kv_cache_manager.h"
-#include "models/model.h"
+#include "framework/core/model.h"
 
 namespace speclab {
 
@@ -39,6 +39,11 @@ class ModelDrafter : public Drafter {
   DraftBlock propose(const DraftContext& ctx, int max_k) override;
   void accept(SeqId seq, int n_accepted) override;
   void end(SeqId seq) override;
+
+  // The draft's model (the target itself for layer_skip) and the layers it runs (empty = all):
+  // what the equivalence checks read to compute the exact draft distribution q.
+  const Model& model() const { return *model_; }
+  const std::vector<int64_t>& layers() const { return layers_; }
 
  private:
   ModelDrafter() = default;

@@ -1,4 +1,5 @@
-// ModelConfig — the hyper-parameters of a Llama-family decoder (Llama 2/3, SmolLM/SmolLM2,
+// ModelConfig — part of the framework's model contract (framework/core/model.h): the
+// hyper-parameters of a Llama-family decoder (Llama 2/3, SmolLM/SmolLM2,
 // Qwen2, Mistral, llama2.c). Field names follow HF `config.json` so that researchers can map
 // them one to one. Every loader fills one of these and calls validate().
 #pragma once
@@ -7,6 +8,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "framework/core/kv_geometry.h"
 
 namespace speclab {
 
@@ -30,10 +33,9 @@ struct ModelConfig {
   void validate(const std::string& source) const;
 
   // Bytes of K and V per token over all layers: 2 · layers · kv_heads · head_dim · bytes.
-  size_t kv_bytes_per_token(size_t bytes_per_element) const {
-    return 2 * static_cast<size_t>(num_hidden_layers) * static_cast<size_t>(num_key_value_heads) *
-           static_cast<size_t>(head_dim) * bytes_per_element;
-  }
+  size_t kv_bytes_per_token(size_t bytes_per_element) const { return kv_geometry().bytes_per_token(bytes_per_element); }
+  // The shape of this model's K/V (what a KV manager pool is sized by).
+  KvGeometry kv_geometry() const { return {num_hidden_layers, num_key_value_heads, head_dim}; }
 };
 
 }  // namespace speclab

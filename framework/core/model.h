@@ -1,4 +1,5 @@
-// Model — a stateless causal LM: (tokens, positions, KvView) -> logits.
+// Model — a stateless causal LM: (tokens, positions, KvView) -> logits. A contract of the
+// framework (framework/core): models/ implements it, the engine and drafters call it.
 //
 // A Model holds weights only. All per-sequence state (K/V) lives in storage owned by a KV
 // manager and reaches the model through a KvView (STYLE.md §2), so the target, a draft model
@@ -12,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/kv/kv_view.h"
-#include "models/loaded_model.h"
+#include "framework/core/kv_view.h"
+#include "framework/core/model_config.h"
 
 namespace speclab {
 

@@ -1,20 +1,6 @@
-// `speclab check`: the distribution-equivalence checks of an experiment config's `equivalence`
-// section (EquivalenceOptions in framework/io/experiment_config.h), run on the config's target
-// model, drafters and prompts. docs/equivalence.md describes every check, the statistics, the
-// multiple-testing policy and the HDF5 schema.
-//
-//   1. greedy    every prompt x drafter x gamma: speculative vs AR tokens (greedy_check.h);
-//   2. analytic  every prompt at 3 context lengths x (temperature, top_p, top_k) x model draft:
-//                exact first-token distribution vs p (analytic_check.h);
-//   3. sampling  the first `contexts` prompts x (temperature, top_p, top_k) x drafter x gamma:
-//                N draws per subject, two-sample tests vs AR and one-sample tests vs the exact
-//                distributions (sampling_check.h), Holm-Bonferroni across the whole sweep;
-//   4. controls  always-accept and top-p-on-p-only, through the same engine at the same N,
-//                each required to be caught (Bonferroni over its cell's tests below
-//                control_alpha), with the smallest N at which it is caught.
-// Verdict: pass when no greedy divergence is a "bug", every analytic error is below
-// kAnalyticTolerance, no Holm-adjusted p-value of the lossless engine is below alpha, and every
-// applicable control is caught.
+// The report of `speclab check` (experiments/app/equivalence_runner.h runs it): the rows of every
+// check, the verdict policy (validate_equivalence_config, finalize_sampling_verdict) and the
+// plain-text table. Pure data and functions; docs/equivalence.md describes the checks.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +14,7 @@
 #include "framework/io/experiment_config.h"
 
 namespace speclab {
+
 
 // Below this many draws per subject the sampling check refuses to run (see validate()).
 constexpr int64_t kMinEquivalenceSamples = 1000;
@@ -158,10 +145,6 @@ struct EquivalenceReport {
   bool pass() const { return greedy_pass && analytic_pass && sampling_pass && controls_pass; }
 };
 
-// Runs every enabled check. Throws Error (config, model loading, prompts) before any decoding
-// when the input is bad; a failed check is a result (report.pass() == false), not an error.
-EquivalenceReport run_equivalence(const ExperimentConfig& config, const EquivalenceRunOptions& options = {});
-
 // Applies Holm to the report's family, sets in_family/holm_p/reject, the cells' pass and
 // min_holm_p, sampling_pass, controls_pass, the failure lines of the sampling part and the notes
 // (cells whose tests all have 0 degrees of freedom). Exposed for tests; run_equivalence calls it.
@@ -169,5 +152,8 @@ void finalize_sampling_verdict(EquivalenceReport& report);
 
 // The report as a plain-text table (what `speclab check` prints).
 std::string format_equivalence_report(const EquivalenceReport& report);
+
+// "T=<t> top_p=<p> top_k=<k>", as the report labels a sampling setting.
+std::string sampling_label(const SamplingOptions& s);
 
 }  // namespace speclab

@@ -1,4 +1,4 @@
-#include "models/model_config.h"
+#include "framework/core/model_config.h"
 
 #include "framework/core/error.h"
 

@@ -16,6 +16,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
+
 namespace speclab {
 
 struct KvView {

@@ -1,4 +1,4 @@
-#include "framework/io/experiment_runner.h"
+#include "experiments/app/experiment_runner.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -20,13 +20,11 @@
 
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
-#include "framework/draft/registry.h"
-#include "framework/engine/ar_decode.h"
+#include "framework/engine/observers.h"
 #include "framework/engine/spec_decode.h"
 #include "framework/io/hdf5_recorder.h"
-#include "framework/io/prompt_render.h"
-#include "framework/kv/kv_cache_manager.h"
-#include "models/llama/llama_model.h"
+#include "experiments/app/prompt_render.h"
+#include "experiments/app/session_parts.h"
 #include "models/model_loader.h"
 
 #ifndef SPECLAB_TORCH_VERSION
@@ -124,40 +122,16 @@ std::string config_without_output(const std::string& yaml) {
   }
 }
 
-struct LoadedTarget {
-  LoadedModel info;  // config, tokenizer, chat template (weights moved into model)
-  std::unique_ptr<LlamaModel> model;
-};
-
-// One target model per distinct models.target source.
-class ModelCache {
- public:
-  LoadedTarget& get(const ModelSource& src) {
-    const std::string key = src.path + "\n" + src.format + "\n" + src.tokenizer + "\n" + src.weights;
-    auto it = models_.find(key);
-    if (it != models_.end()) return *it->second;
-    auto t = std::make_unique<LoadedTarget>();
-    t->info = load_model(src);
-    t->model = std::make_unique<LlamaModel>(t->info);
-    return *models_.emplace(key, std::move(t)).first->second;
-  }
-
- private:
-  std::map<std::string, std::unique_ptr<LoadedTarget>> models_;
-};
-
 // Everything one sweep point runs with.
 struct PointContext {
   const SweepPoint* point = nullptr;
   LoadedTarget* target = nullptr;
-  std::unique_ptr<KvCacheManager> kv;
-  PoolId pool = 0;
-  std::vector<std::unique_ptr<Drafter>> drafters;  // [drafters.size()], config order
-  std::vector<TokenList> prompts;                  // [n_prompts] rendered ids
+  std::unique_ptr<SessionParts> parts;  // KV manager + pool + drafters ([drafters.size()], config order)
+  std::vector<TokenList> prompts;        // [n_prompts] rendered ids
 };
 
 std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::vector<Prompt>& prompts,
-                                            ModelCache& models) {
+                                            TargetCache& models) {
   auto ctx = std::make_unique<PointContext>();
   const ExperimentConfig& cfg = point.config;
   ctx->point = &point;
@@ -181,20 +155,13 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
     throw Error(e.kind(), e.message() + at, cfg.source_path, key + (e.field().empty() ? "" : "." + e.field()));
   };
   try {
-    ctx->kv = std::make_unique<KvCacheManager>(cfg.kv);
-    ctx->pool = ctx->kv->add_pool(mc);
+    ctx->parts = std::make_unique<SessionParts>(*ctx->target, cfg.kv);
   } catch (const Error& e) {
     rethrow(e, "kv", "kv");
   }
-  DrafterEnv env;
-  env.target = ctx->target->model.get();
-  env.kv = ctx->kv.get();
-  env.target_pool = ctx->pool;
-  env.vocab_size = mc.vocab_size;
-  DrafterRegistry registry = DrafterRegistry::with_builtins();
   for (size_t i = 0; i < cfg.drafters.size(); ++i) {
     try {
-      ctx->drafters.push_back(registry.create(cfg.drafters[i].options, env));
+      ctx->parts->add_drafter(cfg.drafters[i].options);
     } catch (const Error& e) {
       rethrow(e, "drafter", "drafters[" + std::to_string(i) + "]");
     }
@@ -202,60 +169,42 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
   return ctx;
 }
 
-// Decodes one prompt with one method; fills the measurements of `rec` (not the key fields).
+// Decodes one prompt with one method (-1: AR, else the drafter of that index); fills the
+// measurements of `rec` (not the key fields).
 void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, RunRecord& rec) {
   const ExperimentConfig& cfg = ctx.point->config;
-  const Model& model = *ctx.target->model;
-  const Tokenizer& tok = *ctx.target->info.tokenizer;
-  const KvTarget kvt{ctx.kv.get(), ctx.pool};
+  Method method;
+  if (method_index >= 0) {
+    method.drafter = &ctx.parts->drafter(static_cast<size_t>(method_index));
+    method.options = cfg.drafters[static_cast<size_t>(method_index)].options;
+  }
+  Session session(*ctx.target->model, *ctx.target->info.tokenizer, ctx.parts->kv_target());
+  PhaseTimer timer;
+  ProbabilityLog log;
+  session.add_observer(timer);
+  session.add_observer(log);
+  const auto t0 = Clock::now();
+  session.begin({ids, method, cfg.generation, cfg.sampling});
+  SpecResult s = run_to_end(session);
+  rec.wall_seconds = since(t0);
   rec.n_prompt_tokens = static_cast<int64_t>(ids.size());
   rec.greedy = cfg.sampling.greedy() ? 1 : 0;
-  if (method_index < 0) {
-    const auto t0 = Clock::now();
-    GenerationResult g = generate_ar(model, tok, ids, cfg.generation, cfg.sampling, KvMode::kCached, {}, kvt);
-    rec.wall_seconds = since(t0);
-    rec.prefill_seconds = g.prefill_seconds;
-    rec.decode_seconds = g.decode_seconds;
-    rec.verify_seconds = g.prefill_seconds + g.decode_seconds;
-    rec.tokens = std::move(g.tokens);
-    rec.text = std::move(g.text);
-    rec.target_forwards = g.forward_calls;
-    rec.kv_peak_bytes = g.kv_peak_bytes;
-    rec.kv_seq_peak_bytes = g.kv_seq_peak_bytes;
-    rec.stop_reason = to_string(g.stop_reason);
-  } else {
-    const DrafterEntry& entry = cfg.drafters[static_cast<size_t>(method_index)];
-    Drafter& drafter = *ctx.drafters[static_cast<size_t>(method_index)];
-    const auto t0 = Clock::now();
-    SpecResult s = generate_speculative(model, tok, ids, cfg.generation, cfg.sampling, drafter, entry.options, kvt);
-    rec.wall_seconds = since(t0);
-    rec.prefill_seconds = s.prefill_seconds;
-    rec.decode_seconds = s.decode_seconds;
+  rec.prefill_seconds = s.prefill_seconds;
+  rec.decode_seconds = s.decode_seconds;
+  rec.tokens = std::move(s.tokens);
+  rec.text = std::move(s.text);
+  rec.target_forwards = s.forward_calls;
+  rec.kv_peak_bytes = s.kv_peak_bytes;
+  rec.kv_seq_peak_bytes = s.kv_seq_peak_bytes;
+  rec.stop_reason = to_string(s.stop_reason);
+  if (method.drafter) {
     rec.draft_seconds = s.draft_seconds;
     rec.verify_seconds = s.verify_seconds + s.prefill_seconds;
     rec.accept_seconds = s.accept_seconds;
     rec.kv_seconds = s.kv_seconds;
-    rec.tokens = std::move(s.tokens);
-    rec.text = std::move(s.text);
-    rec.target_forwards = s.forward_calls;
-    rec.kv_peak_bytes = s.kv_peak_bytes;
-    rec.kv_seq_peak_bytes = s.kv_seq_peak_bytes;
-    rec.stop_reason = to_string(s.stop_reason);
-    for (SpecStep& st : s.steps) {
-      StepRecord r;
-      r.drafted = st.drafted;
-      r.accepted = st.accepted;
-      r.bonus = st.bonus ? 1 : 0;
-      r.draft_seconds = st.draft_seconds;
-      r.verify_seconds = st.verify_seconds;
-      r.accept_seconds = st.accept_seconds;
-      r.kv_seconds = st.kv_seconds;
-      r.p = std::move(st.p);
-      r.q = std::move(st.q);
-      r.accept_prob = std::move(st.accept_prob);
-      r.accepted_mask = std::move(st.accepted_mask);
-      rec.steps.push_back(std::move(r));
-    }
+    rec.steps = std::move(s.steps);
+  } else {
+    rec.verify_seconds = s.prefill_seconds + s.decode_seconds;  // AR: every second is a target step
   }
   rec.n_generated = static_cast<int64_t>(rec.tokens.size());
   rec.other_seconds =
@@ -459,7 +408,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   };
 
   // 3. Models, prompts and drafters of the first point with work left, before the file is made.
-  ModelCache models;
+  TargetCache models;
   int64_t first = 0;
   while (first < n_points && !pending(first)) ++first;
   std::unique_ptr<PointContext> ctx;

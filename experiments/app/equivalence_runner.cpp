@@ -1,0 +1,380 @@
+#include "experiments/app/equivalence_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "experiments/app/prompt_render.h"
+#include "experiments/app/session_parts.h"
+#include "framework/core/error.h"
+#include "framework/draft/builtin/model_drafter.h"
+#include "framework/equivalence/model_taps.h"
+
+namespace speclab {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr int kFrequencyTop = 30;  // tokens per (cell, position) in the frequency table
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// Independent seed stream per (context, sampling combo, drafter, gamma, subject).
+uint64_t stream_id(std::initializer_list<int64_t> parts) {
+  uint64_t h = 0x5eedc0de5eedc0deull;
+  for (int64_t x : parts) {
+    uint64_t st = h ^ static_cast<uint64_t>(x);
+    h = splitmix64(st);
+  }
+  return h;
+}
+
+DrafterOptions with_gamma(DrafterOptions o, int gamma) {
+  o.num_speculative_tokens = gamma;
+  o.max_speculative_tokens = std::max(o.max_speculative_tokens, gamma);
+  return o;
+}
+
+// The draft model behind a drafter, when it has one (draft_model, layer_skip): what the analytic
+// check and the top-p control need.
+const ModelDrafter* model_drafter(const Drafter& d) { return dynamic_cast<const ModelDrafter*>(&d); }
+
+struct SamplingCombo {
+  SamplingOptions s;
+};
+
+std::vector<SamplingCombo> combos(const EquivalenceOptions& eq) {
+  std::vector<SamplingCombo> out;
+  for (double t : eq.temperatures)
+    for (double p : eq.top_ps)
+      for (int64_t k : eq.top_ks) {
+        SamplingCombo c;
+        c.s.temperature = t;
+        c.s.top_p = p;
+        c.s.top_k = k;
+        out.push_back(c);
+      }
+  return out;
+}
+
+}  // namespace
+
+EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const EquivalenceRunOptions& options) {
+  const auto t_start = Clock::now();
+  auto progress = [&](const std::string& s) {
+    if (options.progress) options.progress(s);
+  };
+  const std::vector<Prompt> prompts = load_prompts(cfg);
+  validate_equivalence_config(cfg, prompts, options);
+  const EquivalenceOptions& eq = *cfg.equivalence;
+
+  EquivalenceReport rep;
+  rep.name = cfg.name;
+  rep.alpha = eq.alpha;
+  rep.control_alpha = eq.control_alpha;
+  rep.min_expected = options.min_expected;
+  rep.samples = eq.samples;
+  rep.positions = eq.positions;
+
+  // Target, prompts, one KV manager shared by the target and every drafter.
+  progress("loading " + cfg.models.target.path);
+  const std::unique_ptr<LoadedTarget> target = load_target(cfg.models.target);
+  const Model& model = *target->model;
+  const Tokenizer& tok = *target->info.tokenizer;
+  const ModelConfig& mc = model.config();
+  std::vector<TokenList> ids;
+  for (const Prompt& p : prompts) {
+    TokenList t = render_config_prompt(target->info, cfg, p);
+    try {
+      check_prompt_fits(t, mc);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::kBadInput, "prompt '" + p.id + "': " + e.message(), cfg.source_path, "prompts");
+    }
+    ids.push_back(std::move(t));
+  }
+  SessionParts parts(*target, cfg.kv);
+  std::vector<Drafter*> drafters;
+  for (const DrafterEntry& d : cfg.drafters) drafters.push_back(&parts.add_drafter(d.options));
+  const KvTarget kvt = parts.kv_target();
+
+  // 1. Greedy exactness.
+  if (eq.greedy) {
+    rep.ran_greedy = true;
+    progress("greedy exactness: " + std::to_string(ids.size()) + " prompts x " + std::to_string(drafters.size()) +
+             " drafters x " + std::to_string(eq.gammas.size()) + " gammas");
+    for (size_t p = 0; p < ids.size(); ++p)
+      for (size_t d = 0; d < drafters.size(); ++d)
+        for (int gamma : eq.gammas) {
+          GreedyRow row;
+          row.prompt = static_cast<int64_t>(p);
+          row.prompt_id = prompts[p].id;
+          row.drafter = cfg.drafters[d].label;
+          row.gamma = gamma;
+          row.check = check_greedy(model, tok, ids[p], cfg.generation, *drafters[d],
+                                   with_gamma(cfg.drafters[d].options, gamma), kvt, eq.numerical_margin);
+          if (row.check.classification == "bug") {
+            rep.greedy_pass = false;
+            rep.failures.push_back("greedy: prompt " + row.prompt_id + ", " + row.drafter + " gamma " +
+                                   std::to_string(gamma) + ": speculative output differs from AR at token " +
+                                   std::to_string(row.check.first_divergence) + " (margins AR " +
+                                   fmt("%.3g", row.check.margin_ar) + ", verification " +
+                                   fmt("%.3g", row.check.margin_verify) + " > tolerance " +
+                                   fmt("%.3g", row.check.tolerance) + ")");
+          }
+          rep.greedy.push_back(std::move(row));
+        }
+  }
+
+  // 2. Analytic check of one verification step.
+  const std::vector<SamplingCombo> sweep = combos(eq);
+  if (eq.analytic) {
+    rep.ran_analytic = true;
+    struct Draft {
+      std::string label;
+      const Model* model = nullptr;
+      std::vector<int64_t> layers;
+    };
+    std::vector<Draft> drafts;
+    for (size_t i = 0; i < drafters.size(); ++i)
+      if (const ModelDrafter* md = model_drafter(*drafters[i])) drafts.push_back({cfg.drafters[i].label, &md->model(), md->layers()});
+    if (drafts.empty()) {  // no model drafter configured: a layer_skip draft of the first half
+      Draft x;
+      x.model = &model;
+      x.layers = layer_skip_layers(DrafterOptions{}, mc.num_hidden_layers);
+      x.label = "layer_skip_first_" + std::to_string(x.layers.size()) + " (no model drafter configured)";
+      drafts.push_back(std::move(x));
+    }
+    progress("analytic check: " + std::to_string(ids.size()) + " prompts x " +
+             std::to_string(options.analytic_offsets.size()) + " context lengths x " + std::to_string(drafts.size()) +
+             " drafts x " + std::to_string(sweep.size()) + " sampling settings");
+    const int64_t max_off = options.analytic_offsets.empty()
+                                ? 0
+                                : *std::max_element(options.analytic_offsets.begin(), options.analytic_offsets.end());
+    for (size_t p = 0; p < ids.size(); ++p) {
+      TokenList cont;
+      if (max_off > 0) {
+        GenerationOptions gen;
+        gen.max_new_tokens = max_off;
+        gen.ignore_eos = true;
+        cont = generate_ar(model, tok, ids[p], gen, SamplingOptions{}, KvMode::kCached, {}, kvt).tokens;
+      }
+      for (int64_t off : options.analytic_offsets) {
+        if (off > static_cast<int64_t>(cont.size())) continue;
+        TokenList context = ids[p];
+        context.insert(context.end(), cont.begin(), cont.begin() + off);
+        if (static_cast<int64_t>(context.size()) >= mc.max_position_embeddings) continue;
+        const std::vector<float> tl = next_token_logits(model, context);
+        for (const Draft& d : drafts) {
+          const std::vector<float> dl = next_token_logits(*d.model, context, d.layers);
+          for (const SamplingCombo& c : sweep) {
+            AnalyticRow row;
+            row.prompt = static_cast<int64_t>(p);
+            row.prompt_id = prompts[p].id;
+            row.context_len = static_cast<int64_t>(context.size());
+            row.draft = d.label;
+            row.sampling = c.s;
+            row.errors = analytic_step_errors(tl.data(), dl.data(), mc.vocab_size, c.s);
+            rep.analytic_max_error = std::max({rep.analytic_max_error, row.errors.lossless, row.errors.deterministic});
+            rep.analytic.push_back(std::move(row));
+          }
+        }
+      }
+    }
+    if (!(rep.analytic_max_error < kAnalyticTolerance)) {
+      rep.analytic_pass = false;
+      rep.failures.push_back("analytic: max |P(first token) - p| = " + fmt("%.3g", rep.analytic_max_error) +
+                             " >= tolerance " + fmt("%g", kAnalyticTolerance));
+    }
+  }
+
+  // 3 + 4. Empirical sampling check with negative controls.
+  if (eq.sampling) {
+    rep.ran_sampling = true;
+    const int m_max = *std::max_element(eq.positions.begin(), eq.positions.end());
+    std::vector<int> joints(eq.positions.begin(), eq.positions.end());
+    std::sort(joints.begin(), joints.end());
+    joints.erase(std::unique(joints.begin(), joints.end()), joints.end());
+    std::vector<int> marginals;
+    for (int pos = 1; pos <= m_max; ++pos)
+      if (pos > 1 || std::find(joints.begin(), joints.end(), 1) == joints.end()) marginals.push_back(pos);
+    const int64_t n = eq.samples;
+    const double me = options.min_expected, delta = eq.alpha;
+    const uint64_t base = cfg.sampling.seed;
+    for (int64_t ci = 0; ci < eq.contexts; ++ci) {
+      const TokenList& context = ids[static_cast<size_t>(ci)];
+      PrefillMemo memo(model);
+      NextTokenOracle oracle(model, context);
+      for (size_t si = 0; si < sweep.size(); ++si) {
+        const SamplingOptions& s = sweep[si].s;
+        SamplingGroup g;
+        g.index = static_cast<int64_t>(rep.groups.size());
+        g.context = ci;
+        g.prompt_id = prompts[static_cast<size_t>(ci)].id;
+        g.sampling = s;
+        g.n = n;
+        DrawPlan plan;
+        plan.context = context;
+        plan.sampling = s;
+        plan.m = m_max;
+        plan.n = n;
+        plan.seed_base = base;
+        plan.stream = stream_id({ci, static_cast<int64_t>(si), -1, 0, 0});
+        progress("sampling: context " + g.prompt_id + ", " + sampling_label(s) + ": " + std::to_string(n) + " AR draws");
+        const Draws ar = draw_ar(memo, tok, plan, kvt);
+        g.ar_seconds = ar.seconds;
+        const ExactReference ref = exact_reference(oracle, s, n, me, options.max_exact_prefixes, m_max >= 2);
+        g.exact_prefixes = static_cast<int64_t>(ref.prefixes.size());
+        g.exact_covered = ref.has_joint ? ref.covered : kNaN;
+        for (CellTest& t : compare_with_exact(ar, ref, "ar", n, me, delta)) {
+          TestRow row;
+          row.group = g.index;
+          row.test = std::move(t);
+          rep.tests.push_back(std::move(row));
+        }
+        rep.groups.push_back(g);
+        auto tests_of = [&](const Draws& d, const std::string& name, int64_t at_n) {
+          std::vector<CellTest> t = compare_with_ar(ar, d, name, joints, marginals, at_n, me, delta);
+          std::vector<CellTest> e = compare_with_exact(d, ref, name, at_n, me, delta);
+          t.insert(t.end(), e.begin(), e.end());
+          return t;
+        };
+
+        for (size_t di = 0; di < drafters.size(); ++di)
+          for (int gamma : eq.gammas) {
+            const DrafterOptions dopts = with_gamma(cfg.drafters[di].options, gamma);
+            SamplingCell cell;
+            cell.index = static_cast<int64_t>(rep.cells.size());
+            cell.group = g.index;
+            cell.drafter = cfg.drafters[di].label;
+            cell.gamma = gamma;
+            cell.n = n;
+            cell.seed_base = base;
+            progress("  " + cell.drafter + " gamma " + std::to_string(gamma) + ": " + std::to_string(n) +
+                     " speculative draws" + (eq.negative_controls ? " + negative controls" : ""));
+            plan.stream = stream_id({ci, static_cast<int64_t>(si), static_cast<int64_t>(di), gamma, 1});
+            const Draws spec = draw_speculative(memo, tok, plan, *drafters[di], dopts, kvt);
+            cell.spec_seconds = spec.seconds;
+            cell.acceptance_rate = spec.drafted > 0 ? static_cast<double>(spec.accepted) / spec.drafted : kNaN;
+            for (CellTest& t : tests_of(spec, "speculative", n)) {
+              TestRow row;
+              row.group = g.index;
+              row.cell = cell.index;
+              row.test = std::move(t);
+              rep.tests.push_back(std::move(row));
+            }
+
+            Draws controls[2];
+            bool ran[2] = {false, false};
+            ControlOutcome* outcome[2] = {&cell.always_accept, &cell.top_p_on_p_only};
+            const char* names[2] = {"always_accept", "top_p_on_p_only"};
+            if (!eq.negative_controls) {
+              cell.always_accept.note = cell.top_p_on_p_only.note = "negative_controls: false";
+            } else {
+              plan.stream = stream_id({ci, static_cast<int64_t>(si), static_cast<int64_t>(di), gamma, 2});
+              controls[0] = draw_speculative(memo, tok, plan, *drafters[di], dopts, kvt, always_accept_rule());
+              ran[0] = true;
+              if (controls[0].drafted == 0) cell.always_accept.note = "the drafter proposed no tokens";
+              if (s.top_p >= 1.0) {
+                cell.top_p_on_p_only.note = "top_p = 1: nothing to apply";
+              } else if (!model_drafter(*drafters[di])) {
+                cell.top_p_on_p_only.note = "the drafter has no draft logits (not a model drafter)";
+              } else {
+                plan.stream = stream_id({ci, static_cast<int64_t>(si), static_cast<int64_t>(di), gamma, 3});
+                controls[1] = draw_speculative(memo, tok, plan, *drafters[di], dopts, kvt, top_p_on_p_only_rule());
+                ran[1] = true;
+                if (controls[1].drafted == 0) cell.top_p_on_p_only.note = "the drafter proposed no tokens";
+              }
+            }
+            for (int k = 0; k < 2; ++k) {
+              if (!ran[k]) continue;
+              ControlOutcome& o = *outcome[k];
+              bool testable = false;  // some test has a degree of freedom
+              for (CellTest& t : tests_of(controls[k], names[k], n)) {
+                o.min_p = std::min(o.min_p, t.stats.p_value);
+                ++o.tests;
+                testable = testable || t.stats.dof > 0;
+                TestRow row;
+                row.group = g.index;
+                row.cell = cell.index;
+                row.test = std::move(t);
+                rep.tests.push_back(std::move(row));
+              }
+              o.applicable = controls[k].drafted > 0 && testable;
+              if (controls[k].drafted > 0 && !testable)
+                o.note = "no test has a degree of freedom: the target is (nearly) deterministic at the recorded "
+                         "positions, so no rule can change them";
+              o.caught = o.tests > 0 && o.min_p * static_cast<double>(o.tests) < eq.control_alpha;
+              const std::vector<PowerPoint> curve = power_curve(
+                  std::min(options.power_start, n), n, eq.control_alpha,
+                  [&](int64_t at_n) { return tests_of(controls[k], names[k], at_n); });
+              for (const PowerPoint& pt : curve) {
+                if (pt.caught && o.power_n < 0) o.power_n = pt.n;
+                rep.power.push_back({cell.index, names[k], pt});
+              }
+            }
+
+            // Frequencies of the most common tokens per position, for plots.
+            for (int pos = 0; pos < m_max; ++pos) {
+              const auto fa = position_counts(ar, pos, n), fs = position_counts(spec, pos, n);
+              std::map<Token, int64_t> fc[2];
+              for (int k = 0; k < 2; ++k)
+                if (ran[k]) fc[k] = position_counts(controls[k], pos, n);
+              std::map<Token, int64_t> total;
+              for (const auto& [t, c] : fa) total[t] += c;
+              for (const auto& [t, c] : fs) total[t] += c;
+              for (int k = 0; k < 2; ++k)
+                for (const auto& [t, c] : fc[k]) total[t] += c;
+              std::vector<std::pair<int64_t, Token>> order;
+              for (const auto& [t, c] : total) order.push_back({-c, t});
+              std::sort(order.begin(), order.end());
+              if (order.size() > kFrequencyTop) order.resize(kFrequencyTop);
+              auto count = [](const std::map<Token, int64_t>& m, Token t) {
+                auto it = m.find(t);
+                return it == m.end() ? int64_t{0} : it->second;
+              };
+              for (const auto& [neg, t] : order) {
+                FrequencyRow f;
+                f.cell = cell.index;
+                f.position = pos + 1;
+                f.token = t;
+                f.text = tok.token_text(t);
+                f.ar = count(fa, t);
+                f.speculative = count(fs, t);
+                f.always_accept = ran[0] ? count(fc[0], t) : -1;
+                f.top_p_on_p_only = ran[1] ? count(fc[1], t) : -1;
+                if (pos == 0) {
+                  f.exact = ref.p1[static_cast<size_t>(t)];
+                } else if (pos == 1 && ref.has_joint && ref.covered >= 1.0 - 1e-12) {
+                  double e = 0.0;
+                  for (size_t j = 0; j < ref.prefixes.size(); ++j)
+                    e += ref.p1[static_cast<size_t>(ref.prefixes[j])] * ref.p2[j][static_cast<size_t>(t)];
+                  f.exact = e;
+                } else {
+                  f.exact = kNaN;
+                }
+                rep.frequencies.push_back(std::move(f));
+              }
+            }
+            rep.cells.push_back(std::move(cell));
+          }
+      }
+    }
+    finalize_sampling_verdict(rep);
+  }
+  rep.seconds = since(t_start);
+  return rep;
+}
+
+}  // namespace speclab

@@ -1,0 +1,28 @@
+#include "experiments/app/loaded_target.h"
+
+#include <chrono>
+
+#include "models/llama/llama_model.h"
+#include "models/model_loader.h"
+
+namespace speclab {
+
+std::unique_ptr<Model> build_model(LoadedModel& loaded) { return std::make_unique<LlamaModel>(loaded); }
+
+std::unique_ptr<LoadedTarget> load_target(const ModelSource& source) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t = std::make_unique<LoadedTarget>();
+  t->info = load_model(source);
+  t->model = build_model(t->info);
+  t->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return t;
+}
+
+LoadedTarget& TargetCache::get(const ModelSource& s) {
+  const std::string key = s.path + "\n" + s.format + "\n" + s.tokenizer + "\n" + s.weights;
+  auto it = targets_.find(key);
+  if (it == targets_.end()) it = targets_.emplace(key, load_target(s)).first;
+  return *it->second;
+}
+
+}  // namespace speclab

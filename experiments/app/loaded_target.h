@@ -1,0 +1,39 @@
+// LoadedTarget — a model loaded and ready to run: the loader's facts (config, tokenizer, chat
+// template, provenance; models/loaded_model.h) and the stateless Model built from its weights.
+// This file and drafters.h are the only places where models are loaded: every command (generate,
+// run, check, bench, export) goes through load_target().
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "framework/core/model.h"
+#include "framework/core/model_source.h"
+#include "models/loaded_model.h"
+
+namespace speclab {
+
+struct LoadedTarget {
+  LoadedModel info;              // config, tokenizer, chat template (weights moved into `model`)
+  std::unique_ptr<Model> model;  // stateless; per-sequence state lives in a KV manager
+  double load_seconds = 0.0;
+};
+
+// Resolves a named entry, loads and builds the model. Throws speclab::Error naming the file
+// and field on any bad input.
+std::unique_ptr<LoadedTarget> load_target(const ModelSource& source);
+
+// The model of a ModelSource, for one that is already loaded (models/model_loader.h).
+std::unique_ptr<Model> build_model(LoadedModel& loaded);
+
+// One LoadedTarget per distinct source (path, format, tokenizer, weights), loaded on first use.
+class TargetCache {
+ public:
+  LoadedTarget& get(const ModelSource& source);
+
+ private:
+  std::map<std::string, std::unique_ptr<LoadedTarget>> targets_;
+};
+
+}  // namespace speclab

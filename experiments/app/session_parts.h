@@ -1,0 +1,47 @@
+// SessionParts — what the Sessions of one target run with: one KV manager shared by the target
+// and every drafter (one budget), the target's pool in it, and the drafters, built through the
+// application's registry. The only place where drafters are built, for every command.
+//
+//   SessionParts parts(target, kv_options);
+//   Drafter& d = parts.add_drafter(options);          // Error(kConfig, "drafter", ...) when bad
+//   Session s(*target.model, *target.info.tokenizer, parts.kv_target());
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "experiments/app/loaded_target.h"
+#include "framework/draft/registry.h"
+#include "framework/engine/session.h"
+#include "framework/kv/kv_cache_manager.h"
+
+namespace speclab {
+
+// The framework's built-in drafters (prompt_lookup, layer_skip) plus draft_model, whose factory
+// loads the draft model named in the options.
+DrafterRegistry drafter_registry();
+
+class SessionParts {
+ public:
+  // Error(kConfig, "kv", <field>) when the options do not fit the target (e.g. the budget holds
+  // no block of its KV geometry).
+  SessionParts(const LoadedTarget& target, const KvOptions& kv);
+
+  Drafter& add_drafter(const DrafterOptions& options);
+  Drafter& drafter(size_t i) { return *drafters_.at(i); }
+  size_t n_drafters() const { return drafters_.size(); }
+
+  const LoadedTarget& target() const { return target_; }
+  KvCacheManager& kv() { return *kv_; }
+  KvTarget kv_target() const { return {kv_.get(), pool_}; }
+  DrafterEnv env() const;
+
+ private:
+  const LoadedTarget& target_;
+  std::unique_ptr<KvCacheManager> kv_;
+  PoolId pool_ = 0;
+  DrafterRegistry registry_;
+  std::vector<std::unique_ptr<Drafter>> drafters_;
+};
+
+}  // namespace speclab

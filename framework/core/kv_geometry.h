@@ -1,0 +1,22 @@
+// KvGeometry — the shape of one model's K/V per token: all a KV manager needs to know of a model
+// to size a pool (framework/kv/kv_cache_manager.h). Torch-free.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace speclab {
+
+struct KvGeometry {
+  int64_t n_layers = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+
+  // Bytes of K and V per token over all layers: 2 · layers · kv_heads · head_dim · bytes.
+  size_t bytes_per_token(size_t bytes_per_element) const {
+    return 2 * static_cast<size_t>(n_layers) * static_cast<size_t>(n_kv_heads) * static_cast<size_t>(head_dim) *
+           bytes_per_element;
+  }
+};
+
+}  // namespace speclab

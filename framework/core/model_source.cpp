@@ -1,0 +1,17 @@
+#include "framework/core/model_source.h"
+
+#include "framework/core/error.h"
+
+namespace speclab {
+
+void ModelSource::validate() const {
+  if (path.empty()) throw Error(ErrorKind::kConfig, "expected a model path or named entry, found nothing", "model", "path");
+  if (format != "auto" && format != "gguf" && format != "safetensors" && format != "llama2c")
+    throw Error(ErrorKind::kConfig,
+                "expected one of auto, gguf, safetensors, llama2c; found '" + format + "'", "model", "format");
+  if (weights != "native" && weights != "f32")
+    throw Error(ErrorKind::kConfig, "expected native or f32, found '" + weights + "'", "model", "weights");
+}
+
+
+}  // namespace speclab

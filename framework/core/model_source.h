@@ -1,0 +1,22 @@
+// ModelSource — where a model comes from: a path or a named entry, its format, and how its
+// weights are held. The options struct of `models.target` / `models.draft` and `--model`; the
+// loaders (models/model_loader.h) resolve and load it.
+#pragma once
+
+#include <string>
+
+namespace speclab {
+
+struct ModelSource {
+  std::string path;
+  std::string format = "auto";
+  std::string tokenizer;  // llama2.c only: tokenizer.bin (default: tokenizer.bin beside the model)
+  // "native": GGUF Q4_0/Q4_1/Q8_0 matrices stay in their quantized blocks and the model computes
+  // with them directly (llama.cpp's precision for weights); "f32": every tensor is dequantized to
+  // float32 at load. Other formats are float32 either way.
+  std::string weights = "native";
+
+  void validate() const;  // throws Error(kConfig) on an empty path, unknown format or weights
+};
+
+}  // namespace speclab

@@ -1,0 +1,21 @@
+// TokenDecoder — what the engine needs of a tokenizer: the bytes a token stands for and whether it
+// ends a sequence. Stop criteria (framework/engine/generation.h) decide on these alone, so the
+// framework never depends on a concrete tokenizer; models/tokenizers/tokenizer.h implements it.
+#pragma once
+
+#include <string>
+
+#include "framework/core/types.h"
+
+namespace speclab {
+
+class TokenDecoder {
+ public:
+  virtual ~TokenDecoder() = default;
+  // The raw bytes one token stands for (may be a partial UTF-8 sequence; empty for control).
+  virtual std::string token_bytes(Token id) const = 0;
+  // True for the model's end-of-sequence ids.
+  virtual bool is_eos(Token id) const = 0;
+};
+
+}  // namespace speclab

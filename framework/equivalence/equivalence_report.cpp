@@ -1,0 +1,279 @@
+#include "framework/equivalence/equivalence_report.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "framework/core/error.h"
+
+namespace speclab {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+void bad(const ExperimentConfig& cfg, const std::string& key, const std::string& message) {
+  throw Error(ErrorKind::kConfig, message, cfg.source_path, "equivalence." + key);
+}
+
+}  // namespace
+
+
+std::string sampling_label(const SamplingOptions& s) {
+  return "T=" + fmt("%g", s.temperature) + " top_p=" + fmt("%g", s.top_p) + " top_k=" + std::to_string(s.top_k);
+}
+
+void EquivalenceRunOptions::validate() const {
+  const std::string s = "equivalence run options";
+  if (!(min_expected > 0.0) || !std::isfinite(min_expected))
+    throw Error(ErrorKind::kConfig, "expected a finite min_expected > 0, found " + fmt("%g", min_expected), s, "min_expected");
+  if (min_samples < 1)
+    throw Error(ErrorKind::kConfig, "expected min_samples >= 1, found " + std::to_string(min_samples), s, "min_samples");
+  if (power_start < 1)
+    throw Error(ErrorKind::kConfig, "expected power_start >= 1, found " + std::to_string(power_start), s, "power_start");
+  if (max_exact_prefixes < 1)
+    throw Error(ErrorKind::kConfig, "expected max_exact_prefixes >= 1, found " + std::to_string(max_exact_prefixes), s,
+                "max_exact_prefixes");
+  for (int64_t o : analytic_offsets)
+    if (o < 0) throw Error(ErrorKind::kConfig, "expected offsets >= 0, found " + std::to_string(o), s, "analytic_offsets");
+}
+
+void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<Prompt>& prompts,
+                                 const EquivalenceRunOptions& options) {
+  options.validate();
+  if (!cfg.equivalence)
+    throw Error(ErrorKind::kConfig,
+                "expected an `equivalence` section (speclab check runs the checks it describes), found none",
+                cfg.source_path, "equivalence");
+  const EquivalenceOptions& eq = *cfg.equivalence;
+  eq.validate();
+  if (cfg.drafters.empty())
+    throw Error(ErrorKind::kConfig, "expected at least one drafter to check, found none", cfg.source_path, "drafters");
+  if (prompts.empty())
+    throw Error(ErrorKind::kConfig, "expected at least one prompt, found none", cfg.source_path, "prompts");
+  if (!eq.sampling) return;
+  for (double t : eq.temperatures)
+    if (!(t > 0.0))
+      bad(cfg, "temperatures",
+          "expected temperatures > 0, found " + fmt("%g", t) +
+              ": at temperature 0 both engines are deterministic, so a sampling check would compare one token "
+              "sequence with itself; greedy decoding is checked by `greedy: true`");
+  if (eq.samples < options.min_samples)
+    bad(cfg, "samples",
+        "expected at least " + std::to_string(options.min_samples) + " samples, found " + std::to_string(eq.samples) +
+            ": cells whose expected count N·p is below " + fmt("%g", options.min_expected) +
+            " are pooled (the chi-square approximation needs it), so with N = " + std::to_string(eq.samples) +
+            " only tokens of probability >= " + fmt("%.3g", options.min_expected / static_cast<double>(eq.samples)) +
+            " keep a cell of their own and nearly every cell of a joint of 2+ tokens is pooled: the test would "
+            "compare little more than the most likely token, and the negative controls would go undetected");
+  if (eq.contexts > static_cast<int64_t>(prompts.size()))
+    bad(cfg, "contexts",
+        "expected at most " + std::to_string(prompts.size()) + " contexts (one per prompt), found " +
+            std::to_string(eq.contexts));
+  const int m_max = *std::max_element(eq.positions.begin(), eq.positions.end());
+  if (eq.negative_controls && m_max < 2)
+    bad(cfg, "positions",
+        "expected a position m >= 2 when negative_controls is on, found only m = 1: the first token is sampled from "
+        "the prefill logits before any draft is verified, so no acceptance rule (faulty or not) can change it; add "
+        "m = 2 or set negative_controls: false");
+}
+
+void finalize_sampling_verdict(EquivalenceReport& r) {
+  std::vector<size_t> family;
+  std::map<std::pair<int64_t, std::string>, int64_t> control_tests;  // (cell, control) -> tests
+  for (size_t i = 0; i < r.tests.size(); ++i) {
+    TestRow& t = r.tests[i];
+    t.in_family = t.test.subject == "ar" || t.test.subject == "speculative";
+    if (t.in_family)
+      family.push_back(i);
+    else
+      control_tests[{t.cell, t.test.subject}] += 1;
+  }
+  std::vector<double> p;
+  for (size_t i : family) p.push_back(r.tests[i].test.stats.p_value);
+  const std::vector<double> adj = holm_adjust(p);
+  r.family_size = static_cast<int64_t>(family.size());
+  for (size_t j = 0; j < family.size(); ++j) {
+    TestRow& t = r.tests[family[j]];
+    t.holm_p = adj[j];
+    t.reject = adj[j] < r.alpha;
+  }
+  for (TestRow& t : r.tests) {
+    if (t.in_family) continue;
+    t.holm_p = t.test.stats.p_value;
+    t.reject = t.test.stats.p_value * static_cast<double>(control_tests[{t.cell, t.test.subject}]) < r.control_alpha;
+  }
+  r.sampling_pass = true;
+  for (SamplingCell& c : r.cells) {
+    c.min_holm_p = 1.0;
+    c.pass = true;
+  }
+  for (const TestRow& t : r.tests) {
+    if (!t.in_family) continue;
+    if (t.cell >= 0) {
+      SamplingCell& c = r.cells[static_cast<size_t>(t.cell)];
+      c.min_holm_p = std::min(c.min_holm_p, t.holm_p);
+      if (t.reject) c.pass = false;
+    }
+    if (t.reject) {
+      r.sampling_pass = false;
+      const SamplingGroup& g = r.groups[static_cast<size_t>(t.group)];
+      std::string where = "context " + g.prompt_id + ", " + sampling_label(g.sampling);
+      if (t.cell >= 0) {
+        const SamplingCell& c = r.cells[static_cast<size_t>(t.cell)];
+        where += ", " + c.drafter + " gamma " + std::to_string(c.gamma);
+      }
+      r.failures.push_back("sampling: " + t.test.subject + " " + t.test.test + " m=" + std::to_string(t.test.m) +
+                           " rejects equality (Holm-adjusted p = " + fmt("%.3g", t.holm_p) + " < alpha " +
+                           fmt("%g", r.alpha) + ") at " + where);
+    }
+  }
+  r.notes.clear();
+  for (const SamplingCell& c : r.cells) {
+    bool any = false, testable = false;
+    for (const TestRow& t : r.tests)
+      if (t.cell == c.index && t.test.subject == "speculative") {
+        any = true;
+        testable = testable || t.test.stats.dof > 0;
+      }
+    if (any && !testable) {
+      const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
+      r.notes.push_back("cell " + std::to_string(c.index) + " (context " + g.prompt_id + ", " +
+                        sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma) +
+                        "): every test has 0 degrees of freedom (the target is (nearly) deterministic at the recorded "
+                        "positions): it compares nothing; choose a context with an open continuation");
+    }
+  }
+  r.controls_pass = true;
+  for (const SamplingCell& c : r.cells) {
+    const std::pair<const char*, const ControlOutcome*> controls[] = {{"always_accept", &c.always_accept},
+                                                                      {"top_p_on_p_only", &c.top_p_on_p_only}};
+    for (const auto& [name, o] : controls) {
+      if (!o->applicable || o->caught) continue;
+      r.controls_pass = false;
+      const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
+      r.failures.push_back(std::string("control: ") + name + " NOT caught at N = " + std::to_string(c.n) +
+                           " (min p = " + fmt("%.3g", o->min_p) + " over " + std::to_string(o->tests) +
+                           " tests; needs p x tests < " + fmt("%g", r.control_alpha) + ") at context " + g.prompt_id +
+                           ", " + sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma));
+    }
+  }
+}
+
+std::string format_equivalence_report(const EquivalenceReport& r) {
+  std::ostringstream os;
+  char buf[512];
+  os << "equivalence check: " << r.name << "\n";
+  if (r.ran_greedy) {
+    int64_t match = 0, numerical = 0, bug = 0;
+    for (const GreedyRow& g : r.greedy) {
+      match += g.check.classification == "match";
+      numerical += g.check.classification == "numerical";
+      bug += g.check.classification == "bug";
+    }
+    double worst_diff = 0.0;
+    for (const GreedyRow& g : r.greedy) worst_diff = std::max(worst_diff, g.check.max_logit_diff);
+    os << "\n[1] greedy exactness: " << r.greedy.size() << " runs (prompt x drafter x gamma): " << match
+       << " identical, " << numerical << " numerical divergences, " << bug << " bugs; max |AR - verification logit| "
+       << "over shared positions " << fmt("%.3g", worst_diff) << "\n";
+    bool header = false;
+    for (const GreedyRow& g : r.greedy) {
+      if (g.check.match) continue;
+      if (!header) {
+        std::snprintf(buf, sizeof buf, "  %-16s %-18s %5s %9s %11s %13s %10s  %s\n", "prompt", "drafter", "gamma",
+                      "first_div", "margin_ar", "margin_verify", "tolerance", "class");
+        os << buf;
+        header = true;
+      }
+      std::snprintf(buf, sizeof buf, "  %-16s %-18s %5d %9lld %11.3g %13.3g %10.3g  %s\n", g.prompt_id.c_str(),
+                    g.drafter.c_str(), g.gamma, static_cast<long long>(g.check.first_divergence), g.check.margin_ar,
+                    g.check.margin_verify, g.check.tolerance, g.check.classification.c_str());
+      os << buf;
+    }
+  }
+  if (r.ran_analytic) {
+    double det = 0.0, aa = 0.0, tp = 0.0, lossless = 0.0;
+    for (const AnalyticRow& a : r.analytic) {
+      lossless = std::max(lossless, a.errors.lossless);
+      det = std::max(det, a.errors.deterministic);
+      aa = std::max(aa, a.errors.always_accept);
+      if (!std::isnan(a.errors.top_p_on_p_only)) tp = std::max(tp, a.errors.top_p_on_p_only);
+    }
+    os << "\n[2] analytic first-token distribution: " << r.analytic.size()
+       << " (context x draft x sampling) rows; max |P(out) - p|: lossless rule " << fmt("%.3g", lossless)
+       << ", deterministic draft " << fmt("%.3g", det) << " (tolerance " << fmt("%g", kAnalyticTolerance)
+       << "); faulty rules on the same p, q: always-accept " << fmt("%.3g", aa) << ", top-p-on-p-only "
+       << fmt("%.3g", tp) << "\n";
+  }
+  if (r.ran_sampling) {
+    std::string pos;
+    for (int m : r.positions) pos += (pos.empty() ? "" : ",") + std::to_string(m);
+    os << "\n[3] sampling: N = " << r.samples << " draws per subject, positions m = " << pos
+       << "; Pearson chi-square (cells with expected count < " << fmt("%g", r.min_expected)
+       << " pooled), G and TV reported;\n    Holm-Bonferroni over " << r.family_size
+       << " tests of the lossless engines (AR exact + speculative), family-wise alpha " << fmt("%g", r.alpha)
+       << "; position 1 is the prefill sample, verification starts at position 2\n";
+    std::snprintf(buf, sizeof buf, "  %4s %-12s %-26s %-18s %5s %6s  %-11s %-9s %2s %10s %5s %9s %9s %15s\n", "cell",
+                  "context", "sampling", "drafter", "gamma", "acc", "subject", "test", "m", "X2", "dof", "p", "holm_p",
+                  "TV +- radius");
+    os << buf;
+    for (const TestRow& t : r.tests) {
+      if (!t.in_family) continue;
+      const SamplingGroup& g = r.groups[static_cast<size_t>(t.group)];
+      std::string drafter = "-", gamma = "-", acc = "-", cell = "-";
+      if (t.cell >= 0) {
+        const SamplingCell& c = r.cells[static_cast<size_t>(t.cell)];
+        drafter = c.drafter;
+        gamma = std::to_string(c.gamma);
+        acc = std::isnan(c.acceptance_rate) ? "-" : fmt("%.2f", c.acceptance_rate);
+        cell = std::to_string(c.index);
+      }
+      std::snprintf(buf, sizeof buf, "  %4s %-12s %-26s %-18s %5s %6s  %-11s %-9s %2d %10.2f %5lld %9.3g %9.3g %7.4f+-%.4f%s\n",
+                    cell.c_str(), g.prompt_id.c_str(), sampling_label(g.sampling).c_str(), drafter.c_str(),
+                    gamma.c_str(), acc.c_str(), t.test.subject.c_str(), t.test.test.c_str(), t.test.m,
+                    t.test.stats.statistic, static_cast<long long>(t.test.stats.dof), t.test.stats.p_value, t.holm_p,
+                    t.test.stats.tv, t.test.stats.tv_radius, t.reject ? "  REJECT" : "");
+      os << buf;
+    }
+    os << "\n[4] negative controls (same engine, same N; caught when min p x tests < " << fmt("%g", r.control_alpha)
+       << "; power = smallest N on the grid 250, 500, ... at which it is caught)\n";
+    std::snprintf(buf, sizeof buf, "  %4s %-18s %5s %-26s  %-40s  %-40s\n", "cell", "drafter", "gamma", "sampling",
+                  "always_accept: min p / caught / power N", "top_p_on_p_only: min p / caught / power N");
+    os << buf;
+    auto describe = [](const ControlOutcome& o) {
+      if (!o.applicable) return "n/a (" + o.note + ")";
+      return fmt("%.3g", o.min_p) + " / " + (o.caught ? "caught" : "MISSED") + " / " +
+             (o.power_n > 0 ? std::to_string(o.power_n) : std::string("-"));
+    };
+    for (const SamplingCell& c : r.cells) {
+      const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
+      std::snprintf(buf, sizeof buf, "  %4lld %-18s %5d %-26s  %-40s  %-40s\n", static_cast<long long>(c.index),
+                    c.drafter.c_str(), c.gamma, sampling_label(g.sampling).c_str(), describe(c.always_accept).c_str(),
+                    describe(c.top_p_on_p_only).c_str());
+      os << buf;
+    }
+  }
+  os << "\nverdict: " << (r.pass() ? "PASS" : "FAIL");
+  if (r.ran_greedy) os << "  greedy " << (r.greedy_pass ? "ok" : "FAIL");
+  if (r.ran_analytic) os << "  analytic " << (r.analytic_pass ? "ok" : "FAIL");
+  if (r.ran_sampling) os << "  sampling " << (r.sampling_pass ? "ok" : "FAIL") << "  controls "
+                         << (r.controls_pass ? "ok" : "FAIL");
+  os << "  (" << fmt("%.1f", r.seconds) << " s)\n";
+  for (const std::string& f : r.failures) os << "  - " << f << "\n";
+  for (const std::string& n : r.notes) os << "  note: " << n << "\n";
+  return os.str();
+}
+
+}  // namespace speclab
