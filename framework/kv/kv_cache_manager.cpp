@@ -39,15 +39,16 @@ PoolId KvCacheManager::add_pool(const KvGeometry& g) {
 
 SeqId KvCacheManager::create(PoolId pool, int priority) { return blocks_.create(pool, priority); }
 
-void KvCacheManager::reserve(SeqId seq, int64_t n) {
+Reservation KvCacheManager::reserve(SeqId seq, int64_t n) {
   Reservation r = blocks_.reserve(seq, n);
-  if (r.copies.empty()) return;
+  if (r.copies.empty()) return r;
   Storage& s = storage_[static_cast<size_t>(blocks_.pool_of(seq))];
   const int64_t bs = options_.block_size;
   for (const BlockCopy& c : r.copies) {
     s.k.narrow(1, c.dst * bs, bs).copy_(s.k.narrow(1, c.src * bs, bs));
     s.v.narrow(1, c.dst * bs, bs).copy_(s.v.narrow(1, c.src * bs, bs));
   }
+  return r;
 }
 
 KvView KvCacheManager::view_at(SeqId seq, int64_t start, int64_t n_new) const {

@@ -35,8 +35,11 @@ class KvCacheManager {
   PoolId add_pool(const KvGeometry& geometry);
 
   SeqId create(PoolId pool, int priority = 0);
-  // Capacity for n more tokens; performs copy-on-write block copies on the storage.
-  void reserve(SeqId seq, int64_t n);
+  // Capacity for n more tokens; performs copy-on-write block copies on the storage. Returns
+  // BlockManager::reserve's Reservation: `copies` have already been performed when this returns;
+  // `preempted` lists the sequences released to make room (with Preemption::kLowestPriority),
+  // whose ids are now unknown. Errors as BlockManager::reserve (kResource with nothing changed).
+  Reservation reserve(SeqId seq, int64_t n);
   // View for writing n_new tokens at [length, length + n_new); requires reserved capacity.
   KvView view(SeqId seq, int64_t n_new) const { return view_at(seq, length(seq), n_new); }
   // View for writing n_new tokens at [start, start + n_new) and reading [0, start + n_new);

@@ -1,0 +1,111 @@
+// Tests of framework/core: Rng against outputs published by other implementations of the same
+// algorithms, and the Error contract of error.h (kind, file, field, message, what()).
+//
+// test_sampling.cpp checks Rng against our own Python re-implementation; the references here
+// were computed by other people's code:
+//   - splitmix64 from state 1234567: the five values of Rosetta Code's task
+//     "Pseudo-random numbers/Splitmix64" (also asserted by archi-Doc/Arc.Crypto's tests).
+//   - Rng(1234).state(): PHP's \Random\Engine\Xoshiro256StarStar(1234), which also fills its
+//     state with four splitmix64 outputs; php-src's ext/random/tests/02_engine/
+//     xoshiro256starstar_serialize.phpt publishes that state as little-endian hex words.
+//   - Rng(42) outputs: archi-Doc/Arc.Crypto's Xoshiro256StarStarTest (C#, splitmix64 seeding,
+//     NextDouble = (next >> 11) * 2^-53), five doubles printed with 16 decimals and then five
+//     raw 64-bit outputs of the same stream.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "framework/core/error.h"
+#include "framework/core/rng.h"
+
+using namespace speclab;
+
+TEST_CASE("splitmix64 matches Rosetta Code's published values for seed 1234567", "[core][rng]") {
+  uint64_t state = 1234567;
+  const uint64_t want[] = {6457827717110365317ULL, 3203168211198807973ULL, 9817491932198370423ULL,
+                           4593380528125082431ULL, 16408922859458223821ULL};
+  for (uint64_t w : want) REQUIRE(splitmix64(state) == w);
+  // The state is a Weyl sequence: it advanced by exactly five golden-ratio increments.
+  CHECK(state == 1234567ULL + 5 * 0x9e3779b97f4a7c15ULL);
+}
+
+TEST_CASE("Rng seeds its state like PHP's Xoshiro256StarStar", "[core][rng]") {
+  // php-src serializes the state words as little-endian bytes: "db1c182f1bf60cbb" is
+  // 0xbb0cf61b2f181cdb.
+  const std::array<uint64_t, 4> php_1234 = {0xbb0cf61b2f181cdbULL, 0x97c7a1364df06524ULL,
+                                            0x33befae49bc025daULL, 0x4e6241f252d0a033ULL};
+  CHECK(Rng(1234).state() == php_1234);
+  CHECK(Rng(1235).state() != php_1234);
+}
+
+TEST_CASE("Rng(42) reproduces Arc.Crypto's xoshiro256starstar stream", "[core][rng]") {
+  Rng rng(42);
+  // Printed with "F16"; uniform() has 53 significant bits, so 16 decimals pin it to within
+  // half a unit of the last printed digit.
+  const double doubles[] = {0.0838629710598822, 0.3789802506626686, 0.6800434110281394,
+                            0.9246929453253876, 0.9918039142821028};
+  for (double w : doubles) {
+    const double u = rng.uniform();
+    CHECK(std::fabs(u - w) <= 0.5e-16);
+  }
+  const uint64_t raw[] = {14199186830065750584ULL, 13267978908934200754ULL, 15679888225317814407ULL,
+                          14044878350692344958ULL, 10760895422300929085ULL};
+  for (uint64_t w : raw) CHECK(rng.next_u64() == w);
+}
+
+TEST_CASE("Error carries its kind, file, field and message, and what() joins the non-empty ones",
+          "[core][error]") {
+  const Error full(ErrorKind::kConfig, "expected > 0, found -3", "run.yaml", "kv.block_size");
+  CHECK(full.kind() == ErrorKind::kConfig);
+  CHECK(full.file() == "run.yaml");
+  CHECK(full.field() == "kv.block_size");
+  CHECK(full.message() == "expected > 0, found -3");
+  CHECK(std::string(full.what()) == "run.yaml: kv.block_size: expected > 0, found -3");
+
+  CHECK(std::string(Error(ErrorKind::kIo, "m", "f.bin").what()) == "f.bin: m");
+  CHECK(std::string(Error(ErrorKind::kIo, "m", {}, "key").what()) == "key: m");
+  const Error bare(ErrorKind::kResource, "out of blocks");
+  CHECK(std::string(bare.what()) == "out of blocks");
+  CHECK(bare.file().empty());
+  CHECK(bare.field().empty());
+
+  // Front ends catch it as a std::runtime_error too.
+  try {
+    throw Error(ErrorKind::kBadInput, "bad", "x", "y");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()) == "x: y: bad");
+  }
+}
+
+TEST_CASE("every ErrorKind has its own name", "[core][error]") {
+  const ErrorKind kinds[] = {ErrorKind::kBadInput, ErrorKind::kUnsupported, ErrorKind::kConfig,
+                             ErrorKind::kIo,       ErrorKind::kResource,    ErrorKind::kInternal};
+  std::set<std::string> names;
+  for (ErrorKind k : kinds) names.insert(to_string(k));
+  CHECK(names.size() == 6);
+  CHECK(names.count("unknown") == 0);
+  CHECK(std::string(to_string(ErrorKind::kResource)) == "resource");
+  CHECK(std::string(to_string(ErrorKind::kInternal)) == "internal");
+}
+
+TEST_CASE("SPECLAB_CHECK throws kInternal naming the condition, and evaluates it once",
+          "[core][error]") {
+  int evaluations = 0;
+  auto truthy = [&] { return ++evaluations > 0; };
+  SPECLAB_CHECK(truthy(), "never shown");
+  CHECK(evaluations == 1);
+
+  const int refcount = -1;
+  try {
+    SPECLAB_CHECK(refcount >= 0, "block 7");
+    FAIL("SPECLAB_CHECK did not throw");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kInternal);
+    CHECK(e.message() == "internal check failed: refcount >= 0: block 7");
+  }
+}
