@@ -20,7 +20,6 @@
 
 #include "framework/core/error.h"
 #include "framework/kv/kv_cache_manager.h"
-#include "models/model_config.h"
 
 using namespace speclab;
 
@@ -36,14 +35,8 @@ constexpr Geometry kSmall{2, 2, 3};  // 384 bytes per block of 4 tokens
 constexpr Geometry kOther{1, 1, 4};  // 128 bytes per block of 4 tokens
 constexpr int32_t kBs = 4;           // block size of every test
 
-// The one place that creates pools: adapt it when add_pool's argument changes.
-PoolId add_pool(KvCacheManager& kv, const Geometry& g) {
-  ModelConfig c;
-  c.num_hidden_layers = g.n_layers;
-  c.num_key_value_heads = g.n_kv_heads;
-  c.head_dim = g.head_dim;
-  return kv.add_pool(c);
-}
+// The one place that creates pools.
+PoolId add_pool(KvCacheManager& kv, const Geometry& g) { return kv.add_pool(KvGeometry{g.n_layers, g.n_kv_heads, g.head_dim}); }
 
 int64_t bytes_per_block(const Geometry& g) {
   return kv_bytes_per_block(g.n_layers, g.n_kv_heads, g.head_dim, kBs);
