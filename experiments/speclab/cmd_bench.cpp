@@ -21,6 +21,8 @@
 
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
+#include "framework/engine/ar_decode.h"
+#include "framework/engine/observers.h"
 #include "framework/kv/contiguous_kv.h"
 #include "models/loaders/export.h"
 
@@ -42,20 +44,23 @@ at::Tensor synthetic_tokens(int64_t n, int64_t vocab) {
   return at::tensor(v, at::kLong);
 }
 
-// Seconds per decoded token at context length `ctx`, cached mode.
-double cached_step_seconds(const Model& model, int64_t ctx, int steps) {
+// Seconds per decoded token at context length `ctx`, cached mode: the Session loop (AR, greedy,
+// the paged KV cache) after a prefill of `ctx` synthetic tokens, as every command decodes.
+double cached_step_seconds(const Model& model, const TokenDecoder& decoder, int64_t ctx, int steps) {
   const ModelConfig& c = model.config();
-  ContiguousKv kv(c.kv_geometry(), ctx + steps);
-  at::Tensor prompt = synthetic_tokens(ctx, c.vocab_size);
-  model.forward(prompt, at::arange(ctx, at::kLong), kv.append_view(ctx), ForwardOptions{{}, 1});
-  kv.commit(ctx);
-  auto t0 = Clock::now();
-  for (int s = 0; s < steps; ++s) {
-    const int64_t pos = kv.length();
-    model.forward(at::full({1}, 5 + s, at::kLong), at::full({1}, pos, at::kLong), kv.append_view(1));
-    kv.commit(1);
-  }
-  return since(t0) / steps;
+  PrivateKv kv(c, {}, static_cast<size_t>(ctx + steps + 1));
+  Session session(model, decoder, kv.target());
+  PhaseTimer timer;
+  session.add_observer(timer);
+  GenerationOptions gen;
+  gen.max_new_tokens = steps + 1;  // the first token comes from the prefill
+  gen.ignore_eos = true;
+  at::Tensor ids = synthetic_tokens(ctx, c.vocab_size);
+  const Method ar;  // no drafter
+  session.begin({TokenList(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ctx), ar, gen, SamplingOptions{}});
+  while (!session.done()) session.step();
+  const GenerationResult r = session.end();
+  return r.decode_seconds / static_cast<double>(std::max<size_t>(1, r.tokens.size() - 1));
 }
 
 // Seconds per decoded token at context length `ctx`, naive mode (full recompute of ctx tokens).
@@ -241,7 +246,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   }
 
   // Warm up allocator and caches.
-  cached_step_seconds(model, 16, 4);
+  cached_step_seconds(model, *m.info.tokenizer, 16, 4);
 
   const double pf = prefill_seconds(model, std::min<int64_t>(prefill_len, c.max_position_embeddings - 1), 3);
   std::printf("\nprefill: %lld tokens in %.4f s = %.1f tok/s\n", static_cast<long long>(prefill_len), pf,
@@ -250,7 +255,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::printf("\n%-10s %16s %16s %14s\n", "context", "cached tok/s", "naive tok/s", "naive/cached");
   double cached_first = 0.0;
   for (int64_t ctx : contexts) {
-    const double tc = cached_step_seconds(model, ctx, steps);
+    const double tc = cached_step_seconds(model, *m.info.tokenizer, ctx, steps);
     const double tn = naive_step_seconds(model, ctx, naive_steps);
     if (cached_first == 0.0) cached_first = tc;
     std::printf("%-10lld %16.1f %16.2f %13.1fx\n", static_cast<long long>(ctx), 1.0 / tc, 1.0 / tn, tn / tc);
@@ -335,8 +340,8 @@ int cmd_bench(const std::vector<std::string>& args) {
           ModelArgs f32_args = margs;
           f32_args.weights = "f32";
           const std::unique_ptr<LoadedTarget> m32 = load_runtime_model(f32_args);
-          cached_step_seconds(*m32->model, 16, 4);
-          ours32 = cached_step_seconds(*m32->model, contexts.front(), steps);
+          cached_step_seconds(*m32->model, *m32->info.tokenizer, 16, 4);
+          ours32 = cached_step_seconds(*m32->model, *m32->info.tokenizer, contexts.front(), steps);
           std::printf("SpecLab --weights f32 (%s): decode %.1f tok/s at context %lld\n",
                       m32->model->weight_storage().c_str(), 1.0 / ours32, static_cast<long long>(contexts.front()));
         }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "framework/core/kv_view.h"
+#include "framework/core/types.h"
 #include "framework/core/model_config.h"
 
 namespace speclab {
@@ -26,6 +27,12 @@ struct ForwardOptions {
   // Run the libtorch-op implementation even where a faster CPU path exists (tests compare them).
   bool aten_reference = false;
 };
+
+// Token ids as the [n] int64 tensor Model::forward takes.
+inline at::Tensor token_tensor(const TokenList& ids) {
+  std::vector<int64_t> v(ids.begin(), ids.end());
+  return at::tensor(v, at::kLong);
+}
 
 class Model {
  public:

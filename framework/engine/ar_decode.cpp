@@ -72,7 +72,8 @@ GenerationResult generate_ar(const Model& model, const TokenDecoder& decoder, co
   TokenSink sink(on_token);
   session.add_observer(timer);
   if (on_token) session.add_observer(sink);
-  session.begin({prompt, {}, gen, sampling});
+  const Method ar;  // no drafter
+  session.begin({prompt, ar, gen, sampling});
   while (!session.done()) session.step();
   return session.end();
 }

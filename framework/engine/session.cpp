@@ -9,15 +9,6 @@
 
 namespace speclab {
 
-namespace {
-
-at::Tensor as_tensor(const TokenList& ids) {
-  std::vector<int64_t> v(ids.begin(), ids.end());
-  return at::tensor(v, at::kLong);
-}
-
-}  // namespace
-
 KvOptions kv_options_for(const ModelConfig& config, int64_t tokens, int32_t block_size) {
   KvOptions o;
   o.block_size = block_size;
@@ -112,7 +103,7 @@ void Session::begin(const Request& request) {
   phase(Phase::kPrefill, [&] {
     const int64_t n = static_cast<int64_t>(s.req.prompt.size());
     kv_.kv->reserve(s.id(), n);
-    const at::Tensor logits = target_.forward(as_tensor(s.req.prompt), at::arange(n, at::kLong),
+    const at::Tensor logits = target_.forward(token_tensor(s.req.prompt), at::arange(n, at::kLong),
                                               kv_.kv->view(s.id(), n), ForwardOptions{{}, 1});
     SPECLAB_CHECK(kv_.kv->commit(s.id(), n) == KvStatus::kOk, "commit of the prompt");
     ++s.res.forward_calls;
@@ -132,7 +123,6 @@ SpecStep Session::step() {
   SPECLAB_CHECK(seq_ && !seq_->done, "step() needs an open sequence that is not done");
   Sequence& s = *seq_;
   SpecStep record;
-  const int64_t n = kv_.kv->length(s.id());  // position of the pending token s.tokens.back()
 
   // 1. propose: up to max_k draft tokens continuing s.tokens (none without a drafter)
   const DraftBlock d = phase(Phase::kPropose, [&] { return propose(s); });
@@ -141,7 +131,7 @@ SpecStep Session::step() {
   // 2. reserve the k + 1 slots of the pass, so that verification never allocates
   phase(Phase::kReserve, [&] { kv_.kv->reserve(s.id(), k + 1); });
 
-  // 3. one target forward over [pending, drafts] at positions [n, n + k]
+  // 3. one target forward over [pending, drafts] at positions [n, n + k], n = the KV length
   TokenList input(1, s.tokens.back());
   input.insert(input.end(), d.tokens.begin(), d.tokens.end());
   const at::Tensor logits = phase(Phase::kVerify, [&] { return forward(s, input); });
@@ -186,7 +176,7 @@ DraftBlock Session::propose(Sequence& s) {
 
 at::Tensor Session::forward(Sequence& s, const TokenList& input) {
   const int64_t n = kv_.kv->length(s.id()), m = static_cast<int64_t>(input.size());
-  at::Tensor logits = target_.forward(as_tensor(input), at::arange(n, n + m, at::kLong), kv_.kv->view_at(s.id(), n, m));
+  at::Tensor logits = target_.forward(token_tensor(input), at::arange(n, n + m, at::kLong), kv_.kv->view_at(s.id(), n, m));
   ++s.res.forward_calls;
   return logits;
 }

@@ -31,10 +31,6 @@ std::vector<double> normalised(const std::vector<float>& v) {
   return out;
 }
 
-at::Tensor as_tensor(const TokenList& ids) {
-  std::vector<int64_t> v(ids.begin(), ids.end());
-  return at::tensor(v, at::kLong);
-}
 
 }  // namespace
 
@@ -89,14 +85,14 @@ std::vector<float> next_token_logits(const Model& model, const TokenList& contex
   if (n > 1) {
     TokenList head(context.begin(), context.end() - 1);
     kv.reserve(sid, n - 1);
-    model.forward(as_tensor(head), at::arange(n - 1, at::kLong), kv.view(sid, n - 1), ForwardOptions{{}, 1});
+    model.forward(token_tensor(head), at::arange(n - 1, at::kLong), kv.view(sid, n - 1), ForwardOptions{{}, 1});
     SPECLAB_CHECK(kv.commit(sid, n - 1) == KvStatus::kOk, "commit of the context");
   }
   kv.reserve(sid, 1);
   ForwardOptions fo;
   fo.layers = last_layers;
   fo.logits_last_n = 1;
-  at::Tensor logits = model.forward(as_tensor(TokenList(1, context.back())), at::full({1}, n - 1, at::kLong),
+  at::Tensor logits = model.forward(token_tensor(TokenList(1, context.back())), at::full({1}, n - 1, at::kLong),
                                     kv.view_at(sid, n - 1, 1), fo);
   at::Tensor row = logits[0].contiguous();
   return std::vector<float>(row.data_ptr<float>(), row.data_ptr<float>() + c.vocab_size);

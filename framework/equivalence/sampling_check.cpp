@@ -17,7 +17,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Thrown by the token callback once a draw has its m tokens; caught in draw_speculative.
 
 std::vector<double> to_double_normalised(const std::vector<float>& p) {
   double sum = 0.0;
@@ -27,10 +26,6 @@ std::vector<double> to_double_normalised(const std::vector<float>& p) {
   return out;
 }
 
-at::Tensor as_tensor(const TokenList& ids) {
-  std::vector<int64_t> v(ids.begin(), ids.end());
-  return at::tensor(v, at::kLong);
-}
 
 GenerationOptions draw_generation(int64_t max_new) {
   GenerationOptions gen;
@@ -205,7 +200,7 @@ NextTokenOracle::NextTokenOracle(const Model& target, TokenList context) : impl_
     impl_->seq = std::make_unique<KvSequence>(*impl_->kv, pool);
     const SeqId sid = impl_->seq->id();
     impl_->kv->reserve(sid, impl_->n);
-    at::Tensor logits = target.forward(as_tensor(context), at::arange(impl_->n, at::kLong),
+    at::Tensor logits = target.forward(token_tensor(context), at::arange(impl_->n, at::kLong),
                                        impl_->kv->view(sid, impl_->n), ForwardOptions{{}, 1});
     SPECLAB_CHECK(impl_->kv->commit(sid, impl_->n) == KvStatus::kOk, "commit of the context");
     at::Tensor row = logits[0].contiguous();

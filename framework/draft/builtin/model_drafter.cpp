@@ -6,13 +6,6 @@
 
 namespace speclab {
 
-namespace {
-at::Tensor as_tensor(const TokenList& ids) {
-  std::vector<int64_t> v(ids.begin(), ids.end());
-  return at::tensor(v, at::kLong);
-}
-}  // namespace
-
 std::unique_ptr<ModelDrafter> ModelDrafter::separate(std::unique_ptr<Model> model, const DrafterEnv& env) {
   SPECLAB_CHECK(env.kv != nullptr, "draft_model needs the shared KV manager");
   if (model->config().vocab_size != env.vocab_size)
@@ -79,7 +72,7 @@ DraftBlock ModelDrafter::propose(const DraftContext& ctx, int max_k) {
   int64_t pos = start;
   for (int i = 0; i < max_k; ++i) {
     const int64_t n = static_cast<int64_t>(feed.size());
-    at::Tensor logits = model_->forward(as_tensor(feed), at::arange(pos, pos + n, at::kLong),
+    at::Tensor logits = model_->forward(token_tensor(feed), at::arange(pos, pos + n, at::kLong),
                                         kv_->view_at(dseq_, pos, n), fo);
     if (own) SPECLAB_CHECK(kv_->commit(dseq_, n) == KvStatus::kOk, "draft commit");
     pos += n;
