@@ -25,6 +25,11 @@
 // Unknown keys are errors with a "did you mean" suggestion; every error names the file, the key
 // path and its line:column, and says what was expected. `--set key=value` overrides any scalar
 // (or a list written in YAML flow syntax, e.g. --set "sweep.drafter.gamma=[1,2]").
+//
+// Each key is declared once, in the field tables of config_schema.cpp, which drive reading
+// (config_parse.cpp), `--set` (config_overrides.cpp), sweep keys (sweep.cpp), the canonical text
+// (config_canonical.cpp) and unknown-key errors. The validate() methods are in
+// experiment_config.cpp.
 #pragma once
 
 #include <cstdint>
@@ -70,10 +75,6 @@ struct PromptsOptions {
   std::string system;              // system message in chat mode (optional)
   int64_t limit = 0;               // 0 = all
   void validate() const;
-};
-
-struct Prompt {
-  std::string id, category, text;
 };
 
 struct SweepAxis {
@@ -130,33 +131,9 @@ ExperimentConfig load_experiment_config(const std::string& path, const std::vect
 ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std::string& source_name,
                                          const std::vector<std::string>& overrides = {});
 
-// One point of the sweep: the config with the point's values applied, and the values by key.
-// Keys are canonical ("drafter.num_speculative_tokens" also when written "drafter.gamma").
-// Points are in cartesian-product order with the first listed axis outermost (the last axis
-// varies fastest); a config without a sweep gives one point. point.config has been re-validated,
-// its `sweep` is empty and its resolved_yaml has the values set (and no sweep section).
-// Throws Error(kConfig) naming the point's values when a combination is invalid.
-struct SweepPoint {
-  int64_t index = 0;
-  std::map<std::string, std::string> values;  // key -> value as written
-  ExperimentConfig config;
-};
-std::vector<SweepPoint> expand_sweep(const ExperimentConfig& config);
-
-// Every setting of `config` with its effective value, defaults included, under the canonical
-// key names (aliases resolved), as YAML text in a fixed layout: two configs that run the same
-// experiment give the same text however they were written (0 vs 0.0, key order, a default
-// written out or left implicit). Paths are as resolved at load (relative to the YAML file).
-std::string effective_config_yaml(const ExperimentConfig& config);
-
-// The settings at which two YAML texts differ, as "key: <a> vs <b>" lines (key paths such as
-// sampling.temperature or drafters[1].num_speculative_tokens; "(absent)" for a missing key).
-// Keys whose path starts with one of `ignore` (e.g. "output") are skipped.
-std::vector<std::string> yaml_differences(const std::string& a, const std::string& b,
-                                          const std::vector<std::string>& ignore = {});
-
-// Reads the prompts (files relative to the config's directory, inline ones after them).
-// Error(kBadInput) naming "<file>:<line>" for a line that is not JSON or lacks the field.
-std::vector<Prompt> load_prompts(const ExperimentConfig& config);
-
 }  // namespace speclab
+
+// The rest of the config API, one concept per header (each includes this one):
+#include "framework/io/config_canonical.h"  // effective_config_yaml, yaml_differences
+#include "framework/io/prompt_loader.h"     // Prompt, load_prompts
+#include "framework/io/sweep.h"             // SweepPoint, expand_sweep

@@ -1,0 +1,220 @@
+// YAML -> ExperimentConfig: load_experiment_config and parse_experiment_config
+// (experiment_config.h). The text is parsed, `--set` edits the tree (config_overrides.cpp), the
+// field tables read it (config_schema.cpp), derived values are filled in (finalize), and then
+// validate() runs; an error it reports by key path is located at that key in the file. A sweep
+// is checked value by value (each value's error at its line and column) and point by point.
+#include <sys/stat.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include "framework/core/error.h"
+#include "framework/io/config_schema.h"
+#include "framework/io/config_util.h"
+
+namespace speclab {
+
+namespace config {
+
+void finalize(ExperimentConfig& c) {
+  for (auto& e : c.drafters) {
+    if (e.options.name == "draft_model" && c.models.draft && (e.options.draft_model.empty() || e.draft_from_models)) {
+      e.options.draft_model = c.models.draft->path;
+      e.options.draft_model_format = c.models.draft->format;
+      e.draft_from_models = true;
+    }
+  }
+  std::set<std::string> taken;
+  for (const auto& e : c.drafters)
+    if (!e.label.empty()) taken.insert(e.label);
+  for (auto& e : c.drafters) {
+    if (!e.label.empty()) continue;
+    std::string label = e.options.name;
+    for (int k = 2; taken.count(label); ++k) label = e.options.name + "_" + std::to_string(k);
+    e.label = label;
+    taken.insert(label);
+  }
+}
+
+namespace {
+
+constexpr size_t kMaxConfigBytes = size_t(16) << 20;
+
+std::string load_yaml_text(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw Error(ErrorKind::kIo, "cannot open the config file: no such file", path);
+  if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::kIo, "expected a YAML file, found a directory or device", path);
+  if (static_cast<size_t>(st.st_size) > kMaxConfigBytes)
+    throw Error(ErrorKind::kBadInput,
+                "expected a config file of at most 16 MiB, found " + std::to_string(st.st_size) + " bytes", path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::kIo, "cannot open the config file", path);
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  in.read(&text[0], static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
+
+// A drafters entry that writes a key which a drafter.<key> sweep sets on every entry: the value
+// written would never run (while the recorded config still shows it), so it is an error at the
+// written key. (A top-level key such as sampling.temperature may be written and swept: the
+// written value is the base that each point replaces, as documented in docs/config.md.)
+void check_sweep_conflicts(const YAML::Node& root, const YamlOrigin& origin, const std::vector<SweepAxis>& sweep) {
+  auto conflict = [&](const YAML::Node& key, const std::string& written, const std::string& axis) {
+    throw Error(ErrorKind::kConfig,
+                "expected the drafters entries to leave this key to sweep." + axis +
+                    ", which sets it on every entry at every point; found it written here (remove it here or "
+                    "from the sweep)",
+                origin.where(key), written);
+  };
+  const Schema& drafter = drafter_table().schema();
+  const YAML::Node list = top_schema().find("drafters")->value_in(root);
+  if (!list.IsSequence()) return;
+  for (const SweepAxis& ax : sweep) {
+    const std::vector<std::string> segs = split(ax.key, '.');
+    if (segs.size() < 2 || segs[0] != "drafter") continue;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const YAML::Node entry = list[i];
+      const std::string at = "drafters[" + std::to_string(i) + "].";
+      if (segs[1] == "params") {
+        const YAML::Node params = drafter.find("params")->value_in(entry);
+        const std::string name = ax.key.substr(std::string("drafter.params.").size());
+        if (params.IsMap())
+          for (auto it = params.begin(); it != params.end(); ++it)
+            if (it->first.IsScalar() && it->first.Scalar() == name) conflict(it->first, at + "params." + name, ax.key);
+        continue;
+      }
+      const KeyDef* def = drafter.find(segs[1]);
+      const YAML::Node key = def ? def->key_in(entry) : YAML::Node();
+      if (key.IsDefined() && !key.IsNull()) conflict(key, at + key.Scalar(), ax.key);
+    }
+  }
+}
+
+// Whether a canonical key path ("drafters[2].num_speculative_tokens") is set by a sweep key
+// ("drafter.num_speculative_tokens").
+bool set_by_axis(const std::string& field, const std::string& axis) {
+  if (!starts_with(axis, "drafter.")) return field == axis;
+  if (!starts_with(field, "drafters[")) return false;
+  const size_t close = field.find("].");
+  return close != std::string::npos && field.substr(close + 2) == axis.substr(8);
+}
+
+// A numeric sweep value as the setting holds it (0.0 -> 0, 1e3 -> 1000); other values as written.
+std::string canonical_sweep_value(const ExperimentConfig& c, const std::string& key, const std::string& written) {
+  char* end = nullptr;
+  std::strtod(written.c_str(), &end);
+  if (written.empty() || end != written.c_str() + written.size()) return written;
+  const std::string path =
+      starts_with(key, "drafter.") ? (c.drafters.empty() ? key : "drafters[0]." + key.substr(8)) : key;
+  return effective_value(c, path).value_or(written);
+}
+
+// Sweep values: types first, each located at its value in the sweep list (and recorded as the
+// setting holds it); then every point of the product, since values are only valid together
+// (gamma and max_speculative_tokens). A point's error is located at the value of the axis that
+// sets the key at fault, else at that key in the file.
+void check_sweep(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ctx, ExperimentConfig& cfg) {
+  check_sweep_conflicts(root, origin, cfg.sweep);
+  const YAML::Node sweep_node = top_schema().find("sweep")->value_in(root);
+  std::vector<std::string> written;
+  std::vector<std::vector<YAML::Node>> value_nodes;
+  size_t a = 0;
+  for (auto it = sweep_node.begin(); it != sweep_node.end(); ++it, ++a) {
+    written.push_back("sweep." + it->first.Scalar());
+    value_nodes.emplace_back();
+    for (size_t j = 0; j < it->second.size(); ++j) {
+      value_nodes.back().push_back(it->second[j]);
+      const YamlValue val(&origin, it->second[j], YAML::Node(), written.back());
+      std::string canon;
+      try {
+        ExperimentConfig c = cfg;
+        apply_sweep_value(c, cfg.sweep[a].key, val, ctx);
+        canon = canonical_sweep_value(c, cfg.sweep[a].key, cfg.sweep[a].values[j]);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kConfig) throw;
+        throw Error(ErrorKind::kConfig, e.message(), val.where(), written.back());
+      }
+      // Numbers by value: 0 and 0.0 are one point, recorded as 0.
+      std::vector<std::string>& values = cfg.sweep[a].values;
+      if (std::find(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(j), canon) !=
+          values.begin() + static_cast<std::ptrdiff_t>(j))
+        throw Error(ErrorKind::kConfig,
+                    "expected distinct values (each is one sweep point), found " + squote(values[j]) + ", which is " +
+                        squote(canon) + " again",
+                    val.where(), written.back() + "[" + std::to_string(j) + "]");
+      values[j] = canon;
+    }
+  }
+  double points = 1;
+  for (const SweepAxis& ax : cfg.sweep) points *= static_cast<double>(ax.values.size());
+  if (points > static_cast<double>(kMaxSweepPoints))
+    throw Error(ErrorKind::kConfig,
+                "expected at most " + std::to_string(kMaxSweepPoints) + " sweep points, found " + to_text(points),
+                origin.where(sweep_node), "sweep");
+  const PointErrorHandler locate_point = [&](const Error& e, const std::vector<size_t>& digit, const std::string& desc) {
+    const std::string detail = " (" + e.field() + ", at sweep point " + desc + ")";
+    for (size_t i = 0; i < cfg.sweep.size() && i < value_nodes.size(); ++i) {
+      if (!set_by_axis(e.field(), cfg.sweep[i].key)) continue;
+      const YamlValue val(&origin, value_nodes[i][digit[i]], YAML::Node(), written[i]);
+      throw Error(ErrorKind::kConfig, e.message() + detail, val.where(), written[i]);
+    }
+    const YamlValue at = locate(root, origin, e.field());
+    throw Error(ErrorKind::kConfig, e.message() + " (at sweep point " + desc + ")", at.where(), at.path);
+  };
+  expand_points(cfg, &locate_point);
+}
+
+}  // namespace
+
+}  // namespace config
+
+ExperimentConfig load_experiment_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_experiment_config(config::load_yaml_text(path), path, overrides);
+}
+
+ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std::string& source_name,
+                                         const std::vector<std::string>& overrides) {
+  using namespace config;
+  YamlOrigin origin(source_name);
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    const std::string loc = e.mark.is_null() ? source_name
+                                             : source_name + ":" + std::to_string(e.mark.line + 1) + ":" +
+                                                   std::to_string(e.mark.column + 1);
+    throw Error(ErrorKind::kConfig, "malformed YAML: " + e.msg, loc);
+  }
+  if (!root.IsDefined() || root.IsNull())
+    throw Error(ErrorKind::kConfig, "expected a map of sections (models, drafters, prompts, ...), found an empty document",
+                source_name);
+  if (!root.IsMap())
+    throw Error(ErrorKind::kConfig,
+                "expected a map of sections (models, drafters, prompts, ...), found " + yaml_util::describe(root),
+                origin.where(root));
+  for (const std::string& o : overrides) apply_override(root, o, origin);
+
+  ExperimentConfig cfg;
+  cfg.source_path = source_name;
+  cfg.resolved_yaml = emit(root);
+  const Ctx ctx{dirname_of(source_name)};
+  top_table().read(YamlValue(&origin, root, YAML::Node(), ""), ctx, cfg);
+  finalize(cfg);
+
+  // Struct-level validation: the error names a canonical key path; add where it is written.
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kConfig) throw;
+    const YamlValue at = locate(root, origin, e.field());
+    throw Error(ErrorKind::kConfig, e.message(), at.where(), at.path);
+  }
+  if (!cfg.sweep.empty()) check_sweep(root, origin, ctx, cfg);
+  return cfg;
+}
+
+}  // namespace speclab

@@ -1,0 +1,399 @@
+// The field tables (each config key declared once) and the queries over them: unknown-key
+// suggestions, sweep keys, key-path lookup in a tree (see config_schema.h).
+#include "framework/io/config_schema.h"
+
+#include <functional>
+#include <limits>
+#include <utility>
+
+#include "framework/io/config_util.h"
+
+namespace speclab::config {
+
+namespace {
+
+using yaml_util::describe;
+
+constexpr int64_t kI32Min = std::numeric_limits<int32_t>::min();
+constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
+
+// ---- codecs of one key each ---------------------------------------------------------------------
+
+// vLLM's method name "ngram" is prompt_lookup.
+Codec<std::string> drafter_name() {
+  Codec<std::string> c = text();
+  c.read = [](const YamlValue& x, const Ctx&, std::string& m) {
+    m = x.as_string();
+    if (m == "ngram") m = "prompt_lookup";
+  };
+  return c;
+}
+
+Codec<std::string> weights_mode() {
+  Codec<std::string> c = text();
+  c.read = [](const YamlValue& x, const Ctx&, std::string& m) {
+    m = x.as_string();
+    if (m != "native" && m != "f32") x.fail("expected native or f32, found '" + m + "'");
+  };
+  return c;
+}
+
+// vLLM writes "off" as -1.
+Codec<int64_t> top_k() {
+  Codec<int64_t> c = default_codec<int64_t>();
+  c.read = [](const YamlValue& x, const Ctx&, int64_t& m) {
+    const int64_t k = x.as_int(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+    m = k == -1 ? 0 : k;
+  };
+  return c;
+}
+
+// auto | on | off, with YAML's booleans read as on / off.
+Codec<std::string> chat_mode() {
+  Codec<std::string> c = text();
+  c.read = [](const YamlValue& x, const Ctx&, std::string& m) {
+    const std::string t = x.as_scalar_text("auto, on or off");
+    bool b = false;
+    m = yaml_util::parse_bool(t, b) ? (b ? "on" : "off") : t;
+  };
+  return c;
+}
+
+Codec<Preemption> preemption_mode() {
+  return {Shape::kScalar, nullptr,
+          [](const YamlValue& x, const Ctx&, Preemption& m) {
+            const std::string t = x.as_scalar_text("off or lowest_priority");
+            bool b = true;
+            if (t == "lowest_priority") m = Preemption::kLowestPriority;
+            else if (yaml_util::parse_bool(t, b) && !b) m = Preemption::kOff;
+            else x.fail("expected off or lowest_priority, found " + describe(x.node));
+          },
+          [](const Preemption& m, const Ctx&) {
+            return YAML::Node(std::string(m == Preemption::kLowestPriority ? "lowest_priority" : "off"));
+          }};
+}
+
+// ---- the tables ---------------------------------------------------------------------------------
+
+const Table<ModelSource>& source_table() {
+  using S = ModelSource;
+  static const Table<S> t("model source", {
+      field("path", {}, &S::path, model_path()),
+      field("format", {}, &S::format),
+      field("tokenizer", {}, &S::tokenizer, path()),
+      field("weights", {}, &S::weights, weights_mode()),
+  });
+  return t;
+}
+
+const Table<ModelsOptions>& models_table() {
+  using M = ModelsOptions;
+  static const Table<M> t("models", {
+      field("target", {}, &M::target, section(source_table())),
+      field("draft", {}, &M::draft, optional_section(source_table())),
+  });
+  return t;
+}
+
+const Table<SamplingOptions>& sampling_table() {
+  using S = SamplingOptions;
+  static const Table<S> t("sampling", {
+      field("temperature", {}, &S::temperature),
+      field("top_k", {}, &S::top_k, top_k()),
+      field("top_p", {}, &S::top_p),
+      field("seed", {}, &S::seed),
+  });
+  return t;
+}
+
+const Table<GenerationOptions>& generation_table() {
+  using G = GenerationOptions;
+  static const Table<G> t("generation", {
+      field("max_new_tokens", {"max_tokens"}, &G::max_new_tokens),
+      field("stop", {"stop_strings"}, &G::stop),
+      field("ignore_eos", {}, &G::ignore_eos),
+  });
+  return t;
+}
+
+// Read as text, category, id (the order messages list them in); written as id, category, text,
+// the order results files already record.
+const Table<InlinePrompt>& inline_table() {
+  using P = InlinePrompt;
+  static const Table<P> t("inline prompt",
+                          {
+                              field("text", {"prompt"}, &P::text),
+                              field("category", {}, &P::category),
+                              field("id", {}, &P::id),
+                          },
+                          {"id", "category", "text"});
+  return t;
+}
+
+const Table<PromptsOptions>& prompts_table() {
+  using P = PromptsOptions;
+  static const Table<P> t("prompts", {
+      field("files", {"file"}, &P::files, file_list()),
+      field("field", {}, &P::field),
+      field("category_field", {}, &P::category_field),
+      field("id_field", {}, &P::id_field),
+      field("inline", {}, &P::inline_prompts,
+            entries(inline_table(), "a list of prompts (strings or {text, category, id})",
+                    [](const std::string& text, InlinePrompt& p) { p.text = text; })),
+      field("chat", {}, &P::chat, chat_mode()),
+      field("system", {}, &P::system),
+      field("limit", {}, &P::limit),
+  });
+  return t;
+}
+
+const Table<KvOptions>& kv_table() {
+  using K = KvOptions;
+  static const Table<K> t("kv", {
+      field("block_size", {}, &K::block_size),
+      field("budget_bytes", {}, &K::budget_bytes, byte_count()),
+      field("preemption", {}, &K::preemption, preemption_mode()),
+  });
+  return t;
+}
+
+const Table<OutputOptions>& output_table() {
+  static const Table<OutputOptions> t("output", {field("path", {}, &OutputOptions::path)});
+  return t;
+}
+
+const Table<EquivalenceOptions>& equivalence_table() {
+  using Q = EquivalenceOptions;
+  static const Table<Q> t("equivalence", {
+      field("greedy", {}, &Q::greedy),
+      field("analytic", {}, &Q::analytic),
+      field("sampling", {}, &Q::sampling),
+      field("samples", {}, &Q::samples),
+      field("positions", {}, &Q::positions),
+      field("temperatures", {}, &Q::temperatures),
+      field("top_ps", {}, &Q::top_ps),
+      field("top_ks", {}, &Q::top_ks),
+      field("gammas", {}, &Q::gammas),
+      field("alpha", {}, &Q::alpha),
+      field("control_alpha", {}, &Q::control_alpha),
+      field("negative_controls", {}, &Q::negative_controls),
+      field("numerical_margin", {}, &Q::numerical_margin),
+      field("contexts", {}, &Q::contexts),
+  });
+  return t;
+}
+
+}  // namespace
+
+const Table<DrafterEntry>& drafter_table() {
+  using E = DrafterEntry;
+  using O = DrafterOptions;
+  static const Table<E> t(
+      "drafter",
+      {
+          field("label", {}, &E::label),
+          field("name", {"method"}, &E::options, &O::name, drafter_name()),
+          field("plugin", {}, &E::options, &O::plugin, path()),
+          field("num_speculative_tokens", {"gamma", "num_assistant_tokens", "prompt_lookup_num_tokens"}, &E::options,
+                &O::num_speculative_tokens),
+          field("schedule", {"num_assistant_tokens_schedule"}, &E::options, &O::schedule),
+          field("max_speculative_tokens", {}, &E::options, &O::max_speculative_tokens),
+          field("confidence_threshold", {"assistant_confidence_threshold"}, &E::options, &O::confidence_threshold),
+          field("prompt_lookup_min", {}, &E::options, &O::prompt_lookup_min),
+          field("prompt_lookup_max", {"max_matching_ngram_size"}, &E::options, &O::prompt_lookup_max),
+          field("draft_layers", {}, &E::options, &O::draft_layers, layer_list()),
+          field("draft_layers_first", {"assistant_early_exit"}, &E::options, &O::draft_layers_first,
+                integer<int64_t>(kI32Min, kI32Max)),
+          // A model named here is the entry's own: finalize() no longer fills it in from models.draft.
+          also(field("draft_model", {"model"}, &E::options, &O::draft_model, model_path()),
+               [](E& e) { e.draft_from_models = false; }),
+          field("draft_model_format", {}, &E::options, &O::draft_model_format),
+          field("params", {}, &E::options, &O::params, parameter_map()),
+      });
+  return t;
+}
+
+const Table<ExperimentConfig>& top_table() {
+  using C = ExperimentConfig;
+  static const Table<C> t("top-level section", {
+      field("name", {}, &C::name),
+      field("models", {}, &C::models, section(models_table())),
+      field("drafters", {}, &C::drafters, entries(drafter_table(), "a list of drafter entries (e.g. - {name: prompt_lookup})")),
+      field("sampling", {}, &C::sampling, section(sampling_table())),
+      field("generation", {}, &C::generation, section(generation_table())),
+      field("prompts", {}, &C::prompts, section(prompts_table())),
+      field("sweep", {}, &C::sweep, sweep_axes()),
+      field("repeats", {}, &C::repeats),
+      field("warmup", {}, &C::warmup),
+      field("kv", {}, &C::kv, section(kv_table())),
+      field("output", {}, &C::output, section(output_table())),
+      field("equivalence", {}, &C::equivalence, optional_section(equivalence_table())),
+  });
+  return t;
+}
+
+const Schema& top_schema() { return top_table().schema(); }
+
+// ---- unknown keys -------------------------------------------------------------------------------
+
+namespace {
+
+// Every key path in the schema ("sampling.temperature", "drafters[i].gamma"), aliases included.
+void collect_paths(const Schema& s, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  for (const auto& k : s.keys) {
+    std::vector<std::string> names = {k.key};
+    names.insert(names.end(), k.aliases.begin(), k.aliases.end());
+    for (const auto& n : names) out.emplace_back(n, join_path(prefix, k.key));
+    if (k.child) collect_paths(*k.child, join_path(prefix, k.key) + (k.shape == Shape::kEntries ? "[i]" : ""), out);
+  }
+}
+
+}  // namespace
+
+std::string unknown_key_message(const std::string& written, const Schema& schema, const std::string& section_path) {
+  std::string msg = "unknown key " + squote(written);
+  if (!section_path.empty()) msg += " in " + section_path;
+  const std::string near = yaml_util::closest_match(written, schema.all_names());
+  if (!near.empty()) return msg + "; did you mean " + squote(near) + "?";
+  std::vector<std::pair<std::string, std::string>> all;
+  collect_paths(top_schema(), "", all);
+  for (const auto& [name, path] : all)
+    if (name == written && path != join_path(section_path, written)) return msg + "; did you mean " + squote(path) + "?";
+  return msg + "; expected one of: " + schema.key_list();
+}
+
+// ---- sweep keys ---------------------------------------------------------------------------------
+
+namespace {
+
+// A drafters entry key that a drafter.<key> sweep may set (not the label: labels name results).
+bool drafter_sweepable(const KeyDef& d) { return d.single_valued() && d.key != "label"; }
+
+std::vector<std::string> sweepable_keys() {
+  std::vector<std::string> out;
+  std::function<void(const Schema&, const std::string&)> walk = [&](const Schema& s, const std::string& prefix) {
+    for (const auto& k : s.keys) {
+      if (k.single_valued()) {
+        if (!unsweepable_reason(join_path(prefix, k.key)).empty()) continue;
+        out.push_back(join_path(prefix, k.key));
+        for (const auto& a : k.aliases) out.push_back(join_path(prefix, a));
+      } else if (k.shape == Shape::kSection) {
+        walk(*k.child, join_path(prefix, k.key));
+      }
+    }
+  };
+  walk(top_schema(), "");
+  for (const auto& k : drafter_table().schema().keys) {
+    if (!drafter_sweepable(k)) continue;
+    out.push_back("drafter." + k.key);
+    for (const auto& a : k.aliases) out.push_back("drafter." + a);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string canonical_sweep_key(const std::string& written) {
+  if (starts_with(written, "drafter.params.") && written.size() > 15) return written;
+  const std::vector<std::string> segs = split(written, '.');
+  if (segs.size() == 2 && segs[0] == "drafter") {
+    const KeyDef* d = drafter_table().schema().find(segs[1]);
+    if (!d || !drafter_sweepable(*d)) return {};
+    return "drafter." + d->key;
+  }
+  const Schema* s = &top_schema();
+  std::vector<std::string> canon;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    if (!s) return {};
+    const KeyDef* d = s->find(segs[i]);
+    if (!d) return {};
+    canon.push_back(d->key);
+    if (i + 1 == segs.size()) {
+      if (!d->single_valued()) return {};
+    } else if (d->shape == Shape::kSection) {
+      s = d->child;
+    } else {
+      return {};
+    }
+  }
+  return join(canon, ".");
+}
+
+// One run writes one file under one name, and the equivalence section belongs to `speclab check`.
+std::string unsweepable_reason(const std::string& key) {
+  if (key == "name" || starts_with(key, "output."))
+    return "expected a per-point setting, found " + squote(key) +
+           ": one run writes one HDF5 file under one name; run the config once per value instead";
+  if (starts_with(key, "equivalence."))
+    return "expected a per-point setting, found " + squote(key) +
+           ": the equivalence section configures `speclab check`, which does not sweep";
+  return {};
+}
+
+std::string unknown_sweep_key_message(const std::string& written) {
+  std::string msg = "unknown sweep key " + squote(written);
+  const std::string near = yaml_util::closest_match(written, sweepable_keys());
+  if (!near.empty()) return msg + "; did you mean " + squote(near) + "?";
+  return msg + "; expected \"<section>.<key>\" naming a single-valued setting (e.g. sampling.temperature, "
+               "generation.max_new_tokens, drafter.num_speculative_tokens for every drafter)";
+}
+
+// ---- locating a key path in a tree --------------------------------------------------------------
+
+YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::string& path) {
+  std::vector<std::string> segs = split_key(path);
+  YAML::Node cur = root;
+  YAML::Node key;
+  std::string written;
+  const Schema* schema = &top_schema();
+  size_t i = 0;
+  for (; i < segs.size(); ++i) {
+    size_t idx = 0;
+    if (is_index(segs[i], idx)) {
+      if (!cur.IsSequence() || idx >= cur.size()) break;
+      YAML::Node next = cur[idx];
+      cur.reset(next);
+      key.reset(YAML::Node());
+      written += "[" + segs[i] + "]";
+      continue;
+    }
+    if (!schema || !cur.IsMap()) break;
+    const KeyDef* def = schema->find(segs[i]);
+    if (!def) break;
+    const YAML::Node k = def->key_in(cur);
+    if (!k.IsDefined()) break;
+    written = join_path(written, k.Scalar());
+    key.reset(k);
+    YAML::Node next = def->value_in(cur);
+    cur.reset(next);
+    if ((def->shape == Shape::kSweep || def->shape == Shape::kFreeMap) && i + 1 < segs.size()) {
+      const std::string rest = join(std::vector<std::string>(segs.begin() + static_cast<std::ptrdiff_t>(i) + 1, segs.end()), ".");
+      i = segs.size();
+      if (!cur.IsMap()) {
+        written += "." + rest;
+        break;
+      }
+      for (auto it = cur.begin(); it != cur.end(); ++it) {
+        if (!it->first.IsScalar()) continue;
+        const std::string k2 = it->first.Scalar();
+        if (def->shape == Shape::kSweep ? canonical_sweep_key(k2) == rest : k2 == rest) {
+          written += "." + k2;
+          key.reset(it->first);
+          YAML::Node value = it->second;
+          cur.reset(value);
+          return YamlValue(&origin, cur, key, written);
+        }
+      }
+      written += "." + rest;
+      break;
+    }
+    schema = def->child;
+  }
+  for (; i < segs.size(); ++i) {
+    size_t idx = 0;
+    written += is_index(segs[i], idx) ? "[" + segs[i] + "]" : (written.empty() ? "" : ".") + segs[i];
+  }
+  return YamlValue(&origin, cur, key, written);
+}
+
+}  // namespace speclab::config

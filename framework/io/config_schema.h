@@ -1,0 +1,71 @@
+// The config key schema: one field table per options struct, where each YAML key, its aliases,
+// its member and its codec are declared once (internal to the config loader in framework/io;
+// torch-free). The tables drive reading (config_parse.cpp), `--set` (config_overrides.cpp),
+// sweep keys (sweep.cpp), the canonical text (config_canonical.cpp) and unknown-key errors with
+// their "did you mean" suggestion.
+//
+// The bottom half declares the loader's steps that its files share; each names its file.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "framework/core/error.h"
+#include "framework/io/config_fields.h"
+#include "framework/io/experiment_config.h"
+
+namespace speclab::config {
+
+// The top level: name, models (target, draft: model sources), drafters (entries), sampling,
+// generation, prompts (with inline entries), sweep, repeats, warmup, kv, output, equivalence.
+const Table<ExperimentConfig>& top_table();
+const Table<DrafterEntry>& drafter_table();
+const Schema& top_schema();  // top_table().schema()
+
+// Sweep keys: "<section>.<key>" naming a single-valued setting; "drafter.<key>" for every
+// drafters entry (aliases allowed, e.g. drafter.gamma); "drafter.params.<name>" for plugins.
+// The canonical key ("drafter.num_speculative_tokens"), or "" when `written` is none.
+std::string canonical_sweep_key(const std::string& written);
+// Why a canonical key that exists cannot vary between points (name, output.*, equivalence.*);
+// "" when it may be swept.
+std::string unsweepable_reason(const std::string& key);
+// "unknown sweep key ..." with the nearest sweepable key, or what a sweep key looks like.
+std::string unknown_sweep_key_message(const std::string& written);
+
+// The node at a canonical key path ("drafters[1].num_speculative_tokens", "sweep.drafter.gamma")
+// as written in the tree (aliases followed), or the deepest node that exists on the way; its
+// path has the keys spelled as written.
+YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::string& path);
+
+// ---- the loader's shared steps ----------------------------------------------------------------
+
+// config_parse.cpp: derived values. draft_model entries without a model of their own take
+// models.draft; entries without a label get their drafter name (+ "_2", "_3", ... on clashes).
+void finalize(ExperimentConfig& c);
+
+// config_overrides.cpp: `--set key=value` applied to the tree (`arg` is "key=value"); the new
+// nodes are registered in `origin` so that errors name the --set. Throws Error(kConfig).
+void apply_override(YAML::Node root, const std::string& arg, YamlOrigin& origin);
+// The same edit without an origin: errors name `label`.
+void set_key(YAML::Node root, const std::string& key, const YAML::Node& value, const std::string& label);
+
+// sweep.cpp: the sweep section ("<section>.<key>": [values]), read with its keys canonical.
+Codec<std::vector<SweepAxis>> sweep_axes();
+// Applies one sweep value (`val.node`, a scalar) to every place the canonical `key` names.
+void apply_sweep_value(ExperimentConfig& c, const std::string& key, const YamlValue& val, const Ctx& ctx);
+// Called with a point's validation error, the point's value index per axis and "k=v, ..."; it
+// throws. Without one, expand_points throws an error that names the point's values.
+using PointErrorHandler = std::function<void(const Error&, const std::vector<size_t>&, const std::string&)>;
+std::vector<SweepPoint> expand_points(const ExperimentConfig& config, const PointErrorHandler* on_error);
+constexpr int64_t kMaxSweepPoints = 100000;
+
+// config_canonical.cpp: the canonical text of the setting at `key_path` (as in
+// effective_config_yaml: "sampling.temperature", "drafters[0].num_speculative_tokens"), or
+// nullopt when there is none.
+std::optional<std::string> effective_value(const ExperimentConfig& c, const std::string& key_path);
+
+}  // namespace speclab::config

@@ -1,0 +1,160 @@
+// load_prompts: JSONL files (plain or gzip) and inline prompts (see prompt_loader.h).
+#include "framework/io/prompt_loader.h"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/core/error.h"
+#include "framework/io/config_util.h"
+#include "framework/io/experiment_config.h"
+
+namespace speclab {
+
+namespace {
+
+using config::basename_of;
+using config::join;
+using config::squote;
+
+constexpr size_t kMaxPromptFileBytes = size_t(1) << 30;
+
+std::string read_prompt_file(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    throw Error(ErrorKind::kIo, "cannot open the prompt file: no such file (relative paths are relative to the config file)",
+                path, "prompts.files");
+  if (!S_ISREG(st.st_mode))
+    throw Error(ErrorKind::kIo, "expected a JSONL file, found a directory or device", path, "prompts.files");
+  gzFile f = gzopen(path.c_str(), "rb");  // reads plain files as they are, and .gz files decompressed
+  if (!f) throw Error(ErrorKind::kIo, "cannot open the prompt file", path, "prompts.files");
+  std::string out;
+  std::vector<char> buf(1 << 16);
+  for (;;) {
+    const int n = gzread(f, buf.data(), static_cast<unsigned>(buf.size()));
+    if (n < 0) {
+      int errnum = 0;
+      const std::string msg = gzerror(f, &errnum);
+      gzclose(f);
+      throw Error(ErrorKind::kBadInput, "cannot decompress the prompt file: " + msg, path, "prompts.files");
+    }
+    if (n == 0) break;
+    if (out.size() + static_cast<size_t>(n) > kMaxPromptFileBytes) {
+      gzclose(f);
+      throw Error(ErrorKind::kBadInput, "expected at most 1 GiB of prompt text, found more", path, "prompts.files");
+    }
+    out.append(buf.data(), static_cast<size_t>(n));
+  }
+  const int rc = gzclose(f);
+  if (rc != Z_OK) throw Error(ErrorKind::kBadInput, "cannot decompress the prompt file (truncated?)", path, "prompts.files");
+  return out;
+}
+
+// The value at a dotted path ("turns.0": key "turns", then array index 0), or nullptr.
+const nlohmann::json* json_at(const nlohmann::json& j, const std::string& dotted) {
+  const nlohmann::json* cur = &j;
+  for (const std::string& seg : config::split(dotted, '.')) {
+    size_t idx = 0;
+    if (cur->is_object()) {
+      auto it = cur->find(seg);
+      if (it == cur->end()) return nullptr;
+      cur = &*it;
+    } else if (cur->is_array() && config::is_index(seg, idx) && idx < cur->size()) {
+      cur = &(*cur)[idx];
+    } else {
+      return nullptr;
+    }
+  }
+  return cur;
+}
+
+std::string json_kind(const nlohmann::json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: return "null";
+    case nlohmann::json::value_t::object: return "an object";
+    case nlohmann::json::value_t::array: return "an array";
+    case nlohmann::json::value_t::string: return "a string";
+    case nlohmann::json::value_t::boolean: return "a boolean";
+    default: return "a number";
+  }
+}
+
+std::string json_keys(const nlohmann::json& j) {
+  std::vector<std::string> keys;
+  for (auto it = j.begin(); it != j.end() && keys.size() < 12; ++it) keys.push_back(it.key());
+  return keys.empty() ? "none" : join(keys, ", ");
+}
+
+// A prompt field: the text must be a string; ids and categories may also be numbers.
+std::string json_field(const nlohmann::json& j, const std::string& field, const std::string& setting, bool allow_number,
+                       const std::string& where) {
+  const nlohmann::json* v = json_at(j, field);
+  if (!v)
+    throw Error(ErrorKind::kBadInput,
+                "expected a " + std::string(allow_number ? "string or number" : "string") + " at key " + squote(field) +
+                    " (prompts." + setting + "), found no such key (keys on this line: " + json_keys(j) + ")",
+                where, field);
+  if (v->is_string()) return v->get<std::string>();
+  if (allow_number && v->is_number()) return v->dump();
+  throw Error(ErrorKind::kBadInput,
+              "expected a " + std::string(allow_number ? "string or number" : "string") + " at key " + squote(field) +
+                  " (prompts." + setting + "), found " + json_kind(*v),
+              where, field);
+}
+
+}  // namespace
+
+std::vector<Prompt> load_prompts(const ExperimentConfig& config) {
+  const PromptsOptions& po = config.prompts;
+  const std::string base = config.source_path.empty() ? std::string(".") : config::dirname_of(config.source_path);
+  std::vector<Prompt> out;
+  for (const std::string& file : po.files) {
+    const std::string path = config::resolve_path(base, file);
+    const std::string text = read_prompt_file(path);
+    size_t line_no = 0, start = 0;
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      std::string line = text.substr(start, end - start);
+      start = end + 1;
+      ++line_no;
+      if (line_no == 1 && config::starts_with(line, "\xEF\xBB\xBF")) line.erase(0, 3);  // UTF-8 BOM
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      const std::string where = path + ":" + std::to_string(line_no);
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::exception& e) {
+        std::string msg = e.what();
+        const size_t close = msg.find("] ");
+        if (close != std::string::npos) msg = msg.substr(close + 2);
+        throw Error(ErrorKind::kBadInput, "expected one JSON object per line, found invalid JSON (" + msg + ")", where);
+      }
+      if (!j.is_object())
+        throw Error(ErrorKind::kBadInput, "expected one JSON object per line, found " + json_kind(j), where);
+      Prompt p;
+      p.text = json_field(j, po.field, "field", false, where);
+      p.id = po.id_field.empty() ? basename_of(file) + ":" + std::to_string(line_no)
+                                 : json_field(j, po.id_field, "id_field", true, where);
+      if (!po.category_field.empty()) p.category = json_field(j, po.category_field, "category_field", true, where);
+      out.push_back(std::move(p));
+    }
+  }
+  for (size_t i = 0; i < po.inline_prompts.size(); ++i) {
+    const InlinePrompt& ip = po.inline_prompts[i];
+    Prompt p;
+    p.text = ip.text;
+    p.category = ip.category;
+    p.id = ip.id.empty() ? "inline:" + std::to_string(i + 1) : ip.id;
+    out.push_back(std::move(p));
+  }
+  if (po.limit > 0 && out.size() > static_cast<size_t>(po.limit)) out.resize(static_cast<size_t>(po.limit));
+  if (out.empty())
+    throw Error(ErrorKind::kBadInput, "expected at least one prompt, found none in " + join(po.files, ", "),
+                config.source_path, "prompts");
+  return out;
+}
+
+}  // namespace speclab
