@@ -113,8 +113,8 @@ int cmd_generate(const std::vector<std::string>& args) {
   std::cout << r.text << std::endl;
   if (verbose) print_timing(r, method.drafter ? ("speculative (" + method.drafter->name() + ")").c_str() : "AR cached");
   if (stats) {
-    const Method ar;  // no drafter
-    session.begin({ids, ar, gen, samp});
+    const Method no_drafter;
+    session.begin({ids, no_drafter, gen, samp});
     const SpecResult ar = run_to_end(session);
     const double t_spec = r.prefill_seconds + r.decode_seconds, t_ar = ar.prefill_seconds + ar.decode_seconds;
     std::printf("drafter %s, gamma %d (%s): %zu steps, %zu target forwards, acceptance rate %.3f, mean accepted "
