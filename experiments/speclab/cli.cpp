@@ -91,12 +91,14 @@ TokenList build_prompt(const LoadedTarget& m, const std::string& text, const std
 }
 
 bool parse_or_help(const std::string& usage, po::options_description& desc, const std::vector<std::string>& args,
-                   po::variables_map& vm) {
+                   po::variables_map& vm, const std::string& positional, const std::string& help_notes) {
   desc.add_options()("help,h", "show this help");
+  po::positional_options_description pos;
+  if (!positional.empty()) pos.add(positional.c_str(), 1);
   try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
     if (vm.count("help")) {
-      std::cout << usage << "\n\n" << desc << "\n";
+      std::cout << usage << "\n\n" << (help_notes.empty() ? "" : help_notes + "\n\n") << desc << "\n";
       return false;
     }
     po::notify(vm);

@@ -41,8 +41,10 @@ TokenList build_prompt(const LoadedTarget& m, const std::string& text, const std
                        const std::string& system = {});
 
 // Parses `args` with `desc`; returns false (after printing help) when --help was given.
+// `positional`: the option that a bare argument fills (e.g. "config"); `help_notes`: printed
+// between the usage line and the options.
 bool parse_or_help(const std::string& usage, po::options_description& desc, const std::vector<std::string>& args,
-                   po::variables_map& vm);
+                   po::variables_map& vm, const std::string& positional = "", const std::string& help_notes = "");
 
 void set_threads(int threads);
 

@@ -54,24 +54,11 @@ int cmd_check(const std::vector<std::string>& args) {
        "replace an existing output file (an experiment file of `speclab run` keeps its runs and gets its "
        "/equivalence group replaced)")
       ("threads", po::value(&threads)->default_value(threads), "CPU threads for libtorch (0 = default)")
-      ("quiet,q", po::bool_switch(&quiet), "no progress lines on stderr")
-      ("help,h", "show this help");
-  po::positional_options_description pos;
-  pos.add("config", 1);
+      ("quiet,q", po::bool_switch(&quiet), "no progress lines on stderr");
   po::variables_map vm;
   const char* usage = "usage: speclab check CONFIG.yaml [--set key=value ...] [--out FILE.h5] [--overwrite]";
-  try {
-    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-    if (vm.count("help")) {
-      std::cout << usage << "\n\nExit codes: 0 all checks pass and every negative control is caught; 1 a check "
-                   "failed; 2 bad input.\n\n"
-                << desc << "\n";
-      return kExitOk;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw Error(ErrorKind::kConfig, e.what(), "command line");
-  }
+  const char* exit_codes = "Exit codes: 0 all checks pass and every negative control is caught; 1 a check failed; 2 bad input.";
+  if (!parse_or_help(usage, desc, args, vm, "config", exit_codes)) return kExitOk;
   if (config_path.empty()) throw Error(ErrorKind::kConfig, "expected a config file, found none", "command line", "CONFIG");
   set_threads(threads);
 

@@ -186,22 +186,10 @@ int cmd_run(const std::vector<std::string>& args) {
       ("overwrite", po::bool_switch(&overwrite), "replace an existing output file")
       ("no-report", po::bool_switch(&no_report), "do not generate the report (plots + report.md)")
       ("report-dir", po::value(&report_dir), "report directory (default: <output stem>_report beside the file)")
-      ("threads", po::value(&threads)->default_value(threads), "CPU threads for libtorch (0 = default)")
-      ("help,h", "show this help");
-  po::positional_options_description pos;
-  pos.add("config", 1);
+      ("threads", po::value(&threads)->default_value(threads), "CPU threads for libtorch (0 = default)");
   po::variables_map vm;
   const char* usage = "usage: speclab run CONFIG.yaml [--set key=value ...] [--output FILE.h5] [--resume | --overwrite]";
-  try {
-    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-    if (vm.count("help")) {
-      std::cout << usage << "\n\n" << desc << "\n";
-      return kExitOk;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw Error(ErrorKind::kConfig, e.what(), "command line");
-  }
+  if (!parse_or_help(usage, desc, args, vm, "config")) return kExitOk;
   if (config_path.empty()) throw Error(ErrorKind::kConfig, "expected a config file, found none", "command line", "CONFIG");
   if (resume && overwrite)
     throw Error(ErrorKind::kConfig, "expected at most one of --resume and --overwrite, found both", "command line");
