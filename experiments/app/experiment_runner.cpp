@@ -328,7 +328,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
     check_model_source(pt.config.models.target, "models.target", pt, config);
     for (size_t d = 0; d < pt.config.drafters.size(); ++d) {
       const DrafterOptions& o = pt.config.drafters[d].options;
-      if (!o.plugin.empty() || o.name != "draft_model" || o.draft_model.empty()) continue;
+      if (!o.plugin.empty() || o.draft_model.empty()) continue;
       ModelSource ds;
       ds.path = o.draft_model;
       ds.format = o.draft_model_format;

@@ -29,6 +29,11 @@ void DrafterOptions::validate() const {
     if (l < 0) bad("draft_layers", "expected layer indices >= 0, found " + std::to_string(l));
 }
 
+const std::vector<std::string>& builtin_drafter_names() {
+  static const std::vector<std::string> names = {"prompt_lookup", "layer_skip", "draft_model"};
+  return names;
+}
+
 std::vector<int64_t> layer_skip_layers(const DrafterOptions& o, int64_t n_layers) {
   if (!o.draft_layers.empty()) return o.draft_layers;
   const int64_t first = o.draft_layers_first > 0 ? o.draft_layers_first : n_layers / 2;

@@ -36,6 +36,10 @@ struct DrafterOptions {
   void validate() const;
 };
 
+// The built-in drafter names, in registration order: prompt_lookup, layer_skip, draft_model. The
+// one list (config validation reads it; the application's registry registers exactly these).
+const std::vector<std::string>& builtin_drafter_names();
+
 // layer_skip's layers for a target of `n_layers` layers: draft_layers when given, else the first
 // draft_layers_first layers (default: the first half). Error(kConfig, "drafter",
 // "draft_layers_first") when more layers are asked for than the target has.

@@ -53,7 +53,7 @@ class PrefillMemo : public Model {
   // A call with positions starting at 0, ascending by 1, and no layer subset is a prefill: it
   // is answered from the memo when tokens and logits_last_n match the remembered ones, and
   // otherwise run and remembered (replacing the previous memo). kv.k_cache/v_cache must be
-  // [n_layers, n_slots, n_kv_heads, head_dim] as documented in framework/kv/kv_view.h.
+  // [n_layers, n_slots, n_kv_heads, head_dim] as documented in framework/core/kv_view.h.
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                      const ForwardOptions& opts = {}) const override;
 

@@ -25,7 +25,6 @@ using config::to_text;
 
 namespace {
 
-const std::vector<std::string> kBuiltinDrafters = {"prompt_lookup", "layer_skip", "draft_model"};
 
 // Runs f, prefixing the key path of a config error with `prefix`.
 template <class F>
@@ -126,10 +125,10 @@ void ExperimentConfig::validate() const {
               "] (set label: on one of them)");
     const DrafterOptions& o = d.options;
     if (o.plugin.empty() &&
-        std::find(kBuiltinDrafters.begin(), kBuiltinDrafters.end(), o.name) == kBuiltinDrafters.end()) {
-      const std::string near = yaml_util::closest_match(o.name, kBuiltinDrafters);
+        std::find(builtin_drafter_names().begin(), builtin_drafter_names().end(), o.name) == builtin_drafter_names().end()) {
+      const std::string near = yaml_util::closest_match(o.name, builtin_drafter_names());
       bad("", p + ".name",
-          "expected a built-in drafter (" + join(kBuiltinDrafters, ", ") + ") or a plugin path in plugin:, found " +
+          "expected a built-in drafter (" + join(builtin_drafter_names(), ", ") + ") or a plugin path in plugin:, found " +
               squote(o.name) + (near.empty() ? "" : "; did you mean " + squote(near) + "?"));
     }
     if (o.name == "draft_model" && o.plugin.empty() && o.draft_model.empty())

@@ -252,3 +252,9 @@ TEST_CASE("drafter bad input gives clear errors", "[spec][bad-input]") {
   o.draft_model_format = "gguf";
   CHECK_THROWS_WITH(reg.create(o, env), Catch::Contains("does not match the target's"));
 }
+
+TEST_CASE("the application's registry builds exactly the built-in drafters the config accepts", "[spec][registry]") {
+  std::vector<std::string> want = builtin_drafter_names();
+  std::sort(want.begin(), want.end());
+  CHECK(drafter_registry().names() == want);  // names() is sorted
+}
