@@ -4,7 +4,7 @@ JOBS     ?= $(shell nproc)
 CMAKE_ARGS ?=
 SPECLAB  := $(BUILD)/speclab
 
-.PHONY: all setup configure build test demo bench clean bad-inputs crash-safety kill-test draft-model
+.PHONY: all setup configure build test demo bench clean bad-inputs crash-safety kill-test draft-model plugins
 
 all: build
 
@@ -34,6 +34,16 @@ DRAFT_MODEL := .cache/models/smollm2-draft-6l.gguf
 draft-model: build
 	@test -f $(DRAFT_MODEL) || $(SPECLAB) export --layers 0-5 --type q8_0 --out $(DRAFT_MODEL)
 	@echo "draft model: $(DRAFT_MODEL)"
+
+# The example drafter plugins (docs/plugins.md), built out of tree against this build:
+# $(BUILD)/plugins/example_drafter/repeat_last_n.so and $(BUILD)/plugins/sampling_drafter/
+# first_layers.so + first_layers_biased.so (configs/equivalence_plugin.yaml uses these two).
+PLUGINS := example_drafter sampling_drafter
+plugins: $(BUILD)/CMakeCache.txt
+	@for p in $(PLUGINS); do \
+	  cmake -S experiments/plugins/$$p -B $(BUILD)/plugins/$$p -DSpecLab_DIR=$(abspath $(BUILD)) && \
+	  cmake --build $(BUILD)/plugins/$$p || exit 1; \
+	done
 
 # The bad-input catalogue (tests/bad_inputs/cases.txt) and the crash-safety / resource-limit
 # tests (SIGINT, KV budget, file-size limit, read-only output); both are also part of `make test`.

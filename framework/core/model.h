@@ -26,6 +26,14 @@ struct ForwardOptions {
   int64_t logits_last_n = 0;
   // Run the libtorch-op implementation even where a faster CPU path exists (tests compare them).
   bool aten_reference = false;
+  // Hidden states to return: for each entry of hidden_layers (a layer that runs, i.e. one of
+  // `layers` or any layer when `layers` is empty), the residual stream after that layer,
+  // [n, hidden] float32, for every token of the call whatever logits_last_n. They are stored in
+  // *hidden_out (resized to hidden_layers.size()) in the order of hidden_layers. The last layer's
+  // hidden state, after the final norm and the LM head, is the logits. hidden_out must not be
+  // null when hidden_layers is not empty.
+  std::vector<int64_t> hidden_layers = {};
+  std::vector<at::Tensor>* hidden_out = nullptr;  // [hidden_layers.size()] of [n, hidden]
 };
 
 // Token ids as the [n] int64 tensor Model::forward takes.

@@ -48,7 +48,9 @@ struct DraftContext {
   double min_confidence = 0.0;         // stop drafting once the top draft prob drops below this
 };
 
-// Shared resources a drafter may use; handed over by the registry at construction.
+// Shared resources a drafter may use; handed over by the registry at construction. A plugin
+// drafter cannot call into these C++ objects: it gets the host services table built over them
+// (framework/draft/host_api.h, host_services.h) instead.
 struct DrafterEnv {
   const Model* target = nullptr;   // the target model (layer_skip runs a subset of its layers)
   KvCacheManager* kv = nullptr;    // the shared KV manager (one budget for target and drafts)

@@ -4,23 +4,29 @@
 //
 // returning a static descriptor. SpecLab checks `abi_version == SPECLAB_DRAFTER_ABI_VERSION`
 // before touching anything else and refuses the plugin with a clear error on a mismatch.
-// `create` builds a speclab::Drafter (framework/draft/drafter.h) from the options; the plugin is
-// compiled against the same SpecLab headers and C++ standard library as the host, which the ABI
-// version stands for (bump it whenever drafter.h, drafter_options.h or this file change).
+// `create` builds a speclab::Drafter (framework/draft/drafter.h) from the options and the table
+// of host services (framework/draft/host_api.h: the drafter's random stream, the sampling
+// transform, the target model on the shared KV cache); the plugin is compiled against the same
+// SpecLab headers and C++ standard library as the host, which the ABI version stands for (bump
+// it whenever drafter.h, drafter_options.h, host_api.h's existing entries or this file change).
 // Errors inside `create` are reported by returning nullptr and writing a message to `error`
 // (at most `error_len` bytes, NUL-terminated): exceptions never cross the boundary.
+//
+// ABI history: 1 — create(options, const DrafterEnv*, ...): the env's C++ pointers were of no use
+// to a plugin (the host exports no symbols). 2 — create(options, const SpeclabHostApi*, ...).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#define SPECLAB_DRAFTER_ABI_VERSION 1
+#include "framework/draft/drafter.h"
+#include "framework/draft/host_api.h"
+
+#define SPECLAB_DRAFTER_ABI_VERSION 2
 #define SPECLAB_DRAFTER_PLUGIN_SYMBOL "speclab_drafter_plugin"
 
 namespace speclab {
-class Drafter;
 struct DrafterOptions;
-struct DrafterEnv;
 }  // namespace speclab
 
 extern "C" {
@@ -30,10 +36,17 @@ struct SpeclabDrafterPlugin {
   const char* name;      // the drafter name used in YAML / --drafter
   const char* description;
   // Returns a new Drafter (owned by the caller, deleted with `destroy`) or nullptr + error.
-  speclab::Drafter* (*create)(const speclab::DrafterOptions* options, const speclab::DrafterEnv* env, char* error,
+  // `host` (never null) stays valid until `destroy` has returned for this drafter.
+  speclab::Drafter* (*create)(const speclab::DrafterOptions* options, const SpeclabHostApi* host, char* error,
                               size_t error_len);
   void (*destroy)(speclab::Drafter* drafter);
 };
 
 typedef const SpeclabDrafterPlugin* (*SpeclabDrafterPluginEntry)(void);
+}
+
+// The host-table handles of what propose() is given (valid during that call).
+inline SpeclabRng* speclab_rng(const speclab::DraftContext& ctx) { return reinterpret_cast<SpeclabRng*>(ctx.rng); }
+inline const SpeclabSampling* speclab_sampling(const speclab::DraftContext& ctx) {
+  return reinterpret_cast<const SpeclabSampling*>(ctx.sampling);
 }

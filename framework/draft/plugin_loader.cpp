@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "framework/draft/host_services.h"
 
 namespace speclab {
 namespace {
@@ -31,14 +32,16 @@ std::string dlerror_text() {
 }
 
 // The drafter a plugin created, seen by the engine as an ordinary Drafter. It owns the plugin's
-// object (freed with the plugin's own destroy) and a reference to the library, so the plugin's
-// code stays mapped for as long as the object can be called. Members are destroyed after the
-// destructor body, so the library is released only after destroy() has returned.
+// object (freed with the plugin's own destroy), the host services table the object may call, and
+// a reference to the library, so the plugin's code stays mapped for as long as the object can be
+// called. Members are destroyed after the destructor body, so the table and the library are
+// released only after destroy() has returned.
 class PluginDrafter final : public Drafter {
  public:
-  PluginDrafter(Drafter* inner, const LoadedPlugin& plugin, int64_t vocab_size)
+  PluginDrafter(Drafter* inner, std::unique_ptr<HostServices> host, const LoadedPlugin& plugin, int64_t vocab_size)
       : inner_(inner),
         destroy_(plugin.descriptor->destroy),
+        host_(std::move(host)),
         library_(plugin.library),
         path_(plugin.path),
         plugin_name_(plugin.name),
@@ -136,6 +139,7 @@ class PluginDrafter final : public Drafter {
 
   Drafter* inner_;
   void (*destroy_)(Drafter*);
+  std::unique_ptr<HostServices> host_;
   std::shared_ptr<void> library_;
   std::string path_;
   std::string plugin_name_;
@@ -224,10 +228,11 @@ std::unique_ptr<Drafter> make_plugin_drafter(const LoadedPlugin& plugin, const D
                 plugin.path, "plugin");
   }
   const SpeclabDrafterPlugin& d = *plugin.descriptor;
+  auto host = std::make_unique<HostServices>(env);
   std::vector<char> error(kCreateErrorLen, '\0');
   Drafter* raw = nullptr;
   try {
-    raw = d.create(&options, &env, error.data(), error.size());
+    raw = d.create(&options, host->api(), error.data(), error.size());
   } catch (const std::exception& e) {
     throw plugin_error(plugin.path, plugin.name + ": create threw (exceptions must not cross the plugin boundary; "
                                                   "report errors through the error buffer): " + e.what());
@@ -242,7 +247,7 @@ std::unique_ptr<Drafter> make_plugin_drafter(const LoadedPlugin& plugin, const D
     throw plugin_error(plugin.path, plugin.name + ": " + text);
   }
   try {
-    return std::make_unique<PluginDrafter>(raw, plugin, env.vocab_size);
+    return std::make_unique<PluginDrafter>(raw, std::move(host), plugin, env.vocab_size);
   } catch (...) {
     d.destroy(raw);
     throw;

@@ -49,9 +49,11 @@ struct LoadedPlugin {
 // after a throw.
 LoadedPlugin load_drafter_plugin(const std::string& path);
 
-// Calls plugin.descriptor->create(&options, &env, ...) and returns the drafter wrapped so that
-// deleting it calls plugin.descriptor->destroy and then releases its reference to the library.
-// `options` and `env` are only read during the call (a plugin copies what it needs).
+// Calls plugin.descriptor->create(&options, <host services table over env>, ...) and returns the
+// drafter wrapped so that deleting it calls plugin.descriptor->destroy and then releases the table
+// (framework/draft/host_services.h: its model and KV functions use env.target, env.kv and
+// env.target_pool, which must outlive the drafter) and its reference to the library. `options` is
+// only read during the call (a plugin copies what it needs).
 //
 // Throws Error(kConfig, "<name>: <the plugin's error text>", plugin.path, "plugin") when create
 // returns null (or, against the ABI contract, throws), and Error(kInternal) when `plugin` holds

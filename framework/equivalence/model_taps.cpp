@@ -33,7 +33,7 @@ std::vector<int64_t> to_vector(const at::Tensor& tokens) {
 
 at::Tensor PrefillMemo::forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                                 const ForwardOptions& opts) const {
-  if (!opts.layers.empty() || !starts_at_zero(positions)) return inner_.forward(tokens, positions, kv, opts);
+  if (!opts.layers.empty() || !opts.hidden_layers.empty() || !starts_at_zero(positions)) return inner_.forward(tokens, positions, kv, opts);
   std::vector<int64_t> ids = to_vector(tokens);
   if (!tokens_.empty() && ids == tokens_ && opts.logits_last_n == last_n_ &&
       kv.write_slots.size(0) == static_cast<int64_t>(ids.size())) {

@@ -50,10 +50,11 @@ class PrefillMemo : public Model {
 
   const ModelConfig& config() const override { return inner_.config(); }
   uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
-  // A call with positions starting at 0, ascending by 1, and no layer subset is a prefill: it
-  // is answered from the memo when tokens and logits_last_n match the remembered ones, and
-  // otherwise run and remembered (replacing the previous memo). kv.k_cache/v_cache must be
-  // [n_layers, n_slots, n_kv_heads, head_dim] as documented in framework/core/kv_view.h.
+  // A call with positions starting at 0, ascending by 1, no layer subset and no hidden states
+  // asked for is a prefill: it is answered from the memo when tokens and logits_last_n match the
+  // remembered ones, and otherwise run and remembered (replacing the previous memo).
+  // kv.k_cache/v_cache must be [n_layers, n_slots, n_kv_heads, head_dim] as documented in
+  // framework/core/kv_view.h.
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                      const ForwardOptions& opts = {}) const override;
 

@@ -138,7 +138,10 @@ at::Tensor LlamaModel::forward_cpu(const at::Tensor& tokens_in, const at::Tensor
     matmul(L.w_down, act.data(), nullptr, tmp.data(), n);
     cpu::add_inplace(x.data(), tmp.data(), n * hidden);
   };
-  for (int64_t l : layers_to_run(opts)) run_layer(l);
+  for (int64_t l : layers_to_run(opts)) {
+    run_layer(l);
+    if (!opts.hidden_layers.empty()) keep_hidden(opts, l, at::from_blob(x.data(), {n, hidden}, at::kFloat));
+  }
   const int64_t n_out = opts.logits_last_n > 0 && opts.logits_last_n < n ? opts.logits_last_n : n;
   const float* last = x.data() + (n - n_out) * hidden;
   cpu::rms_norm_rows(last, final_norm_.data_ptr<float>(), h.data(), n_out, hidden, eps);

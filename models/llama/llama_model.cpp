@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 
@@ -260,6 +261,21 @@ std::vector<int64_t> LlamaModel::layers_to_run(const ForwardOptions& opts) const
   return opts.layers;
 }
 
+void LlamaModel::prepare_hidden(const ForwardOptions& opts) const {
+  if (opts.hidden_layers.empty()) return;
+  SPECLAB_CHECK(opts.hidden_out != nullptr, "ForwardOptions::hidden_out must be set when hidden_layers is not empty");
+  const std::vector<int64_t> run = layers_to_run(opts);
+  for (int64_t l : opts.hidden_layers)
+    SPECLAB_CHECK(std::find(run.begin(), run.end(), l) != run.end(),
+                  "hidden layer " + std::to_string(l) + " is not one of the layers that run");
+  opts.hidden_out->assign(opts.hidden_layers.size(), at::Tensor());
+}
+
+void LlamaModel::keep_hidden(const ForwardOptions& opts, int64_t l, const at::Tensor& x) {
+  for (size_t i = 0; i < opts.hidden_layers.size(); ++i)
+    if (opts.hidden_layers[i] == l) (*opts.hidden_out)[i] = x.clone();
+}
+
 at::Tensor LlamaModel::forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                                const ForwardOptions& opts) const {
   c10::InferenceMode guard;
@@ -269,6 +285,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, const at::Tensor& posit
   SPECLAB_CHECK(kv.ctx_len >= n, "kv.ctx_len must include the new tokens");
   SPECLAB_CHECK(kv.read_base >= 0 || (kv.read_slots.defined() && kv.read_slots.size(0) == kv.ctx_len),
                 "kv.read_slots must list ctx_len slots");
+  prepare_hidden(opts);
   if (!opts.aten_reference && can_run_cpu(kv)) return forward_cpu(tokens, positions, kv, opts);
   return forward_aten(tokens, positions, kv, opts);
 }
@@ -301,7 +318,10 @@ at::Tensor LlamaModel::forward_aten(const at::Tensor& tokens, const at::Tensor& 
     at::Tensor act = at::silu(gu.narrow(1, 0, inter)).mul_(gu.narrow(1, inter, inter));
     x = x + dense(act, L.w_down);
   };
-  for (int64_t l : layers_to_run(opts)) run_layer(l);
+  for (int64_t l : layers_to_run(opts)) {
+    run_layer(l);
+    keep_hidden(opts, l, x);
+  }
   if (opts.logits_last_n > 0 && opts.logits_last_n < n) x = x.narrow(0, n - opts.logits_last_n, opts.logits_last_n);
   return dense(rms_norm(x, final_norm_), lm_head_);  // [n_out, vocab]
 }

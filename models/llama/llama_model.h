@@ -60,6 +60,11 @@ class LlamaModel : public Model {
   static void matmul(const Matrix& w, const float* x, const float* bias, float* y, int64_t n);
   // opts.layers, or every layer when it is empty; throws on an index out of range.
   std::vector<int64_t> layers_to_run(const ForwardOptions& opts) const;
+  // Checks opts.hidden_layers against the layers that run and sizes *opts.hidden_out.
+  void prepare_hidden(const ForwardOptions& opts) const;
+  // x: [n, hidden], the residual stream after layer `l`: copied into every opts.hidden_out
+  // entry that asks for l.
+  static void keep_hidden(const ForwardOptions& opts, int64_t l, const at::Tensor& x);
   // Whether forward_cpu can serve this call (CPU float32 contiguous caches and weights).
   bool can_run_cpu(const KvView& kv) const;
   // Two implementations of forward() with the same math (llama_cpu.cpp explains the split):

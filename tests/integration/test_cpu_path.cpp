@@ -122,3 +122,64 @@ TEST_CASE("CPU path comparison detects a skipped layer: the check can fail", "[m
   at::Tensor partial = s.model->forward(t, p, b.view(0, 3, true), skip);
   CHECK((full - partial).abs().max().item<double>() > 1e-2);
 }
+
+TEST_CASE("hidden states: the CPU path equals the libtorch-op path, and the last one gives the logits",
+          "[model][cpu_path][hidden]") {
+  auto& s = testing::stories();
+  const ModelConfig& c = s.model->config();
+  const int64_t n = 6, last = c.num_hidden_layers - 1;
+  const at::Tensor t = at::tensor(std::vector<int64_t>{1, 403, 407, 261, 378, 425}, at::kLong);
+  const at::Tensor p = at::arange(n, at::kLong);
+  ScatteredKv a(c, 8, true), b(c, 8, true), sub(c, 8, true);
+  std::vector<at::Tensor> fast_h, ref_h, sub_h;
+  ForwardOptions fast, ref;
+  fast.hidden_layers = ref.hidden_layers = {last, 0, 1};
+  fast.hidden_out = &fast_h;
+  ref.hidden_out = &ref_h;
+  ref.aten_reference = true;
+  const at::Tensor logits = s.model->forward(t, p, a.view(0, n, false), fast);
+  const at::Tensor ref_logits = s.model->forward(t, p, b.view(0, n, false), ref);
+  REQUIRE(fast_h.size() == 3);
+  REQUIRE(ref_h.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("hidden_layers[" << i << "]");
+    REQUIRE(fast_h[i].sizes() == at::IntArrayRef({n, c.hidden_size}));
+    REQUIRE(ref_h[i].sizes() == fast_h[i].sizes());
+    const double scale = ref_h[i].abs().max().item<double>();
+    CHECK((fast_h[i] - ref_h[i]).abs().max().item<double>() < 1e-4 * std::max(1.0, scale));
+  }
+  CHECK((fast_h[0] - fast_h[1]).abs().max().item<double>() > 1e-2);  // different layers differ
+
+  // The last layer's residual stream, through the final RMSNorm and the LM head (weights from
+  // an independent load: the model took its own copy), is the model's logits.
+  ModelSource src;
+  src.path = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/stories260K.bin";
+  src.tokenizer = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/tok512.bin";
+  src.format = "llama2c";
+  const LoadedModel w = load_model(src);
+  auto weight = [&](const std::string& name) {
+    const HostTensor& h = w.weights.at(name);
+    return at::tensor(h.data, at::kFloat).view(h.shape);
+  };
+  const at::Tensor head = weight(w.weights.count("lm_head.weight") ? "lm_head.weight" : "model.embed_tokens.weight");
+  const at::Tensor& x = fast_h[0];  // [n, hidden]
+  const at::Tensor normed = x * at::rsqrt(x.pow(2).mean({-1}, true) + c.rms_norm_eps) * weight("model.norm.weight");
+  const at::Tensor from_hidden = at::matmul(normed, head.t());  // [n, vocab]
+  const double scale = ref_logits.abs().max().item<double>();
+  CHECK((from_hidden - logits).abs().max().item<double>() < 1e-4 * std::max(1.0, scale));
+  CHECK((from_hidden - ref_logits).abs().max().item<double>() < 1e-4 * std::max(1.0, scale));
+
+  // A layer subset with logits for the last token only still returns every token's hidden state,
+  // the same as the full pass's after that layer (layers run in order).
+  ForwardOptions subset;
+  subset.layers = {0, 1};
+  subset.logits_last_n = 1;
+  subset.hidden_layers = {1};
+  subset.hidden_out = &sub_h;
+  CHECK(s.model->forward(t, p, sub.view(0, n, false), subset).size(0) == 1);
+  REQUIRE(sub_h.size() == 1);
+  CHECK((sub_h[0] - fast_h[2]).abs().max().item<double>() < 1e-6);
+  subset.hidden_layers = {2};  // not run
+  CHECK_THROWS_WITH(s.model->forward(t, p, sub.view(0, n, false), subset),
+                    Catch::Contains("hidden layer 2 is not one of the layers that run"));
+}

@@ -1,11 +1,10 @@
 // Drafter plugins (framework/draft/plugin_loader.h): the example plugin is built out of tree
-// with its own CMakeLists.txt exactly as a user would build it, the fixtures in
-// tests/fixtures/plugins/ with `c++ -shared -fPIC`. All of them go to
+// with its own CMakeLists.txt exactly as a user would build it (tests/support/plugin_build.h),
+// the fixtures in tests/fixtures/plugins/ with `c++ -shared -fPIC`. All of them go to
 // SPECLAB_BINARY_DIR/plugin_test; a file lock makes concurrent test processes (ctest -j) build
-// them once, and later runs rebuild only what is out of date.
+// them once, and later runs rebuild only what is out of date. The host services table and the
+// sampling plugin are tested in tests/integration/test_sampling_plugin.cpp.
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,27 +19,16 @@
 #include "framework/core/error.h"
 #include "framework/draft/plugin_loader.h"
 #include "framework/draft/registry.h"
+#include "tests/support/plugin_build.h"
 
 using namespace speclab;
 
 namespace {
 
 const std::string kSource = SPECLAB_SOURCE_DIR;
-const std::string kOut = std::string(SPECLAB_BINARY_DIR) + "/plugin_test";
-
-// Single-quoted for /bin/sh.
-std::string sh_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+const std::string kOut = testing::kPluginOut;
+using testing::run_or_throw;
+using testing::sh_quote;
 
 bool newer_than(const std::string& a, const std::string& b) {
   struct stat sa {}, sb {};
@@ -52,12 +40,6 @@ bool newer_than(const std::string& a, const std::string& b) {
 bool exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
-}
-
-// Runs `command` (output to `log`); on failure, throws with the log.
-void run_or_throw(const std::string& command, const std::string& log) {
-  const int rc = std::system(("(" + command + ") > " + sh_quote(log) + " 2>&1").c_str());
-  if (rc != 0) throw std::runtime_error("command failed (" + std::to_string(rc) + "): " + command + "\n" + read_text(log));
 }
 
 struct Fixtures {
@@ -78,6 +60,7 @@ void build_fixture(const std::string& stem, const std::string& defines, const st
   const std::string src = kSource + "/tests/fixtures/plugins/" + stem + ".cpp";
   const std::vector<std::string> deps = {src,
                                          kSource + "/framework/draft/plugin_abi.h",
+                                         kSource + "/framework/draft/host_api.h",
                                          kSource + "/framework/draft/drafter.h",
                                          kSource + "/framework/draft/drafter_options.h",
                                          kSource + "/framework/core/types.h",
@@ -94,22 +77,10 @@ void build_fixture(const std::string& stem, const std::string& defines, const st
 }
 
 Fixtures build_all() {
-  run_or_throw("mkdir -p " + sh_quote(kOut), kOut + ".mkdir.log");
-  const int lock = ::open((kOut + "/.lock").c_str(), O_CREAT | O_RDWR, 0644);
-  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) throw std::runtime_error("cannot lock " + kOut + "/.lock");
-  struct Unlock {
-    int fd;
-    ~Unlock() { ::close(fd); }
-  } unlock{lock};
-
+  const testing::PluginBuildLock lock;
   Fixtures f;
   // What a user types (docs/plugins.md), with the build directory under the test's build tree.
-  const std::string example_build = kOut + "/example";
-  run_or_throw("cmake -S " + sh_quote(kSource + "/experiments/plugins/example_drafter") + " -B " +
-                   sh_quote(example_build) + " -DSPECLAB_SOURCE_DIR=" + sh_quote(kSource) +
-                   " && cmake --build " + sh_quote(example_build),
-               kOut + "/example.log");
-  f.example = example_build + "/repeat_last_n.so";
+  f.example = testing::build_example_plugin("example_drafter", "example") + "/repeat_last_n.so";
 
   f.bad_abi = kOut + "/bad_abi_drafter.so";
   build_fixture("bad_abi_drafter", "", f.bad_abi);

@@ -10,8 +10,9 @@
 // Options: params.n (an integer in [1, 65536], default 2); any other params key is refused.
 //
 // The plugin uses only SpecLab's headers, never a non-inline SpecLab function, so it links
-// against nothing but the C++ standard library (the CMakeLists.txt here enforces that with
-// -Wl,--no-undefined). Only the entry point is exported.
+// against nothing but the C++ standard library (speclab_add_drafter_plugin enforces that with
+// -Wl,--no-undefined). Only the entry point is exported. It needs none of the host services
+// (framework/draft/host_api.h); experiments/plugins/sampling_drafter/ shows a plugin that does.
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -91,7 +92,7 @@ void write_error(char* error, size_t error_len, const std::string& message) {
 }
 
 // Returns nullptr and fills `error` on bad options; never lets an exception out.
-speclab::Drafter* create(const speclab::DrafterOptions* options, const speclab::DrafterEnv* /*env*/, char* error,
+speclab::Drafter* create(const speclab::DrafterOptions* options, const SpeclabHostApi* /*host*/, char* error,
                          size_t error_len) {
   try {
     long n = kDefaultN;
