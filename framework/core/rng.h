@@ -25,6 +25,8 @@ uint64_t splitmix64(uint64_t& state);
 class Rng {
  public:
   explicit Rng(uint64_t seed);
+  // Resumes from a state() taken earlier (not all zero: the one state xoshiro cannot leave).
+  explicit Rng(const std::array<uint64_t, 4>& state) : s_(state) {}
 
   // The next 64-bit output of xoshiro256**.
   uint64_t next_u64();
