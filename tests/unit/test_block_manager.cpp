@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "tests/support/catch_error.h"
 #include "framework/kv/block_manager.h"
 
 using namespace speclab;
@@ -34,16 +35,7 @@ BlockManager make_manager(int64_t budget_blocks, int32_t n_blocks, int32_t block
   return m;
 }
 
-template <typename F>
-Error catch_error(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  FAIL("expected speclab::Error");
-  return Error(ErrorKind::kInternal, "unreachable");
-}
+using test::catch_error;
 
 }  // namespace
 

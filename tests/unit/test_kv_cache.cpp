@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "tests/support/catch_error.h"
 #include "framework/kv/kv_cache_manager.h"
 
 using namespace speclab;
@@ -98,16 +99,7 @@ bool holds(const KvView& storage, const KvCacheManager& kv, SeqId seq, const Geo
          at::equal(at_positions(storage.v_cache, kv, seq, p0, n), pattern(g, tag, true, p0, n));
 }
 
-template <typename F>
-Error catch_error(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  FAIL("expected speclab::Error");
-  return Error(ErrorKind::kInternal, "unreachable");
-}
+using test::catch_error;
 
 }  // namespace
 
