@@ -4,9 +4,11 @@
 Measures, with llama-cpp-python, on the same synthetic prompt SpecLab uses
 (token i = 3 + (i*7919 + 13) % (vocab - 3)):
   prefill_tok_s  n_prompt tokens in one llama_decode batch, from an empty KV cache;
-  decode_tok_s   n_decode single-token greedy steps after that prefill (argmax of the last logits).
-Each is the best of 3 runs. Prints exactly one JSON line on stdout:
-  {"version", "decode_tok_s", "prefill_tok_s", "threads", "n_prompt", "n_decode"}
+  decode_tok_s   n_decode single-token greedy steps after that prefill (argmax of the last logits);
+  decode_at      {context: tok/s}: the same decode after a prefill of `context` tokens, for each
+                 of --contexts (the KV cache holds `context` tokens when decoding starts).
+Each is the best of --repeats runs. Prints exactly one JSON line on stdout:
+  {"version", "model", "decode_tok_s", "prefill_tok_s", "decode_at", "threads", "n_prompt", "n_decode"}
 Errors go to stderr with a non-zero exit status (the caller then reports llama.cpp as unavailable).
 """
 import argparse
@@ -45,12 +47,13 @@ def main():
     ap.add_argument("--n-decode", type=int, default=64)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--contexts", type=int, nargs="*", default=[])
     args = ap.parse_args()
     if args.n_prompt <= 0 or args.n_decode <= 0 or args.threads <= 0 or args.repeats <= 0:
         ap.error("--n-prompt, --n-decode, --threads and --repeats must be positive")
-    n_ctx = 2048
-    if args.n_prompt + args.n_decode > n_ctx:
-        ap.error(f"--n-prompt + --n-decode must be <= {n_ctx}")
+    if any(c <= 0 for c in args.contexts):
+        ap.error("--contexts must be positive")
+    n_ctx = max([args.n_prompt] + args.contexts) + args.n_decode + 16
 
     import llama_cpp
 
@@ -64,22 +67,30 @@ def main():
                                   n_ubatch=max(512, args.n_prompt), n_threads=args.threads,
                                   n_threads_batch=args.threads, verbose=False, logits_all=False)
             vocab = llm.n_vocab()
-            prompt = synthetic_tokens(args.n_prompt, vocab)
 
-            best_prefill = float("inf")
-            best_decode = float("inf")
-            for _ in range(args.repeats):
-                llm.reset()  # n_tokens = 0; eval() then drops every cached position >= 0
-                t0 = time.perf_counter()
-                llm.eval(prompt)
-                best_prefill = min(best_prefill, time.perf_counter() - t0)
-                # Greedy decode: argmax of the last row of logits, one token per llama_decode.
-                tok = last_argmax(llm, vocab)
-                t0 = time.perf_counter()
-                for _ in range(args.n_decode):
-                    llm.eval([tok])
+            def prefill_then_decode(n_prompt):
+                """Best-of-repeats (prefill seconds, decode seconds) after n_prompt tokens."""
+                prompt = synthetic_tokens(n_prompt, vocab)
+                best_prefill = float("inf")
+                best_decode = float("inf")
+                for _ in range(args.repeats):
+                    llm.reset()  # n_tokens = 0; eval() then drops every cached position >= 0
+                    t0 = time.perf_counter()
+                    llm.eval(prompt)
+                    best_prefill = min(best_prefill, time.perf_counter() - t0)
+                    # Greedy decode: argmax of the last row of logits, one token per llama_decode.
                     tok = last_argmax(llm, vocab)
-                best_decode = min(best_decode, time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    for _ in range(args.n_decode):
+                        llm.eval([tok])
+                        tok = last_argmax(llm, vocab)
+                    best_decode = min(best_decode, time.perf_counter() - t0)
+                return best_prefill, best_decode
+
+            best_prefill, best_decode = prefill_then_decode(args.n_prompt)
+            decode_at = {}
+            for c in args.contexts:
+                decode_at[str(c)] = round(args.n_decode / prefill_then_decode(c)[1], 2)
     finally:
         sys.stdout.flush()
         os.dup2(saved_stdout, 1)
@@ -87,8 +98,10 @@ def main():
 
     out = {
         "version": llama_cpp.__version__,
+        "model": os.path.abspath(args.model),
         "decode_tok_s": round(args.n_decode / best_decode, 2),
         "prefill_tok_s": round(args.n_prompt / best_prefill, 2),
+        "decode_at": decode_at,
         "threads": args.threads,
         "n_prompt": args.n_prompt,
         "n_decode": args.n_decode,

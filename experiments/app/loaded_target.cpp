@@ -7,19 +7,21 @@
 
 namespace speclab {
 
-std::unique_ptr<Model> build_model(LoadedModel& loaded) { return std::make_unique<LlamaModel>(loaded); }
+std::unique_ptr<Model> build_model(LoadedModel& loaded, const ModelSource& source) {
+  return std::make_unique<LlamaModel>(loaded, parse_activations(source.activations, "activations"));
+}
 
 std::unique_ptr<LoadedTarget> load_target(const ModelSource& source) {
   const auto t0 = std::chrono::steady_clock::now();
   auto t = std::make_unique<LoadedTarget>();
   t->info = load_model(source);
-  t->model = build_model(t->info);
+  t->model = build_model(t->info, source);
   t->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return t;
 }
 
 LoadedTarget& TargetCache::get(const ModelSource& s) {
-  const std::string key = s.path + "\n" + s.format + "\n" + s.tokenizer + "\n" + s.weights;
+  const std::string key = s.path + "\n" + s.format + "\n" + s.tokenizer + "\n" + s.weights + "\n" + s.activations;
   auto it = targets_.find(key);
   if (it == targets_.end()) it = targets_.emplace(key, load_target(s)).first;
   return *it->second;

@@ -24,10 +24,11 @@ struct LoadedTarget {
 // and field on any bad input.
 std::unique_ptr<LoadedTarget> load_target(const ModelSource& source);
 
-// The model of a ModelSource, for one that is already loaded (models/model_loader.h).
-std::unique_ptr<Model> build_model(LoadedModel& loaded);
+// The model of `source`, already loaded from it (models/model_loader.h); source.activations
+// picks the activation type.
+std::unique_ptr<Model> build_model(LoadedModel& loaded, const ModelSource& source);
 
-// One LoadedTarget per distinct source (path, format, tokenizer, weights), loaded on first use.
+// One LoadedTarget per distinct source (path, format, tokenizer, weights, activations), loaded on first use.
 class TargetCache {
  public:
   LoadedTarget& get(const ModelSource& source);

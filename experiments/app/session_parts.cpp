@@ -15,7 +15,7 @@ DrafterRegistry drafter_registry() {
     src.path = o.draft_model;
     src.format = o.draft_model_format;
     LoadedModel loaded = load_model(src);
-    return ModelDrafter::separate(build_model(loaded), env);
+    return ModelDrafter::separate(build_model(loaded, src), env);
   });
   return r;
 }

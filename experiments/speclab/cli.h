@@ -26,6 +26,7 @@ struct ModelArgs {
   std::string format = "auto";
   std::string tokenizer;
   std::string weights = "native";  // ModelSource::weights
+  std::string activations = "auto";  // ModelSource::activations
   int threads = 0;                 // 0 = libtorch default
 
   void add_to(po::options_description& desc);

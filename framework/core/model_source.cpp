@@ -11,6 +11,8 @@ void ModelSource::validate() const {
                 "expected one of auto, gguf, safetensors, llama2c; found '" + format + "'", "model", "format");
   if (weights != "native" && weights != "f32")
     throw Error(ErrorKind::kConfig, "expected native or f32, found '" + weights + "'", "model", "weights");
+  if (activations != "auto" && activations != "f32" && activations != "int8")
+    throw Error(ErrorKind::kConfig, "expected auto, f32 or int8, found '" + activations + "'", "model", "activations");
 }
 
 

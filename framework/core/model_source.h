@@ -15,8 +15,12 @@ struct ModelSource {
   // with them directly (llama.cpp's precision for weights); "f32": every tensor is dequantized to
   // float32 at load. Other formats are float32 either way.
   std::string weights = "native";
+  // How activations meet packed weights: "int8" (each activation row quantized per block to int8,
+  // integer dot products, as llama.cpp), "f32" (float32 rows against the decoded blocks), or
+  // "auto" (int8; float32 weights always compute in float32).
+  std::string activations = "auto";
 
-  void validate() const;  // throws Error(kConfig) on an empty path, unknown format or weights
+  void validate() const;  // throws Error(kConfig) on an empty path, unknown format, weights or activations
 };
 
 }  // namespace speclab

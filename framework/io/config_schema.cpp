@@ -2,7 +2,10 @@
 // suggestions, sweep keys, key-path lookup in a tree (see config_schema.h).
 #include "framework/io/config_schema.h"
 
+#include <algorithm>
 #include <functional>
+#include <string>
+#include <vector>
 #include <limits>
 #include <utility>
 
@@ -29,11 +32,15 @@ Codec<std::string> drafter_name() {
   return c;
 }
 
-Codec<std::string> weights_mode() {
+// A string that must be one of `allowed`.
+Codec<std::string> one_of(std::vector<std::string> allowed) {
   Codec<std::string> c = text();
-  c.read = [](const YamlValue& x, const Ctx&, std::string& m) {
+  c.read = [allowed](const YamlValue& x, const Ctx&, std::string& m) {
     m = x.as_string();
-    if (m != "native" && m != "f32") x.fail("expected native or f32, found '" + m + "'");
+    if (std::find(allowed.begin(), allowed.end(), m) != allowed.end()) return;
+    std::string list;
+    for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+    x.fail("expected one of " + list + ", found '" + m + "'");
   };
   return c;
 }
@@ -81,7 +88,8 @@ const Table<ModelSource>& source_table() {
       field("path", {}, &S::path, model_path()),
       field("format", {}, &S::format),
       field("tokenizer", {}, &S::tokenizer, path()),
-      field("weights", {}, &S::weights, weights_mode()),
+      field("weights", {}, &S::weights, one_of({"native", "f32"})),
+      field("activations", {}, &S::activations, one_of({"auto", "f32", "int8"})),
   });
   return t;
 }

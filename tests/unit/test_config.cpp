@@ -319,15 +319,22 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
                Contains("bad.yaml:5:11: drafters: expected a list of drafter entries"));
     CHECK_THAT(config_error("models:\n  target: stories260K\nprompts: {inline: [x]}\n"),
                Contains("bad.yaml:2:11: models.target: expected a map of model source keys (path, format, tokenizer, "
-                        "weights), "
+                        "weights, activations), "
                         "found \"stories260K\""));
   }
   SECTION("models.target.weights: native or f32") {
     CHECK_THAT(config_error("models:\n  target: {path: stories260K, weights: f16}\nprompts: {inline: [x]}\n"),
-               Contains("bad.yaml:2:40: models.target.weights: expected native or f32, found 'f16'"));
+               Contains("bad.yaml:2:40: models.target.weights: expected one of native, f32, found 'f16'"));
     const ExperimentConfig ok =
         parse_experiment_config("models:\n  target: {path: stories260K, weights: f32}\nprompts: {inline: [x]}\n", "ok.yaml", {});
     CHECK(ok.models.target.weights == "f32");
+  }
+  SECTION("models.target.activations: auto, f32 or int8") {
+    CHECK_THAT(config_error("models:\n  target: {path: stories260K, activations: f16}\nprompts: {inline: [x]}\n"),
+               Contains("bad.yaml:2:44: models.target.activations: expected one of auto, f32, int8, found 'f16'"));
+    const ExperimentConfig ok = parse_experiment_config(
+        "models:\n  target: {path: stories260K, activations: int8}\nprompts: {inline: [x]}\n", "ok.yaml", {});
+    CHECK(ok.models.target.activations == "int8");
   }
   SECTION("negative temperature: the struct's validate() message with the YAML location added") {
     const std::string e = config_error(kBase + "sampling:\n  temperature: -1\n");

@@ -1,0 +1,208 @@
+// The CPU backend of the layer loop (layer_loop.h): raw float32 buffers, gemv.h / qgemm.h
+// matmuls (through linear()), cpu_ops.h row operations, and attention over the cache slots
+// split over framework/core/thread_pool.h. One decode step runs ~10 steps per layer; as libtorch
+// ops each would cost 5-10 µs of dispatch, more than the math.
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
+#include "models/llama/cpu_ops.h"
+#include "models/llama/gemv.h"
+#include "models/llama/layer_loop.h"
+#include "models/llama/llama_model.h"
+
+namespace speclab {
+
+namespace {
+
+struct CpuRows {
+  float* data = nullptr;  // [n, cols] row-major
+  int64_t n = 0, cols = 0;
+};
+
+class CpuOps {
+ public:
+  using Rows = CpuRows;
+
+  CpuOps(const ModelConfig& c, const LlamaWeights& w, Activations act, const int64_t* tokens,
+         const int64_t* positions /*[n]*/, const int64_t* write_slots /*[n]*/, const int64_t* read_slots /*[ctx] or null*/,
+         int64_t n, const KvView& kv)
+      : c_(c), w_(w), act_(act), tokens_(tokens), positions_(positions), write_slots_(write_slots),
+        read_slots_(read_slots), read_base_(kv.read_base), n_(n), ctx_(kv.ctx_len),
+        kv_dim_(c.num_key_value_heads * c.head_dim), layer_stride_(kv.k_cache.size(1) * kv_dim_),
+        k_base_(kv.k_cache.data_ptr<float>()), v_base_(kv.v_cache.data_ptr<float>()) {
+    const int64_t q_dim = c.num_attention_heads * c.head_dim;
+    // One layer's temporaries: two norms, qkv, attention, output projection, gate/up, SwiGLU, down.
+    arena_.resize(static_cast<size_t>(
+        n * (4 * c.hidden_size + q_dim + 2 * kv_dim_ + q_dim + 3 * c.intermediate_size)));
+  }
+
+  Rows embed() {
+    residual_.resize(static_cast<size_t>(n_ * c_.hidden_size));
+    const WeightMatrix& e = w_.embed;
+    if (e.is_packed()) {
+      dequantize_packed_rows(e.packed.data_ptr<uint8_t>(), e.type, tokens_, n_, c_.hidden_size, residual_.data());
+    } else {
+      const float* table = e.f32.data_ptr<float>();
+      for (int64_t i = 0; i < n_; ++i)
+        std::copy(table + tokens_[i] * c_.hidden_size, table + (tokens_[i] + 1) * c_.hidden_size,
+                  residual_.data() + i * c_.hidden_size);
+    }
+    return {residual_.data(), n_, c_.hidden_size};
+  }
+
+  void begin_layer() { used_ = 0; }
+
+  Rows rms_norm(const Rows& x, const at::Tensor& weight) {
+    Rows y = alloc(x.n, x.cols);
+    cpu::rms_norm_rows(x.data, weight.data_ptr<float>(), y.data, x.n, x.cols, static_cast<float>(c_.rms_norm_eps));
+    return y;
+  }
+
+  Rows linear(const WeightMatrix& w, const Rows& x, const at::Tensor& bias) {
+    Rows y = alloc(x.n, w.out);
+    speclab::linear(w, x.data, bias.defined() ? bias.data_ptr<float>() : nullptr, y.data, x.n, act_);
+    return y;
+  }
+
+  void rope_and_store(int64_t layer, Rows& qkv) {
+    const int64_t H = c_.num_attention_heads, KVH = c_.num_key_value_heads, D = c_.head_dim, half = D / 2;
+    const int64_t q_dim = H * D;
+    const float* cos_tab = w_.rope_cos.data_ptr<float>();
+    const float* sin_tab = w_.rope_sin.data_ptr<float>();
+    float* k_layer = k_base_ + layer * layer_stride_;
+    float* v_layer = v_base_ + layer * layer_stride_;
+    for (int64_t i = 0; i < n_; ++i) {
+      float* row = qkv.data + i * qkv.cols;
+      const float* cs = cos_tab + positions_[i] * half;
+      const float* sn = sin_tab + positions_[i] * half;
+      for (int64_t hh = 0; hh < H + KVH; ++hh) cpu::rope_head(row + hh * D, cs, sn, D);  // q heads, then k heads
+      std::copy(row + q_dim, row + q_dim + kv_dim_, k_layer + write_slots_[i] * kv_dim_);
+      std::copy(row + q_dim + kv_dim_, row + q_dim + 2 * kv_dim_, v_layer + write_slots_[i] * kv_dim_);
+    }
+  }
+
+  // Attention for (token i, head hh): keys j < limit, limit = positions[i] + 1 when n > 1
+  // (causal), every ctx key for a single token (as the libtorch backend).
+  Rows attention(int64_t layer, const Rows& qkv) {
+    const int64_t H = c_.num_attention_heads, D = c_.head_dim, G = H / c_.num_key_value_heads, q_dim = H * D;
+    const float* k_layer = k_base_ + layer * layer_stride_;
+    const float* v_layer = v_base_ + layer * layer_stride_;
+    Rows out = alloc(n_, q_dim);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    auto attend = [&](int64_t begin, int64_t end) {
+      thread_local std::vector<float> scores;
+      if (scores.size() < static_cast<size_t>(ctx_)) scores.resize(static_cast<size_t>(ctx_));
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t i = task / H, hh = task % H, g = hh / G;
+        const float* q = qkv.data + i * qkv.cols + hh * D;
+        const int64_t limit = n_ > 1 ? std::min<int64_t>(ctx_, positions_[i] + 1) : ctx_;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < limit; ++j) {
+          scores[j] = cpu::dot(q, k_layer + slot_of(j) * kv_dim_ + g * D, D) * scale;
+          mx = std::max(mx, scores[j]);
+        }
+        float sum = 0.f;
+        for (int64_t j = 0; j < limit; ++j) {
+          scores[j] = std::exp(scores[j] - mx);
+          sum += scores[j];
+        }
+        float* o = out.data + i * q_dim + hh * D;
+        std::fill(o, o + D, 0.f);
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j < limit; ++j) cpu::axpy(scores[j] * inv, v_layer + slot_of(j) * kv_dim_ + g * D, o, D);
+      }
+    };
+    const int64_t tasks = n_ * H;
+    if (tasks * ctx_ * D < (int64_t(1) << 18))
+      attend(0, tasks);
+    else
+      parallel_chunks(tasks, std::max<int64_t>(1, tasks / (4 * compute_threads())), compute_threads(), attend);
+    return out;
+  }
+
+  Rows swiglu(const Rows& gate_up) {
+    const int64_t inter = gate_up.cols / 2;
+    Rows y = alloc(gate_up.n, inter);
+    for (int64_t i = 0; i < gate_up.n; ++i)
+      cpu::silu_mul(gate_up.data + i * gate_up.cols, gate_up.data + i * gate_up.cols + inter, y.data + i * inter, inter);
+    return y;
+  }
+
+  void add(Rows& x, const Rows& y) { cpu::add_inplace(x.data, y.data, x.n * x.cols); }
+
+  Rows last_rows(const Rows& x, int64_t k) { return {x.data + (x.n - k) * x.cols, k, x.cols}; }
+
+  at::Tensor view(const Rows& x) { return at::from_blob(x.data, {x.n, x.cols}, at::kFloat); }
+
+  at::Tensor logits(const Rows& h) {
+    at::Tensor out = at::empty({h.n, w_.lm_head.out}, at::kFloat);  // [k, vocab]
+    speclab::linear(w_.lm_head, h.data, nullptr, out.data_ptr<float>(), h.n, act_);
+    return out;
+  }
+
+ private:
+  Rows alloc(int64_t n, int64_t cols) {
+    const size_t need = static_cast<size_t>(n * cols);
+    SPECLAB_CHECK(used_ + need <= arena_.size(), "CPU backend scratch exhausted");
+    Rows r{arena_.data() + used_, n, cols};
+    used_ += need;
+    return r;
+  }
+  int64_t slot_of(int64_t j) const { return read_slots_ ? read_slots_[j] : read_base_ + j; }
+
+  const ModelConfig& c_;
+  const LlamaWeights& w_;
+  const Activations act_;
+  const int64_t *tokens_, *positions_, *write_slots_, *read_slots_;
+  const int64_t read_base_, n_, ctx_, kv_dim_, layer_stride_;
+  float *k_base_, *v_base_;
+  std::vector<float> residual_;  // [n, hidden], the residual stream
+  std::vector<float> arena_;     // one layer's temporaries
+  size_t used_ = 0;
+};
+
+}  // namespace
+
+bool LlamaModel::can_run_cpu(const KvView& kv) const {
+  auto ok = [](const at::Tensor& t) { return t.defined() && t.device().is_cpu() && t.is_contiguous(); };
+  return ok(kv.k_cache) && ok(kv.v_cache) && kv.k_cache.scalar_type() == at::kFloat &&
+         kv.v_cache.scalar_type() == at::kFloat && w_.final_norm.device().is_cpu() &&
+         (w_.embed.is_packed() || w_.embed.f32.device().is_cpu());
+}
+
+at::Tensor LlamaModel::forward_cpu(const at::Tensor& tokens_in, const at::Tensor& positions_in, const KvView& kv,
+                                   const ForwardOptions& opts) const {
+  const ModelConfig& c = config_;
+  const int64_t n = tokens_in.size(0);
+  const at::Tensor tokens_t = tokens_in.to(at::kLong).contiguous();
+  const at::Tensor positions_t = positions_in.to(at::kLong).contiguous();
+  const at::Tensor write_t = kv.write_slots.to(at::kLong).contiguous();
+  const at::Tensor read_t = kv.read_base >= 0 ? at::Tensor() : kv.read_slots.to(at::kLong).contiguous();
+  const int64_t* tokens = tokens_t.data_ptr<int64_t>();
+  const int64_t* positions = positions_t.data_ptr<int64_t>();
+  const int64_t* write_slots = write_t.data_ptr<int64_t>();
+  const int64_t* read_slots = read_t.defined() ? read_t.data_ptr<int64_t>() : nullptr;
+  const int64_t n_slots = kv.k_cache.size(1);
+  for (int64_t i = 0; i < n; ++i) {
+    SPECLAB_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "token id out of range: " + std::to_string(tokens[i]));
+    SPECLAB_CHECK(positions[i] >= 0 && positions[i] < c.max_position_embeddings,
+                  "position out of range: " + std::to_string(positions[i]));
+    SPECLAB_CHECK(write_slots[i] >= 0 && write_slots[i] < n_slots, "kv write slot out of range");
+  }
+  if (read_slots)
+    for (int64_t j = 0; j < kv.ctx_len; ++j)
+      SPECLAB_CHECK(read_slots[j] >= 0 && read_slots[j] < n_slots, "kv read slot out of range");
+  else
+    SPECLAB_CHECK(kv.read_base + kv.ctx_len <= n_slots, "kv read range out of range");
+  CpuOps ops(c, w_, activations_, tokens, positions, write_slots, read_slots, n, kv);
+  const int64_t n_out = opts.logits_last_n > 0 && opts.logits_last_n < n ? opts.logits_last_n : n;
+  return run_layers(ops, w_, layers_to_run(opts), n, n_out, opts);
+}
+
+}  // namespace speclab

@@ -1,0 +1,132 @@
+#include "models/llama/llama_weights.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "framework/core/error.h"
+#include "models/llama/gemv.h"
+#include "models/loaders/dequant.h"
+
+namespace speclab {
+
+Activations parse_activations(const std::string& text, const std::string& what) {
+  if (text == "f32") return Activations::kF32;
+  if (text == "int8" || text == "auto") return Activations::kInt8;
+  throw Error(ErrorKind::kConfig, "expected f32, int8 or auto, found '" + text + "'", "", what);
+}
+
+const char* activations_name(Activations a) { return a == Activations::kInt8 ? "int8" : "f32"; }
+
+namespace {
+
+// Moves a HostTensor into an at::Tensor without copying (the vector is owned by the deleter).
+at::Tensor to_tensor(HostTensor&& t) {
+  auto owner = new std::vector<float>(std::move(t.data));
+  return at::from_blob(
+      owner->data(), t.shape, [owner](void*) { delete owner; }, at::TensorOptions().dtype(at::kFloat));
+}
+
+HostTensor take_host(WeightMap& w, const std::string& name) {
+  auto it = w.find(name);
+  SPECLAB_CHECK(it != w.end(), "validated weight missing: " + name);
+  HostTensor t = std::move(it->second);
+  w.erase(it);
+  return t;
+}
+
+// The storage kind of a matrix without parts: "float32" or the ggml type.
+std::string kind_of(const WeightMatrix& m) { return m.is_packed() ? ggml_type_name(m.type) : "float32"; }
+
+// One matrix without parts: y [n, m.out].
+void linear_block(const WeightMatrix& m, const float* x, const float* bias, float* y, int64_t n, Activations act) {
+  if (m.is_packed()) {
+    (void)act;  // MERGE: int8 kernels (qgemm.h)
+    gemm_small_packed(m.packed.data_ptr<uint8_t>(), m.type, x, bias, y, n, m.out, m.in);
+  } else {
+    gemm_small_f32(m.f32.data_ptr<float>(), x, bias, y, n, m.out, m.in);
+  }
+}
+
+}  // namespace
+
+uint64_t WeightMatrix::bytes() const {
+  uint64_t total = 0;
+  for (const WeightMatrix& p : parts) total += p.bytes();
+  const at::Tensor& t = is_packed() ? packed : f32;
+  return total + (t.defined() ? static_cast<uint64_t>(t.numel()) * t.element_size() : 0);
+}
+
+void WeightMatrix::count_kinds(std::vector<std::string>& kinds) const {
+  if (parts.empty()) {
+    kinds.push_back(kind_of(*this));
+    return;
+  }
+  for (const WeightMatrix& p : parts) p.count_kinds(kinds);
+}
+
+WeightMatrix take_matrix(WeightMap& w, const std::string& name) {
+  HostTensor t = take_host(w, name);
+  SPECLAB_CHECK(t.shape.size() == 2, "weight matrix must be 2-D: " + name);
+  WeightMatrix m;
+  m.out = t.shape[0];
+  m.in = t.shape[1];
+  if (t.is_packed()) {
+    m.type = t.storage_type;
+    auto owner = new std::vector<uint8_t>(std::move(t.packed));
+    m.packed = at::from_blob(
+        owner->data(), {m.out, static_cast<int64_t>(owner->size()) / m.out}, [owner](void*) { delete owner; },
+        at::TensorOptions().dtype(at::kByte));
+  } else {
+    m.f32 = to_tensor(std::move(t));
+  }
+  return m;
+}
+
+at::Tensor take_vector(WeightMap& w, const std::string& name) {
+  HostTensor t = take_host(w, name);
+  unpack_to_f32(t, name);
+  return to_tensor(std::move(t));
+}
+
+WeightMatrix stack(std::vector<WeightMatrix> parts) {
+  SPECLAB_CHECK(!parts.empty(), "stack of no matrices");
+  if (parts.size() == 1) return std::move(parts[0]);
+  WeightMatrix s;
+  s.in = parts[0].in;
+  for (const WeightMatrix& m : parts) {
+    SPECLAB_CHECK(m.in == s.in && m.parts.empty(), "stacked matrices must share their input width");
+    s.out += m.out;
+  }
+  const bool all_packed_same = std::all_of(parts.begin(), parts.end(), [&](const WeightMatrix& m) {
+    return m.is_packed() && m.type == parts[0].type;
+  });
+  const bool all_f32 = std::none_of(parts.begin(), parts.end(), [](const WeightMatrix& m) { return m.is_packed(); });
+  std::vector<at::Tensor> ts;
+  if (all_packed_same) {
+    for (const WeightMatrix& m : parts) ts.push_back(m.packed);
+    s.packed = at::cat(ts, 0);
+    s.type = parts[0].type;
+  } else if (all_f32) {
+    for (const WeightMatrix& m : parts) ts.push_back(m.f32);
+    s.f32 = at::cat(ts, 0);
+  } else {
+    s.parts = std::move(parts);  // mixed storage stays as it is on disk
+  }
+  return s;
+}
+
+void linear(const WeightMatrix& w, const float* x, const float* bias, float* y, int64_t n, Activations act) {
+  if (w.parts.empty()) return linear_block(w, x, bias, y, n, act);
+  // Each part into a scratch [n, part.out], then into its columns of y [n, w.out].
+  thread_local std::vector<float> scratch;
+  int64_t offset = 0;
+  for (const WeightMatrix& p : w.parts) {
+    scratch.resize(static_cast<size_t>(n * p.out));
+    linear_block(p, x, bias ? bias + offset : nullptr, scratch.data(), n, act);
+    for (int64_t i = 0; i < n; ++i)
+      std::copy(scratch.data() + i * p.out, scratch.data() + (i + 1) * p.out, y + i * w.out + offset);
+    offset += p.out;
+  }
+}
+
+}  // namespace speclab
