@@ -73,49 +73,37 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-// AVX2 flavour; needs D % 8 == 0. A dot product keeps two accumulators (even and odd 8-float
-// blocks of d) whatever number of keys is processed together.
+// [sum(a0), ..., sum(a7)]: the eight horizontal sums in one vector, by one fixed tree.
+__attribute__((target("avx2,fma"))) inline __m256 hsum8x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4,
+                                                           __m256 a5, __m256 a6, __m256 a7) {
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// AVX2 flavour; needs D % 8 == 0. Keys are scored eight at a time, one accumulator each; a
+// group short of eight keys repeats a real key row in the missing lanes (results discarded), so
+// every score comes out of the same instruction sequence whatever nk is.
 struct Avx2Ops {
   __attribute__((target("avx2,fma"))) static void scores(const float* q, const float* const* krow, int64_t nk,
                                                          int64_t D, float scale, float* s) {
-    int64_t j = 0;
-    for (; j + 4 <= nk; j += 4) {
-      const float *k0 = krow[j], *k1 = krow[j + 1], *k2 = krow[j + 2], *k3 = krow[j + 3];
-      __m256 e0 = _mm256_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, o0 = e0, o1 = e0, o2 = e0, o3 = e0;
-      int64_t d = 0;
-      for (; d + 16 <= D; d += 16) {
-        const __m256 qe = _mm256_loadu_ps(q + d), qo = _mm256_loadu_ps(q + d + 8);
-        e0 = _mm256_fmadd_ps(qe, _mm256_loadu_ps(k0 + d), e0);
-        e1 = _mm256_fmadd_ps(qe, _mm256_loadu_ps(k1 + d), e1);
-        e2 = _mm256_fmadd_ps(qe, _mm256_loadu_ps(k2 + d), e2);
-        e3 = _mm256_fmadd_ps(qe, _mm256_loadu_ps(k3 + d), e3);
-        o0 = _mm256_fmadd_ps(qo, _mm256_loadu_ps(k0 + d + 8), o0);
-        o1 = _mm256_fmadd_ps(qo, _mm256_loadu_ps(k1 + d + 8), o1);
-        o2 = _mm256_fmadd_ps(qo, _mm256_loadu_ps(k2 + d + 8), o2);
-        o3 = _mm256_fmadd_ps(qo, _mm256_loadu_ps(k3 + d + 8), o3);
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (int64_t j = 0; j < nk; j += 8) {
+      const float* k[8];
+      for (int64_t t = 0; t < 8; ++t) k[t] = krow[j + t < nk ? j + t : j];
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+      for (int64_t d = 0; d < D; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[0] + d), a0);
+        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[1] + d), a1);
+        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[2] + d), a2);
+        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[3] + d), a3);
+        a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[4] + d), a4);
+        a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[5] + d), a5);
+        a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[6] + d), a6);
+        a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[7] + d), a7);
       }
-      if (d < D) {
-        const __m256 qe = _mm256_loadu_ps(q + d);
-        e0 = _mm256_fmadd_ps(qe, _mm256_loadu_ps(k0 + d), e0);
-        e1 = _mm256_fmadd_ps(qe, _mm256_loadu_ps(k1 + d), e1);
-        e2 = _mm256_fmadd_ps(qe, _mm256_loadu_ps(k2 + d), e2);
-        e3 = _mm256_fmadd_ps(qe, _mm256_loadu_ps(k3 + d), e3);
-      }
-      s[j] = hsum8(_mm256_add_ps(e0, o0)) * scale;
-      s[j + 1] = hsum8(_mm256_add_ps(e1, o1)) * scale;
-      s[j + 2] = hsum8(_mm256_add_ps(e2, o2)) * scale;
-      s[j + 3] = hsum8(_mm256_add_ps(e3, o3)) * scale;
-    }
-    for (; j < nk; ++j) {
-      const float* k0 = krow[j];
-      __m256 e0 = _mm256_setzero_ps(), o0 = e0;
-      int64_t d = 0;
-      for (; d + 16 <= D; d += 16) {
-        e0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k0 + d), e0);
-        o0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k0 + d + 8), o0);
-      }
-      if (d < D) e0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k0 + d), e0);
-      s[j] = hsum8(_mm256_add_ps(e0, o0)) * scale;
+      _mm256_storeu_ps(s + j, _mm256_mul_ps(hsum8x8(a0, a1, a2, a3, a4, a5, a6, a7), sc));
     }
   }
 
@@ -170,19 +158,21 @@ struct Avx2Ops {
   }
 };
 
+inline int64_t slot_of(const AttentionArgs& a, int64_t j) { return a.slots ? a.slots[j] : a.slot_base + j; }
+
 // Partial result of one (query, split): running max m, sum l of exp(s - m), and
 // acc = sum exp(s - m) v. Stored as [m, l, acc[D]].
 inline int64_t partial_stride(int64_t D) { return D + 2; }
 
-// One work item: kv head g over the keys of split `split`, for every row and every query head
-// of the group. part: [n * G, D + 2] partials of this item.
+// One work item: the keys of split `split` for every row, kv head and query head. A tile's K
+// and V rows of kv head g are loaded once and reused from L1 by the n * G queries that read
+// them. part: [n * H, D + 2] partials of this split, query (i, h) at row i * H + h.
 template <class Ops>
-void run_item(const AttentionArgs& a, int64_t g, int64_t split, float* part) {
-  const int64_t D = a.head_dim, G = a.n_heads / a.n_kv_heads, kv_dim = a.n_kv_heads * D, ps = partial_stride(D);
-  int64_t max_limit = 0;
-  for (int64_t i = 0; i < a.n; ++i) max_limit = std::max(max_limit, a.limits[i]);
+void run_split(const AttentionArgs& a, int64_t split, int64_t max_limit, float* part) {
+  const int64_t D = a.head_dim, H = a.n_heads, G = H / a.n_kv_heads, kv_dim = a.n_kv_heads * D,
+                ps = partial_stride(D);
   const int64_t j0 = split * kSplit, j1 = std::min(j0 + kSplit, max_limit);
-  for (int64_t qi = 0; qi < a.n * G; ++qi) {
+  for (int64_t qi = 0; qi < a.n * H; ++qi) {
     float* st = part + qi * ps;
     st[0] = -std::numeric_limits<float>::infinity();
     st[1] = 0.f;
@@ -193,26 +183,28 @@ void run_item(const AttentionArgs& a, int64_t g, int64_t split, float* part) {
   float s[kTile];
   for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
     const int64_t nk_all = std::min(kTile, j1 - t0);
-    for (int64_t j = 0; j < nk_all; ++j) {
-      const int64_t off = (a.slots ? a.slots[t0 + j] : a.slot_base + t0 + j) * kv_dim + g * D;
-      krow[j] = a.k + off;
-      vrow[j] = a.v + off;
-    }
-    for (int64_t i = 0; i < a.n; ++i) {
-      const int64_t nk = std::min(nk_all, a.limits[i] - t0);
-      if (nk <= 0) continue;
-      for (int64_t hg = 0; hg < G; ++hg) {
-        const float* q = a.q + i * a.q_stride + (g * G + hg) * D;
-        float* st = part + (i * G + hg) * ps;
-        Ops::scores(q, krow, nk, D, a.scale, s);
-        float tmax = s[0];
-        for (int64_t j = 1; j < nk; ++j) tmax = std::max(tmax, s[j]);
-        const float m_new = std::max(st[0], tmax);
-        const float alpha = std::exp(st[0] - m_new);  // 0 on the first tile (m = -inf)
-        const float tsum = Ops::exps(s, nk, m_new);
-        st[1] = st[1] * alpha + tsum;
-        Ops::values(s, vrow, nk, D, alpha, st + 2);
-        st[0] = m_new;
+    for (int64_t g = 0; g < a.n_kv_heads; ++g) {
+      for (int64_t j = 0; j < nk_all; ++j) {
+        const int64_t off = slot_of(a, t0 + j) * kv_dim + g * D;
+        krow[j] = a.k + off;
+        vrow[j] = a.v + off;
+      }
+      for (int64_t i = 0; i < a.n; ++i) {
+        const int64_t nk = std::min(nk_all, a.limits[i] - t0);
+        if (nk <= 0) continue;
+        for (int64_t h = g * G; h < (g + 1) * G; ++h) {
+          const float* q = a.q + i * a.q_stride + h * D;
+          float* st = part + (i * H + h) * ps;
+          Ops::scores(q, krow, nk, D, a.scale, s);
+          float tmax = s[0];
+          for (int64_t j = 1; j < nk; ++j) tmax = std::max(tmax, s[j]);
+          const float m_new = std::max(st[0], tmax);
+          const float alpha = std::exp(st[0] - m_new);  // 0 on the first tile (m = -inf)
+          const float tsum = Ops::exps(s, nk, m_new);
+          st[1] = st[1] * alpha + tsum;
+          Ops::values(s, vrow, nk, D, alpha, st + 2);
+          st[0] = m_new;
+        }
       }
     }
   }
@@ -231,48 +223,47 @@ void check_args(const AttentionArgs& a) {
 
 void attend_rows(const AttentionArgs& a) {
   check_args(a);
-  const int64_t D = a.head_dim, H = a.n_heads, KVH = a.n_kv_heads, G = H / KVH, ps = partial_stride(D);
+  const int64_t D = a.head_dim, H = a.n_heads, ps = partial_stride(D);
   int64_t max_limit = 0, keys = 0;
   for (int64_t i = 0; i < a.n; ++i) {
     max_limit = std::max(max_limit, a.limits[i]);
     keys += a.limits[i];
   }
-  const int64_t n_splits = (max_limit + kSplit - 1) / kSplit, items = n_splits * KVH;
-  const int64_t item_floats = a.n * G * ps;
-  thread_local std::vector<float> partials;
-  if (partials.size() < static_cast<size_t>(items * item_floats)) partials.resize(static_cast<size_t>(items * item_floats));
+  const int64_t n_splits = (max_limit + kSplit - 1) / kSplit, split_floats = a.n * H * ps;
+  thread_local std::vector<float> partials;  // [n_splits, n * H, D + 2]
+  if (partials.size() < static_cast<size_t>(n_splits * split_floats))
+    partials.resize(static_cast<size_t>(n_splits * split_floats));
   float* part = partials.data();
 
   const bool avx2 = kernel_isa() >= KernelIsa::kAvx2 && D % 8 == 0;
   auto work = [&](int64_t begin, int64_t end) {
-    for (int64_t it = begin; it < end; ++it) {
-      const int64_t split = it / KVH, g = it % KVH;
+    for (int64_t sp = begin; sp < end; ++sp) {
       if (avx2)
-        run_item<Avx2Ops>(a, g, split, part + it * item_floats);
+        run_split<Avx2Ops>(a, sp, max_limit, part + sp * split_floats);
       else
-        run_item<ScalarOps>(a, g, split, part + it * item_floats);
+        run_split<ScalarOps>(a, sp, max_limit, part + sp * split_floats);
     }
   };
   // Small calls stay on the caller; the result does not depend on the thread count.
   const int threads = keys * H * D < (int64_t(1) << 17) ? 1 : compute_threads();
-  if (threads <= 1 || items == 1)
-    work(0, items);
+  if (threads <= 1 || n_splits == 1)
+    work(0, n_splits);
   else
-    parallel_chunks(items, 1, threads, work);
+    parallel_chunks(n_splits, 1, threads, work);
 
   // Merge the splits of each (row, head) in split order: out = sum_s w_s acc_s / sum_s w_s l_s,
   // w_s = exp(m_s - max_s m_s).
   for (int64_t i = 0; i < a.n; ++i) {
     const int64_t row_splits = (a.limits[i] + kSplit - 1) / kSplit;
     for (int64_t h = 0; h < H; ++h) {
-      const int64_t g = h / G, qi = i * G + h % G;
+      const float* first = part + (i * H + h) * ps;
       float* o = a.out + i * H * D + h * D;
       float m = -std::numeric_limits<float>::infinity();
-      for (int64_t sp = 0; sp < row_splits; ++sp) m = std::max(m, part[(sp * KVH + g) * item_floats + qi * ps]);
+      for (int64_t sp = 0; sp < row_splits; ++sp) m = std::max(m, first[sp * split_floats]);
       float l = 0.f;
       std::fill(o, o + D, 0.f);
       for (int64_t sp = 0; sp < row_splits; ++sp) {
-        const float* st = part + (sp * KVH + g) * item_floats + qi * ps;
+        const float* st = first + sp * split_floats;
         const float w = std::exp(st[0] - m);
         l += st[1] * w;
         for (int64_t d = 0; d < D; ++d) o[d] += st[2 + d] * w;

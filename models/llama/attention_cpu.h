@@ -5,9 +5,12 @@
 // attention: heads h with h / G == g, G = n_heads / n_kv_heads, read kv head g) and for all n
 // rows. Softmax is computed online (running max and sum, flash-attention style), so no
 // [ctx] score buffer is needed. The context is cut into splits of kAttentionSplit keys at fixed
-// positions (0, kAttentionSplit, 2 kAttentionSplit, ...); (kv head, split) pairs are spread over
-// compute_threads() threads (framework/core/thread_pool.h) and the per-split partial results
-// (max, sum, weighted values) are merged in split order.
+// positions (0, kAttentionSplit, 2 kAttentionSplit, ...) and the splits are spread over
+// compute_threads() threads (framework/core/thread_pool.h), so a single row over a long context
+// uses every thread (split-K, "flash decoding"); the per-split partial results (max, sum,
+// weighted values) are merged in split order. Within a split, keys go in tiles of
+// kAttentionTile: a tile's K and V rows of one kv head stay in L1 while every query of the
+// group, in every row, uses them.
 //
 // Bit-identity (speculative decoding's losslessness depends on it): the output of row i depends
 // only on q[i], its own limit and the cache, never on n, the other rows or the thread count:
