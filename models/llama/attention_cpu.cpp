@@ -16,6 +16,7 @@ namespace speclab::cpu {
 namespace {
 
 constexpr int64_t kSplit = kAttentionSplit, kTile = kAttentionTile;
+constexpr int64_t kRowBlock = 8;  // rows per work item (any value gives the same results)
 static_assert(kSplit % kTile == 0, "tiles must not straddle splits");
 
 // The three per-(query, tile) steps, in a scalar and an AVX2 flavour. Every step is a function of
@@ -164,47 +165,49 @@ inline int64_t slot_of(const AttentionArgs& a, int64_t j) { return a.slots ? a.s
 // acc = sum exp(s - m) v. Stored as [m, l, acc[D]].
 inline int64_t partial_stride(int64_t D) { return D + 2; }
 
-// One work item: the keys of split `split` for every row, kv head and query head. A tile's K
-// and V rows of kv head g are loaded once and reused from L1 by the n * G queries that read
-// them. part: [n * H, D + 2] partials of this split, query (i, h) at row i * H + h.
+// One work item: the keys of split `split`, kv head g, rows [r0, r1), every query head of the
+// group. A tile's K and V rows are loaded once and reused from L1 by the (r1 - r0) * G queries
+// that read them. How the work is cut into items does not change any result: each query's
+// arithmetic depends only on its own keys. part: [n * H, D + 2] partials of this split, query
+// (i, h) at row i * H + h.
 template <class Ops>
-void run_split(const AttentionArgs& a, int64_t split, int64_t max_limit, float* part) {
+void run_item(const AttentionArgs& a, int64_t split, int64_t g, int64_t r0, int64_t r1, int64_t max_limit,
+              float* part) {
   const int64_t D = a.head_dim, H = a.n_heads, G = H / a.n_kv_heads, kv_dim = a.n_kv_heads * D,
                 ps = partial_stride(D);
   const int64_t j0 = split * kSplit, j1 = std::min(j0 + kSplit, max_limit);
-  for (int64_t qi = 0; qi < a.n * H; ++qi) {
-    float* st = part + qi * ps;
-    st[0] = -std::numeric_limits<float>::infinity();
-    st[1] = 0.f;
-    std::fill(st + 2, st + 2 + D, 0.f);
-  }
+  for (int64_t i = r0; i < r1; ++i)
+    for (int64_t h = g * G; h < (g + 1) * G; ++h) {
+      float* st = part + (i * H + h) * ps;
+      st[0] = -std::numeric_limits<float>::infinity();
+      st[1] = 0.f;
+      std::fill(st + 2, st + 2 + D, 0.f);
+    }
   const float* krow[kTile];
   const float* vrow[kTile];
   float s[kTile];
   for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
     const int64_t nk_all = std::min(kTile, j1 - t0);
-    for (int64_t g = 0; g < a.n_kv_heads; ++g) {
-      for (int64_t j = 0; j < nk_all; ++j) {
-        const int64_t off = slot_of(a, t0 + j) * kv_dim + g * D;
-        krow[j] = a.k + off;
-        vrow[j] = a.v + off;
-      }
-      for (int64_t i = 0; i < a.n; ++i) {
-        const int64_t nk = std::min(nk_all, a.limits[i] - t0);
-        if (nk <= 0) continue;
-        for (int64_t h = g * G; h < (g + 1) * G; ++h) {
-          const float* q = a.q + i * a.q_stride + h * D;
-          float* st = part + (i * H + h) * ps;
-          Ops::scores(q, krow, nk, D, a.scale, s);
-          float tmax = s[0];
-          for (int64_t j = 1; j < nk; ++j) tmax = std::max(tmax, s[j]);
-          const float m_new = std::max(st[0], tmax);
-          const float alpha = std::exp(st[0] - m_new);  // 0 on the first tile (m = -inf)
-          const float tsum = Ops::exps(s, nk, m_new);
-          st[1] = st[1] * alpha + tsum;
-          Ops::values(s, vrow, nk, D, alpha, st + 2);
-          st[0] = m_new;
-        }
+    for (int64_t j = 0; j < nk_all; ++j) {
+      const int64_t off = slot_of(a, t0 + j) * kv_dim + g * D;
+      krow[j] = a.k + off;
+      vrow[j] = a.v + off;
+    }
+    for (int64_t i = r0; i < r1; ++i) {
+      const int64_t nk = std::min(nk_all, a.limits[i] - t0);
+      if (nk <= 0) continue;
+      for (int64_t h = g * G; h < (g + 1) * G; ++h) {
+        const float* q = a.q + i * a.q_stride + h * D;
+        float* st = part + (i * H + h) * ps;
+        Ops::scores(q, krow, nk, D, a.scale, s);
+        float tmax = s[0];
+        for (int64_t j = 1; j < nk; ++j) tmax = std::max(tmax, s[j]);
+        const float m_new = std::max(st[0], tmax);
+        const float alpha = std::exp(st[0] - m_new);  // 0 on the first tile (m = -inf)
+        const float tsum = Ops::exps(s, nk, m_new);
+        st[1] = st[1] * alpha + tsum;
+        Ops::values(s, vrow, nk, D, alpha, st + 2);
+        st[0] = m_new;
       }
     }
   }
@@ -230,26 +233,33 @@ void attend_rows(const AttentionArgs& a) {
     keys += a.limits[i];
   }
   const int64_t n_splits = (max_limit + kSplit - 1) / kSplit, split_floats = a.n * H * ps;
+  // The caller's scratch; workers reach it through `part` (a thread_local named inside the
+  // lambda would be each worker's own).
   thread_local std::vector<float> partials;  // [n_splits, n * H, D + 2]
   if (partials.size() < static_cast<size_t>(n_splits * split_floats))
     partials.resize(static_cast<size_t>(n_splits * split_floats));
-  float* part = partials.data();
+  float* const part = partials.data();
 
+  // Work items: (split, kv head, block of kRowBlock rows), split-major.
+  const int64_t KVH = a.n_kv_heads, row_blocks = (a.n + kRowBlock - 1) / kRowBlock;
+  const int64_t items = n_splits * KVH * row_blocks;
   const bool avx2 = kernel_isa() >= KernelIsa::kAvx2 && D % 8 == 0;
   auto work = [&](int64_t begin, int64_t end) {
-    for (int64_t sp = begin; sp < end; ++sp) {
+    for (int64_t it = begin; it < end; ++it) {
+      const int64_t sp = it / (KVH * row_blocks), g = it / row_blocks % KVH, rb = it % row_blocks;
+      const int64_t r0 = rb * kRowBlock, r1 = std::min(a.n, r0 + kRowBlock);
       if (avx2)
-        run_split<Avx2Ops>(a, sp, max_limit, part + sp * split_floats);
+        run_item<Avx2Ops>(a, sp, g, r0, r1, max_limit, part + sp * split_floats);
       else
-        run_split<ScalarOps>(a, sp, max_limit, part + sp * split_floats);
+        run_item<ScalarOps>(a, sp, g, r0, r1, max_limit, part + sp * split_floats);
     }
   };
   // Small calls stay on the caller; the result does not depend on the thread count.
   const int threads = keys * H * D < (int64_t(1) << 17) ? 1 : compute_threads();
-  if (threads <= 1 || n_splits == 1)
-    work(0, n_splits);
+  if (threads <= 1 || items == 1)
+    work(0, items);
   else
-    parallel_chunks(n_splits, 1, threads, work);
+    parallel_chunks(items, 1, threads, work);
 
   // Merge the splits of each (row, head) in split order: out = sum_s w_s acc_s / sum_s w_s l_s,
   // w_s = exp(m_s - max_s m_s).
