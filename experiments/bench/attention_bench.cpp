@@ -1,0 +1,205 @@
+// attention_bench: time per call of cpu::attend_rows() (models/llama/attention_cpu.h) next to a
+// copy of the per-(row, head) scalar-softmax attention that llama_cpu.cpp used before it, for the
+// SmolLM2-135M and Qwen2.5-1.5B attention shapes at contexts 64 to 8,192 and n = 1, 5, 9, 17
+// query rows (decode and verification of 4, 8, 16 drafts).
+//
+// Each configuration allocates float32 K and V caches for several layers (paged: blocks of 16
+// slots in shuffled order; as many layers as the model has, or fewer once they outgrow the L3
+// cache three times over) and calls the kernel for each layer in turn, as a forward pass does.
+// The old loop and the kernel are timed in alternation, three rounds (the first also warms
+// up), fastest round kept.
+// Prints microseconds per call (one layer) and per token step (times the model's layer count). --cpu-time measures the
+// process's CPU time instead of wall time: with --threads 1 that is immune to other processes
+// taking the cores (a shared machine), with more threads it also counts the workers' spinning.
+//
+//   attention_bench [--threads N] [--min-seconds S] [--cpu-time 1]
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "framework/core/thread_pool.h"
+#include "models/llama/attention_cpu.h"
+#include "models/llama/cpu_ops.h"
+#include "models/llama/gemv.h"
+
+using namespace speclab;
+
+namespace {
+
+struct Model {
+  const char* name;
+  int64_t H, KVH, D, layers;
+};
+
+struct Problem {
+  const Model& m;
+  int64_t n, ctx;
+  std::vector<float> q;               // [n, H * D]
+  std::vector<std::vector<float>> k, v;  // per layer cache: [ctx, KVH * D]
+  std::vector<int64_t> slots;         // [ctx]
+  std::vector<int64_t> limits;        // [n]
+  std::vector<float> out;             // [n, H * D]
+};
+
+// The attention loop of llama_cpu.cpp before attention_cpu.h: one task per (row, head), scores
+// into a [ctx] buffer, max, exp, sum, then a weighted sum of V rows; tasks split over threads.
+void attend_per_head(const Problem& p, const float* k_layer, const float* v_layer, float* att) {
+  const int64_t n = p.n, H = p.m.H, D = p.m.D, G = H / p.m.KVH, kv_dim = p.m.KVH * D, q_dim = H * D, ctx = p.ctx;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  auto attend = [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scores;
+    if (scores.size() < static_cast<size_t>(ctx)) scores.resize(static_cast<size_t>(ctx));
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t i = task / H, hh = task % H, g = hh / G;
+      const float* q = p.q.data() + i * q_dim + hh * D;
+      const int64_t limit = p.limits[i];
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < limit; ++j) {
+        scores[j] = cpu::dot(q, k_layer + p.slots[j] * kv_dim + g * D, D) * scale;
+        mx = std::max(mx, scores[j]);
+      }
+      float sum = 0.f;
+      for (int64_t j = 0; j < limit; ++j) {
+        scores[j] = std::exp(scores[j] - mx);
+        sum += scores[j];
+      }
+      float* o = att + i * q_dim + hh * D;
+      std::fill(o, o + D, 0.f);
+      const float inv = 1.0f / sum;
+      for (int64_t j = 0; j < limit; ++j) cpu::axpy(scores[j] * inv, v_layer + p.slots[j] * kv_dim + g * D, o, D);
+    }
+  };
+  const int64_t tasks = n * H;
+  if (tasks * ctx * D < (int64_t(1) << 18))
+    attend(0, tasks);
+  else
+    parallel_chunks(tasks, std::max<int64_t>(1, tasks / (4 * compute_threads())), compute_threads(), attend);
+}
+
+void attend_kernel(const Problem& p, const float* k_layer, const float* v_layer, float* att) {
+  cpu::AttentionArgs a;
+  a.q = p.q.data();
+  a.q_stride = p.m.H * p.m.D;
+  a.n = p.n;
+  a.n_heads = p.m.H;
+  a.n_kv_heads = p.m.KVH;
+  a.head_dim = p.m.D;
+  a.k = k_layer;
+  a.v = v_layer;
+  a.slots = p.slots.data();
+  a.limits = p.limits.data();
+  a.scale = 1.0f / std::sqrt(static_cast<float>(p.m.D));
+  a.out = att;
+  cpu::attend_rows(a);
+}
+
+Problem make_problem(const Model& m, int64_t n, int64_t ctx, std::mt19937& rng) {
+  Problem p{m, n, ctx, {}, {}, {}, {}, {}, {}};
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int64_t kv = ctx * m.KVH * m.D;
+  p.q.resize(static_cast<size_t>(n * m.H * m.D));
+  for (float& x : p.q) x = u(rng);
+  // Enough distinct layer caches to outgrow a 32 MiB L3 three times over (all layers at most).
+  const int64_t caches = std::min<int64_t>(m.layers, std::max<int64_t>(2, (96 << 20) / (2 * kv * 4) + 1));
+  for (int64_t l = 0; l < caches; ++l) {
+    p.k.emplace_back(static_cast<size_t>(kv));
+    p.v.emplace_back(static_cast<size_t>(kv));
+    for (float& x : p.k.back()) x = u(rng);
+    for (float& x : p.v.back()) x = u(rng);
+  }
+  const int64_t block = 16, blocks = (ctx + block - 1) / block;
+  std::vector<int64_t> order(static_cast<size_t>(blocks));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t j = 0; j < ctx; ++j) {
+    // Block b of the sequence lives in physical block order[b]; the last physical block may be
+    // partial, so map past-the-end slots back into range (reads only, so aliasing is harmless).
+    const int64_t s = order[j / block] * block + j % block;
+    p.slots.push_back(s < ctx ? s : j);
+  }
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) positions[i] = ctx - n + i;
+  p.limits.resize(static_cast<size_t>(n));
+  cpu::causal_limits(positions.data(), n, ctx, p.limits.data());
+  p.out.resize(p.q.size());
+  return p;
+}
+
+using AttendFn = void (*)(const Problem&, const float*, const float*, float*);
+
+bool g_cpu_time = false;
+
+double now_seconds() {
+  if (!g_cpu_time) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Microseconds per call over whole passes through the layer caches, lasting at least
+// min_seconds (at least one pass).
+double time_per_call(Problem& p, AttendFn fn, double min_seconds) {
+  int64_t calls = 0;
+  const double t0 = now_seconds();
+  double elapsed = 0;
+  do {
+    for (size_t l = 0; l < p.k.size(); ++l) fn(p, p.k[l].data(), p.v[l].data(), p.out.data());
+    calls += static_cast<int64_t>(p.k.size());
+    elapsed = now_seconds() - t0;
+  } while (elapsed < min_seconds);
+  return elapsed * 1e6 / static_cast<double>(calls);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double min_seconds = 0.3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--threads") {
+      set_compute_threads(std::atoi(argv[i + 1]));
+    } else if (flag == "--min-seconds") {
+      min_seconds = std::atof(argv[i + 1]);
+    } else if (flag == "--cpu-time") {
+      g_cpu_time = std::atoi(argv[i + 1]) != 0;
+    } else {
+      std::fprintf(stderr, "usage: attention_bench [--threads N] [--min-seconds S] [--cpu-time 0|1]\n");
+      return 2;
+    }
+  }
+  const Model models[] = {{"SmolLM2-135M", 9, 3, 64, 30}, {"Qwen2.5-1.5B", 12, 2, 128, 28}};
+  std::printf("attention per call (one layer), %d threads, ISA %s, %s time; per-head = the old per-(row, head) loop\n",
+              compute_threads(), kernel_isa_name(kernel_isa()), g_cpu_time ? "process CPU" : "wall");
+  std::printf("%-13s %6s %3s %12s %12s %8s %14s %14s\n", "model", "ctx", "n", "per-head us", "kernel us", "speedup",
+              "kernel n/n=1", "kernel ms/step");
+  std::mt19937 rng(1);
+  for (const Model& m : models)
+    for (int64_t ctx : {64, 512, 2048, 8192}) {
+      double one_row = 0;
+      for (int64_t n : {1, 5, 9, 17}) {
+        Problem p = make_problem(m, n, ctx, rng);
+        // Interleaved, so that a burst of load from other processes hits both.
+        double old_us = std::numeric_limits<double>::infinity(), new_us = old_us;
+        for (int round = 0; round < 3; ++round) {
+          old_us = std::min(old_us, time_per_call(p, attend_per_head, min_seconds / 3));
+          new_us = std::min(new_us, time_per_call(p, attend_kernel, min_seconds / 3));
+        }
+        if (n == 1) one_row = new_us;
+        std::printf("%-13s %6lld %3lld %12.1f %12.1f %7.2fx %14.2f %14.3f\n", m.name, static_cast<long long>(ctx),
+                    static_cast<long long>(n), old_us, new_us, old_us / new_us, new_us / one_row,
+                    new_us * static_cast<double>(m.layers) / 1000.0);
+        std::fflush(stdout);
+      }
+    }
+  return 0;
+}

@@ -1,0 +1,287 @@
+#include "models/llama/attention_cpu.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
+#include "models/llama/gemv.h"
+
+namespace speclab::cpu {
+
+namespace {
+
+constexpr int64_t kSplit = kAttentionSplit, kTile = kAttentionTile;
+constexpr int64_t kRowBlock = 8;  // rows per work item (any value gives the same results)
+static_assert(kSplit % kTile == 0, "tiles must not straddle splits");
+
+// The three per-(query, tile) steps, in a scalar and an AVX2 flavour. Every step is a function of
+// one query's own data and its own key count nk, so a row's result never depends on other rows.
+//   scores: s[j] = dot(q, k_j) * scale for j < nk
+//   exps:   s[j] = exp(s[j] - m) for j < nk; returns their sum
+//   values: acc = acc * alpha + sum_j s[j] v_j   (acc: [D])
+struct ScalarOps {
+  static void scores(const float* q, const float* const* krow, int64_t nk, int64_t D, float scale, float* s) {
+    for (int64_t j = 0; j < nk; ++j) {
+      float acc = 0.f;
+      for (int64_t d = 0; d < D; ++d) acc += q[d] * krow[j][d];
+      s[j] = acc * scale;
+    }
+  }
+  static float exps(float* s, int64_t nk, float m) {
+    float sum = 0.f;
+    for (int64_t j = 0; j < nk; ++j) {
+      s[j] = std::exp(s[j] - m);
+      sum += s[j];
+    }
+    return sum;
+  }
+  static void values(const float* p, const float* const* vrow, int64_t nk, int64_t D, float alpha, float* acc) {
+    if (alpha != 1.f)
+      for (int64_t d = 0; d < D; ++d) acc[d] *= alpha;
+    for (int64_t j = 0; j < nk; ++j)
+      for (int64_t d = 0; d < D; ++d) acc[d] += p[j] * vrow[j][d];
+  }
+};
+
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+
+// exp(x) for x <= 0 (Cephes' expf polynomial, ~2 ulp); lane-wise, so a value's result does not
+// depend on its lane or neighbours.
+__attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-87.3365478515625f));
+  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
+  fx = _mm256_floor_ps(fx);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// [sum(a0), ..., sum(a7)]: the eight horizontal sums in one vector, by one fixed tree.
+__attribute__((target("avx2,fma"))) inline __m256 hsum8x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4,
+                                                           __m256 a5, __m256 a6, __m256 a7) {
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// AVX2 flavour; needs D % 8 == 0. Keys are scored eight at a time, one accumulator each; a
+// group short of eight keys repeats a real key row in the missing lanes (results discarded), so
+// every score comes out of the same instruction sequence whatever nk is.
+struct Avx2Ops {
+  __attribute__((target("avx2,fma"))) static void scores(const float* q, const float* const* krow, int64_t nk,
+                                                         int64_t D, float scale, float* s) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (int64_t j = 0; j < nk; j += 8) {
+      const float* k[8];
+      for (int64_t t = 0; t < 8; ++t) k[t] = krow[j + t < nk ? j + t : j];
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+      for (int64_t d = 0; d < D; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[0] + d), a0);
+        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[1] + d), a1);
+        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[2] + d), a2);
+        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[3] + d), a3);
+        a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[4] + d), a4);
+        a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[5] + d), a5);
+        a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[6] + d), a6);
+        a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[7] + d), a7);
+      }
+      _mm256_storeu_ps(s + j, _mm256_mul_ps(hsum8x8(a0, a1, a2, a3, a4, a5, a6, a7), sc));
+    }
+  }
+
+  __attribute__((target("avx2,fma"))) static float exps(float* s, int64_t nk, float m) {
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nk; j += 8) {
+      const int64_t left = nk - j;
+      if (left >= 8) {
+        const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+        _mm256_storeu_ps(s + j, p);
+        sum = _mm256_add_ps(sum, p);
+      } else {
+        // Lanes past nk are zero: they add nothing to the sum and are never read as weights.
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), lane);
+        const __m256 x = _mm256_maskload_ps(s + j, mask);
+        const __m256 p = _mm256_and_ps(exp8(_mm256_sub_ps(x, mv)), _mm256_castsi256_ps(mask));
+        _mm256_maskstore_ps(s + j, mask, p);
+        sum = _mm256_add_ps(sum, p);
+      }
+    }
+    return hsum8(sum);
+  }
+
+  // acc[c*8 .. c*8 + 8*NV) for one block of NV vectors: each element is scaled once, then
+  // accumulates p_j v_j[d] in key order, the same chain whatever NV is.
+  template <int NV>
+  __attribute__((target("avx2,fma"), always_inline)) static inline void values_block(const float* p,
+                                                                                    const float* const* vrow,
+                                                                                    int64_t nk, int64_t off,
+                                                                                    float alpha, float* acc) {
+    __m256 a[NV];
+    for (int c = 0; c < NV; ++c) a[c] = _mm256_loadu_ps(acc + off + 8 * c);
+    if (alpha != 1.f) {
+      const __m256 al = _mm256_set1_ps(alpha);
+      for (int c = 0; c < NV; ++c) a[c] = _mm256_mul_ps(a[c], al);
+    }
+    for (int64_t j = 0; j < nk; ++j) {
+      const __m256 pj = _mm256_set1_ps(p[j]);
+      const float* vj = vrow[j] + off;
+      for (int c = 0; c < NV; ++c) a[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * c), a[c]);
+    }
+    for (int c = 0; c < NV; ++c) _mm256_storeu_ps(acc + off + 8 * c, a[c]);
+  }
+
+  __attribute__((target("avx2,fma"))) static void values(const float* p, const float* const* vrow, int64_t nk,
+                                                         int64_t D, float alpha, float* acc) {
+    int64_t off = 0;
+    for (; off + 64 <= D; off += 64) values_block<8>(p, vrow, nk, off, alpha, acc);
+    for (; off < D; off += 8) values_block<1>(p, vrow, nk, off, alpha, acc);
+  }
+};
+
+inline int64_t slot_of(const AttentionArgs& a, int64_t j) { return a.slots ? a.slots[j] : a.slot_base + j; }
+
+// Partial result of one (query, split): running max m, sum l of exp(s - m), and
+// acc = sum exp(s - m) v. Stored as [m, l, acc[D]].
+inline int64_t partial_stride(int64_t D) { return D + 2; }
+
+// One work item: the keys of split `split`, kv head g, rows [r0, r1), every query head of the
+// group. A tile's K and V rows are loaded once and reused from L1 by the (r1 - r0) * G queries
+// that read them. How the work is cut into items does not change any result: each query's
+// arithmetic depends only on its own keys. part: [n * H, D + 2] partials of this split, query
+// (i, h) at row i * H + h.
+template <class Ops>
+void run_item(const AttentionArgs& a, int64_t split, int64_t g, int64_t r0, int64_t r1, int64_t max_limit,
+              float* part) {
+  const int64_t D = a.head_dim, H = a.n_heads, G = H / a.n_kv_heads, kv_dim = a.n_kv_heads * D,
+                ps = partial_stride(D);
+  const int64_t j0 = split * kSplit, j1 = std::min(j0 + kSplit, max_limit);
+  for (int64_t i = r0; i < r1; ++i)
+    for (int64_t h = g * G; h < (g + 1) * G; ++h) {
+      float* st = part + (i * H + h) * ps;
+      st[0] = -std::numeric_limits<float>::infinity();
+      st[1] = 0.f;
+      std::fill(st + 2, st + 2 + D, 0.f);
+    }
+  const float* krow[kTile];
+  const float* vrow[kTile];
+  float s[kTile];
+  for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
+    const int64_t nk_all = std::min(kTile, j1 - t0);
+    for (int64_t j = 0; j < nk_all; ++j) {
+      const int64_t off = slot_of(a, t0 + j) * kv_dim + g * D;
+      krow[j] = a.k + off;
+      vrow[j] = a.v + off;
+    }
+    for (int64_t i = r0; i < r1; ++i) {
+      const int64_t nk = std::min(nk_all, a.limits[i] - t0);
+      if (nk <= 0) continue;
+      for (int64_t h = g * G; h < (g + 1) * G; ++h) {
+        const float* q = a.q + i * a.q_stride + h * D;
+        float* st = part + (i * H + h) * ps;
+        Ops::scores(q, krow, nk, D, a.scale, s);
+        float tmax = s[0];
+        for (int64_t j = 1; j < nk; ++j) tmax = std::max(tmax, s[j]);
+        const float m_new = std::max(st[0], tmax);
+        const float alpha = std::exp(st[0] - m_new);  // 0 on the first tile (m = -inf)
+        const float tsum = Ops::exps(s, nk, m_new);
+        st[1] = st[1] * alpha + tsum;
+        Ops::values(s, vrow, nk, D, alpha, st + 2);
+        st[0] = m_new;
+      }
+    }
+  }
+}
+
+void check_args(const AttentionArgs& a) {
+  SPECLAB_CHECK(a.q && a.k && a.v && a.limits && a.out, "attend_rows: null buffer");
+  SPECLAB_CHECK(a.n >= 1 && a.head_dim >= 1 && a.n_kv_heads >= 1 && a.n_heads >= a.n_kv_heads &&
+                    a.n_heads % a.n_kv_heads == 0,
+                "attend_rows: need n >= 1, head_dim >= 1 and n_heads a multiple of n_kv_heads");
+  SPECLAB_CHECK(a.q_stride >= a.n_heads * a.head_dim, "attend_rows: q_stride < n_heads * head_dim");
+  for (int64_t i = 0; i < a.n; ++i) SPECLAB_CHECK(a.limits[i] >= 1, "attend_rows: a row attends no key (limit < 1)");
+}
+
+}  // namespace
+
+void attend_rows(const AttentionArgs& a) {
+  check_args(a);
+  const int64_t D = a.head_dim, H = a.n_heads, ps = partial_stride(D);
+  int64_t max_limit = 0, keys = 0;
+  for (int64_t i = 0; i < a.n; ++i) {
+    max_limit = std::max(max_limit, a.limits[i]);
+    keys += a.limits[i];
+  }
+  const int64_t n_splits = (max_limit + kSplit - 1) / kSplit, split_floats = a.n * H * ps;
+  // The caller's scratch; workers reach it through `part` (a thread_local named inside the
+  // lambda would be each worker's own).
+  thread_local std::vector<float> partials;  // [n_splits, n * H, D + 2]
+  if (partials.size() < static_cast<size_t>(n_splits * split_floats))
+    partials.resize(static_cast<size_t>(n_splits * split_floats));
+  float* const part = partials.data();
+
+  // Work items: (split, kv head, block of kRowBlock rows), split-major.
+  const int64_t KVH = a.n_kv_heads, row_blocks = (a.n + kRowBlock - 1) / kRowBlock;
+  const int64_t items = n_splits * KVH * row_blocks;
+  const bool avx2 = kernel_isa() >= KernelIsa::kAvx2 && D % 8 == 0;
+  auto work = [&](int64_t begin, int64_t end) {
+    for (int64_t it = begin; it < end; ++it) {
+      const int64_t sp = it / (KVH * row_blocks), g = it / row_blocks % KVH, rb = it % row_blocks;
+      const int64_t r0 = rb * kRowBlock, r1 = std::min(a.n, r0 + kRowBlock);
+      if (avx2)
+        run_item<Avx2Ops>(a, sp, g, r0, r1, max_limit, part + sp * split_floats);
+      else
+        run_item<ScalarOps>(a, sp, g, r0, r1, max_limit, part + sp * split_floats);
+    }
+  };
+  // Small calls stay on the caller; the result does not depend on the thread count.
+  const int threads = keys * H * D < (int64_t(1) << 17) ? 1 : compute_threads();
+  if (threads <= 1 || items == 1)
+    work(0, items);
+  else
+    parallel_chunks(items, 1, threads, work);
+
+  // Merge the splits of each (row, head) in split order: out = sum_s w_s acc_s / sum_s w_s l_s,
+  // w_s = exp(m_s - max_s m_s).
+  for (int64_t i = 0; i < a.n; ++i) {
+    const int64_t row_splits = (a.limits[i] + kSplit - 1) / kSplit;
+    for (int64_t h = 0; h < H; ++h) {
+      const float* first = part + (i * H + h) * ps;
+      float* o = a.out + i * H * D + h * D;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t sp = 0; sp < row_splits; ++sp) m = std::max(m, first[sp * split_floats]);
+      float l = 0.f;
+      std::fill(o, o + D, 0.f);
+      for (int64_t sp = 0; sp < row_splits; ++sp) {
+        const float* st = first + sp * split_floats;
+        const float w = std::exp(st[0] - m);
+        l += st[1] * w;
+        for (int64_t d = 0; d < D; ++d) o[d] += st[2 + d] * w;
+      }
+      const float inv = 1.f / l;
+      for (int64_t d = 0; d < D; ++d) o[d] *= inv;
+    }
+  }
+}
+
+}  // namespace speclab::cpu

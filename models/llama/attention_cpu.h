@@ -1,0 +1,67 @@
+// attend_rows() — causal attention for n query rows over a paged float32 KV cache, on the CPU.
+//
+// One call computes softmax(q k^T * scale) v for every query row and head of one layer, reading
+// each K/V cache row once per call for all the query heads that share it (grouped-query
+// attention: heads h with h / G == g, G = n_heads / n_kv_heads, read kv head g) and for all n
+// rows. Softmax is computed online (running max and sum, flash-attention style), so no
+// [ctx] score buffer is needed. The context is cut into splits of kAttentionSplit keys at fixed
+// positions (0, kAttentionSplit, 2 kAttentionSplit, ...) and the splits are spread over
+// compute_threads() threads (framework/core/thread_pool.h), so a single row over a long context
+// uses every thread (split-K, "flash decoding"); the per-split partial results (max, sum,
+// weighted values) are merged in split order. Within a split, keys go in tiles of
+// kAttentionTile: a tile's K and V rows of one kv head stay in L1 while every query of the
+// group, in every row, uses them.
+//
+// Bit-identity (speculative decoding's losslessness depends on it): the output of row i depends
+// only on q[i], its own limit and the cache, never on n, the other rows or the thread count:
+// every tile, split and merge boundary is a fixed key position. Row i of an n-row call is
+// therefore bit-identical to a 1-row call with the same limit. Arithmetic is AVX2+FMA when
+// kernel_isa() (models/llama/gemv.h) allows it and head_dim is a multiple of 8, scalar
+// otherwise; the two paths agree to float rounding, not bit for bit.
+//
+// Must not be called from inside a parallel_chunks() job (the pool runs one job at a time).
+#pragma once
+
+#include <cstdint>
+
+namespace speclab::cpu {
+
+// Keys per split (the unit of work per thread and of the partial-result merge) and per tile
+// (the unit of the online-softmax update). Fixed: changing them changes results in the last bits.
+constexpr int64_t kAttentionSplit = 256;
+constexpr int64_t kAttentionTile = 32;
+
+struct AttentionArgs {
+  // q: [n, q_stride] float32, already RoPE'd; head h of row i is q + i * q_stride + h * head_dim
+  // (q_stride >= n_heads * head_dim, e.g. the fused qkv row width).
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  int64_t n = 0;           // query rows, >= 1
+  int64_t n_heads = 0;     // H, a multiple of n_kv_heads
+  int64_t n_kv_heads = 0;  // KVH
+  int64_t head_dim = 0;    // D
+  // One layer's caches: [n_slots, n_kv_heads * head_dim]; key j of kv head g is
+  // k + slot_of(j) * (n_kv_heads * head_dim) + g * head_dim.
+  const float* k = nullptr;
+  const float* v = nullptr;
+  // slot_of(j) = slots ? slots[j] : slot_base + j, for j < max(limits). slots: [ctx] or nullptr.
+  const int64_t* slots = nullptr;
+  int64_t slot_base = 0;
+  // limits: [n]; row i attends keys j < limits[i]; each limit >= 1.
+  const int64_t* limits = nullptr;
+  float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+  // out: [n, n_heads * head_dim]; head h of row i at out + i * n_heads * head_dim + h * head_dim.
+  float* out = nullptr;
+};
+
+// Computes out (see AttentionArgs). Throws Error(kInternal) on inconsistent shapes or a limit < 1.
+void attend_rows(const AttentionArgs& args);
+
+// limits[i] for the model's causal rule: a single row (decode) sees all ctx keys; with n > 1
+// rows (verification, prefill) row i sees keys j < min(ctx, positions[i] + 1).
+// positions: [n]; limits: [n].
+inline void causal_limits(const int64_t* positions, int64_t n, int64_t ctx, int64_t* limits) {
+  for (int64_t i = 0; i < n; ++i) limits[i] = n > 1 ? (positions[i] + 1 < ctx ? positions[i] + 1 : ctx) : ctx;
+}
+
+}  // namespace speclab::cpu

@@ -1,0 +1,251 @@
+// attend_rows() (models/llama/attention_cpu.h) against a float64 softmax(q k^T scale) v
+// reference, on paged (shuffled) and contiguous slots, GQA groups of 1, 3 and 6, contexts 1 to
+// 8,192, on every kernel ISA this CPU can run; and the bit-identity contract: a row's output is
+// the same bits alone or among n <= 32 rows, and with 1, 2 or 3 threads. Torch-free.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
+#include "models/llama/attention_cpu.h"
+#include "models/llama/gemv.h"
+
+using namespace speclab;
+
+namespace {
+
+std::vector<KernelIsa> runnable_isas() {
+  std::vector<KernelIsa> v;
+  for (int i = static_cast<int>(best_kernel_isa()); i >= 0; --i) v.push_back(static_cast<KernelIsa>(i));
+  return v;
+}
+struct Restore {
+  ~Restore() {
+    set_kernel_isa_cap(KernelIsa::kAvx512);
+    set_compute_threads(0);
+  }
+};
+
+// One layer's attention problem: n query rows at the last n positions of a ctx-key context.
+struct Case {
+  int64_t n, H, KVH, D, ctx, q_stride;
+  std::vector<float> q;           // [n, q_stride]
+  std::vector<float> k, v;        // [n_slots, KVH * D]
+  std::vector<int64_t> slots;     // [ctx], empty for a contiguous base
+  int64_t base = 0;
+  std::vector<int64_t> limits;    // [n]
+
+  Case(int64_t n_, int64_t H_, int64_t KVH_, int64_t D_, int64_t ctx_, bool paged, uint32_t seed)
+      : n(n_), H(H_), KVH(KVH_), D(D_), ctx(ctx_), q_stride(H_ * D_ + 2 * KVH_ * D_) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    const int64_t n_slots = ctx + 37, kv_dim = KVH * D;
+    q.resize(static_cast<size_t>(n * q_stride));
+    for (float& x : q) x = 1.5f * normal(rng);  // sharper than uniform attention
+    k.resize(static_cast<size_t>(n_slots * kv_dim));
+    v.resize(k.size());
+    for (float& x : k) x = normal(rng);
+    for (float& x : v) x = normal(rng);
+    if (paged) {
+      std::vector<int64_t> perm(static_cast<size_t>(n_slots));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      slots.assign(perm.begin(), perm.begin() + ctx);
+    } else {
+      base = 29;
+    }
+    std::vector<int64_t> positions(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) positions[i] = std::max<int64_t>(0, ctx - n + i);
+    limits.resize(static_cast<size_t>(n));
+    cpu::causal_limits(positions.data(), n, ctx, limits.data());
+  }
+  int64_t slot(int64_t j) const { return slots.empty() ? base + j : slots[j]; }
+
+  // Rows [r0, r0 + rows) with their own limits (or `limit_override` for every row when > 0).
+  std::vector<float> run(int64_t r0, int64_t rows, int64_t limit_override = 0) const {
+    std::vector<int64_t> lim(limits.begin() + r0, limits.begin() + r0 + rows);
+    if (limit_override > 0) std::fill(lim.begin(), lim.end(), limit_override);
+    std::vector<float> out(static_cast<size_t>(rows * H * D), -1.f);
+    cpu::AttentionArgs a;
+    a.q = q.data() + r0 * q_stride;
+    a.q_stride = q_stride;
+    a.n = rows;
+    a.n_heads = H;
+    a.n_kv_heads = KVH;
+    a.head_dim = D;
+    a.k = k.data();
+    a.v = v.data();
+    a.slots = slots.empty() ? nullptr : slots.data();
+    a.slot_base = base;
+    a.limits = lim.data();
+    a.scale = 1.f / std::sqrt(static_cast<float>(D));
+    a.out = out.data();
+    cpu::attend_rows(a);
+    return out;
+  }
+
+  // float64 softmax(q k^T / sqrt(D)) v over keys j < limit, row i, every head: [H * D].
+  std::vector<double> reference(int64_t i, int64_t limit) const {
+    const int64_t G = H / KVH, kv_dim = KVH * D;
+    std::vector<double> out(static_cast<size_t>(H * D), 0.0), s(static_cast<size_t>(limit));
+    for (int64_t h = 0; h < H; ++h) {
+      const float* qh = q.data() + i * q_stride + h * D;
+      const int64_t g = h / G;
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j < limit; ++j) {
+        const float* kj = k.data() + slot(j) * kv_dim + g * D;
+        double acc = 0;
+        for (int64_t d = 0; d < D; ++d) acc += static_cast<double>(qh[d]) * kj[d];
+        s[j] = acc / std::sqrt(static_cast<double>(D));
+        mx = std::max(mx, s[j]);
+      }
+      for (int64_t j = 0; j < limit; ++j) sum += (s[j] = std::exp(s[j] - mx));
+      for (int64_t j = 0; j < limit; ++j) {
+        const float* vj = v.data() + slot(j) * kv_dim + g * D;
+        for (int64_t d = 0; d < D; ++d) out[h * D + d] += s[j] / sum * vj[d];
+      }
+    }
+    return out;
+  }
+
+  // max |got - reference| over all rows, each row against keys j < limits[i] + limit_shift.
+  double max_error(const std::vector<float>& got, int64_t limit_shift = 0) const {
+    double err = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const std::vector<double> ref = reference(i, limits[i] + limit_shift);
+      for (int64_t e = 0; e < H * D; ++e) err = std::max(err, std::abs(got[i * H * D + e] - ref[e]));
+    }
+    return err;
+  }
+};
+
+constexpr double kTol = 1e-5;
+
+bool same_bits(const float* a, const float* b, int64_t count) {
+  return std::memcmp(a, b, static_cast<size_t>(count) * sizeof(float)) == 0;
+}
+
+struct Shape {
+  int64_t H, KVH, D;
+};
+
+}  // namespace
+
+TEST_CASE("attend_rows equals a float64 softmax reference (GQA, paged and contiguous slots)", "[attention]") {
+  Restore restore;
+  const KernelIsa isa = GENERATE(from_range(runnable_isas()));
+  set_kernel_isa_cap(isa);
+  INFO("kernel ISA " << kernel_isa_name(isa));
+  // G = 1, 3 (SmolLM2), 6 (Qwen2.5 1.5B); D = 72 has an odd number of 8-float blocks and a
+  // tail past 64; D = 36 is not a multiple of 8 (scalar path on every ISA).
+  const std::vector<Shape> shapes = {{4, 4, 64}, {9, 3, 64}, {12, 2, 128}, {6, 2, 72}, {3, 1, 36}};
+  for (const Shape& sh : shapes)
+    for (int64_t ctx : {1, 2, 7, 31, 32, 33, 100, 255, 256, 257, 600, 1000})
+      for (int64_t n : {1, 5})
+        for (bool paged : {true, false}) {
+          INFO("H " << sh.H << " KVH " << sh.KVH << " D " << sh.D << " ctx " << ctx << " n " << n << " paged " << paged);
+          const Case c(n, sh.H, sh.KVH, sh.D, ctx, paged, static_cast<uint32_t>(ctx * 31 + n + sh.D));
+          REQUIRE(c.max_error(c.run(0, n)) < kTol);
+        }
+}
+
+TEST_CASE("attend_rows stays accurate at context 8,192 and off the split grid", "[attention]") {
+  Restore restore;
+  const KernelIsa isa = GENERATE(from_range(runnable_isas()));
+  set_kernel_isa_cap(isa);
+  INFO("kernel ISA " << kernel_isa_name(isa));
+  for (const Shape& sh : std::vector<Shape>{{9, 3, 64}, {12, 2, 128}})
+    for (int64_t ctx : {4099, 8192}) {
+      INFO("H " << sh.H << " D " << sh.D << " ctx " << ctx);
+      const Case c(3, sh.H, sh.KVH, sh.D, ctx, true, static_cast<uint32_t>(ctx + sh.D));
+      REQUIRE(c.max_error(c.run(0, 3)) < kTol);
+    }
+}
+
+TEST_CASE("attend_rows negative controls: an off-by-one limit and a wrong slot fail the comparison", "[attention]") {
+  Restore restore;
+  for (int64_t ctx : {5, 40, 300}) {
+    INFO("ctx " << ctx);
+    const Case c(4, 9, 3, 64, ctx, true, 7);
+    const std::vector<float> got = c.run(0, 4);
+    REQUIRE(c.max_error(got) < kTol);
+    // Reference one key short: the comparison must notice the extra key the kernel attended.
+    CHECK(c.max_error(got, -1) > 100 * kTol);
+    // The kernel reading one key short (limit - 1 for every row) must fail against the true reference.
+    Case short_by_one = c;
+    for (int64_t& l : short_by_one.limits) l -= 1;
+    CHECK(c.max_error(short_by_one.run(0, 4)) > 100 * kTol);
+    // Two swapped slots (a paging bug) must fail too.
+    Case swapped = c;
+    std::swap(swapped.slots[0], swapped.slots[ctx - 1]);
+    std::swap(swapped.slots[1], swapped.slots[ctx / 2]);
+    CHECK(c.max_error(swapped.run(0, 4)) > 100 * kTol);
+  }
+}
+
+TEST_CASE("attend_rows: each row is bit-identical alone and among n <= 32 rows", "[attention][bitwise]") {
+  Restore restore;
+  const KernelIsa isa = GENERATE(from_range(runnable_isas()));
+  set_kernel_isa_cap(isa);
+  INFO("kernel ISA " << kernel_isa_name(isa));
+  for (const Shape& sh : std::vector<Shape>{{9, 3, 64}, {12, 2, 128}})
+    for (int64_t ctx : {40, 300, 530}) {  // rows inside one split and across split boundaries
+      const int64_t row = sh.H * sh.D;
+      const Case c(32, sh.H, sh.KVH, sh.D, ctx, true, static_cast<uint32_t>(ctx));
+      // The single-row results (each with its own causal limit).
+      std::vector<std::vector<float>> alone;
+      for (int64_t i = 0; i < 32; ++i) alone.push_back(c.run(i, 1, c.limits[i]));
+      REQUIRE(c.max_error([&] {
+        std::vector<float> all;
+        for (const auto& r : alone) all.insert(all.end(), r.begin(), r.end());
+        return all;
+      }()) < kTol);
+      for (int64_t n = 2; n <= 32; ++n)
+        for (int64_t r0 : {int64_t(0), 32 - n}) {
+          const std::vector<float> got = c.run(r0, n);
+          for (int64_t i = 0; i < n; ++i) {
+            INFO("H " << sh.H << " ctx " << ctx << " n " << n << " first row " << r0 << " row " << i);
+            REQUIRE(same_bits(got.data() + i * row, alone[r0 + i].data(), row));
+          }
+        }
+      // Negative control: the same row with a limit one longer is not the same bits.
+      CHECK_FALSE(same_bits(c.run(0, 1, c.limits[0] + 1).data(), alone[0].data(), row));
+    }
+}
+
+TEST_CASE("attend_rows: results do not depend on the thread count", "[attention][bitwise][threads]") {
+  Restore restore;
+  const KernelIsa isa = GENERATE(from_range(runnable_isas()));
+  set_kernel_isa_cap(isa);
+  INFO("kernel ISA " << kernel_isa_name(isa));
+  for (const Shape& sh : std::vector<Shape>{{9, 3, 64}, {12, 2, 128}})
+    for (int64_t ctx : {300, 2048, 2500})
+      for (int64_t n : {1, 17}) {
+        INFO("H " << sh.H << " ctx " << ctx << " n " << n);
+        const Case c(n, sh.H, sh.KVH, sh.D, ctx, true, static_cast<uint32_t>(ctx + n));
+        set_compute_threads(1);
+        const std::vector<float> one = c.run(0, n);
+        for (int threads : {2, 3}) {
+          set_compute_threads(threads);
+          REQUIRE(compute_threads() == threads);
+          const std::vector<float> many = c.run(0, n);
+          REQUIRE(same_bits(one.data(), many.data(), static_cast<int64_t>(one.size())));
+        }
+      }
+}
+
+TEST_CASE("attend_rows rejects inconsistent arguments", "[attention]") {
+  const Case c(2, 9, 3, 64, 10, false, 1);
+  Case zero = c;
+  zero.limits[1] = 0;
+  REQUIRE_THROWS_AS(zero.run(0, 2), Error);
+  Case bad_groups = c;
+  bad_groups.H = 8;  // not a multiple of KVH = 3
+  REQUIRE_THROWS_AS(bad_groups.run(0, 2), Error);
+}
