@@ -1,16 +1,15 @@
 // The CPU backend of the layer loop (layer_loop.h): raw float32 buffers, gemv.h / qgemm.h
-// matmuls (through linear()), cpu_ops.h row operations, and attention over the cache slots
-// split over framework/core/thread_pool.h. One decode step runs ~10 steps per layer; as libtorch
+// matmuls (through linear()), cpu_ops.h row operations, and attention_cpu.h's multi-row kernel
+// over the paged cache. No libtorch op runs on this path. One decode step runs ~10 steps per layer; as libtorch
 // ops each would cost 5-10 µs of dispatch, more than the math.
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "framework/core/error.h"
-#include "framework/core/thread_pool.h"
+#include "models/llama/attention_cpu.h"
 #include "models/llama/cpu_ops.h"
 #include "models/llama/gemv.h"
 #include "models/llama/layer_loop.h"
@@ -38,6 +37,8 @@ class CpuOps {
         k_base_(kv.k_cache.data_ptr<float>()), v_base_(kv.v_cache.data_ptr<float>()) {
     const int64_t q_dim = c.num_attention_heads * c.head_dim;
     // One layer's temporaries: two norms, qkv, attention, output projection, gate/up, SwiGLU, down.
+    limits_.resize(static_cast<size_t>(n));
+    cpu::causal_limits(positions, n, ctx_, limits_.data());
     arena_.resize(static_cast<size_t>(
         n * (4 * c.hidden_size + q_dim + 2 * kv_dim_ + q_dim + 3 * c.intermediate_size)));
   }
@@ -87,42 +88,26 @@ class CpuOps {
     }
   }
 
-  // Attention for (token i, head hh): keys j < limit, limit = positions[i] + 1 when n > 1
-  // (causal), every ctx key for a single token (as the libtorch backend).
+  // Causal attention of every q head over the layer's cache (attention_cpu.h): row i sees keys
+  // j < limits_[i], the same keys whether it runs alone or among n rows.
   Rows attention(int64_t layer, const Rows& qkv) {
-    const int64_t H = c_.num_attention_heads, D = c_.head_dim, G = H / c_.num_key_value_heads, q_dim = H * D;
-    const float* k_layer = k_base_ + layer * layer_stride_;
-    const float* v_layer = v_base_ + layer * layer_stride_;
-    Rows out = alloc(n_, q_dim);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    auto attend = [&](int64_t begin, int64_t end) {
-      thread_local std::vector<float> scores;
-      if (scores.size() < static_cast<size_t>(ctx_)) scores.resize(static_cast<size_t>(ctx_));
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t i = task / H, hh = task % H, g = hh / G;
-        const float* q = qkv.data + i * qkv.cols + hh * D;
-        const int64_t limit = n_ > 1 ? std::min<int64_t>(ctx_, positions_[i] + 1) : ctx_;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < limit; ++j) {
-          scores[j] = cpu::dot(q, k_layer + slot_of(j) * kv_dim_ + g * D, D) * scale;
-          mx = std::max(mx, scores[j]);
-        }
-        float sum = 0.f;
-        for (int64_t j = 0; j < limit; ++j) {
-          scores[j] = std::exp(scores[j] - mx);
-          sum += scores[j];
-        }
-        float* o = out.data + i * q_dim + hh * D;
-        std::fill(o, o + D, 0.f);
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j < limit; ++j) cpu::axpy(scores[j] * inv, v_layer + slot_of(j) * kv_dim_ + g * D, o, D);
-      }
-    };
-    const int64_t tasks = n_ * H;
-    if (tasks * ctx_ * D < (int64_t(1) << 18))
-      attend(0, tasks);
-    else
-      parallel_chunks(tasks, std::max<int64_t>(1, tasks / (4 * compute_threads())), compute_threads(), attend);
+    const int64_t H = c_.num_attention_heads, D = c_.head_dim;
+    Rows out = alloc(n_, H * D);
+    cpu::AttentionArgs a;
+    a.q = qkv.data;
+    a.q_stride = qkv.cols;
+    a.n = n_;
+    a.n_heads = H;
+    a.n_kv_heads = c_.num_key_value_heads;
+    a.head_dim = D;
+    a.k = k_base_ + layer * layer_stride_;
+    a.v = v_base_ + layer * layer_stride_;
+    a.slots = read_slots_;
+    a.slot_base = read_base_;
+    a.limits = limits_.data();
+    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    a.out = out.data;
+    cpu::attend_rows(a);
     return out;
   }
 
@@ -154,7 +139,6 @@ class CpuOps {
     used_ += need;
     return r;
   }
-  int64_t slot_of(int64_t j) const { return read_slots_ ? read_slots_[j] : read_base_ + j; }
 
   const ModelConfig& c_;
   const LlamaWeights& w_;
@@ -162,6 +146,7 @@ class CpuOps {
   const int64_t *tokens_, *positions_, *write_slots_, *read_slots_;
   const int64_t read_base_, n_, ctx_, kv_dim_, layer_stride_;
   float *k_base_, *v_base_;
+  std::vector<int64_t> limits_;  // [n] keys each row attends (causal_limits)
   std::vector<float> residual_;  // [n, hidden], the residual stream
   std::vector<float> arena_;     // one layer's temporaries
   size_t used_ = 0;
