@@ -3,17 +3,19 @@
 // blocks for the K-quants; the code is our own).
 //
 // Each activation row is quantized block by block: x[i] ~= dx * q[i] with q in [-127, 127],
-// dx = max|x| / 127 over the block (float32, not rounded to f16), q = round-to-nearest-even of
-// x / dx. A weight block times an activation block is then an exact integer dot product (int16
+// dx = max|x| / 127 over the block (float32, not rounded to f16), q = x * (1 / dx) rounded to
+// the nearest integer (ties to even). A weight block times an activation block is then an exact integer dot product (int16
 // pair sums, int32 totals: none can overflow for these block layouts), scaled once per block by
 // the float32 product of the two scales. Weight offsets and mins (Q4_1's m, Q4_K's dmin * min)
 // multiply the activation block's integer sum, which is kept with the block.
 //
 // Error added against float32 activations: each activation element moves by at most dx / 2,
 // so with the weights w decoded by dequantize(), |y_int8 - y_f32| <= sum over blocks b of
-// (dx_b / 2) * sum_{i in b} |w_i|, plus float32 summation rounding (about 1e-6 relative to
-// sum |w_i x_i|). For SmolLM2's activations this is about 0.3% of a typical output's scale.
-// A 32-block shares one dx; a K-quant block shares one dx over 256 elements (a coarser grid).
+// (dx_b / 2) * sum_{i in b} |w_i| (exactly: sum |w_i| |x_i - dx q_i|), plus float32 summation
+// rounding (about 1e-6 relative to sum |w_i x_i|); test_qgemm checks this bound. A 32-block
+// shares one dx; a K-quant block shares one dx over 256 elements (a coarser grid, as llama.cpp's
+// Q8_K). Results therefore differ from the float32-activation kernels (gemv.h): greedy tokens
+// may change on near ties, but decode and verification still agree bit for bit (below).
 //
 // ISA: an AVX2 kernel (vpmaddubsw with the sign trick, vpmaddwd, 8-lane float accumulators) and
 // a scalar one; kernel_isa() (models/llama/gemv.h) picks. AVX-512 CPUs run the AVX2 kernels:
