@@ -168,6 +168,27 @@ __attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
+// The integer part of block b for R weight rows x N activation rows: acc += (dw * dx) * sum(w * x)
+// in 8 lanes.
+template <GgmlType T, int R, int N>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void int8_block32_avx2(
+    const uint8_t* w, int64_t row_bytes, int64_t r, const XRow* xr, int64_t b, __m256 (&acc)[R][N]) {
+  constexpr int64_t bb = block_bytes(T);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int rr = 0; rr < R; ++rr) {
+    const uint8_t* blk = w + (r + rr) * row_bytes + b * bb;
+    const __m256i wv = packed::block_ints32<T>(blk);
+    const __m256i wu = T == GgmlType::Q4_1 ? wv : _mm256_sign_epi8(wv, wv);  // |w| for the sign trick
+    const float dw = _cvtsh_ss(load_u16(blk));
+    for (int j = 0; j < N; ++j) {
+      __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[j].q + 32 * b));
+      if constexpr (T != GgmlType::Q4_1) xv = _mm256_sign_epi8(xv, wv);
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
+      acc[rr][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xr[j].d[b]), acc[rr][j]);
+    }
+  }
+}
+
 // R weight rows x N activation rows (starting at row j0) of a 32-element-block type. Each
 // output's accumulator sees the same operations in block order whatever R and N are.
 template <GgmlType T, int R, int N>
@@ -179,7 +200,6 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rows32_avx2(const uint8_t* w,
   const int64_t in = xq.in, nb = in / 32;
   XRow xr[N];
   for (int j = 0; j < N; ++j) xr[j] = x_row(xq, j0 + j);
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][N];
   float macc[R][N];
   for (int rr = 0; rr < R; ++rr)
@@ -187,20 +207,28 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rows32_avx2(const uint8_t* w,
       acc[rr][j] = _mm256_setzero_ps();
       macc[rr][j] = 0.f;
     }
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int rr = 0; rr < R; ++rr) {
-      const uint8_t* blk = w + (r + rr) * row_bytes + b * bb;
-      const __m256i wv = packed::block_ints32<T>(blk);
-      const __m256i wu = T == GgmlType::Q4_1 ? wv : _mm256_sign_epi8(wv, wv);  // |w| for the sign trick
-      const float dw = _cvtsh_ss(load_u16(blk));
-      for (int j = 0; j < N; ++j) {
-        __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[j].q + 32 * b));
-        if constexpr (T != GgmlType::Q4_1) xv = _mm256_sign_epi8(xv, wv);
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
-        acc[rr][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xr[j].d[b]), acc[rr][j]);
-        if constexpr (T == GgmlType::Q4_1) macc[rr][j] += _cvtsh_ss(load_u16(blk + 2)) * xr[j].s[b];
+  int64_t b = 0;
+  if constexpr (T == GgmlType::Q4_1) {
+    // Q4_1's offset term m * (dx * sum q) for 8 blocks at a time: acc += m[b..b+8) * s[b..b+8) lane-wise.
+    for (; b + 8 <= nb; b += 8) {
+      for (int64_t k = 0; k < 8; ++k) int8_block32_avx2<T, R, N>(w, row_bytes, r, xr, b + k, acc);
+      for (int rr = 0; rr < R; ++rr) {
+        const uint8_t* m = w + (r + rr) * row_bytes + b * bb + 2;
+        const __m256 mv = _mm256_cvtph_ps(_mm_setr_epi16(
+            static_cast<int16_t>(load_u16(m)), static_cast<int16_t>(load_u16(m + bb)),
+            static_cast<int16_t>(load_u16(m + 2 * bb)), static_cast<int16_t>(load_u16(m + 3 * bb)),
+            static_cast<int16_t>(load_u16(m + 4 * bb)), static_cast<int16_t>(load_u16(m + 5 * bb)),
+            static_cast<int16_t>(load_u16(m + 6 * bb)), static_cast<int16_t>(load_u16(m + 7 * bb))));
+        for (int j = 0; j < N; ++j) acc[rr][j] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xr[j].s + b), acc[rr][j]);
       }
     }
+  }
+  for (; b < nb; ++b) {
+    int8_block32_avx2<T, R, N>(w, row_bytes, r, xr, b, acc);
+    if constexpr (T == GgmlType::Q4_1)
+      for (int rr = 0; rr < R; ++rr)
+        for (int j = 0; j < N; ++j)
+          macc[rr][j] += _cvtsh_ss(load_u16(w + (r + rr) * row_bytes + b * bb + 2)) * xr[j].s[b];
   }
   for (int rr = 0; rr < R; ++rr)
     for (int j = 0; j < N; ++j)

@@ -125,6 +125,10 @@ std::string compare(const std::vector<float>& got, const Expected& want) {
   return os.str();
 }
 
+// Row length for a type: 608 (19 blocks: the 8-block groups and a remainder) for the 32-element
+// types, 512 for the K-quants.
+int64_t row_len(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K ? 512 : 608; }
+
 std::vector<KernelIsa> runnable_isas() {
   std::vector<KernelIsa> isas;
   for (int i = 0; i <= static_cast<int>(best_kernel_isa()); ++i) isas.push_back(static_cast<KernelIsa>(i));
@@ -180,14 +184,15 @@ TEST_CASE("int8 activation quantization: error at most half a step, block sums e
 }
 
 TEST_CASE("int8 kernels equal the scalar reference and dequantize() within the int8 rounding bound", "[qgemm]") {
-  const int64_t n = 5, out = 37, in = 512;
-  const auto x = activations(n, in, 11);
+  const int64_t n = 5, out = 37;
   std::vector<float> bias(out);
   for (int64_t r = 0; r < out; ++r) bias[r] = 0.01f * static_cast<float>(r);
   for (KernelIsa isa : runnable_isas()) {
     IsaCap cap(isa);
     for (GgmlType t : kTypes) {
       INFO(kernel_isa_name(isa) << " " << ggml_type_name(id(t)));
+      const int64_t in = row_len(t);
+      const auto x = activations(n, in, 11);
       const auto w = random_weights(t, out, in, 100 + id(t));
       const auto y = int8_gemm(t, w, x, bias.data(), n, out, in);
       QuantizedRows xq;
@@ -237,12 +242,13 @@ TEST_CASE("the int8 comparison rejects a wrong weight scale and a wrong activati
 }
 
 TEST_CASE("float32-activation packed kernels equal dequantize() then a double matmul", "[qgemm]") {
-  const auto x = activations(40, 512, 13);
-  const int64_t out = 37, in = 512;
+  const auto x = activations(40, 608, 13);
+  const int64_t out = 37;
   for (KernelIsa isa : runnable_isas()) {
     IsaCap cap(isa);
     for (GgmlType t : kTypes)
       for (int64_t n : {1, 5, 17, 40}) {
+        const int64_t in = row_len(t);
         INFO(kernel_isa_name(isa) << " " << ggml_type_name(id(t)) << " n=" << n);
         const auto w = random_weights(t, out, in, 200 + id(t));
         const auto wf = dequantized(t, w, out, in);
@@ -259,17 +265,18 @@ TEST_CASE("float32-activation packed kernels equal dequantize() then a double ma
 }
 
 TEST_CASE("row i of an n-row call is bit-identical to a 1-row call, n = 1..32, every kernel and ISA", "[qgemm]") {
-  const int64_t out = 37, in = 512, nmax = 32;
-  const auto x = activations(nmax, in, 17);
+  const int64_t out = 37, nmax = 32;
+  const auto x = activations(nmax, 608, 17);
   std::vector<float> bias(out, 0.25f);
   Lcg g{9};
-  std::vector<float> wf32(static_cast<size_t>(out * in));
+  std::vector<float> wf32(static_cast<size_t>(out * 608));
   for (auto& v : wf32) v = 0.05f * g.uniform();
   for (KernelIsa isa : runnable_isas()) {
     IsaCap cap(isa);
     for (int kind = 0; kind < 2 * 6 + 1; ++kind) {
       const bool int8 = kind < 6, f32w = kind == 12;
       const GgmlType t = kTypes[kind % 6];
+      const int64_t in = f32w ? 608 : row_len(t);
       const auto w = random_weights(t, out, in, 300 + id(t));
       const auto run = [&](const float* xs, int64_t n) {
         std::vector<float> y(static_cast<size_t>(n * out));
