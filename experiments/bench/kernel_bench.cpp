@@ -64,7 +64,7 @@ double time_per_call(F&& call, int copies, double seconds) {
   std::vector<double> per_call;
   const auto start = std::chrono::steady_clock::now();
   int c = 0;
-  while (per_call.size() < 5 ||
+  while (per_call.size() < 3 ||
          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < copies; ++i) call(c++ % copies);
@@ -109,8 +109,7 @@ int main(int argc, char** argv) {
       const int64_t in = k && s.in % 256 != 0 ? 768 : s.in;
       const size_t bytes = ggml_row_bytes(id, static_cast<uint64_t>(in), "bench") * s.out;
       const int copies = static_cast<int>(std::max<size_t>(2, (size_t(96) << 20) / bytes + 1));
-      std::vector<std::vector<uint8_t>> w;
-      for (int c = 0; c < copies; ++c) w.push_back(random_matrix(t, s.out, in));
+      std::vector<std::vector<uint8_t>> w(static_cast<size_t>(copies), random_matrix(t, s.out, in));
       std::vector<float> x(static_cast<size_t>(32 * in)), y(static_cast<size_t>(32 * s.out));
       for (auto& v : x) v = uniform();
       for (int64_t n : ns) {
