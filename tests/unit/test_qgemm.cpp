@@ -180,7 +180,12 @@ TEST_CASE("int8 activation quantization: error at most half a step, block sums e
   }
   QuantizedRows xq;
   CHECK_THROWS_AS(quantize_activations(id(GgmlType::Q4_K), x.data(), 1, 96, xq), Error);
-  CHECK_THROWS_AS(quantize_activations(id(GgmlType::Q2_K), x.data(), 1, 256, xq), Error);
+  CHECK_THROWS_WITH(quantize_activations(id(GgmlType::Q2_K), x.data(), 1, 256, xq), Catch::Contains("Q2_K"));
+  // Activations quantized for 32-blocks do not fit K-quant weights.
+  quantize_activations(id(GgmlType::Q8_0), x.data(), 1, 256, xq);
+  const auto w = random_weights(GgmlType::Q6_K, 2, 256, 1);
+  float y[2];
+  CHECK_THROWS_WITH(gemm_packed_int8_q(w.data(), id(GgmlType::Q6_K), xq, nullptr, y, 2), Catch::Contains("blocks of 32"));
 }
 
 TEST_CASE("int8 kernels equal the scalar reference and dequantize() within the int8 rounding bound", "[qgemm]") {
