@@ -11,6 +11,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
+#include "models/llama/packed_blocks_avx2.h"
 #include "models/loaders/dequant.h"
 
 namespace speclab {
@@ -331,7 +332,13 @@ void fused_range_avx512(const uint8_t* w, int64_t row_bytes, const float* x, con
 // as decode_row_avx2 stores them.
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void decode_block_avx2(const uint8_t* blk, __m256* w) {
-  if constexpr (T == GgmlType::Q8_0) {
+  if constexpr (T == GgmlType::Q5_0) {  // float(q - 16) * d, as dequantize()
+    const __m256i q = packed::block_ints32<T>(blk);
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)));
+    for (int k = 0; k < 4; ++k) w[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[k])), d);
+  } else if constexpr (T == GgmlType::Q8_0) {
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)));
     for (int k = 0; k < 4; ++k)
       w[k] = _mm256_mul_ps(
@@ -356,30 +363,85 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void decode_block
   }
 }
 
-// R weight rows x N activation rows of 8-lane accumulators; each accumulator adds the block's
-// four 8-weight parts in order, so a row's sum does not depend on N or R (decode and
+// Chunk t (elements 32t..32t+31) of a K-quant super-block as float32, exactly dequantize()'s
+// values: Q4_K (d * sc) * q - dmin * mn; Q6_K (d * sc) * (q - 32).
+template <GgmlType T>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void kchunk_f32_avx2(const packed::KInts& k, int t,
+                                                                                    __m256* w) {
+  const bool q6 = T == GgmlType::Q6_K;
+  const __m256i q = q6 ? _mm256_sub_epi8(k.q[t], _mm256_set1_epi8(32)) : k.q[t];
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  if constexpr (T == GgmlType::Q4_K) {
+    const __m256 d1 = _mm256_set1_ps(k.d * static_cast<float>(k.sc[t]));
+    const __m256 m1 = _mm256_set1_ps(k.dmin * static_cast<float>(k.mn[t]));
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_sub_ps(_mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i]))), m1);
+  } else {
+    const __m256 dl[2] = {_mm256_set1_ps(k.d * static_cast<float>(k.sc[2 * t])),
+                          _mm256_set1_ps(k.d * static_cast<float>(k.sc[2 * t + 1]))};
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_mul_ps(dl[i / 2], _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[i])));
+  }
+}
+
+// Decodes 32-element chunk t of the block at blk into w[0..4) (k: the block's integers, decoded
+// by the caller for the K-quants).
+template <GgmlType T>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void chunk_f32_avx2(const uint8_t* blk,
+                                                                                   const packed::KInts& k, int t,
+                                                                                   __m256* w) {
+  if constexpr (packed::block_elems(T) == 256)
+    kchunk_f32_avx2<T>(k, t, w);
+  else
+    decode_block_avx2<T>(blk, w);
+}
+
+// R weight rows x N activation rows of 8-lane accumulators; each accumulator adds every 32-element
+// chunk's four 8-weight parts in order, so a row's sum does not depend on N or R (decode and
 // verification give bit-identical logits).
 template <GgmlType T, int R, int N>
 __attribute__((target("avx2,fma,f16c"))) void fused_rows_avx2(const uint8_t* w, int64_t row_bytes, const float* x,
                                                               const float* bias, float* y, int64_t out, int64_t r,
                                                               int64_t in) {
-  constexpr int64_t block_bytes = T == GgmlType::Q4_1 ? 20 : T == GgmlType::Q4_0 ? 18 : 34;
-  const int64_t nb = in / 32;
+  constexpr int64_t bb = packed::block_bytes(T), be = packed::block_elems(T);
+  const int64_t nb = in / be;
   __m256 acc[R][N];
   for (int rr = 0; rr < R; ++rr)
     for (int j = 0; j < N; ++j) acc[rr][j] = _mm256_setzero_ps();
+  packed::KInts k;
   for (int64_t b = 0; b < nb; ++b) {
     for (int rr = 0; rr < R; ++rr) {
-      __m256 wv[4];
-      decode_block_avx2<T>(w + (r + rr) * row_bytes + b * block_bytes, wv);
-      for (int j = 0; j < N; ++j) {
-        const float* xb = x + j * in + 32 * b;
-        for (int k = 0; k < 4; ++k) acc[rr][j] = _mm256_fmadd_ps(wv[k], _mm256_loadu_ps(xb + 8 * k), acc[rr][j]);
+      const uint8_t* blk = w + (r + rr) * row_bytes + b * bb;
+      if constexpr (be == 256) packed::kblock_ints<T>(blk, k);
+      for (int t = 0; t < be / 32; ++t) {
+        __m256 wv[4];
+        chunk_f32_avx2<T>(blk, k, t, wv);
+        for (int j = 0; j < N; ++j) {
+          const float* xb = x + j * in + be * b + 32 * t;
+          for (int q = 0; q < 4; ++q) acc[rr][j] = _mm256_fmadd_ps(wv[q], _mm256_loadu_ps(xb + 8 * q), acc[rr][j]);
+        }
       }
     }
   }
   for (int rr = 0; rr < R; ++rr)
     for (int j = 0; j < N; ++j) y[j * out + r + rr] = hsum(acc[rr][j]) + (bias ? bias[r + rr] : 0.f);
+}
+
+// A row of a Q5_0 / Q4_K / Q6_K matrix decoded to float32 (dequantize()'s values). GCC 12 at -O3
+// drops this loop's stores for the K-quants unless its loop vectorizer is off here (found by
+// test_qgemm's embedding check; -O2 and -O3 -fno-tree-vectorize are correct).
+template <GgmlType T>
+__attribute__((target("avx2,fma,f16c"), optimize("no-tree-vectorize"))) void decode_row_chunks_avx2(const uint8_t* src, int64_t in, float* dst) {
+  constexpr int64_t bb = packed::block_bytes(T), be = packed::block_elems(T);
+  packed::KInts k;
+  for (int64_t b = 0; b < in / be; ++b) {
+    const uint8_t* blk = src + b * bb;
+    if constexpr (be == 256) packed::kblock_ints<T>(blk, k);
+    for (int t = 0; t < be / 32; ++t) {
+      __m256 wv[4];
+      chunk_f32_avx2<T>(blk, k, t, wv);
+      for (int q = 0; q < 4; ++q) _mm256_storeu_ps(dst + be * b + 32 * t + 8 * q, wv[q]);
+    }
+  }
 }
 
 template <GgmlType T, int N>
@@ -397,6 +459,7 @@ void fused_range_avx2(const uint8_t* w, int64_t row_bytes, const float* x, const
 template <GgmlType T, int N>
 struct Avx512Kernel {
   static constexpr int kMaxN = 8;
+  static constexpr bool kAllTypes = false;  // Q4_0, Q4_1, Q8_0 only
   static void run(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t out,
                   int64_t r0, int64_t r1, int64_t in) {
     fused_range_avx512<T, N>(w, row_bytes, x, bias, y, out, r0, r1, in);
@@ -405,13 +468,14 @@ struct Avx512Kernel {
 template <GgmlType T, int N>
 struct Avx2Kernel {
   static constexpr int kMaxN = 12;
+  static constexpr bool kAllTypes = true;
   static void run(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t out,
                   int64_t r0, int64_t r1, int64_t in) {
     fused_range_avx2<T, N>(w, row_bytes, x, bias, y, out, r0, r1, in);
   }
 };
 
-// Rows [r0, r1) for any n <= 16: one call of the N = n kernel when n <= K::kMaxN, else a pass of
+// Rows [r0, r1) for any n: one call of the N = n kernel when n <= K::kMaxN, else a pass of
 // kMaxN rows and then the rest.
 template <template <GgmlType, int> class K, GgmlType T>
 void fused_range_any_n(const uint8_t* w, int64_t row_bytes, const float* x, const float* bias, float* y, int64_t n,
@@ -446,17 +510,34 @@ template <template <GgmlType, int> class K>
 void fused_gemm(const uint8_t* w, GgmlType type, int64_t row_bytes, const float* x, const float* bias, float* y,
                 int64_t n, int64_t out, int64_t in, int64_t grain) {
   parallel_chunks(out, grain, compute_threads(), [&](int64_t r0, int64_t r1) {
-    if (type == GgmlType::Q4_1)
-      fused_range_any_n<K, GgmlType::Q4_1>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-    else if (type == GgmlType::Q4_0)
-      fused_range_any_n<K, GgmlType::Q4_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-    else
-      fused_range_any_n<K, GgmlType::Q8_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+    switch (type) {
+      case GgmlType::Q4_1: return fused_range_any_n<K, GgmlType::Q4_1>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+      case GgmlType::Q4_0: return fused_range_any_n<K, GgmlType::Q4_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+      case GgmlType::Q8_0: return fused_range_any_n<K, GgmlType::Q8_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+      default: break;
+    }
+    if constexpr (K<GgmlType::Q4_0, 1>::kAllTypes) {
+      switch (type) {
+        case GgmlType::Q5_0: return fused_range_any_n<K, GgmlType::Q5_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+        case GgmlType::Q4_K: return fused_range_any_n<K, GgmlType::Q4_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+        default: return fused_range_any_n<K, GgmlType::Q6_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+      }
+    }
   });
 }
 
+// Q5_0, Q4_K, Q6_K: no AVX-512 kernels; AVX-512 CPUs run the AVX2 ones.
+bool avx2_only_type(GgmlType t) { return t == GgmlType::Q5_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+
 void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes, float* dst) {
-  if (have_avx512())
+  if (avx2_only_type(type) && have_avx2()) {
+    if (type == GgmlType::Q5_0)
+      decode_row_chunks_avx2<GgmlType::Q5_0>(src, in, dst);
+    else if (type == GgmlType::Q4_K)
+      decode_row_chunks_avx2<GgmlType::Q4_K>(src, in, dst);
+    else
+      decode_row_chunks_avx2<GgmlType::Q6_K>(src, in, dst);
+  } else if (have_avx512())
     decode_row_avx512(src, type, in, dst);
   else if (have_avx2())
     decode_row_avx2(src, type, in, dst);
@@ -466,12 +547,18 @@ void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes
 }
 
 int64_t packed_row_bytes(uint32_t type, int64_t in) {
-  if (!is_packable(type))
-    throw Error(ErrorKind::kUnsupported, "packed matmul supports Q4_0, Q4_1 and Q8_0, not " + ggml_type_name(type));
+  if (!gemm_packed_supports(type))
+    throw Error(ErrorKind::kUnsupported,
+                "packed matmul supports Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K, not " + ggml_type_name(type));
   return static_cast<int64_t>(ggml_row_bytes(type, static_cast<uint64_t>(in), "packed weight row"));
 }
 
 }  // namespace
+
+bool gemm_packed_supports(uint32_t type_id) {
+  const auto t = static_cast<GgmlType>(type_id);
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || avx2_only_type(t);
+}
 
 KernelIsa best_kernel_isa() {
   return cpu_avx2() ? (cpu_avx512() ? KernelIsa::kAvx512 : KernelIsa::kAvx2) : KernelIsa::kScalar;
@@ -493,8 +580,13 @@ void gemm_small_packed(const uint8_t* w, uint32_t type_id, const float* x, const
   const int64_t grain = std::max<int64_t>(2 * kTile, ((int64_t(1) << 15) / std::max<int64_t>(in, 1)) / kTile * kTile);
   const bool avx2 = have_avx2();
   const bool avx512 = avx2 && have_avx512();
-  if (avx512 && n <= 16) return fused_gemm<Avx512Kernel>(w, type, row_bytes, x, bias, y, n, out, in, grain);
-  if (avx2 && n <= 16) return fused_gemm<Avx2Kernel>(w, type, row_bytes, x, bias, y, n, out, in, grain);
+  // n <= kMaxRowExact: fused kernels, row-exact (passes of up to 8 / 12 activation rows re-read
+  // the weight rows from L1).
+  if (avx2 && n <= kMaxRowExact) {
+    if (avx512 && !avx2_only_type(type))
+      return fused_gemm<Avx512Kernel>(w, type, row_bytes, x, bias, y, n, out, in, grain);
+    return fused_gemm<Avx2Kernel>(w, type, row_bytes, x, bias, y, n, out, in, grain);
+  }
   parallel_chunks(out, grain, compute_threads(), [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> tile;
     if (tile.size() < static_cast<size_t>(kTile * in)) tile.resize(static_cast<size_t>(kTile * in));
@@ -525,7 +617,8 @@ void gemm_small_f32(const float* w, const float* x, const float* bias, float* y,
   const bool avx2 = have_avx2();
   const bool avx512 = avx2 && have_avx512();
   parallel_chunks(out, grain, compute_threads(), [&](int64_t r0, int64_t r1) {
-    if (avx512)
+    // rows_avx512 sums 3-row groups in 16 lanes and other rows in 8: not row-exact, so only prefill.
+    if (avx512 && n > kMaxRowExact)
       rows_avx512(w, x, bias, y, n, out, r0, r1, in);
     else if (avx2)
       rows_avx2(w, x, bias, y, n, out, r0, r1, in);

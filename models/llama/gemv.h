@@ -13,10 +13,16 @@
 
 namespace speclab {
 
+// Row bit-identity bound: for n <= kMaxRowExact (decode, and verification of up to 31 drafted
+// tokens), row i of an n-row call of any kernel here or in qgemm.h is bit-identical to a 1-row
+// call on x[i] on the same ISA. Larger n (prefill) may take faster paths that sum differently.
+constexpr int64_t kMaxRowExact = 32;
+
 // y = x W^T (+ b). w: [out, in] row-major float32; x: [n, in] row-major; bias: [out] or nullptr;
 // y: [n, out] row-major. Any n >= 1. Each group of 4 weight rows is read from memory once and
 // applied to 3 activation rows at a time from L1/L2 (12 accumulators), which also makes prefill
-// 3x faster than this machine's OpenBLAS sgemm (generic PRESCOTT kernels).
+// 3x faster than this machine's OpenBLAS sgemm (generic PRESCOTT kernels). Every output is an
+// 8-lane FMA sum; only for n > kMaxRowExact does AVX-512 use its 16-lane kernels.
 void gemm_small_f32(const float* w, const float* x, const float* bias, float* y, int64_t n, int64_t out, int64_t in);
 
 // Instruction sets the kernels dispatch on. By default the best the CPU has; tests and
@@ -27,18 +33,22 @@ KernelIsa kernel_isa();                 // the one in effect: min(best, cap)
 void set_kernel_isa_cap(KernelIsa cap);  // process-wide; call between forward passes only
 const char* kernel_isa_name(KernelIsa isa);
 
-// y = x W^T (+ b) with W kept as ggml blocks (Q4_0, Q4_1 or Q8_0; layouts in
-// models/loaders/dequant.h). w: [out rows of ggml_row_bytes(type, in) bytes]; x: [n, in]; bias:
-// [out] or nullptr; y: [n, out]; in a multiple of 32. With n <= 16 (decode and verification) and
-// AVX-512 or AVX2, each 32-weight block is decoded in registers and applied to every activation
-// row at once (AVX-512: 1.2x faster at n = 1, 1.5x at n = 5 than the tile path, measured
-// single-threaded on SmolLM2). Each output is then summed in an order that depends only on its
-// own row, so row i of an n-row call is bit-identical to a 1-row call on x[i] (decode and
-// verification agree exactly). Otherwise (prefill) each tile of 8 weight rows is decoded once into an L1-resident float32
-// buffer (AVX-512 / AVX2; scalar dequantize() without AVX2) and applied to all n rows with the
-// float32 kernels above. Either way the weights cross the memory bus in their packed size
-// (Q4_1: 5 bits per weight). The decoded values are exactly dequantize()'s,
-// so results equal gemm_small_f32 on the dequantized matrix up to the summation order.
+// Weight types gemm_small_packed and dequantize_packed_rows take: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
+// Q6_K.
+bool gemm_packed_supports(uint32_t type_id);
+
+// y = x W^T (+ b) with W kept as ggml blocks (layouts in models/loaders/dequant.h) and float32
+// activations. w: [out rows of ggml_row_bytes(type, in) bytes]; x: [n, in]; bias: [out] or
+// nullptr; y: [n, out]; in a multiple of the block size (32; 256 for Q4_K and Q6_K).
+// With n <= kMaxRowExact and AVX2 (or AVX-512), each block is decoded in registers, 32 weights
+// at a time, and applied to up to 12 (AVX-512: 8) activation rows at once; more rows take further
+// passes over the same weight rows from L1. Each output is summed in an order that depends only
+// on its own row, so row i of an n-row call is bit-identical to a 1-row call on x[i]. Q5_0, Q4_K
+// and Q6_K have AVX2 kernels only (AVX-512 CPUs run them). Otherwise (prefill, or the scalar ISA)
+// each tile of 8 weight rows is decoded once into an L1-resident float32 buffer and applied to all
+// n rows with the float32 kernels above. Either way the weights cross the memory bus in their
+// packed size (Q4_1: 5 bits per weight). The decoded values are exactly dequantize()'s, so results
+// equal gemm_small_f32 on the dequantized matrix up to the summation order.
 // Throws Error(kUnsupported) for another type.
 void gemm_small_packed(const uint8_t* w, uint32_t type, const float* x, const float* bias, float* y, int64_t n,
                        int64_t out, int64_t in);

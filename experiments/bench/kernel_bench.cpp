@@ -1,0 +1,130 @@
+// kernel_bench: packed-weight matmul speed with float32 activations (gemm_small_packed) and int8
+// activations (gemm_packed_int8), side by side, on SmolLM2-135M-sized matrices.
+//
+//   build/kernel_bench [--threads 2] [--seconds 0.15]
+//
+// For each weight type, matrix and row count n it prints the time per call and the weight
+// traffic in GB/s (packed weight bytes / time). The weights are random blocks with finite
+// scales; several copies of each matrix (>= 96 MiB in all) are used in turn, so that every call
+// streams its weights from memory as a decode step does. K-quant rows must be a multiple of 256
+// elements: their 576-wide matrices are benchmarked 768 wide (marked *).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "framework/core/thread_pool.h"
+#include "models/llama/gemv.h"
+#include "models/llama/qgemm.h"
+#include "models/loaders/dequant.h"
+
+using namespace speclab;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t in, out;
+};
+
+uint32_t g_seed = 1;
+uint32_t next_u32() { return g_seed = g_seed * 1664525u + 1013904223u; }
+float uniform() { return static_cast<float>(next_u32() >> 8) / 16777216.0f * 2.0f - 1.0f; }
+
+void put_f16(uint8_t* p, float v) {
+  const uint16_t h = fp32_to_fp16(v);
+  std::memcpy(p, &h, 2);
+}
+
+std::vector<uint8_t> random_matrix(GgmlType t, int64_t out, int64_t in) {
+  const GgmlTypeTraits* tr = ggml_type_traits(static_cast<uint32_t>(t));
+  const size_t bytes = ggml_row_bytes(static_cast<uint32_t>(t), static_cast<uint64_t>(in), "bench") * out;
+  std::vector<uint8_t> w(bytes);
+  for (auto& b : w) b = static_cast<uint8_t>(next_u32() >> 24);
+  for (size_t at = 0; at < bytes; at += tr->type_size) {
+    uint8_t* blk = w.data() + at;
+    if (t == GgmlType::Q6_K) {
+      put_f16(blk + 208, 0.001f);
+    } else {
+      put_f16(blk, 0.01f);
+      if (t == GgmlType::Q4_1 || t == GgmlType::Q4_K) put_f16(blk + 2, 0.005f);
+    }
+  }
+  return w;
+}
+
+// Seconds per call: the median of batches, each running calls over the copies in turn.
+template <class F>
+double time_per_call(F&& call, int copies, double seconds) {
+  call(0);  // warm-up (thread pool, buffers)
+  std::vector<double> per_call;
+  const auto start = std::chrono::steady_clock::now();
+  int c = 0;
+  while (per_call.size() < 3 ||
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < copies; ++i) call(c++ % copies);
+    per_call.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / copies);
+    if (per_call.size() >= 200) break;
+  }
+  std::nth_element(per_call.begin(), per_call.begin() + per_call.size() / 2, per_call.end());
+  return per_call[per_call.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2;
+  double seconds = 0.15;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--threads")
+      threads = std::atoi(argv[i + 1]);
+    else if (a == "--seconds")
+      seconds = std::atof(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: kernel_bench [--threads N] [--seconds S]\n");
+      return 2;
+    }
+  }
+  set_compute_threads(threads);
+  const Shape shapes[] = {{"qkv 576->1728", 576, 1728},
+                          {"gate_up 576->3072", 576, 3072},
+                          {"down 1536->576", 1536, 576},
+                          {"lm_head 576->49152", 576, 49152}};
+  const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
+  const int64_t ns[] = {1, 5, 9, 17, 32};
+  std::printf("kernel_bench: %d threads, ISA %s, %.2f s per figure; GB/s = packed weight bytes / time\n", threads,
+              kernel_isa_name(kernel_isa()), seconds);
+  std::printf("%-5s %-21s %3s | %10s %7s | %10s %7s | %s\n", "type", "matrix", "n", "f32 us", "GB/s", "int8 us", "GB/s",
+              "f32/int8");
+  for (GgmlType t : types) {
+    const uint32_t id = static_cast<uint32_t>(t);
+    for (const Shape& s : shapes) {
+      const bool k = t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+      const int64_t in = k && s.in % 256 != 0 ? 768 : s.in;
+      const size_t bytes = ggml_row_bytes(id, static_cast<uint64_t>(in), "bench") * s.out;
+      const int copies = static_cast<int>(std::max<size_t>(2, (size_t(96) << 20) / bytes + 1));
+      std::vector<std::vector<uint8_t>> w(static_cast<size_t>(copies), random_matrix(t, s.out, in));
+      std::vector<float> x(static_cast<size_t>(32 * in)), y(static_cast<size_t>(32 * s.out));
+      for (auto& v : x) v = uniform();
+      for (int64_t n : ns) {
+        const double f32 = time_per_call(
+            [&](int c) { gemm_small_packed(w[c].data(), id, x.data(), nullptr, y.data(), n, s.out, in); }, copies,
+            seconds);
+        const double i8 = time_per_call(
+            [&](int c) { gemm_packed_int8(w[c].data(), id, x.data(), nullptr, y.data(), n, s.out, in); }, copies,
+            seconds);
+        std::printf("%-5s %-20s%s %3lld | %10.1f %7.2f | %10.1f %7.2f | %.2fx\n", ggml_type_name(id).c_str(), s.name,
+                    in != s.in ? "*" : " ", static_cast<long long>(n), f32 * 1e6, bytes / f32 / 1e9, i8 * 1e6,
+                    bytes / i8 / 1e9, f32 / i8);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,344 @@
+// Packed-weight matmul kernels (models/llama/gemv.h with float32 activations, models/llama/qgemm.h
+// with int8 activations) on every ISA this CPU runs: against the scalar reference, against
+// dequantize() + a double-precision matmul with a tolerance derived from the int8 rounding, row
+// bit-identity for n = 1..32 rows, and real GGUF weights.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "framework/core/error.h"
+#include "models/llama/gemv.h"
+#include "models/llama/qgemm.h"
+#include "models/loaders/dequant.h"
+#include "models/loaders/gguf.h"
+
+using namespace speclab;
+
+namespace {
+
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
+
+uint32_t id(GgmlType t) { return static_cast<uint32_t>(t); }
+
+struct Lcg {
+  uint32_t s;
+  uint32_t next() { return s = s * 1664525u + 1013904223u; }
+  float uniform() { return static_cast<float>(next() >> 8) / 16777216.0f * 2.0f - 1.0f; }  // [-1, 1)
+};
+
+// Activations of mixed magnitude: mostly ~1, every 37th element an outlier, a few exact zeros.
+std::vector<float> activations(int64_t n, int64_t in, uint32_t seed) {
+  Lcg g{seed};
+  std::vector<float> x(static_cast<size_t>(n * in));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 37 == 5 ? 8.f * g.uniform() : i % 53 == 7 ? 0.f : g.uniform();
+  return x;
+}
+
+void put_f16(uint8_t* p, float v) {
+  const uint16_t h = fp32_to_fp16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Random blocks: random bytes, then every f16 scale field set to a finite value.
+std::vector<uint8_t> random_weights(GgmlType t, int64_t out, int64_t in, uint32_t seed) {
+  const GgmlTypeTraits* tr = ggml_type_traits(id(t));
+  const size_t bytes = ggml_row_bytes(id(t), static_cast<uint64_t>(in), "test") * static_cast<size_t>(out);
+  Lcg g{seed};
+  std::vector<uint8_t> w(bytes);
+  for (auto& b : w) b = static_cast<uint8_t>(g.next() >> 24);
+  for (size_t at = 0; at < bytes; at += tr->type_size) {
+    uint8_t* blk = w.data() + at;
+    const float d = 0.01f + 0.02f * std::fabs(g.uniform());
+    switch (t) {
+      case GgmlType::Q4_1: put_f16(blk + 2, 0.1f * g.uniform()); [[fallthrough]];
+      case GgmlType::Q4_0:
+      case GgmlType::Q5_0:
+      case GgmlType::Q8_0: put_f16(blk, d); break;
+      case GgmlType::Q4_K:
+        put_f16(blk, d * 0.1f);
+        put_f16(blk + 2, d * 0.05f);
+        break;
+      default: put_f16(blk + 208, d * 0.05f); break;  // Q6_K
+    }
+  }
+  return w;
+}
+
+std::vector<float> dequantized(GgmlType t, const std::vector<uint8_t>& w, int64_t out, int64_t in) {
+  std::vector<float> f(static_cast<size_t>(out * in));
+  const size_t rb = ggml_row_bytes(id(t), static_cast<uint64_t>(in), "test");
+  for (int64_t r = 0; r < out; ++r)
+    dequantize(id(t), w.data() + r * rb, rb, f.data() + r * in, static_cast<size_t>(in), "test");
+  return f;
+}
+
+// The activations the int8 kernels actually multiply: d * q per block.
+std::vector<float> dequantized_acts(const QuantizedRows& xq) {
+  std::vector<float> f(static_cast<size_t>(xq.n * xq.in));
+  const int64_t nb = xq.in / xq.block;
+  for (int64_t j = 0; j < xq.n; ++j)
+    for (int64_t i = 0; i < xq.in; ++i)
+      f[j * xq.in + i] = xq.d[j * nb + i / xq.block] * static_cast<float>(xq.q[j * xq.in + i]);
+  return f;
+}
+
+// Expected outputs in double with a tolerance for each: y = x W^T + b, and tol = abs_scale *
+// rel + perturbation, where perturbation = sum |w| |x - x_used| covers the activations the
+// kernel used (x_used) differing from x (int8 rounding; zero when x_used == x).
+struct Expected {
+  std::vector<double> y, tol;
+};
+Expected expected(const std::vector<float>& w, const std::vector<float>& x, const std::vector<float>& x_used,
+                  const std::vector<float>& bias, int64_t n, int64_t out, int64_t in, double rel) {
+  Expected e;
+  e.y.resize(static_cast<size_t>(n * out));
+  e.tol.resize(e.y.size());
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < out; ++r) {
+      double s = bias.empty() ? 0.0 : bias[r], mag = 0.0, pert = 0.0;
+      for (int64_t i = 0; i < in; ++i) {
+        const double wi = w[r * in + i], xi = x[j * in + i];
+        s += wi * xi;
+        mag += std::fabs(wi * x_used[j * in + i]);
+        pert += std::fabs(wi) * std::fabs(xi - x_used[j * in + i]);
+      }
+      e.y[j * out + r] = s;
+      e.tol[j * out + r] = mag * rel + pert * 1.0001 + 1e-6;
+    }
+  return e;
+}
+
+// "" when every |got - want| <= tol, else the first few mismatches.
+std::string compare(const std::vector<float>& got, const Expected& want) {
+  std::ostringstream os;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(got[i] - want.y[i]) <= want.tol[i]) && bad++ < 4)
+      os << "[" << i << "] got " << got[i] << " want " << want.y[i] << " tol " << want.tol[i] << "; ";
+  if (bad) os << bad << " of " << got.size() << " outside";
+  return os.str();
+}
+
+// Row length for a type: 608 (19 blocks: the 8-block groups and a remainder) for the 32-element
+// types, 512 for the K-quants.
+int64_t row_len(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K ? 512 : 608; }
+
+std::vector<KernelIsa> runnable_isas() {
+  std::vector<KernelIsa> isas;
+  for (int i = 0; i <= static_cast<int>(best_kernel_isa()); ++i) isas.push_back(static_cast<KernelIsa>(i));
+  return isas;
+}
+
+// Restores the default cap when a test ends, whatever happens.
+struct IsaCap {
+  explicit IsaCap(KernelIsa isa) { set_kernel_isa_cap(isa); }
+  ~IsaCap() { set_kernel_isa_cap(KernelIsa::kAvx512); }
+};
+
+std::vector<float> int8_gemm(GgmlType t, const std::vector<uint8_t>& w, const std::vector<float>& x,
+                             const float* bias, int64_t n, int64_t out, int64_t in) {
+  std::vector<float> y(static_cast<size_t>(n * out));
+  gemm_packed_int8(w.data(), id(t), x.data(), bias, y.data(), n, out, in);
+  return y;
+}
+
+std::vector<float> f32_gemm(GgmlType t, const std::vector<uint8_t>& w, const std::vector<float>& x,
+                            const float* bias, int64_t n, int64_t out, int64_t in) {
+  std::vector<float> y(static_cast<size_t>(n * out));
+  gemm_small_packed(w.data(), id(t), x.data(), bias, y.data(), n, out, in);
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("int8 activation quantization: error at most half a step, block sums exact", "[qgemm]") {
+  const int64_t in = 512, n = 3;
+  const auto x = activations(n, in, 7);
+  for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q6_K}) {
+    QuantizedRows xq;
+    quantize_activations(id(t), x.data(), n, in, xq);
+    const auto xr = dequantized_acts(xq);
+    const int64_t nb = in / xq.block;
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < in; ++i) {
+        const float d = xq.d[j * nb + i / xq.block];
+        REQUIRE(std::fabs(xr[j * in + i] - x[j * in + i]) <= d * 0.5f * 1.0001f);
+        REQUIRE(std::abs(static_cast<int>(xq.q[j * in + i])) <= 127);
+      }
+    if (xq.block == 256)
+      for (int64_t k = 0; k < n * in / 16; ++k) {
+        int s = 0;
+        for (int i = 0; i < 16; ++i) s += xq.q[16 * k + i];
+        REQUIRE(xq.bsum16[k] == s);
+      }
+  }
+  QuantizedRows xq;
+  CHECK_THROWS_AS(quantize_activations(id(GgmlType::Q4_K), x.data(), 1, 96, xq), Error);
+  CHECK_THROWS_WITH(quantize_activations(id(GgmlType::Q2_K), x.data(), 1, 256, xq), Catch::Contains("Q2_K"));
+  // Activations quantized for 32-blocks do not fit K-quant weights.
+  quantize_activations(id(GgmlType::Q8_0), x.data(), 1, 256, xq);
+  const auto w = random_weights(GgmlType::Q6_K, 2, 256, 1);
+  float y[2];
+  CHECK_THROWS_WITH(gemm_packed_int8_q(w.data(), id(GgmlType::Q6_K), xq, nullptr, y, 2), Catch::Contains("blocks of 32"));
+}
+
+TEST_CASE("int8 kernels equal the scalar reference and dequantize() within the int8 rounding bound", "[qgemm]") {
+  const int64_t n = 5, out = 37;
+  std::vector<float> bias(out);
+  for (int64_t r = 0; r < out; ++r) bias[r] = 0.01f * static_cast<float>(r);
+  for (KernelIsa isa : runnable_isas()) {
+    IsaCap cap(isa);
+    for (GgmlType t : kTypes) {
+      INFO(kernel_isa_name(isa) << " " << ggml_type_name(id(t)));
+      const int64_t in = row_len(t);
+      const auto x = activations(n, in, 11);
+      const auto w = random_weights(t, out, in, 100 + id(t));
+      const auto y = int8_gemm(t, w, x, bias.data(), n, out, in);
+      QuantizedRows xq;
+      quantize_activations(id(t), x.data(), n, in, xq);
+      std::vector<float> ref(y.size());
+      gemm_packed_int8_reference(w.data(), id(t), xq, bias.data(), ref.data(), out);
+      const auto wf = dequantized(t, w, out, in);
+      const auto xr = dequantized_acts(xq);
+      // (a) same integers, float summation order only.
+      CHECK(compare(y, expected(wf, xr, xr, bias, n, out, in, 1e-5)) == "");
+      CHECK(compare(ref, expected(wf, xr, xr, bias, n, out, in, 1e-5)) == "");
+      // (b) against the float32 activations: the int8 rounding bound.
+      CHECK(compare(y, expected(wf, x, xr, bias, n, out, in, 1e-5)) == "");
+    }
+  }
+}
+
+TEST_CASE("the int8 comparison rejects a wrong weight scale and a wrong activation scale", "[qgemm]") {
+  const int64_t n = 2, out = 8, in = 256;
+  const auto x = activations(n, in, 3);
+  for (GgmlType t : kTypes) {
+    INFO(ggml_type_name(id(t)));
+    auto w = random_weights(t, out, in, 5);
+    const auto wf = dequantized(t, w, out, in);
+    QuantizedRows xq;
+    quantize_activations(id(t), x.data(), n, in, xq);
+    const auto xr = dequantized_acts(xq);
+    const Expected want = expected(wf, x, xr, {}, n, out, in, 1e-5);
+    // Row 3's first block scale times 1.25 (f16 scale field of the first block).
+    const size_t rb = ggml_row_bytes(id(t), in, "test");
+    uint8_t* scale = w.data() + 3 * rb + (t == GgmlType::Q6_K ? 208 : 0);
+    uint16_t h;
+    std::memcpy(&h, scale, 2);
+    put_f16(scale, fp16_to_fp32(h) * 1.25f);
+    CHECK_FALSE(compare(int8_gemm(t, w, x, nullptr, n, out, in), want) == "");
+    // The true weights with activation row 0's block scales 25% off.
+    w = random_weights(t, out, in, 5);
+    const int64_t nb = in / xq.block;
+    for (int64_t b = 0; b < nb; ++b) xq.d[b] *= 1.25f;
+    std::vector<float> y(static_cast<size_t>(n * out));
+    gemm_packed_int8_q(w.data(), id(t), xq, nullptr, y.data(), out);
+    CHECK_FALSE(compare(y, want) == "");
+    for (int64_t b = 0; b < nb; ++b) xq.d[b] /= 1.25f;
+    gemm_packed_int8_q(w.data(), id(t), xq, nullptr, y.data(), out);
+    CHECK(compare(y, want) == "");
+  }
+}
+
+TEST_CASE("float32-activation packed kernels equal dequantize() then a double matmul", "[qgemm]") {
+  const auto x = activations(40, 608, 13);
+  const int64_t out = 37;
+  for (KernelIsa isa : runnable_isas()) {
+    IsaCap cap(isa);
+    for (GgmlType t : kTypes)
+      for (int64_t n : {1, 5, 17, 40}) {
+        const int64_t in = row_len(t);
+        INFO(kernel_isa_name(isa) << " " << ggml_type_name(id(t)) << " n=" << n);
+        const auto w = random_weights(t, out, in, 200 + id(t));
+        const auto wf = dequantized(t, w, out, in);
+        const std::vector<float> xn(x.begin(), x.begin() + n * in);
+        CHECK(compare(f32_gemm(t, w, xn, nullptr, n, out, in), expected(wf, xn, xn, {}, n, out, in, 2e-5)) == "");
+        // Embedding lookups decode exactly dequantize()'s values.
+        const int64_t rows[3] = {0, 36, 5};
+        std::vector<float> e(3 * in);
+        dequantize_packed_rows(w.data(), id(t), rows, 3, in, e.data());
+        for (int k = 0; k < 3; ++k)
+          REQUIRE(std::memcmp(e.data() + k * in, wf.data() + rows[k] * in, in * sizeof(float)) == 0);
+      }
+  }
+}
+
+TEST_CASE("row i of an n-row call is bit-identical to a 1-row call, n = 1..32, every kernel and ISA", "[qgemm]") {
+  const int64_t out = 37, nmax = 32;
+  const auto x = activations(nmax, 608, 17);
+  std::vector<float> bias(out, 0.25f);
+  Lcg g{9};
+  std::vector<float> wf32(static_cast<size_t>(out * 608));
+  for (auto& v : wf32) v = 0.05f * g.uniform();
+  for (KernelIsa isa : runnable_isas()) {
+    IsaCap cap(isa);
+    for (int kind = 0; kind < 2 * 6 + 1; ++kind) {
+      const bool int8 = kind < 6, f32w = kind == 12;
+      const GgmlType t = kTypes[kind % 6];
+      const int64_t in = f32w ? 608 : row_len(t);
+      const auto w = random_weights(t, out, in, 300 + id(t));
+      const auto run = [&](const float* xs, int64_t n) {
+        std::vector<float> y(static_cast<size_t>(n * out));
+        if (f32w)
+          gemm_small_f32(wf32.data(), xs, bias.data(), y.data(), n, out, in);
+        else if (int8)
+          gemm_packed_int8(w.data(), id(t), xs, bias.data(), y.data(), n, out, in);
+        else
+          gemm_small_packed(w.data(), id(t), xs, bias.data(), y.data(), n, out, in);
+        return y;
+      };
+      std::vector<std::vector<float>> single;
+      for (int64_t i = 0; i < nmax; ++i) single.push_back(run(x.data() + i * in, 1));
+      int mismatched = 0;
+      for (int64_t n = 2; n <= nmax; ++n) {
+        const auto y = run(x.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+          if (std::memcmp(y.data() + i * out, single[i].data(), out * sizeof(float)) != 0) ++mismatched;
+      }
+      INFO(kernel_isa_name(isa) << (f32w ? " F32 weights" : int8 ? " int8 " : " f32 ") << ggml_type_name(id(t)));
+      CHECK(mismatched == 0);
+    }
+  }
+}
+
+TEST_CASE("int8 and float32 kernels on real GGUF weights stay within the int8 rounding bound", "[qgemm][gguf]") {
+  const std::string dir = std::string(SPECLAB_SOURCE_DIR) + "/.cache/models/";
+  int files = 0;
+  for (const char* name : {"SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}) {
+    if (!std::filesystem::exists(dir + name)) {
+      WARN(std::string(name) + " is not in .cache/models: its real-weight cases are skipped");
+      continue;
+    }
+    ++files;
+    const GgufFile f = read_gguf(dir + name);
+    int per_type[64] = {};
+    for (const GgufTensorInfo& info : f.tensors) {
+      if (info.dims.size() != 2 || !int8_gemm_supports(info.type) || per_type[info.type] >= 2) continue;
+      ++per_type[info.type];
+      const GgmlType t = static_cast<GgmlType>(info.type);
+      const int64_t in = static_cast<int64_t>(info.dims[0]);
+      const int64_t out = std::min<int64_t>(static_cast<int64_t>(info.dims[1]), 192), n = 3;
+      const size_t rb = ggml_row_bytes(info.type, in, info.name);
+      const uint8_t* src = f.tensor_data(info);
+      const std::vector<uint8_t> w(src, src + rb * out);
+      const auto wf = dequantized(t, w, out, in);
+      const auto x = activations(n, in, 23);
+      QuantizedRows xq;
+      quantize_activations(info.type, x.data(), n, in, xq);
+      const auto xr = dequantized_acts(xq);
+      for (KernelIsa isa : runnable_isas()) {
+        IsaCap cap(isa);
+        INFO(name << " " << info.name << " " << ggml_type_name(info.type) << " " << kernel_isa_name(isa));
+        CHECK(compare(int8_gemm(t, w, x, nullptr, n, out, in), expected(wf, x, xr, {}, n, out, in, 1e-5)) == "");
+        CHECK(compare(f32_gemm(t, w, x, nullptr, n, out, in), expected(wf, x, x, {}, n, out, in, 2e-5)) == "");
+      }
+    }
+  }
+  if (files == 0) WARN("no GGUF model in .cache/models: real-weight cases skipped");
+}
