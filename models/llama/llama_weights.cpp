@@ -5,6 +5,7 @@
 
 #include "framework/core/error.h"
 #include "models/llama/gemv.h"
+#include "models/llama/qgemm.h"
 #include "models/loaders/dequant.h"
 
 namespace speclab {
@@ -40,8 +41,10 @@ std::string kind_of(const WeightMatrix& m) { return m.is_packed() ? ggml_type_na
 // One matrix without parts: y [n, m.out].
 void linear_block(const WeightMatrix& m, const float* x, const float* bias, float* y, int64_t n, Activations act) {
   if (m.is_packed()) {
-    (void)act;  // MERGE: int8 kernels (qgemm.h)
-    gemm_small_packed(m.packed.data_ptr<uint8_t>(), m.type, x, bias, y, n, m.out, m.in);
+    if (act == Activations::kInt8 && int8_gemm_supports(m.type))
+      gemm_packed_int8(m.packed.data_ptr<uint8_t>(), m.type, x, bias, y, n, m.out, m.in);
+    else
+      gemm_small_packed(m.packed.data_ptr<uint8_t>(), m.type, x, bias, y, n, m.out, m.in);
   } else {
     gemm_small_f32(m.f32.data_ptr<float>(), x, bias, y, n, m.out, m.in);
   }

@@ -100,7 +100,9 @@ TEST_CASE("CPU forward path with packed Q4_1/Q8_0 weights equals float32 weights
   LoadedModel packed_info = load_model(src);
   src.weights = "f32";
   LoadedModel f32_info = load_model(src);
-  LlamaModel packed(packed_info), f32(f32_info);
+  src.weights = "native";
+  LoadedModel int8_info = load_model(src);
+  LlamaModel packed(packed_info, Activations::kF32), f32(f32_info), int8(int8_info, Activations::kInt8);
   CHECK(packed.weight_storage().find("Q4_1") != std::string::npos);
   CHECK(packed.weight_bytes() * 4 < f32.weight_bytes());
   const std::vector<int64_t> prompt = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 2, 198, 1, 4093, 198};
@@ -109,6 +111,13 @@ TEST_CASE("CPU forward path with packed Q4_1/Q8_0 weights equals float32 weights
   // Same dequantized values; 30 layers of float32 rounding in a different order.
   CHECK(diff < 2e-3 * std::max(1.0, scale));
   CHECK(diff > 0.0);  // the two really are different code paths
+  // int8 activations: every matmul input moves by up to half a quantization step per element
+  // (qgemm.h); over 30 layers that is a few percent of the logit scale, far below what a wrong
+  // scale, offset or sign in a kernel would cause (test_qgemm checks the kernels themselves).
+  const auto [diff8, scale8] = compare_paths(int8, f32, prompt, {504, 3458}, {314, 3575, 282, 4649, 314}, true);
+  INFO("int8 activations: max |diff| " << diff8 << " logit scale " << scale8);
+  CHECK(diff8 < 0.1 * std::max(1.0, scale8));
+  CHECK(diff8 > diff);
 }
 
 TEST_CASE("CPU path comparison detects a skipped layer: the check can fail", "[model][cpu_path]") {
