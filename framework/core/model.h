@@ -57,6 +57,12 @@ class Model {
 
   // Bytes held by the weights in memory.
   virtual uint64_t weight_bytes() const = 0;
+  // The largest forward, in new tokens, whose rows are each bit-identical to the same row
+  // computed alone (same position, same cache contents): then a verification pass of up to this
+  // many tokens computes exactly the logits AR decoding would, and greedy speculative output
+  // must equal AR's bit for bit, logits included. 0: no such promise.
+  virtual int64_t row_exact_batch() const { return 0; }
+
   // How the weights are held in memory, e.g. "Q4_1 x 90, float32 x 61" (packed matrices count once
   // per stacked matrix).
   virtual std::string weight_storage() const { return "float32"; }

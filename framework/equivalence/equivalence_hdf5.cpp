@@ -142,6 +142,7 @@ void write_group(H5::Group& root, const EquivalenceReport& r) {
     t.f64("max_logit_diff", col(g, [](const GreedyRow& x) { return x.check.max_logit_diff; }));
     t.i64("steps", col(g, [](const GreedyRow& x) { return x.check.steps; }));
     t.f64("acceptance_rate", col(g, [](const GreedyRow& x) { return x.check.acceptance_rate; }));
+    t.u8("bit_identity", col(g, [](const GreedyRow& x) { return static_cast<uint8_t>(x.check.bit_identity); }));
     t.str("classification", col(g, [](const GreedyRow& x) { return x.check.classification; }));
     t.finish();
   }

@@ -12,7 +12,15 @@
 //              different float32 rounding; when the top two logits are that close the argmax
 //              may legitimately flip. (If the passes agree to within eps per logit and their
 //              argmaxes differ, each pass's top-2 margin is at most 2 eps.)
-//   bug        otherwise: the passes disagree by more than rounding can explain.
+//   bug        otherwise: the passes disagree by more than rounding can explain. A margin of
+//              exactly 0 (a tie) is always a bug: argmax breaks ties by index, so both passes
+//              must pick the same token.
+// The logits enter the verdict too, not only the tokens:
+//   - where the target promises bit-identical rows for every verification pass of the run
+//     (Model::row_exact_batch() >= the widest pass; the CPU backend does for up to 32 tokens),
+//     any divergence and any nonzero max_logit_diff is a bug;
+//   - elsewhere, matching tokens with max_logit_diff above the tolerance (computed from the
+//     largest |logit| of the compared rows) is a bug.
 //
 // Tolerance (numerical_tolerance below): a float32 dot product of length K computed in two
 // summation orders differs by about sqrt(K) u Σ|x_i y_i| (u = 2^-24; probabilistic rounding
@@ -43,8 +51,8 @@ namespace speclab {
 // |logit| is max_abs_logit.
 double numerical_tolerance(const ModelConfig& config, double max_abs_logit);
 
-// "numerical" when both margins are <= tolerance, else "bug". Margins are top-1 minus top-2
-// logit (>= 0); a NaN margin (no row) classifies as "bug".
+// "numerical" when both margins are in (0, tolerance], else "bug". Margins are top-1 minus top-2
+// logit (>= 0); a NaN margin (no row) or a tie (margin 0) classifies as "bug".
 std::string classify_divergence(double margin_ar, double margin_verify, double tolerance);
 
 // Top-1 minus top-2 of logits [vocab] (0 for vocab 1). Throws Error(kBadInput) on vocab <= 0.
@@ -58,7 +66,8 @@ struct GreedyCheck {
   double margin_ar = 0.0;            // top-2 margin of the AR pass at first_divergence (NaN if none)
   double margin_verify = 0.0;        // top-2 margin of the verification pass there (NaN if none)
   double max_abs_logit = 0.0;        // largest |logit| of those two rows (NaN if none)
-  double tolerance = 0.0;            // the tolerance used (NaN when match)
+  double tolerance = 0.0;            // the tolerance used (0 under bit_identity)
+  bool bit_identity = false;         // the target promised bit-identical rows for every pass
   double max_logit_diff = 0.0;       // max |AR logit − verification logit| over every position
                                      // both passes computed for the same prefix (up to and
                                      // including first_divergence)

@@ -99,6 +99,8 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations)
   w_.rope_sin = at::from_blob(sin_t.data(), {c.max_position_embeddings, half}, at::kFloat).clone();
 }
 
+int64_t LlamaModel::row_exact_batch() const { return w_.final_norm.device().is_cpu() ? kMaxRowExact : 0; }
+
 std::vector<int64_t> LlamaModel::layers_to_run(const ForwardOptions& opts) const {
   if (opts.layers.empty()) {
     std::vector<int64_t> all(static_cast<size_t>(config_.num_hidden_layers));

@@ -34,6 +34,9 @@ class LlamaModel : public Model {
   uint64_t weight_bytes() const override { return weight_bytes_; }
   std::string weight_storage() const override { return weight_storage_; }
   Activations activations() const { return activations_; }
+  // kMaxRowExact (32) for host weights: the CPU backend's matmuls (gemv.h, qgemm.h), attention
+  // (attention_cpu.h) and row operations compute each row independently of the batch.
+  int64_t row_exact_batch() const override;
 
  private:
   // opts.layers, or every layer when it is empty; throws on an index out of range.

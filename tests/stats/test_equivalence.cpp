@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +82,39 @@ class BrokenVerification : public Model {
   const Model& inner_;
   Token token_;
   float bump_;
+};
+
+// A planted tie-breaking bug: in every row of a verification pass (n > 1 after the prefill) the
+// runner-up logit is raised to exactly the top one, so argmax (lowest index wins) may pick the
+// runner-up; in AR steps (n = 1) it is raised to one ulp below the top, so AR keeps the top.
+// Where the two differ, AR's margin is one ulp and the verification margin is 0: a "numerical"
+// flip by margins alone, which the strict rule must call a bug. No bit-identity promise
+// (row_exact_batch() stays 0), so only the margin rule can catch it.
+class TieBreakingBug : public Model {
+ public:
+  explicit TieBreakingBug(const Model& inner) : inner_(inner) {}
+  const ModelConfig& config() const override { return inner_.config(); }
+  uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
+                     const ForwardOptions& opts = {}) const override {
+    at::Tensor out = inner_.forward(tokens, positions, kv, opts).contiguous();  // [n_out, vocab]
+    const bool verify = tokens.size(0) > 1 && positions[0].item<int64_t>() > 0;
+    if (tokens.size(0) > 1 && !verify) return out;  // the prefill: shared by both engines
+    const int64_t vocab = out.size(1);
+    for (int64_t r = 0; r < out.size(0); ++r) {
+      float* row = out[r].data_ptr<float>();
+      int64_t top = 0, second = -1;
+      for (int64_t v = 1; v < vocab; ++v)
+        if (row[v] > row[top]) top = v;
+      for (int64_t v = 0; v < vocab; ++v)
+        if (v != top && (second < 0 || row[v] > row[second])) second = v;
+      row[second] = verify ? row[top] : std::nextafter(row[top], -std::numeric_limits<float>::infinity());
+    }
+    return out;
+  }
+
+ private:
+  const Model& inner_;
 };
 
 // A config for the runner on stories260K with one prompt and a layer_skip drafter.
@@ -371,8 +405,10 @@ TEST_CASE("greedy exactness on stories260K: every reference prompt, drafter and 
         CHECK(g.first_divergence == -1);
         CHECK(g.n_ar == g.n_spec);
         CHECK(g.n_ar > 0);
-        // Both passes computed the same prefixes; their logits agree to float32 rounding.
-        CHECK(g.max_logit_diff < 1e-3);
+        // The CPU backend promises bit-identical rows (Model::row_exact_batch), so both passes
+        // computed exactly the same logits for the same prefixes.
+        CHECK(g.bit_identity);
+        CHECK(g.max_logit_diff == 0.0);
         ++runs;
       }
     }
@@ -407,8 +443,42 @@ TEST_CASE("the greedy check calls a verification pass that disagrees with AR a b
   CHECK(g.max_logit_diff >= 49.0);
 }
 
+TEST_CASE("a planted tie-breaking bug fails the greedy check (a margin of 0 is never numerical)",
+          "[equivalence][greedy]") {
+  c10::InferenceMode guard;
+  Stories& s = stories();
+  TieBreakingBug broken(*s.model);
+  CHECK(broken.row_exact_batch() == 0);
+  KvCacheManager kv(KvOptions{});
+  const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
+  DrafterEnv env{&broken, &kv, pool, s.model->config().vocab_size};
+  DrafterOptions o;
+  o.name = "layer_skip";
+  o.draft_layers_first = 3;
+  o.num_speculative_tokens = 3;
+  auto drafter = drafter_registry().create(o, env);
+  GenerationOptions gen;
+  gen.max_new_tokens = 60;
+  int diverged = 0;
+  for (const std::string& prompt : reference_prompts()) {
+    const TokenList ids = s.info.tokenizer->encode(prompt, true);
+    GreedyCheck g = check_greedy(broken, *s.info.tokenizer, ids, gen, *drafter, o, {&kv, pool});
+    INFO(prompt << ": classification " << g.classification << ", margins " << g.margin_ar << " / " << g.margin_verify);
+    CHECK_FALSE(g.bit_identity);
+    if (g.match) continue;
+    ++diverged;
+    CHECK(g.margin_verify == 0.0);
+    CHECK(g.margin_ar > 0.0);
+    CHECK(g.margin_ar <= g.tolerance);  // by margins alone this flip looks numerical
+    CHECK(g.classification == "bug");
+  }
+  CHECK(diverged > 0);  // the planted bug did change some output
+}
+
 TEST_CASE("divergence classification and the numerical tolerance", "[equivalence][greedy]") {
   CHECK(classify_divergence(1e-6, 2e-6, 1e-4) == "numerical");
+  CHECK(classify_divergence(0.0, 1e-6, 1e-4) == "bug");  // a tie is never numerical
+  CHECK(classify_divergence(1e-6, 0.0, 1e-4) == "bug");
   CHECK(classify_divergence(1e-6, 0.5, 1e-4) == "bug");
   CHECK(classify_divergence(0.5, 1e-6, 1e-4) == "bug");
   CHECK(classify_divergence(std::nan(""), 0.0, 1e-4) == "bug");
