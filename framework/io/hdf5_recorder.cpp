@@ -397,6 +397,9 @@ struct Hdf5Recorder::Impl {
 
   // Replaces the file on disk with the in-memory file, atomically (see the header).
   void commit();
+  // Writes one prompt-run's rows (assigns run.run_id) and the `complete` attributes, in the
+  // order of the header comment; commit() makes it durable.
+  void stage(RunRecord& run);
 
   void open_tables() {
     H5::Group root = file->openGroup("/");
@@ -802,7 +805,21 @@ std::string Hdf5Recorder::config_yaml() const {
 
 void Hdf5Recorder::append(RunRecord& run) {
   wrap_h5(path_, "appending a prompt-run", [&] {
-    Impl& m = *impl_;
+    impl_->stage(run);
+    impl_->commit();
+  });
+}
+
+void Hdf5Recorder::append_all(std::vector<RunRecord>& runs) {
+  wrap_h5(path_, "appending prompt-runs", [&] {
+    for (RunRecord& run : runs) impl_->stage(run);
+    impl_->commit();
+  });
+}
+
+void Hdf5Recorder::Impl::stage(RunRecord& run) {
+  {
+    Impl& m = *this;
     run.run_id = static_cast<int64_t>(m.runs.rows());
     Rows tok, st, pos, rr;
     for (size_t i = 0; i < run.tokens.size(); ++i) {
@@ -868,9 +885,8 @@ void Hdf5Recorder::append(RunRecord& run) {
     m.steps.commit();
     m.positions.commit();
     m.runs.append(rr);
-    m.runs.commit();  // the run counts from here on
-    m.commit();
-  });
+    m.runs.commit();  // the run counts from here on (once committed to disk)
+  }
 }
 
 void Hdf5Recorder::write_summary(const ExperimentSummary& summary) {

@@ -62,6 +62,8 @@ class Hdf5Recorder {
 
   // Appends one finished prompt-run (assigns run.run_id) and commits; see the header comment.
   void append(RunRecord& run);
+  // Appends every run (assigning run_ids) with one commit at the end: `speclab merge`.
+  void append_all(std::vector<RunRecord>& runs);
   // Replaces /summary with `summary`; commits.
   void write_summary(const ExperimentSummary& summary);
   // Sets a string attribute on the root group (e.g. end_time, status); commits.

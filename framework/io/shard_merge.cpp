@@ -210,10 +210,8 @@ void write_experiment_file(const std::string& path, const ExperimentData& data, 
   cleanup();
   try {
     Hdf5Recorder rec = Hdf5Recorder::create(tmp, data.meta, data.points, data.prompts, data.methods);
-    for (const RunRecord& r : data.runs) {
-      RunRecord copy = r;
-      rec.append(copy);
-    }
+    std::vector<RunRecord> runs = data.runs;
+    rec.append_all(runs);
     rec.write_summary(summary);
     rec.set_root_attribute("end_time", end_time);
     rec.set_root_attribute("status", "complete");
