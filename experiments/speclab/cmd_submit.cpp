@@ -13,6 +13,7 @@
 // first; the scripts call this speclab binary by its absolute path, from the current directory.
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,7 +24,6 @@
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
 #include "framework/io/experiment_config.h"
-#include "framework/io/shard.h"
 
 namespace speclab::cli {
 
@@ -90,7 +90,9 @@ int cmd_submit(const std::vector<std::string>& args) {
   if (!parse_or_help(usage, desc, args, vm, "config")) return kExitOk;
   if (config_path.empty()) throw Error(ErrorKind::kConfig, "expected a config file, found none", "command line", "CONFIG");
   if (!slurm) throw Error(ErrorKind::kConfig, "expected --slurm (the only scheduler supported), found none", "command line", "--slurm");
-  parse_shard("0/" + std::to_string(shards), "--shards");  // 1 <= N <= 100000
+  if (shards < 1 || shards > 100000)
+    throw Error(ErrorKind::kConfig, "expected a number of shards 1 <= N <= 100000, found " + std::to_string(shards),
+                "command line", "--shards");
   for (const std::string& v : {partition, time_limit})
     if (v.find_first_of(" \t\n'\"\\$`;") != std::string::npos)
       throw Error(ErrorKind::kConfig, "expected a plain Slurm value, found '" + v + "'", "command line",
@@ -108,6 +110,9 @@ int cmd_submit(const std::vector<std::string>& args) {
   fs::create_directories(dir, ec);
   if (ec) throw Error(ErrorKind::kIo, "cannot create the shard directory: " + ec.message(), dir, "output.path");
 
+  std::string job_name = "speclab-" + config.name;
+  for (char& c : job_name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
   const std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
   const std::string n = std::to_string(shards);
   std::string run = quote(exe) + " run " + quote(absolute(config_path));
@@ -119,7 +124,7 @@ int cmd_submit(const std::vector<std::string>& args) {
   if (!time_limit.empty()) head += "#SBATCH --time=" + time_limit + "\n";
   const std::string cwd = absolute(".");
   const std::string shard_script = head +
-      "#SBATCH --job-name=speclab-" + config.name + "\n"
+      "#SBATCH --job-name=" + job_name + "\n"
       "#SBATCH --array=0-" + std::to_string(shards - 1) + "\n"
       "#SBATCH --output=" + dir + "/shard_%a.log\n"
       "# One shard of `speclab submit`: resubmit a failed task i with `sbatch --array=i " + dir + "/shards.sh`.\n"
@@ -130,7 +135,7 @@ int cmd_submit(const std::vector<std::string>& args) {
   std::string files;
   for (int64_t i = 0; i < shards; ++i) files += " " + quote(dir + "/shard_" + std::to_string(i) + ".h5");
   const std::string merge_script = head +
-      "#SBATCH --job-name=speclab-" + config.name + "-merge\n"
+      "#SBATCH --job-name=" + job_name + "-merge\n"
       "#SBATCH --output=" + dir + "/merge.log\n"
       "# Merges the shards of `speclab submit` and writes the report.\n"
       "set -euo pipefail\n"
