@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/error.h"
 #include "framework/io/hdf5_recorder.h"
 #include "framework/io/shard.h"
 #include "tests/bad_inputs/cli_process.h"
@@ -199,5 +200,38 @@ TEST_CASE("speclab merge and run --shard: bad inputs give one line, exit 2, no f
     INFO(describe(r));
     CHECK(r.exit_code == 0);
     CHECK(r.out.find("0 prompt-runs recorded now, 3 resumed") != std::string::npos);
+  }
+}
+
+TEST_CASE("shard_config_hash: settings count, where each machine keeps its files does not", "[shard]") {
+  const std::string base =
+      "a: 1\noutput: {path: x.h5}\nruntime: {threads: 2, working_directory: /a, chat_template: on, "
+      "target_model: {path: /m/a.bin}}\n";
+  const std::string moved =
+      "a: 1\noutput: {path: y.h5}\nruntime: {threads: 2, working_directory: /b, chat_template: on, "
+      "target_model: {path: /n/a.bin}}\n";
+  CHECK(shard_config_hash(base) == shard_config_hash(moved));
+  CHECK(shard_config_hash(base).size() == 16);
+  CHECK(shard_config_hash(base) != shard_config_hash("a: 2\noutput: {path: x.h5}\nruntime: {threads: 2}\n"));
+  CHECK(shard_config_hash("a: 1\nruntime: {threads: 2}\n") != shard_config_hash("a: 1\nruntime: {threads: 3}\n"));
+}
+
+TEST_CASE("parse_shard: i/n, 0-based; anything else names --shard", "[shard]") {
+  const ShardSpec s = parse_shard("3/4");
+  CHECK(s.index == 3);
+  CHECK(s.count == 4);
+  CHECK(s.owns(3));
+  CHECK(s.owns(7));
+  CHECK(!s.owns(4));
+  CHECK(parse_shard("0/1").owns(5));
+  for (const char* bad : {"4/4", "5/4", "1/0", "-1/4", "1/-4", "", "/", "1/", "/4", "1/4/2", " 1/4", "1/100001"}) {
+    INFO("'" << bad << "'");
+    try {
+      parse_shard(bad);
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(e.field() == "--shard");
+      CHECK(e.kind() == ErrorKind::kConfig);
+    }
   }
 }
