@@ -104,6 +104,9 @@ ExperimentMetadata host_metadata(const ExperimentConfig& config, const Experimen
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   m.memory_bytes = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
   m.start_time = iso8601_now();
+  m.shard_index = options.shard.index;
+  m.shard_count = options.shard.count;
+  m.config_hash = shard_config_hash(m.resolved_config_yaml);
   return m;
 }
 
@@ -225,7 +228,7 @@ std::vector<PromptRecord> prompt_records(const std::vector<Prompt>& prompts) {
 
 // Resume: the file must describe the same experiment.
 void check_same_experiment(const std::string& path, const ExperimentData& have, const ExperimentConfig& config,
-                           const ExperimentConfig& first_point,
+                           const ExperimentConfig& first_point, const ShardSpec& shard,
                            const std::vector<PointRecord>& points, const std::vector<PromptRecord>& prompts,
                            const std::vector<std::string>& methods) {
   auto differs = [&](const std::string& what) {
@@ -243,6 +246,12 @@ void check_same_experiment(const std::string& path, const ExperimentData& have, 
         have.prompts[i].category != prompts[i].category)
       differs("prompt set");
   if (have.methods != methods) differs("drafter list");
+  if (have.meta.shard_index != shard.index || have.meta.shard_count != shard.count)
+    throw Error(ErrorKind::kConfig,
+                "expected shard " + shard.text() + ", found a file of shard " +
+                    ShardSpec{have.meta.shard_index, have.meta.shard_count}.text() +
+                    "; resume each shard into its own file with its own --shard",
+                path, "--shard");
   if (have.resolved_config_yaml.empty()) {  // a file written before /resolved_config existed
     if (config_without_output(have.config_yaml) != config_without_output(config.resolved_yaml)) differs("config");
     return;
@@ -251,7 +260,7 @@ void check_same_experiment(const std::string& path, const ExperimentData& have, 
   // path may differ, and of the runtime facts only the thread count (it changes every timing).
   std::vector<std::string> diff = yaml_differences(
       have.resolved_config_yaml, resolved_config(config, first_point, nullptr),
-      {"output", "equivalence", "runtime.target_model", "runtime.chat_template", "runtime.working_directory"});
+      shard_config_ignored_keys());
   if (!diff.empty()) {
     std::string list;
     for (size_t i = 0; i < diff.size() && i < 5; ++i) list += (i ? "; " : "") + diff[i];
@@ -383,6 +392,18 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   const int64_t n_methods = static_cast<int64_t>(methods.size());
   // repeats and warmup may be swept too (validated per point by expand_sweep).
   auto repeats_of = [&](int64_t pi) { return points[static_cast<size_t>(pi)].config.repeats; };
+  // The plan (framework/io/shard.h): every (point, prompt, repeat) group in run order. Group
+  // (pi, j-th prompt of the point, r) is row plan_offset[pi] + j * repeats + r.
+  std::vector<PlanGroup> plan;
+  std::vector<int64_t> plan_offset(points.size());
+  for (int64_t pi = 0; pi < n_points; ++pi) {
+    plan_offset[static_cast<size_t>(pi)] = static_cast<int64_t>(plan.size());
+    for (int64_t i : point_prompts[static_cast<size_t>(pi)])
+      for (int64_t r = 0; r < repeats_of(pi); ++r) plan.push_back({pi, i, r});
+  }
+  auto mine = [&](int64_t pi, int64_t j, int64_t r) {
+    return options.shard.owns(plan_offset[static_cast<size_t>(pi)] + j * repeats_of(pi) + r);
+  };
 
   // 2. What the file already holds (resume).
   std::error_code ec;
@@ -393,17 +414,18 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   if (resuming) {
     // Read-only first: a mismatch must leave the file untouched.
     ExperimentData have = read_experiment(path);
-    check_same_experiment(path, have, config, points.front().config, precs, prrecs, methods);
+    check_same_experiment(path, have, config, points.front().config, options.shard, precs, prrecs, methods);
     for (RunRecord& r : have.runs) {
       done_keys.insert(r.key);
       if (r.key.method == kArMethod) ar_tokens[r.key] = std::move(r.tokens);
     }
   }
   auto pending = [&](int64_t point) {
-    for (int64_t i : point_prompts[static_cast<size_t>(point)])
+    const std::vector<int64_t>& own = point_prompts[static_cast<size_t>(point)];
+    for (size_t j = 0; j < own.size(); ++j)
       for (int64_t r = 0; r < repeats_of(point); ++r)
         for (const auto& m : methods)
-          if (!done_keys.count({point, i, m, r})) return true;
+          if (mine(point, static_cast<int64_t>(j), r) && !done_keys.count({point, own[j], m, r})) return true;
     return false;
   };
 
@@ -431,18 +453,19 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
     out.interrupted = true;
     return out;
   }
-  recorder = std::make_unique<Hdf5Recorder>(
-      resuming ? Hdf5Recorder::open_for_append(path)
-               : Hdf5Recorder::create(path,
-                                      host_metadata(config, points.front().config, options,
-                                                    ctx ? &ctx->target->info : nullptr),
-                                      precs,
-                                      prrecs, methods));
+  if (resuming) {
+    recorder = std::make_unique<Hdf5Recorder>(Hdf5Recorder::open_for_append(path));
+  } else {
+    ExperimentMetadata meta =
+        host_metadata(config, points.front().config, options, ctx ? &ctx->target->info : nullptr);
+    meta.plan = plan;
+    recorder = std::make_unique<Hdf5Recorder>(Hdf5Recorder::create(path, meta, precs, prrecs, methods));
+  }
 
   ProgressEvent ev;
   ev.total = 0;
-  for (int64_t pi = 0; pi < n_points; ++pi)
-    ev.total += static_cast<int64_t>(point_prompts[static_cast<size_t>(pi)].size()) * n_methods * repeats_of(pi);
+  for (size_t g = 0; g < plan.size(); ++g)
+    if (options.shard.owns(static_cast<int64_t>(g))) ev.total += n_methods;
   ev.resumed = ev.done = static_cast<int64_t>(done_keys.size());
   ev.eta_seconds = std::numeric_limits<double>::quiet_NaN();
   auto report = [&](ProgressEvent::Kind kind) {
@@ -518,11 +541,13 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
       }
       const int64_t n_own = static_cast<int64_t>(point_prompts[static_cast<size_t>(pi)].size());
       for (int64_t j = 0; j < n_own; ++j)
-        for (int64_t r = 0; r < point.config.repeats; ++r)
+        for (int64_t r = 0; r < point.config.repeats; ++r) {
+          if (!mine(pi, j, r)) continue;
           for (int64_t m = -1; m < static_cast<int64_t>(point.config.drafters.size()); ++m) {
             if (stop()) return false;
             run_one(point, pi, j, r, m);
           }
+        }
       ctx.reset();
     }
     return true;

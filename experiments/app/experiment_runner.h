@@ -21,6 +21,10 @@
 // still can and propagates; the prompt-runs recorded before stay in the file. Error messages
 // from a prompt-run name it: "point #p, prompt 'id', method 'm': ...".
 //
+// Sharding (options.shard, framework/io/shard.h): the runner runs only the shard's groups of the
+// plan, records the shard, the plan and the config hash in the file, and on resume refuses a
+// file of another shard. progress totals count the shard's prompt-runs.
+//
 // Greedy runs (temperature 0) record whether each speculative run's tokens equal those of the
 // ar run of the same (point, prompt, repeat): the losslessness check.
 #pragma once
@@ -32,6 +36,7 @@
 #include "framework/io/experiment_config.h"
 #include "framework/io/experiment_records.h"
 #include "framework/io/experiment_summary.h"
+#include "framework/io/shard.h"
 
 namespace speclab {
 
@@ -59,6 +64,7 @@ struct ProgressEvent {
 struct RunnerOptions {
   OutputMode mode = OutputMode::kCreate;
   std::string git_revision = "unknown";  // recorded as the root attribute git_revision
+  ShardSpec shard;  // run only this shard's (point, prompt, repeat) groups (framework/io/shard.h)
   std::function<void(const ProgressEvent&)> on_progress;  // optional
   std::function<bool()> stop_requested;                   // optional; e.g. set by SIGINT
 };

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <chrono>
+#include <cstdio>
 #include <iostream>
 
 #include "framework/core/error.h"
@@ -94,10 +95,11 @@ TokenList build_prompt(const LoadedTarget& m, const std::string& text, const std
 }
 
 bool parse_or_help(const std::string& usage, po::options_description& desc, const std::vector<std::string>& args,
-                   po::variables_map& vm, const std::string& positional, const std::string& help_notes) {
+                   po::variables_map& vm, const std::string& positional, const std::string& help_notes,
+                   int positional_count) {
   desc.add_options()("help,h", "show this help");
   po::positional_options_description pos;
-  if (!positional.empty()) pos.add(positional.c_str(), 1);
+  if (!positional.empty()) pos.add(positional.c_str(), positional_count);
   try {
     po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
     if (vm.count("help")) {
@@ -109,6 +111,23 @@ bool parse_or_help(const std::string& usage, po::options_description& desc, cons
     throw Error(ErrorKind::kConfig, e.what(), "command line");
   }
   return true;
+}
+
+}  // namespace speclab::cli
+
+namespace speclab::cli {
+
+void print_summary(const ExperimentSummary& summary, const std::vector<PointRecord>& points) {
+  std::printf("alpha: per-token acceptance rate [95%% Wilson CI]; tau: tokens per target forward; c: draft/target cost "
+              "per token; speedup: AR / speculative decode-phase wall time (prefill excluded); predicted: Leviathan et al. (2023) from alpha, gamma, "
+              "c; efficiency: speedup / predicted; lossless: greedy output identical to AR\n\n");
+  std::printf("%s", format_summary_table(summary.overall, points).c_str());
+  bool several_categories = false;
+  for (const auto& m : summary.by_category)
+    several_categories = several_categories || m.category != summary.by_category.front().category;
+  if (several_categories)
+    std::printf("\nby prompt category:\n%s", format_summary_table(summary.by_category, points).c_str());
+  std::fflush(stdout);
 }
 
 }  // namespace speclab::cli

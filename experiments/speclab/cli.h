@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "framework/draft/drafter_options.h"
+#include "framework/io/experiment_summary.h"
 #include "framework/sampling/sampling.h"
 #include "experiments/app/loaded_target.h"
 
@@ -43,9 +44,11 @@ TokenList build_prompt(const LoadedTarget& m, const std::string& text, const std
 
 // Parses `args` with `desc`; returns false (after printing help) when --help was given.
 // `positional`: the option that a bare argument fills (e.g. "config"); `help_notes`: printed
-// between the usage line and the options.
+// between the usage line and the options; `positional_count`: how many bare arguments it takes
+// (-1: all).
 bool parse_or_help(const std::string& usage, po::options_description& desc, const std::vector<std::string>& args,
-                   po::variables_map& vm, const std::string& positional = "", const std::string& help_notes = "");
+                   po::variables_map& vm, const std::string& positional = "", const std::string& help_notes = "",
+                   int positional_count = 1);
 
 void set_threads(int threads);
 
@@ -71,6 +74,12 @@ int cmd_bench(const std::vector<std::string>& args);
 int cmd_run(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
 int cmd_check(const std::vector<std::string>& args);
+int cmd_merge(const std::vector<std::string>& args);
+int cmd_submit(const std::vector<std::string>& args);
+
+// Prints the legend and the summary tables (overall; by category when there are several) to
+// stdout, as `speclab run` and `speclab merge` end.
+void print_summary(const ExperimentSummary& summary, const std::vector<PointRecord>& points);
 
 // The SpecLab source tree (the one holding analysis/report.py): $SPECLAB_SOURCE_DIR, the
 // compile-time SPECLAB_SOURCE_DIR, or a parent of the executable; "" when none is found.

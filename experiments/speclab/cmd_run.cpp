@@ -173,7 +173,7 @@ std::string git_revision() {
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& args) {
-  std::string config_path, output, report_dir;
+  std::string config_path, output, report_dir, shard_text;
   std::vector<std::string> overrides;
   bool resume = false, overwrite = false, no_report = false;
   int threads = 0;
@@ -184,15 +184,19 @@ int cmd_run(const std::vector<std::string>& args) {
       ("output,o", po::value(&output), "HDF5 output path (default: the config's output.path)")
       ("resume", po::bool_switch(&resume), "continue an interrupted run: skip the prompt-runs already in the file")
       ("overwrite", po::bool_switch(&overwrite), "replace an existing output file")
+      ("shard", po::value(&shard_text), "run shard i of n (0-based, 0 <= i < n): its share of the (point, prompt, "
+                                        "repeat) groups; merge the shard files with `speclab merge`")
       ("no-report", po::bool_switch(&no_report), "do not generate the report (plots + report.md)")
       ("report-dir", po::value(&report_dir), "report directory (default: <output stem>_report beside the file)")
       ("threads", po::value(&threads)->default_value(threads), "CPU threads for libtorch (0 = default)");
   po::variables_map vm;
-  const char* usage = "usage: speclab run CONFIG.yaml [--set key=value ...] [--output FILE.h5] [--resume | --overwrite]";
+  const char* usage =
+      "usage: speclab run CONFIG.yaml [--set key=value ...] [--output FILE.h5] [--resume | --overwrite] [--shard i/n]";
   if (!parse_or_help(usage, desc, args, vm, "config")) return kExitOk;
   if (config_path.empty()) throw Error(ErrorKind::kConfig, "expected a config file, found none", "command line", "CONFIG");
   if (resume && overwrite)
     throw Error(ErrorKind::kConfig, "expected at most one of --resume and --overwrite, found both", "command line");
+  const ShardSpec shard = shard_text.empty() ? ShardSpec{} : parse_shard(shard_text);
   set_threads(threads);
 
   ExperimentConfig config = load_experiment_config(config_path, overrides);
@@ -208,6 +212,7 @@ int cmd_run(const std::vector<std::string>& args) {
   RunnerOptions ropts;
   ropts.mode = resume ? OutputMode::kResume : overwrite ? OutputMode::kOverwrite : OutputMode::kCreate;
   ropts.git_revision = git_revision();
+  ropts.shard = shard;
   ProgressPrinter progress;
   ropts.on_progress = [&progress](const ProgressEvent& e) { progress(e); };
   ropts.stop_requested = [] { return g_stop_signal != 0; };
@@ -232,16 +237,7 @@ int cmd_run(const std::vector<std::string>& args) {
 
   std::printf("\nsummary: %s (%lld prompt-runs recorded now, %lld resumed)\n", out.output_path.c_str(),
               static_cast<long long>(out.runs_recorded), static_cast<long long>(out.runs_resumed));
-  std::printf("alpha: per-token acceptance rate [95%% Wilson CI]; tau: tokens per target forward; c: draft/target cost "
-              "per token; speedup: AR / speculative decode-phase wall time (prefill excluded); predicted: Leviathan et al. (2023) from alpha, gamma, "
-              "c; efficiency: speedup / predicted; lossless: greedy output identical to AR\n\n");
-  std::printf("%s", format_summary_table(out.summary.overall, out.data.points).c_str());
-  bool several_categories = false;
-  for (const auto& m : out.summary.by_category)
-    several_categories = several_categories || m.category != out.summary.by_category.front().category;
-  if (several_categories)
-    std::printf("\nby prompt category:\n%s", format_summary_table(out.summary.by_category, out.data.points).c_str());
-  std::fflush(stdout);
+  print_summary(out.summary, out.data.points);
 
   if (no_report) return kExitOk;
   if (report_dir.empty()) report_dir = default_report_dir(out.output_path);

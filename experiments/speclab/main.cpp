@@ -1,4 +1,4 @@
-// speclab — the SpecLab command line. Subcommands: generate, bench, export, run, report, check.
+// speclab — the SpecLab command line. Subcommands: generate, bench, export, run, report, check, merge, submit.
 #include <c10/util/Exception.h>
 
 #include <unistd.h>
@@ -25,6 +25,8 @@ const char* kUsage =
     "  run        run an experiment config: AR + drafters over a sweep and prompts, HDF5 + summary + report\n"
     "  report     plots and report.md from an experiment HDF5 file\n"
     "  check      distribution-equivalence checks (greedy, analytic, sampling + negative controls)\n"
+    "  merge      merge the shard files of `run --shard i/n` into one experiment file\n"
+    "  submit     run an experiment config as a Slurm job array of shards, then merge and report\n"
     "\n"
     "Run `speclab <command> --help` for the options of a command.";
 
@@ -47,10 +49,12 @@ int main(int argc, char** argv) {
       {"run", cmd_run},
       {"report", cmd_report},
       {"check", cmd_check},
+      {"merge", cmd_merge},
+      {"submit", cmd_submit},
   };
   auto it = commands.find(args[0]);
   if (it == commands.end()) {
-    std::cerr << "error: unknown command '" << args[0] << "'; known commands: generate, bench, export, run, report, check\n";
+    std::cerr << "error: unknown command '" << args[0] << "'; known commands: generate, bench, export, run, report, check, merge, submit\n";
     return kExitBadInput;
   }
   std::vector<std::string> rest(args.begin() + 1, args.end());

@@ -75,6 +75,35 @@ struct PromptRecord {
   std::string id, category, text;
 };
 
+// One (point, prompt, repeat) of the experiment's plan: the AR run and every drafter's run of it
+// form one group, which a shard (shard.h) runs whole. `prompt` indexes /prompts.
+struct PlanGroup {
+  int64_t point = 0, prompt = 0, repeat = 0;
+
+  bool operator==(const PlanGroup& o) const { return point == o.point && prompt == o.prompt && repeat == o.repeat; }
+};
+
+// Root attributes and the plan of an experiment file (written at creation; hdf5-schema.md).
+struct ExperimentMetadata {
+  std::string name;
+  std::string config_yaml;    // the config as written, after --set overrides (YAML text)
+  // Every effective setting (effective_config_yaml) plus a `runtime` section (threads, the
+  // model file loaded, chat template on/off, the output path); /resolved_config. Optional.
+  std::string resolved_config_yaml;
+  std::string git_revision = "unknown";
+  std::string torch_version;  // SPECLAB_TORCH_VERSION
+  std::string cpu_model;      // /proc/cpuinfo "model name"
+  int64_t cpu_cores = 0;
+  int64_t memory_bytes = 0;   // physical memory
+  std::string start_time;     // ISO 8601 UTC
+  // Sharding (shard.h): this file holds the groups of plan row k with k % shard_count ==
+  // shard_index; an unsharded run is shard 0 of 1. config_hash = shard_config_hash(resolved).
+  int64_t shard_index = 0, shard_count = 1;
+  std::string config_hash;
+  int64_t merged_shards = 0;       // files written by `speclab merge`: how many shards; else 0
+  std::vector<PlanGroup> plan;     // every group of the whole experiment, in run order (/plan)
+};
+
 // Everything an experiment file holds (complete prompt-runs only).
 struct ExperimentData {
   std::string config_yaml;           // the config as written (after --set) the experiment ran with
@@ -83,6 +112,10 @@ struct ExperimentData {
   std::vector<PromptRecord> prompts;
   std::vector<std::string> methods;  // "ar" first, then the drafter labels
   std::vector<RunRecord> runs;       // in run_id order
+  // The root attributes and /plan (both config texts again in meta); in files written before
+  // sharding existed: shard 0 of 1, config_hash "" and an empty plan.
+  ExperimentMetadata meta;
+  std::string status;                // root attribute status ("running", "complete", ...)
 };
 
 // "key=value, key=value" in key order; "" for no values.

@@ -54,6 +54,7 @@ const Schema kPointsSchema = {{"index", Col::kI64}, {"label", Col::kStr}};
 const Schema kPointValuesSchema = {{"point", Col::kI64}, {"key", Col::kStr}, {"value", Col::kStr}};
 const Schema kPromptsSchema = {{"id", Col::kStr}, {"category", Col::kStr}, {"text", Col::kStr}};
 const Schema kMethodsSchema = {{"name", Col::kStr}};
+const Schema kPlanSchema = {{"point", Col::kI64}, {"prompt", Col::kI64}, {"repeat", Col::kI64}};
 const Schema kSummarySchema = {
     {"point", Col::kI64},
     {"category", Col::kStr},
@@ -145,6 +146,25 @@ void write_str_attr(H5::H5Object& obj, const std::string& name, const std::strin
   H5::Attribute a = obj.createAttribute(name, t, H5::DataSpace(H5S_SCALAR));
   const char* p = v.c_str();
   a.write(t, &p);
+}
+
+// Root attributes that files from older versions may lack: `fallback` then.
+std::string read_str_attr(const H5::H5Object& obj, const std::string& name, const std::string& fallback = {}) {
+  if (!obj.attrExists(name)) return fallback;
+  H5::Attribute a = obj.openAttribute(name);
+  if (a.getTypeClass() != H5T_STRING) return fallback;
+  std::string v;
+  a.read(a.getStrType(), v);
+  return v;
+}
+
+int64_t read_int_attr(const H5::H5Object& obj, const std::string& name, int64_t fallback) {
+  if (!obj.attrExists(name)) return fallback;
+  H5::Attribute a = obj.openAttribute(name);
+  if (a.getTypeClass() != H5T_INTEGER) return fallback;
+  int64_t v = 0;
+  a.read(H5::PredType::NATIVE_INT64, &v);
+  return v;
 }
 
 class Table {
@@ -377,6 +397,9 @@ struct Hdf5Recorder::Impl {
 
   // Replaces the file on disk with the in-memory file, atomically (see the header).
   void commit();
+  // Writes one prompt-run's rows (assigns run.run_id) and the `complete` attributes, in the
+  // order of the header comment; commit() makes it durable.
+  void stage(RunRecord& run);
 
   void open_tables() {
     H5::Group root = file->openGroup("/");
@@ -530,6 +553,26 @@ ExperimentData Hdf5Recorder::Impl::read() const {
   Rows pr = table_rows("prompts", kPromptsSchema);
   for (size_t i = 0; i < pr.s("id").size(); ++i) d.prompts.push_back({pr.s("id")[i], pr.s("category")[i], pr.s("text")[i]});
   d.methods = table_rows("methods", kMethodsSchema).s("name");
+  ExperimentMetadata& m = d.meta;
+  m.config_yaml = d.config_yaml;
+  m.resolved_config_yaml = d.resolved_config_yaml;
+  m.name = read_str_attr(root, "name");
+  m.git_revision = read_str_attr(root, "git_revision", "unknown");
+  m.torch_version = read_str_attr(root, "torch_version");
+  m.cpu_model = read_str_attr(root, "cpu_model");
+  m.cpu_cores = read_int_attr(root, "cpu_cores", 0);
+  m.memory_bytes = read_int_attr(root, "memory_bytes", 0);
+  m.start_time = read_str_attr(root, "start_time");
+  m.shard_index = read_int_attr(root, "shard_index", 0);
+  m.shard_count = read_int_attr(root, "shard_count", 1);
+  m.config_hash = read_str_attr(root, "config_hash");
+  m.merged_shards = read_int_attr(root, "merged_shards", 0);
+  d.status = read_str_attr(root, "status");
+  if (exists(root, "plan")) {  // absent in files written before sharding existed
+    Rows pl = table_rows("plan", kPlanSchema);
+    for (size_t i = 0; i < pl.i("point").size(); ++i)
+      m.plan.push_back({pl.i("point")[i], pl.i("prompt")[i], pl.i("repeat")[i]});
+  }
 
   const hsize_t n_runs = runs.rows();
   Rows r = runs.read(n_runs, path, read_limit);
@@ -666,6 +709,10 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetad
     write_str_attr(root, "end_time", "");
     write_str_attr(root, "status", "running");
     write_int_attr(root, "resume_count", 0);
+    write_int_attr(root, "shard_index", meta.shard_index);
+    write_int_attr(root, "shard_count", meta.shard_count);
+    write_str_attr(root, "config_hash", meta.config_hash);
+    write_int_attr(root, "merged_shards", meta.merged_shards);
     {
       H5::StrType t = utf8_type();
       H5::DataSet ds = root.createDataSet("config_yaml", t, H5::DataSpace(H5S_SCALAR));
@@ -707,6 +754,15 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetad
     for (const auto& m : methods) mr.add("name", m);
     if (!methods.empty()) mt.append(mr);
     mt.commit();
+    Table plan = Table::create(root, "plan", kPlanSchema);
+    Rows pl;
+    for (const PlanGroup& g : meta.plan) {
+      pl.add("point", g.point);
+      pl.add("prompt", g.prompt);
+      pl.add("repeat", g.repeat);
+    }
+    if (!meta.plan.empty()) plan.append(pl);
+    plan.commit();
     impl->runs = Table::create(root, "runs", kRunsSchema);
     impl->steps = Table::create(root, "steps", kStepsSchema);
     impl->positions = Table::create(root, "positions", kPositionsSchema);
@@ -731,11 +787,7 @@ Hdf5Recorder Hdf5Recorder::open_for_append(const std::string& path) {
     impl->runs.truncate(n_runs);
     for (Table* t : {&impl->steps, &impl->positions, &impl->tokens})
       t->truncate(committed_prefix(*t, n_runs, path, impl->read_limit));
-    write_int_attr(root, "resume_count", [&] {
-      int64_t v = 0;
-      if (root.attrExists("resume_count")) root.openAttribute("resume_count").read(H5::PredType::NATIVE_INT64, &v);
-      return v + 1;
-    }());
+    write_int_attr(root, "resume_count", read_int_attr(root, "resume_count", 0) + 1);
     write_str_attr(root, "status", "running");
     impl->committed_runs = static_cast<int64_t>(n_runs);
     impl->commit();
@@ -753,7 +805,21 @@ std::string Hdf5Recorder::config_yaml() const {
 
 void Hdf5Recorder::append(RunRecord& run) {
   wrap_h5(path_, "appending a prompt-run", [&] {
-    Impl& m = *impl_;
+    impl_->stage(run);
+    impl_->commit();
+  });
+}
+
+void Hdf5Recorder::append_all(std::vector<RunRecord>& runs) {
+  wrap_h5(path_, "appending prompt-runs", [&] {
+    for (RunRecord& run : runs) impl_->stage(run);
+    impl_->commit();
+  });
+}
+
+void Hdf5Recorder::Impl::stage(RunRecord& run) {
+  {
+    Impl& m = *this;
     run.run_id = static_cast<int64_t>(m.runs.rows());
     Rows tok, st, pos, rr;
     for (size_t i = 0; i < run.tokens.size(); ++i) {
@@ -819,9 +885,8 @@ void Hdf5Recorder::append(RunRecord& run) {
     m.steps.commit();
     m.positions.commit();
     m.runs.append(rr);
-    m.runs.commit();  // the run counts from here on
-    m.commit();
-  });
+    m.runs.commit();  // the run counts from here on (once committed to disk)
+  }
 }
 
 void Hdf5Recorder::write_summary(const ExperimentSummary& summary) {
@@ -862,13 +927,7 @@ void Hdf5Recorder::set_root_attribute(const std::string& name, int64_t value) {
 
 int64_t Hdf5Recorder::root_int_attribute(const std::string& name, int64_t fallback) const {
   return wrap_h5(path_, "reading an attribute", [&] {
-    H5::Group root = impl_->file->openGroup("/");
-    if (!root.attrExists(name)) return fallback;
-    H5::Attribute a = root.openAttribute(name);
-    if (a.getTypeClass() != H5T_INTEGER) return fallback;
-    int64_t v = 0;
-    a.read(H5::PredType::NATIVE_INT64, &v);
-    return v;
+    return read_int_attr(impl_->file->openGroup("/"), name, fallback);
   });
 }
 

@@ -38,21 +38,6 @@ namespace speclab {
 
 constexpr int64_t kHdf5SchemaVersion = 1;
 
-// Root attributes written at creation.
-struct ExperimentMetadata {
-  std::string name;
-  std::string config_yaml;    // the config as written, after --set overrides (YAML text)
-  // Every effective setting (effective_config_yaml) plus a `runtime` section (threads, the
-  // model file loaded, chat template on/off, the output path); /resolved_config. Optional.
-  std::string resolved_config_yaml;
-  std::string git_revision = "unknown";
-  std::string torch_version;  // SPECLAB_TORCH_VERSION
-  std::string cpu_model;      // /proc/cpuinfo "model name"
-  int64_t cpu_cores = 0;
-  int64_t memory_bytes = 0;   // physical memory
-  std::string start_time;     // ISO 8601 UTC
-};
-
 class Hdf5Recorder {
  public:
   // Creates `path`, replacing an existing file, and writes the metadata, the sweep points, the
@@ -77,6 +62,8 @@ class Hdf5Recorder {
 
   // Appends one finished prompt-run (assigns run.run_id) and commits; see the header comment.
   void append(RunRecord& run);
+  // Appends every run (assigning run_ids) with one commit at the end: `speclab merge`.
+  void append_all(std::vector<RunRecord>& runs);
   // Replaces /summary with `summary`; commits.
   void write_summary(const ExperimentSummary& summary);
   // Sets a string attribute on the root group (e.g. end_time, status); commits.

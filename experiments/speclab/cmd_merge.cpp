@@ -1,0 +1,69 @@
+// speclab merge — one experiment file from the shard files of `speclab run --shard i/n`
+// (framework/io/shard_merge.h, docs/scale-out.md): checks them, writes OUT.h5 (built under
+// OUT.h5.merging, renamed at the end) with the summary recomputed from every prompt-run, and
+// prints the summary table. Any problem: one line naming the files and keys, exit 2, nothing
+// written.
+#include <ctime>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "experiments/speclab/cli.h"
+#include "framework/core/error.h"
+#include "framework/io/shard_merge.h"
+
+namespace speclab::cli {
+
+namespace {
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+int cmd_merge(const std::vector<std::string>& args) {
+  std::vector<std::string> files;
+  bool overwrite = false;
+  po::options_description desc("speclab merge");
+  desc.add_options()
+      ("files", po::value(&files)->composing(), "OUT.h5 then the shard files (positional)")
+      ("overwrite", po::bool_switch(&overwrite), "replace an existing OUT.h5");
+  po::variables_map vm;
+  const char* usage = "usage: speclab merge OUT.h5 SHARD.h5... [--overwrite]";
+  if (!parse_or_help(usage, desc, args, vm, "files",
+                     "Merges the files of `speclab run CONFIG --shard i/n` (i = 0..n-1, each given once) into one "
+                     "file equal to an unsharded run's, up to the timings.",
+                     -1))
+    return kExitOk;
+  if (files.size() < 2)
+    throw Error(ErrorKind::kConfig, "expected OUT.h5 and at least one shard file, found " +
+                                        std::to_string(files.size()) + " file(s)", "command line", "SHARD");
+  const std::string out = files.front();
+  const std::vector<std::string> shards(files.begin() + 1, files.end());
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(out, ec) && !overwrite)
+    throw Error(ErrorKind::kConfig, "the output file already exists; pass --overwrite to replace it", out, "OUT.h5");
+  for (const std::string& s : shards)
+    if (fs::equivalent(s, out, ec))
+      throw Error(ErrorKind::kConfig, "expected an output file other than the shards, found a shard", out, "OUT.h5");
+  const fs::path dir = fs::path(out).has_parent_path() ? fs::path(out).parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec))
+    throw Error(ErrorKind::kIo, "expected an existing directory for the output file, found none", dir.string(),
+                "OUT.h5");
+
+  const ExperimentData merged = merge_shards(shards);
+  const ExperimentSummary summary = summarize(merged);
+  write_experiment_file(out, merged, summary, utc_now());
+  std::printf("merged %zu shards (%zu prompt-runs) into %s\n", shards.size(), merged.runs.size(), out.c_str());
+  print_summary(summary, merged.points);
+  return kExitOk;
+}
+
+}  // namespace speclab::cli

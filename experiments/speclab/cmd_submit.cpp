@@ -1,0 +1,163 @@
+// speclab submit — run an experiment config on a Slurm cluster (docs/scale-out.md).
+//
+//   speclab submit CONFIG.yaml --slurm --shards N [--partition P] [--time T] [--set k=v ...]
+//                  [--output FILE.h5] [--threads T] [--dry-run]
+//
+// Writes two batch scripts into <output stem>_shards/ beside the output file and prints them:
+//   shards.sh  a job array (--array=0-(N-1)); task i runs `speclab run CONFIG --shard i/N
+//              --resume` into shard_<i>.h5 (--resume creates the file or continues it, so a
+//              failed or requeued task is resubmitted with `sbatch --array=i shards.sh`);
+//   merge.sh   `speclab merge OUTPUT shard_*.h5 --overwrite`, then `speclab report OUTPUT`.
+// Then (unless --dry-run) submits shards.sh with sbatch and merge.sh with
+// --dependency=afterok:<array job>, and prints both job ids. The config is loaded and checked
+// first; the scripts call this speclab binary by its absolute path, from the current directory.
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "experiments/speclab/cli.h"
+#include "framework/core/error.h"
+#include "framework/io/experiment_config.h"
+
+namespace speclab::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string absolute(const std::string& p) {
+  std::error_code ec;
+  const fs::path a = fs::absolute(p, ec);
+  return ec ? p : a.lexically_normal().string();
+}
+
+// Runs `cmd`; its stdout without the trailing newline. Throws Error(kIo) when it fails.
+std::string run_capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) throw Error(ErrorKind::kIo, "cannot run: " + cmd, "sbatch");
+  char buf[256];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int rc = pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  if (rc != 0) throw Error(ErrorKind::kIo, "`" + cmd + "` failed: " + out, "sbatch");
+  return out;
+}
+
+void write_script(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) throw Error(ErrorKind::kIo, "cannot write the batch script", path);
+  fs::permissions(path, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
+}
+
+}  // namespace
+
+int cmd_submit(const std::vector<std::string>& args) {
+  std::string config_path, output, partition, time_limit;
+  std::vector<std::string> overrides;
+  bool slurm = false, dry_run = false;
+  int64_t shards = 0;
+  int threads = 0;
+  po::options_description desc("speclab submit");
+  desc.add_options()
+      ("config", po::value(&config_path), "experiment YAML (positional)")
+      ("slurm", po::bool_switch(&slurm), "submit to Slurm (the only scheduler supported; required)")
+      ("shards", po::value(&shards), "number of shards = array tasks (1 .. 100000)")
+      ("partition", po::value(&partition), "Slurm partition (sbatch --partition)")
+      ("time", po::value(&time_limit), "time limit per task (sbatch --time, e.g. 01:00:00)")
+      ("set", po::value(&overrides)->composing(), "override a config key: --set key=value (repeatable)")
+      ("output,o", po::value(&output), "merged HDF5 output path (default: the config's output.path)")
+      ("threads", po::value(&threads)->default_value(threads), "CPU threads per task (0 = default)")
+      ("dry-run", po::bool_switch(&dry_run), "write and print the scripts, submit nothing");
+  po::variables_map vm;
+  const char* usage =
+      "usage: speclab submit CONFIG.yaml --slurm --shards N [--partition P] [--time T] [--set key=value ...] "
+      "[--output FILE.h5] [--dry-run]";
+  if (!parse_or_help(usage, desc, args, vm, "config")) return kExitOk;
+  if (config_path.empty()) throw Error(ErrorKind::kConfig, "expected a config file, found none", "command line", "CONFIG");
+  if (!slurm) throw Error(ErrorKind::kConfig, "expected --slurm (the only scheduler supported), found none", "command line", "--slurm");
+  if (shards < 1 || shards > 100000)
+    throw Error(ErrorKind::kConfig, "expected a number of shards 1 <= N <= 100000, found " + std::to_string(shards),
+                "command line", "--shards");
+  for (const std::string& v : {partition, time_limit})
+    if (v.find_first_of(" \t\n'\"\\$`;") != std::string::npos)
+      throw Error(ErrorKind::kConfig, "expected a plain Slurm value, found '" + v + "'", "command line",
+                  v == partition ? "--partition" : "--time");
+
+  ExperimentConfig config = load_experiment_config(config_path, overrides);  // checks it now
+  if (!output.empty()) config.output.path = output;
+  const std::string out = absolute(config.output.path);
+  const fs::path out_path(out);
+  std::error_code ec;
+  if (!fs::is_directory(out_path.parent_path(), ec))
+    throw Error(ErrorKind::kIo, "expected an existing directory for the output file, found none",
+                out_path.parent_path().string(), "output.path");
+  const std::string dir = (out_path.parent_path() / (out_path.stem().string() + "_shards")).string();
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(ErrorKind::kIo, "cannot create the shard directory: " + ec.message(), dir, "output.path");
+
+  std::string job_name = "speclab-" + config.name;
+  for (char& c : job_name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  const std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
+  const std::string n = std::to_string(shards);
+  std::string run = quote(exe) + " run " + quote(absolute(config_path));
+  for (const std::string& o : overrides) run += " --set " + quote(o);
+  run += " --threads " + std::to_string(threads) + " --no-report --resume";
+
+  std::string head = "#!/bin/bash\n";
+  if (!partition.empty()) head += "#SBATCH --partition=" + partition + "\n";
+  if (!time_limit.empty()) head += "#SBATCH --time=" + time_limit + "\n";
+  const std::string cwd = absolute(".");
+  const std::string shard_script = head +
+      "#SBATCH --job-name=" + job_name + "\n"
+      "#SBATCH --array=0-" + std::to_string(shards - 1) + "\n"
+      "#SBATCH --output=" + dir + "/shard_%a.log\n"
+      "# One shard of `speclab submit`: resubmit a failed task i with `sbatch --array=i " + dir + "/shards.sh`.\n"
+      "set -euo pipefail\n"
+      "cd " + quote(cwd) + "\n"
+      "exec " + run + " --shard \"${SLURM_ARRAY_TASK_ID}/" + n + "\" --output " + quote(dir) +
+      "/shard_\"${SLURM_ARRAY_TASK_ID}\".h5\n";
+  std::string files;
+  for (int64_t i = 0; i < shards; ++i) files += " " + quote(dir + "/shard_" + std::to_string(i) + ".h5");
+  const std::string merge_script = head +
+      "#SBATCH --job-name=" + job_name + "-merge\n"
+      "#SBATCH --output=" + dir + "/merge.log\n"
+      "# Merges the shards of `speclab submit` and writes the report.\n"
+      "set -euo pipefail\n"
+      "cd " + quote(cwd) + "\n" +
+      quote(exe) + " merge " + quote(out) + files + " --overwrite\n" +
+      quote(exe) + " report " + quote(out) + "\n";
+  write_script(dir + "/shards.sh", shard_script);
+  write_script(dir + "/merge.sh", merge_script);
+  std::printf("# %s/shards.sh\n%s\n# %s/merge.sh\n%s\n", dir.c_str(), shard_script.c_str(), dir.c_str(),
+              merge_script.c_str());
+  if (dry_run) {
+    std::printf("dry run: nothing submitted; submit with: sbatch %s/shards.sh, then sbatch "
+                "--dependency=afterok:<its job id> %s/merge.sh\n", dir.c_str(), dir.c_str());
+    return kExitOk;
+  }
+  const std::string array_id = run_capture("sbatch --parsable " + quote(dir + "/shards.sh"));
+  const std::string job = array_id.substr(0, array_id.find(';'));
+  const std::string merge_id =
+      run_capture("sbatch --parsable --dependency=afterok:" + job + " " + quote(dir + "/merge.sh"));
+  std::printf("submitted: shards job %s (array 0-%lld), merge job %s (after all shards succeed) -> %s\n", job.c_str(),
+              static_cast<long long>(shards - 1), merge_id.substr(0, merge_id.find(';')).c_str(), out.c_str());
+  return kExitOk;
+}
+
+}  // namespace speclab::cli

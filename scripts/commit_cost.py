@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Commit cost and peak RSS of `speclab run` against the number of prompt-runs in the file.
+
+    /usr/bin/python3 scripts/commit_cost.py [SPECLAB] [N ...]     (default build/speclab 1000 10000)
+
+For each N it runs configs/tiny_stories.yaml (stories260K; 18 prompt-runs per repeat, so
+repeats = ceil(N / 18)) with generation.max_new_tokens=8, time-stamps each progress line
+("[k/N] ... in X s") as it arrives, and takes per prompt-run: gap between consecutive lines
+minus the decode time the line reports = the commit (HDF5 write) plus the loop's bookkeeping.
+Prints one table row per N: the median of that over the first and the last 100 prompt-runs,
+the file size and the process's peak RSS (getrusage of the child). Commit cost that grows
+with the file shows as last >> first.
+"""
+import math
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+speclab = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "build", "speclab")
+sizes = [int(x) for x in sys.argv[2:]] or [1000, 10000]
+line_re = re.compile(r"^\[(\d+)/(\d+)\] .* in ([0-9.]+) s;")
+
+print("| prompt-runs | file | commit+bookkeeping, first 100 (median ms) | last 100 (median ms) | peak RSS |")
+print("|---|---|---|---|---|")
+for n in sizes:
+    repeats = math.ceil(n / 18)
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "cost.h5")
+        cmd = [speclab, "run", os.path.join(root, "configs", "tiny_stories.yaml"), "--set", f"repeats={repeats}",
+               "--set", "generation.max_new_tokens=8", "--set", "generation.ignore_eos=true",
+               "--output", out, "--no-report", "--threads", "1"]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stamps = []
+        for line in p.stderr:
+            m = line_re.match(line)
+            if m:
+                stamps.append((time.monotonic(), float(m.group(3))))
+        if p.wait() != 0:
+            sys.exit(f"commit_cost: {' '.join(cmd)} failed")
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB, max over children so far
+        gaps = [(t1 - t0) - w1 for (t0, _), (t1, w1) in zip(stamps, stamps[1:])]
+        first, last = gaps[:100], gaps[-100:]
+        size = os.path.getsize(out)
+        note = "" if rss > before else " (<= an earlier row's)"
+        print(f"| {len(stamps)} | {size / 1e6:.1f} MB | {1e3 * statistics.median(first):.2f} | "
+              f"{1e3 * statistics.median(last):.2f} | {rss / 1024:.0f} MB{note} |", flush=True)
