@@ -18,8 +18,9 @@ fail() { say "$*"; exit 1; }
 [[ $(id -u) == 0 ]] || fail "needs root (slurmd runs jobs as any user); not starting"
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
   say "installing slurm-wlm and munge with apt-get"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge >/dev/null 2>&1 ||
-    fail "apt-get install slurm-wlm munge failed"
+  # A fresh machine may have no package index yet: update once if the first try fails.
+  install() { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge >/dev/null 2>&1; }
+  install || { apt-get update -qq >/dev/null 2>&1 && install; } || fail "apt-get install slurm-wlm munge failed"
 fi
 if [[ -f $DIR/slurmctld.pid ]] && kill -0 "$(cat "$DIR/slurmctld.pid")" 2>/dev/null; then
   say "a cluster is already running from $DIR; stop it first (scripts/slurm/stop_cluster.sh $DIR)"
