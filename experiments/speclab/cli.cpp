@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "framework/core/error.h"
+#include "framework/core/model_source.h"
 #include "framework/core/thread_pool.h"
 #include "models/loaders/export.h"
 
@@ -15,7 +16,7 @@ namespace speclab::cli {
 void ModelArgs::add_to(po::options_description& desc) {
   desc.add_options()
       ("model,m", po::value(&model)->default_value(model),
-       "model path (.gguf file, llama2.c .bin, HF directory) or named entry: smollm2-135m-instruct, stories260K")
+       ("model path (.gguf file, llama2.c .bin, HF directory) or named entry: " + named_model_list()).c_str())
       ("format", po::value(&format)->default_value(format), "auto | gguf | safetensors | llama2c")
       ("tokenizer", po::value(&tokenizer), "llama2.c tokenizer.bin (default: beside the model)")
       ("weights", po::value(&weights)->default_value(weights),

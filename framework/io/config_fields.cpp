@@ -212,11 +212,13 @@ Codec<std::string> model_path() {
   return c;
 }
 
-Codec<std::vector<std::string>> file_list() {
+Codec<std::string> file_as_written() {
   Codec<std::string> file = text();
   file.dump = [](const std::string& f, const Ctx& ctx) { return YAML::Node(absolute_path(resolve_path(ctx.base_dir, f))); };
-  return list_of(file, Shape::kScalarOrList);
+  return file;
 }
+
+Codec<std::vector<std::string>> file_list() { return list_of(file_as_written(), Shape::kScalarOrList); }
 
 Codec<int64_t> byte_count() {
   return {Shape::kScalar, nullptr, [](const YamlValue& x, const Ctx&, int64_t& m) { m = read_bytes(x); },

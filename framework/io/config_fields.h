@@ -136,6 +136,7 @@ Codec<std::string> path();
 Codec<std::string> model_path();  // the same, but a named model is kept as written
 // Paths kept as written and resolved when used (prompts.files); written absolute.
 Codec<std::vector<std::string>> file_list();
+Codec<std::string> file_as_written();  // one such path (prompts.sources[].file)
 // A byte count: an integer, or a number with a unit (KB, MB, GB, TB: powers of 1000; KiB, MiB,
 // GiB, TiB: powers of 1024; B).
 Codec<int64_t> byte_count();

@@ -138,6 +138,20 @@ const Table<InlinePrompt>& inline_table() {
   return t;
 }
 
+const Table<PromptSource>& prompt_source_table() {
+  using P = PromptSource;
+  static const Table<P> t("prompt source", {
+      field("file", {}, &P::file, file_as_written()),
+      field("field", {}, &P::field),
+      field("category_field", {}, &P::category_field),
+      field("category", {}, &P::category),
+      field("id_field", {}, &P::id_field),
+      field("categories", {}, &P::categories),
+      field("per_category", {}, &P::per_category),
+  });
+  return t;
+}
+
 const Table<PromptsOptions>& prompts_table() {
   using P = PromptsOptions;
   static const Table<P> t("prompts", {
@@ -145,6 +159,7 @@ const Table<PromptsOptions>& prompts_table() {
       field("field", {}, &P::field),
       field("category_field", {}, &P::category_field),
       field("id_field", {}, &P::id_field),
+      field("sources", {}, &P::sources, entries(prompt_source_table(), "a list of {file, field, ...} maps")),
       field("inline", {}, &P::inline_prompts,
             entries(inline_table(), "a list of prompts (strings or {text, category, id})",
                     [](const std::string& text, InlinePrompt& p) { p.text = text; })),

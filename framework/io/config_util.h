@@ -2,13 +2,16 @@
 // header-only, torch-free).
 //
 // Paths in a config are relative to the YAML file's directory (resolve_path); a model value with
-// neither '/' nor '.' is a named entry (see models/model_loader.h) and is kept as written.
+// neither '/' nor '.', or one of named_models() (framework/core/model_source.h), is a named entry
+// (see models/model_loader.h) and is kept as written.
 #pragma once
 
 #include <cstddef>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "framework/core/model_source.h"
 
 namespace speclab::config {
 
@@ -74,7 +77,8 @@ inline std::string resolve_path(const std::string& base_dir, const std::string& 
   return base_dir + "/" + p;
 }
 inline bool is_named_model(const std::string& p) {
-  return !p.empty() && p.find('/') == std::string::npos && p.find('.') == std::string::npos;
+  if (p.empty() || p.find('/') != std::string::npos) return false;
+  return p.find('.') == std::string::npos || find_named_model(p) != nullptr;
 }
 inline std::string resolve_model_path(const std::string& base_dir, const std::string& p) {
   return is_named_model(p) ? p : resolve_path(base_dir, p);

@@ -48,19 +48,43 @@ void ModelsOptions::validate() const {
   if (draft) under("draft", [&] { draft->validate(); });
 }
 
-void PromptsOptions::validate() const {
-  if (files.empty() && inline_prompts.empty())
-    bad("prompts", "files", "expected at least one prompt source (files or inline), found none");
-  for (const auto& f : files)
-    if (!ends_with(f, ".jsonl") && !ends_with(f, ".jsonl.gz"))
-      bad("prompts", "files", "expected a .jsonl or .jsonl.gz file, found " + squote(f));
+namespace {
+
+// Keys of the prompts section; `prefix` ("" or "sources[2].") goes before the key names.
+void check_prompt_keys(const std::string& prefix, const std::string& field, const std::string& category_field,
+                       const std::string& id_field) {
   for (const auto& [name, value] : {std::make_pair("field", field), std::make_pair("category_field", category_field),
                                     std::make_pair("id_field", id_field)}) {
-    if (std::string(name) == "field" && value.empty()) bad("prompts", name, "expected a JSON key, found nothing");
+    if (std::string(name) == "field" && value.empty()) bad("prompts", prefix + name, "expected a JSON key, found nothing");
     if (!value.empty())
       for (const auto& seg : split(value, '.'))
-        if (seg.empty()) bad("prompts", name, "expected a dotted key path such as turns.0, found " + squote(value));
+        if (seg.empty())
+          bad("prompts", prefix + name, "expected a dotted key path such as turns.0, found " + squote(value));
   }
+}
+
+void check_jsonl_name(const std::string& key, const std::string& f) {
+  if (!ends_with(f, ".jsonl") && !ends_with(f, ".jsonl.gz"))
+    bad("prompts", key, "expected a .jsonl or .jsonl.gz file, found " + squote(f));
+}
+
+}  // namespace
+
+void PromptSource::validate(const std::string& key) const {
+  check_jsonl_name(key + ".file", file);
+  check_prompt_keys(key + ".", field, category_field, id_field);
+  if (!category_field.empty() && !category.empty())
+    bad("prompts", key + ".category", "expected category_field or category, found both");
+  if (per_category < 0)
+    bad("prompts", key + ".per_category", "expected a count >= 0 (0 = all), found " + std::to_string(per_category));
+}
+
+void PromptsOptions::validate() const {
+  if (files.empty() && sources.empty() && inline_prompts.empty())
+    bad("prompts", "files", "expected at least one prompt source (files, sources or inline), found none");
+  for (const auto& f : files) check_jsonl_name("files", f);
+  check_prompt_keys("", field, category_field, id_field);
+  for (size_t i = 0; i < sources.size(); ++i) sources[i].validate("sources[" + std::to_string(i) + "]");
   for (size_t i = 0; i < inline_prompts.size(); ++i)
     if (inline_prompts[i].text.empty())
       bad("prompts", "inline[" + std::to_string(i) + "].text", "expected non-empty prompt text, found nothing");

@@ -10,7 +10,8 @@
 //                AR decoding is always run as the baseline ("ar") and needs no entry.
 //   sampling:    {temperature, top_k, top_p, seed}
 //   generation:  {max_new_tokens, stop: [..], ignore_eos}
-//   prompts:     {files: [..], field, category_field, id_field, inline: [{text, category, id}],
+//   prompts:     {files: [..], field, category_field, id_field, sources: [{file, field, category_field,
+//                 category, id_field, categories, per_category}], inline: [{text, category, id}],
 //                 chat: auto|on|off, system, limit}
 //   sweep:       {"<section>.<key>": [v1, v2, ...]}: the cartesian product over all listed keys;
 //                "drafter.<key>" applies to every drafter entry (e.g. drafter.gamma: [2, 4, 8])
@@ -65,11 +66,25 @@ struct InlinePrompt {
   std::string id, category, text;
 };
 
+// One JSONL file with its own keys (prompts.sources[]): mixes datasets whose fields differ in one
+// experiment (HumanEval `prompt`, MT-bench `turns.0` + `category`), read in place.
+struct PromptSource {
+  std::string file;                     // ".jsonl" or ".jsonl.gz", relative to the YAML file
+  std::string field = "prompt";         // JSON key of the prompt text (dotted path allowed)
+  std::string category_field;           // JSON key of the category (optional)
+  std::string category;                 // the category of every prompt when category_field is empty
+  std::string id_field;                 // JSON key of the id (optional; default: file:line)
+  std::vector<std::string> categories;  // keep only prompts of these categories (empty = all)
+  int64_t per_category = 0;             // keep the first N prompts of each category (0 = all)
+  void validate(const std::string& key) const;  // key: "sources[<i>]", for error paths under prompts
+};
+
 struct PromptsOptions {
   std::vector<std::string> files;  // JSONL (".jsonl" or ".jsonl.gz"), relative to the YAML file
   std::string field = "prompt";    // JSON key holding the prompt text (dotted path "turns.0" allowed)
   std::string category_field;      // JSON key of the category (optional)
   std::string id_field;            // JSON key of the id (optional; default: file:line)
+  std::vector<PromptSource> sources;  // after `files`, each with its own keys
   std::vector<InlinePrompt> inline_prompts;
   std::string chat = "auto";       // auto | on | off
   std::string system;              // system message in chat mode (optional)

@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "framework/core/error.h"
@@ -103,6 +106,46 @@ std::string json_field(const nlohmann::json& j, const std::string& field, const 
               where, field);
 }
 
+// The prompts of one JSONL file, read with `src`'s keys (a PromptSource, or the section's own
+// keys for prompts.files).
+void read_jsonl(const std::string& base, const PromptSource& src, std::vector<Prompt>& out) {
+  const std::string path = config::resolve_path(base, src.file);
+  const std::string text = read_prompt_file(path);
+  std::map<std::string, int64_t> kept;  // per category
+  size_t line_no = 0, start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (line_no == 1 && config::starts_with(line, "\xEF\xBB\xBF")) line.erase(0, 3);  // UTF-8 BOM
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      std::string msg = e.what();
+      const size_t close = msg.find("] ");
+      if (close != std::string::npos) msg = msg.substr(close + 2);
+      throw Error(ErrorKind::kBadInput, "expected one JSON object per line, found invalid JSON (" + msg + ")", where);
+    }
+    if (!j.is_object())
+      throw Error(ErrorKind::kBadInput, "expected one JSON object per line, found " + json_kind(j), where);
+    Prompt p;
+    p.text = json_field(j, src.field, "field", false, where);
+    p.id = src.id_field.empty() ? basename_of(src.file) + ":" + std::to_string(line_no)
+                                : json_field(j, src.id_field, "id_field", true, where);
+    p.category = src.category_field.empty() ? src.category : json_field(j, src.category_field, "category_field", true, where);
+    if (!src.categories.empty() && std::find(src.categories.begin(), src.categories.end(), p.category) == src.categories.end())
+      continue;
+    if (src.per_category > 0 && kept[p.category]++ >= src.per_category) continue;
+    out.push_back(std::move(p));
+  }
+}
+
 }  // namespace
 
 std::vector<Prompt> load_prompts(const ExperimentConfig& config) {
@@ -110,38 +153,14 @@ std::vector<Prompt> load_prompts(const ExperimentConfig& config) {
   const std::string base = config.source_path.empty() ? std::string(".") : config::dirname_of(config.source_path);
   std::vector<Prompt> out;
   for (const std::string& file : po.files) {
-    const std::string path = config::resolve_path(base, file);
-    const std::string text = read_prompt_file(path);
-    size_t line_no = 0, start = 0;
-    while (start < text.size()) {
-      size_t end = text.find('\n', start);
-      if (end == std::string::npos) end = text.size();
-      std::string line = text.substr(start, end - start);
-      start = end + 1;
-      ++line_no;
-      if (line_no == 1 && config::starts_with(line, "\xEF\xBB\xBF")) line.erase(0, 3);  // UTF-8 BOM
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.find_first_not_of(" \t") == std::string::npos) continue;
-      const std::string where = path + ":" + std::to_string(line_no);
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception& e) {
-        std::string msg = e.what();
-        const size_t close = msg.find("] ");
-        if (close != std::string::npos) msg = msg.substr(close + 2);
-        throw Error(ErrorKind::kBadInput, "expected one JSON object per line, found invalid JSON (" + msg + ")", where);
-      }
-      if (!j.is_object())
-        throw Error(ErrorKind::kBadInput, "expected one JSON object per line, found " + json_kind(j), where);
-      Prompt p;
-      p.text = json_field(j, po.field, "field", false, where);
-      p.id = po.id_field.empty() ? basename_of(file) + ":" + std::to_string(line_no)
-                                 : json_field(j, po.id_field, "id_field", true, where);
-      if (!po.category_field.empty()) p.category = json_field(j, po.category_field, "category_field", true, where);
-      out.push_back(std::move(p));
-    }
+    PromptSource src;
+    src.file = file;
+    src.field = po.field;
+    src.category_field = po.category_field;
+    src.id_field = po.id_field;
+    read_jsonl(base, src, out);
   }
+  for (const PromptSource& src : po.sources) read_jsonl(base, src, out);
   for (size_t i = 0; i < po.inline_prompts.size(); ++i) {
     const InlinePrompt& ip = po.inline_prompts[i];
     Prompt p;
@@ -151,9 +170,12 @@ std::vector<Prompt> load_prompts(const ExperimentConfig& config) {
     out.push_back(std::move(p));
   }
   if (po.limit > 0 && out.size() > static_cast<size_t>(po.limit)) out.resize(static_cast<size_t>(po.limit));
-  if (out.empty())
-    throw Error(ErrorKind::kBadInput, "expected at least one prompt, found none in " + join(po.files, ", "),
+  if (out.empty()) {
+    std::vector<std::string> names = po.files;
+    for (const PromptSource& src : po.sources) names.push_back(src.file);
+    throw Error(ErrorKind::kBadInput, "expected at least one prompt, found none in " + join(names, ", "),
                 config.source_path, "prompts");
+  }
   return out;
 }
 

@@ -1,7 +1,9 @@
 // Prompt loading: the prompts an experiment runs, from its `prompts` section (PromptsOptions).
 //
 // JSONL files (".jsonl", or ".jsonl.gz" read decompressed) come first, in the order listed and
-// relative to the config file's directory, then the inline prompts; `limit` keeps the first N.
+// relative to the config file's directory, then `sources` (each file with its own keys, a
+// category filter and a per-category cap, PromptSource), then the inline prompts; `limit` keeps
+// the first N.
 // One JSON object per line (blank lines skipped, a UTF-8 BOM allowed); `field`, `id_field` and
 // `category_field` are dotted paths ("turns.0" indexes objects and arrays). Ids default to
 // "<file name>:<line>" and "inline:<n>".

@@ -54,9 +54,8 @@ inline std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-// Runs SPECLAB_CLI with `args`.
-inline RunResult run_cli(const std::vector<std::string>& args, const RunOptions& opt = {}) {
-  const std::string cli = SPECLAB_CLI;
+// Runs the program at path `cli` (e.g. /usr/bin/python3) with `args`.
+inline RunResult run_program(const std::string& cli, const std::vector<std::string>& args, const RunOptions& opt = {}) {
   RunResult r;
   r.command = cli;
   for (const auto& a : args) r.command += " '" + (a.size() > 80 ? a.substr(0, 80) + "...'" : a + "'");
@@ -120,6 +119,11 @@ inline RunResult run_cli(const std::vector<std::string>& args, const RunOptions&
   if (r.exited) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   return r;
+}
+
+// Runs SPECLAB_CLI with `args`.
+inline RunResult run_cli(const std::vector<std::string>& args, const RunOptions& opt = {}) {
+  return run_program(SPECLAB_CLI, args, opt);
 }
 
 // The bad-input contract: exit code `code`, exactly one "error: ..." line on stderr containing

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -578,4 +579,51 @@ TEST_CASE("load_prompts: JSONL, .jsonl.gz, dotted fields, limit after concatenat
       CHECK_THAT(e.what(), Contains(dir + "/missing.jsonl"));
     }
   }
+}
+
+TEST_CASE("prompts.sources: per-file keys, a category filter and a per-category cap", "[config]") {
+  const std::string dir = tmp_dir();
+  write_file(dir + "/s1.jsonl", "{\"p\": \"a1\"}\n{\"p\": \"a2\"}\n{\"p\": \"a3\"}\n");
+  write_file(dir + "/s2.jsonl",
+             "{\"t\": [\"w1\"], \"k\": \"writing\"}\n{\"t\": [\"m1\"], \"k\": \"math\"}\n"
+             "{\"t\": [\"w2\"], \"k\": \"writing\"}\n{\"t\": [\"r1\"], \"k\": \"reasoning\"}\n"
+             "{\"t\": [\"w3\"], \"k\": \"writing\"}\n");
+  const std::string yaml = "models: {target: {path: stories260K}}\n"
+                           "prompts:\n"
+                           "  sources:\n"
+                           "    - {file: s1.jsonl, field: p, category: code, per_category: 2}\n"
+                           "    - {file: s2.jsonl, field: t.0, category_field: k, categories: [writing, reasoning],\n"
+                           "       per_category: 2}\n"
+                           "  inline: [last]\n";
+  const ExperimentConfig c = parse_experiment_config(yaml, dir + "/s.yaml");
+  const auto p = load_prompts(c);
+  std::vector<std::string> got;
+  for (const auto& x : p) got.push_back(x.category + ":" + x.text);
+  CHECK(got == std::vector<std::string>{"code:a1", "code:a2", "writing:w1", "writing:w2", "reasoning:r1", ":last"});
+  CHECK(p[2].id == "s2.jsonl:1");
+  CHECK_THAT(config_error("models: {target: {path: stories260K}}\n"
+                          "prompts: {sources: [{file: s1.jsonl, category: x, category_field: k}]}\n"),
+             Contains("prompts.sources[0].category: expected category_field or category, found both"));
+  CHECK_THAT(config_error("models: {target: {path: stories260K}}\nprompts: {sources: [{file: s1.txt}]}\n"),
+             Contains("prompts.sources[0].file: expected a .jsonl or .jsonl.gz file"));
+}
+
+TEST_CASE("qwen_pair.yaml: HumanEval and MT-bench writing, reasoning, coding; the 0.5B beside prompt lookup", "[config]") {
+  const ExperimentConfig c = load_experiment_config(kConfigs + "/qwen_pair.yaml");
+  CHECK(c.models.target.path == "qwen2.5-coder-1.5b-instruct");  // a named entry with dots is kept as written
+  REQUIRE(c.models.draft);
+  CHECK(c.models.draft->path == "qwen2.5-coder-0.5b-instruct");
+  std::map<std::string, int> per_category;
+  for (const auto& p : load_prompts(c)) ++per_category[p.category];
+  CHECK(per_category == std::map<std::string, int>{{"humaneval", 164}, {"writing", 10}, {"reasoning", 10}, {"coding", 10}});
+  CHECK(drafter(c, "draft_model").options.name == "draft_model");
+  CHECK(drafter(c, "draft_model_dynamic").options.schedule == "heuristic");
+  CHECK(drafter(c, "prompt_lookup_dynamic").options.schedule == "heuristic");
+  CHECK(expand_sweep(c).size() == 3);  // gamma 2, 4, 8
+
+  const ExperimentConfig d = load_experiment_config(kConfigs + "/qwen_pair_demo.yaml");
+  per_category.clear();
+  for (const auto& p : load_prompts(d)) ++per_category[p.category];
+  CHECK(per_category == std::map<std::string, int>{{"humaneval", 3}, {"writing", 3}, {"reasoning", 3}, {"coding", 3}});
+  CHECK(d.generation.max_new_tokens == 64);
 }
