@@ -4,7 +4,7 @@ JOBS     ?= $(shell nproc)
 CMAKE_ARGS ?=
 SPECLAB  := $(BUILD)/speclab
 
-.PHONY: all setup configure build test demo bench clean bad-inputs crash-safety kill-test draft-model plugins qwen-pair
+.PHONY: all setup configure build test demo bench clean bad-inputs crash-safety kill-test draft-model plugins qwen-pair demo-pair
 
 all: build
 
@@ -36,6 +36,12 @@ test: build
 
 demo: build
 	bash scripts/demo.sh $(SPECLAB)
+
+# The Qwen2.5-Coder pair (1.5B target, 0.5B draft) beside prompt lookup: configs/qwen_pair_demo.yaml,
+# 3 HumanEval + 3 each of MT-bench writing/reasoning/coding prompts, 64 tokens; ~10 min here.
+demo-pair: build
+	mkdir -p results
+	$(SPECLAB) run configs/qwen_pair_demo.yaml --overwrite
 
 bench: build
 	$(SPECLAB) bench

@@ -1,4 +1,4 @@
-// Row-wise float32 operations for the CPU forward pass (llama_cpu.cpp): RMSNorm, RoPE, SwiGLU
+// Row-wise float32 operations for the CPU backend (cpu_backend.cpp): RMSNorm, RoPE, SwiGLU
 // and the attention inner loops, on raw row-major buffers. One decode step runs ~40 small
 // operations per layer; as libtorch ops each costs 5-10 µs of dispatch, more than the math, so
 // the CPU path calls these instead. AVX2 where the CPU has it (dot/axpy), scalar otherwise.
