@@ -40,14 +40,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::string iso8601_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -274,6 +266,15 @@ void check_same_experiment(const std::string& path, const ExperimentData& have, 
 }
 
 }  // namespace
+
+std::string iso8601_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
 
 void check_output_path(const std::string& path, OutputMode mode) {
   if (path.empty()) throw Error(ErrorKind::kConfig, "expected an output path, found an empty one", path, "output.path");

@@ -40,6 +40,9 @@
 
 namespace speclab {
 
+// The current UTC time as ISO 8601, e.g. "2026-11-25T06:30:00Z" (the start_time / end_time attributes).
+std::string iso8601_now();
+
 enum class OutputMode { kCreate, kResume, kOverwrite };
 
 struct ProgressEvent {

@@ -3,29 +3,17 @@
 // OUT.h5.merging, renamed at the end) with the summary recomputed from every prompt-run, and
 // prints the summary table. Any problem: one line naming the files and keys, exit 2, nothing
 // written.
-#include <ctime>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "experiments/app/experiment_runner.h"
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
 #include "framework/io/shard_merge.h"
 
 namespace speclab::cli {
 
-namespace {
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-}  // namespace
 
 int cmd_merge(const std::vector<std::string>& args) {
   std::vector<std::string> files;
@@ -60,7 +48,7 @@ int cmd_merge(const std::vector<std::string>& args) {
 
   const ExperimentData merged = merge_shards(shards);
   const ExperimentSummary summary = summarize(merged);
-  write_experiment_file(out, merged, summary, utc_now());
+  write_experiment_file(out, merged, summary, iso8601_now());
   std::printf("merged %zu shards (%zu prompt-runs) into %s\n", shards.size(), merged.runs.size(), out.c_str());
   print_summary(summary, merged.points);
   return kExitOk;

@@ -117,6 +117,22 @@ class TieBreakingBug : public Model {
   const Model& inner_;
 };
 
+// A KV manager, and a layer_skip drafter (first 3 layers, gamma 3) over `target`, for the greedy
+// check of a planted bug.
+struct BrokenTargetRun {
+  explicit BrokenTargetRun(const Model& target) {
+    pool = kv.add_pool(target.config().kv_geometry());
+    options.name = "layer_skip";
+    options.draft_layers_first = 3;
+    options.num_speculative_tokens = 3;
+    drafter = drafter_registry().create(options, DrafterEnv{&target, &kv, pool, target.config().vocab_size});
+  }
+  KvCacheManager kv{KvOptions{}};
+  PoolId pool{};
+  DrafterOptions options;
+  std::unique_ptr<Drafter> drafter;
+};
+
 // A config for the runner on stories260K with one prompt and a layer_skip drafter.
 ExperimentConfig stories_config(int64_t samples, double t, double top_p, int64_t top_k, int gamma) {
   ExperimentConfig c;
@@ -422,14 +438,11 @@ TEST_CASE("the greedy check calls a verification pass that disagrees with AR a b
   Stories& s = stories();
   const Token victim = 100;
   BrokenVerification broken(*s.model, victim, 50.0f);
-  KvCacheManager kv(KvOptions{});
-  const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
-  DrafterEnv env{&broken, &kv, pool, s.model->config().vocab_size};
-  DrafterOptions o;
-  o.name = "layer_skip";
-  o.draft_layers_first = 3;
-  o.num_speculative_tokens = 3;
-  auto drafter = drafter_registry().create(o, env);
+  BrokenTargetRun run(broken);
+  KvCacheManager& kv = run.kv;
+  const PoolId pool = run.pool;
+  const DrafterOptions& o = run.options;
+  Drafter* drafter = run.drafter.get();
   GenerationOptions gen;
   gen.max_new_tokens = 40;
   const TokenList ids = s.info.tokenizer->encode("Once upon a time", true);
@@ -449,14 +462,11 @@ TEST_CASE("a planted tie-breaking bug fails the greedy check (a margin of 0 is n
   Stories& s = stories();
   TieBreakingBug broken(*s.model);
   CHECK(broken.row_exact_batch() == 0);
-  KvCacheManager kv(KvOptions{});
-  const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
-  DrafterEnv env{&broken, &kv, pool, s.model->config().vocab_size};
-  DrafterOptions o;
-  o.name = "layer_skip";
-  o.draft_layers_first = 3;
-  o.num_speculative_tokens = 3;
-  auto drafter = drafter_registry().create(o, env);
+  BrokenTargetRun run(broken);
+  KvCacheManager& kv = run.kv;
+  const PoolId pool = run.pool;
+  const DrafterOptions& o = run.options;
+  Drafter* drafter = run.drafter.get();
   GenerationOptions gen;
   gen.max_new_tokens = 60;
   int diverged = 0;
