@@ -10,6 +10,7 @@
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
 #include "models/llama/gemv.h"
+#include "models/llama/packed_blocks_avx2.h"
 
 namespace speclab::cpu {
 
@@ -48,12 +49,6 @@ struct ScalarOps {
   }
 };
 
-__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
-  return _mm_cvtss_f32(x);
-}
 
 // exp(x) for x <= 0 (Cephes' expf polynomial, ~2 ulp); lane-wise, so a value's result does not
 // depend on its lane or neighbours.
@@ -127,7 +122,7 @@ struct Avx2Ops {
         sum = _mm256_add_ps(sum, p);
       }
     }
-    return hsum8(sum);
+    return packed::hsum8(sum);
   }
 
   // acc[c*8 .. c*8 + 8*NV) for one block of NV vectors: each element is scaled once, then

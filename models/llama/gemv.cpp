@@ -31,13 +31,6 @@ void rows_scalar(const float* w, const float* x, const float* bias, float* y, in
   }
 }
 
-__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 0x55));
-  return _mm_cvtss_f32(lo);
-}
 
 // One activation row against four weight rows (x loaded once per 8 columns).
 __attribute__((target("avx2,fma"))) void four_rows_one_x(const float* a, int64_t in, const float* xj, float* out4) {
@@ -53,7 +46,7 @@ __attribute__((target("avx2,fma"))) void four_rows_one_x(const float* a, int64_t
     sc = _mm256_fmadd_ps(_mm256_loadu_ps(c + i), xv, sc);
     sd = _mm256_fmadd_ps(_mm256_loadu_ps(d + i), xv, sd);
   }
-  float ta = hsum(sa), tb = hsum(sb), tc = hsum(sc), td = hsum(sd);
+  float ta = packed::hsum8(sa), tb = packed::hsum8(sb), tc = packed::hsum8(sc), td = packed::hsum8(sd);
   for (int64_t i = vec_end; i < in; ++i) {
     ta += a[i] * xj[i];
     tb += b[i] * xj[i];
@@ -86,7 +79,7 @@ __attribute__((target("avx2,fma"))) void four_rows_three_x(const float* a, int64
   const float* xs[3] = {x0, x1, x2};
   for (int r = 0; r < 4; ++r)
     for (int j = 0; j < 3; ++j) {
-      float t = hsum(acc[r][j]);
+      float t = packed::hsum8(acc[r][j]);
       for (int64_t i = vec_end; i < in; ++i) t += rows[r][i] * xs[j][i];
       out12[j * 4 + r] = t;
     }
@@ -423,7 +416,7 @@ __attribute__((target("avx2,fma,f16c"))) void fused_rows_avx2(const uint8_t* w, 
     }
   }
   for (int rr = 0; rr < R; ++rr)
-    for (int j = 0; j < N; ++j) y[j * out + r + rr] = hsum(acc[rr][j]) + (bias ? bias[r + rr] : 0.f);
+    for (int j = 0; j < N; ++j) y[j * out + r + rr] = packed::hsum8(acc[rr][j]) + (bias ? bias[r + rr] : 0.f);
 }
 
 // A row of a Q5_0 / Q4_K / Q6_K matrix decoded to float32 (dequantize()'s values). GCC 12 at -O3

@@ -1,5 +1,7 @@
 // AVX2 decoding of ggml weight blocks to their integer values, shared by the float32-activation
-// kernels (gemv.cpp) and the int8-activation kernels (qgemm.cpp). Internal to those two files:
+// kernels (gemv.cpp) and the int8-activation kernels (qgemm.cpp), and the one horizontal sum those
+// and attention_cpu.cpp use (one fixed order, so a sum's bits never depend on the caller).
+// Internal to the kernel files:
 // every function is inline and compiled for avx2,fma,f16c, so callers must check the CPU first
 // (kernel_isa() != kScalar). Layouts: models/loaders/dequant.h and dequant.cpp.
 #pragma once
@@ -12,6 +14,14 @@
 #include "models/loaders/dequant.h"
 
 namespace speclab::packed {
+
+// The sum of the 8 lanes: (lo + hi) pairwise, then the two halves, then lanes 0 and 1.
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 0x55));
+  return _mm_cvtss_f32(x);
+}
 
 inline uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 

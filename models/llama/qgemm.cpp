@@ -160,13 +160,6 @@ void rows_scalar(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, c
 
 // ---- AVX2 ------------------------------------------------------------------------------------
 
-__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 0x55));
-  return _mm_cvtss_f32(lo);
-}
 
 // The integer part of block b for R weight rows x N activation rows: acc += (dw * dx) * sum(w * x)
 // in 8 lanes.
@@ -232,7 +225,7 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rows32_avx2(const uint8_t* w,
   }
   for (int rr = 0; rr < R; ++rr)
     for (int j = 0; j < N; ++j)
-      y[(j0 + j) * out + r + rr] = (hsum8(acc[rr][j]) + macc[rr][j]) + (bias ? bias[r + rr] : 0.f);
+      y[(j0 + j) * out + r + rr] = (packed::hsum8(acc[rr][j]) + macc[rr][j]) + (bias ? bias[r + rr] : 0.f);
 }
 
 // One weight row x N activation rows of a K-quant type.
@@ -280,7 +273,7 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rowsk_avx2(const uint8_t* w, 
       }
     }
   }
-  for (int j = 0; j < N; ++j) y[(j0 + j) * out + r] = hsum8(acc[j]) + (bias ? bias[r] : 0.f);
+  for (int j = 0; j < N; ++j) y[(j0 + j) * out + r] = packed::hsum8(acc[j]) + (bias ? bias[r] : 0.f);
 }
 
 template <GgmlType T, int N>

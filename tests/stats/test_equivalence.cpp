@@ -117,16 +117,20 @@ class TieBreakingBug : public Model {
   const Model& inner_;
 };
 
-// A KV manager, and a layer_skip drafter (first 3 layers, gamma 3) over `target`, for the greedy
-// check of a planted bug.
+// A KV manager and a layer_skip drafter (first 3 layers, gamma 3) over `target`, and the greedy
+// check of `target` with them: the setup of the planted-bug tests.
 struct BrokenTargetRun {
-  explicit BrokenTargetRun(const Model& target) {
+  explicit BrokenTargetRun(const Model& target) : target_(&target) {
     pool = kv.add_pool(target.config().kv_geometry());
     options.name = "layer_skip";
     options.draft_layers_first = 3;
     options.num_speculative_tokens = 3;
     drafter = drafter_registry().create(options, DrafterEnv{&target, &kv, pool, target.config().vocab_size});
   }
+  GreedyCheck check(const TokenDecoder& tokenizer, const TokenList& prompt, const GenerationOptions& gen) {
+    return check_greedy(*target_, tokenizer, prompt, gen, *drafter, options, {&kv, pool});
+  }
+  const Model* target_ = nullptr;
   KvCacheManager kv{KvOptions{}};
   PoolId pool{};
   DrafterOptions options;
@@ -439,14 +443,10 @@ TEST_CASE("the greedy check calls a verification pass that disagrees with AR a b
   const Token victim = 100;
   BrokenVerification broken(*s.model, victim, 50.0f);
   BrokenTargetRun run(broken);
-  KvCacheManager& kv = run.kv;
-  const PoolId pool = run.pool;
-  const DrafterOptions& o = run.options;
-  Drafter* drafter = run.drafter.get();
   GenerationOptions gen;
   gen.max_new_tokens = 40;
   const TokenList ids = s.info.tokenizer->encode("Once upon a time", true);
-  GreedyCheck g = check_greedy(broken, *s.info.tokenizer, ids, gen, *drafter, o, {&kv, pool});
+  GreedyCheck g = run.check(*s.info.tokenizer, ids, gen);
   CHECK_FALSE(g.match);
   CHECK(g.first_divergence >= 1);  // position 0 comes from the (correct) prefill
   CHECK(g.spec_token == victim);
@@ -463,16 +463,12 @@ TEST_CASE("a planted tie-breaking bug fails the greedy check (a margin of 0 is n
   TieBreakingBug broken(*s.model);
   CHECK(broken.row_exact_batch() == 0);
   BrokenTargetRun run(broken);
-  KvCacheManager& kv = run.kv;
-  const PoolId pool = run.pool;
-  const DrafterOptions& o = run.options;
-  Drafter* drafter = run.drafter.get();
   GenerationOptions gen;
   gen.max_new_tokens = 60;
   int diverged = 0;
   for (const std::string& prompt : reference_prompts()) {
     const TokenList ids = s.info.tokenizer->encode(prompt, true);
-    GreedyCheck g = check_greedy(broken, *s.info.tokenizer, ids, gen, *drafter, o, {&kv, pool});
+    GreedyCheck g = run.check(*s.info.tokenizer, ids, gen);
     INFO(prompt << ": classification " << g.classification << ", margins " << g.margin_ar << " / " << g.margin_verify);
     CHECK_FALSE(g.bit_identity);
     if (g.match) continue;
