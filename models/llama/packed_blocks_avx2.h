@@ -84,11 +84,11 @@ struct KInts {
   float d, dmin;
 };
 
+// The integers and the two float scales of a K-quant super-block, without the sub-block scales.
 template <GgmlType T>
-__attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_ints(const uint8_t* blk, KInts& k) {
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_q(const uint8_t* blk, KInts& k) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   if constexpr (T == GgmlType::Q4_K) {
-    unpack_q4k_scales(blk + 4, k.sc, k.mn);
     for (int c = 0; c < 4; ++c) {
       const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
       k.q[2 * c] = _mm256_and_si256(bytes, low4);
@@ -109,9 +109,62 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_ints(
       k.q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
     }
-    for (int i = 0; i < 16; ++i) k.sc[i] = static_cast<int8_t>(blk[192 + i]);
     k.d = _cvtsh_ss(load_u16(blk + 208));
     k.dmin = 0.f;
+  }
+}
+
+// kblock_q plus the sub-block scales as plain ints (k.sc, k.mn), for the float32 kernels.
+template <GgmlType T>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_ints(const uint8_t* blk, KInts& k) {
+  kblock_q<T>(blk, k);
+  if constexpr (T == GgmlType::Q4_K) {
+    unpack_q4k_scales(blk + 4, k.sc, k.mn);
+  } else {
+    for (int i = 0; i < 16; ++i) k.sc[i] = static_cast<int8_t>(blk[192 + i]);
+  }
+}
+
+// A K-quant super-block's sub-block scales as vpmaddwd multipliers, built in vector registers:
+// - scale[t] (t = 0..7) multiplies the 16 int16 pair sums of chunk t (elements 32t..32t+31).
+//   Q4_K: sc[t] in all 16 lanes. Q6_K: sc[2t] in the low 128 bits, sc[2t+1] in the high.
+// - off16 multiplies the 16 activation sums of 16 elements (xq.bsum16). Q4_K: mn[0], mn[0],
+//   mn[1], mn[1], ..., mn[7], mn[7] (each min covers two sums); Q6_K: sc[0..15].
+// The integers equal unpack_q4k_scales's (Q4_K) and the signed scale bytes (Q6_K).
+template <GgmlType T>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_scales16(const uint8_t* blk,
+                                                                                   __m256i (&scale)[8],
+                                                                                   __m256i& off16) {
+  if constexpr (T == GgmlType::Q4_K) {
+    // The 12 scale bytes as words w0..w2: bytes 0-3 hold sc[0..3] (low 6 bits) and the top two
+    // bits of sc[4..7]; bytes 4-7 the same for mn; bytes 8-11 the low nibbles of sc[4..7] (low)
+    // and mn[4..7] (high).
+    uint32_t w[3];
+    std::memcpy(w, blk + 4, 12);
+    const uint32_t m6 = 0x3F3F3F3Fu, m4 = 0x0F0F0F0Fu, m2 = 0x03030303u;
+    const uint32_t sc_lo = w[0] & m6, mn_lo = w[1] & m6;
+    const uint32_t sc_hi = (w[2] & m4) | (((w[0] >> 6) & m2) << 4);
+    const uint32_t mn_hi = ((w[2] >> 4) & m4) | (((w[1] >> 6) & m2) << 4);
+    // int16 lanes: sc[0..7] then mn[0..7].
+    const __m256i v = _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi),
+                                                          static_cast<int>(mn_lo), static_cast<int>(mn_hi)));
+    const __m256i sc2 = _mm256_permute2x128_si256(v, v, 0x00);  // sc[0..7] in both halves
+    for (int t = 0; t < 8; ++t)
+      scale[t] = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16(static_cast<int16_t>((2 * t) | ((2 * t + 1) << 8))));
+    const __m128i mn = _mm256_extracti128_si256(v, 1);
+    off16 = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
+  } else {
+    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+    off16 = v;  // sc[0..15]
+    const __m256i lo = _mm256_permute2x128_si256(v, v, 0x00), hi = _mm256_permute2x128_si256(v, v, 0x11);
+    for (int t = 0; t < 8; ++t) {
+      // Within a half of 8 scales, chunk t uses scales 2(t % 4) (low 128 bits) and 2(t % 4) + 1 (high).
+      const int a = 4 * (t % 4);
+      const __m256i pick = _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a,
+                                            a + 1, a + 2, a + 3, a + 2, a + 3, a + 2, a + 3, a + 2, a + 3, a + 2,
+                                            a + 3, a + 2, a + 3, a + 2, a + 3, a + 2, a + 3);
+      scale[t] = _mm256_shuffle_epi8(t < 4 ? lo : hi, pick);
+    }
   }
 }
 

@@ -229,31 +229,23 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rows32_avx2(const uint8_t* w,
 }
 
 // One weight row x N activation rows of a K-quant type.
+// xr: the N activation rows j0..j0+N-1 (x_row), nb: super-blocks per row.
 template <GgmlType T, int N>
-__attribute__((target("avx2,fma,f16c"))) void int8_rowsk_avx2(const uint8_t* w, int64_t row_bytes,
-                                                               const QuantizedRows& xq, int64_t j0, const float* bias,
-                                                               float* y, int64_t out, int64_t r) {
+__attribute__((target("avx2,fma,f16c"))) void int8_rowsk_avx2(const uint8_t* w, int64_t row_bytes, const XRow* xr,
+                                                               int64_t nb, int64_t j0, const float* bias, float* y,
+                                                               int64_t out, int64_t r) {
   constexpr int64_t bb = block_bytes(T);
-  const int64_t nb = xq.in / 256;
-  XRow xr[N];
-  for (int j = 0; j < N; ++j) xr[j] = x_row(xq, j0 + j);
   __m256 acc[N];
   for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
   packed::KInts k;
   __m256i scale[8], off16;  // vpmaddwd multipliers: per chunk, and for the 16 activation block sums
   for (int64_t b = 0; b < nb; ++b) {
-    packed::kblock_ints<T>(w + r * row_bytes + b * bb, k);
-    if constexpr (T == GgmlType::Q4_K) {
-      for (int t = 0; t < 8; ++t) scale[t] = _mm256_set1_epi16(static_cast<int16_t>(k.sc[t]));
-      const int* m = k.mn;  // each sub-block's min, once per 16 elements
-      off16 = _mm256_setr_epi16(m[0], m[0], m[1], m[1], m[2], m[2], m[3], m[3], m[4], m[4], m[5], m[5], m[6], m[6],
-                                m[7], m[7]);
-    } else {
-      const int* c = k.sc;
-      for (int t = 0; t < 8; ++t) scale[t] = _mm256_set_m128i(_mm_set1_epi16(c[2 * t + 1]), _mm_set1_epi16(c[2 * t]));
-      off16 = _mm256_setr_epi16(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12],
-                                c[13], c[14], c[15]);
-    }
+    const uint8_t* blk = w + r * row_bytes + b * bb;
+    // The super-block 1 KiB ahead, in flight while this one is decoded (prefetches never fault,
+    // so running past the matrix's end is harmless).
+    for (int c = 0; c < bb; c += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + 1024 + c), _MM_HINT_T0);
+    packed::kblock_q<T>(blk, k);
+    packed::kblock_scales16<T>(blk, scale, off16);
     for (int j = 0; j < N; ++j) {
       const int8_t* x = xr[j].q + 256 * b;
       __m256i isum = _mm256_setzero_si256();
@@ -280,7 +272,10 @@ template <GgmlType T, int N>
 void int8_range_avx2_n(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, int64_t j0, const float* bias,
                        float* y, int64_t out, int64_t r0, int64_t r1) {
   if constexpr (act_block(T) == 256) {
-    for (int64_t r = r0; r < r1; ++r) int8_rowsk_avx2<T, N>(w, row_bytes, xq, j0, bias, y, out, r);
+    XRow xr[N];  // hoisted: x_row divides
+    for (int j = 0; j < N; ++j) xr[j] = x_row(xq, j0 + j);
+    const int64_t nb = xq.in / 256;
+    for (int64_t r = r0; r < r1; ++r) int8_rowsk_avx2<T, N>(w, row_bytes, xr, nb, j0, bias, y, out, r);
   } else {
     constexpr int R = N == 1 ? 4 : N <= 3 ? 2 : 1;  // independent accumulator chains for small N
     int64_t r = r0;
