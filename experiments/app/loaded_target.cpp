@@ -7,8 +7,8 @@
 
 namespace speclab {
 
-std::unique_ptr<Model> build_model(LoadedModel& loaded, const ModelSource& source) {
-  return std::make_unique<LlamaModel>(loaded, parse_activations(source.activations, "activations"));
+std::unique_ptr<Model> build_model(LoadedModel& loaded, const ModelSource& source, int64_t head_vocab) {
+  return std::make_unique<LlamaModel>(loaded, parse_activations(source.activations, "activations"), head_vocab);
 }
 
 std::unique_ptr<LoadedTarget> load_target(const ModelSource& source) {

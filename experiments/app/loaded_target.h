@@ -25,8 +25,9 @@ struct LoadedTarget {
 std::unique_ptr<LoadedTarget> load_target(const ModelSource& source);
 
 // The model of `source`, already loaded from it (models/model_loader.h); source.activations
-// picks the activation type.
-std::unique_ptr<Model> build_model(LoadedModel& loaded, const ModelSource& source);
+// picks the activation type; head_vocab > 0 reduces the LM head to that many frequent tokens
+// (a draft's, DrafterOptions::draft_vocab; models/llama/llama_model.h).
+std::unique_ptr<Model> build_model(LoadedModel& loaded, const ModelSource& source, int64_t head_vocab = 0);
 
 // One LoadedTarget per distinct source (path, format, tokenizer, weights, activations), loaded on first use.
 class TargetCache {

@@ -49,7 +49,7 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
     src.format = o.draft_model_format;
     LoadedModel loaded = load_model(src);
     if (target != nullptr) check_same_vocabulary(loaded, *target);
-    return ModelDrafter::separate(build_model(loaded, src), env);
+    return ModelDrafter::separate(build_model(loaded, src, o.draft_vocab), env);
   });
   return r;
 }

@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
       only_n = std::atoll(argv[i + 1]);
     else {
       std::fprintf(stderr,
-                   "usage: kernel_bench [--threads N] [--seconds S] [--type Q4_K] [--shapes smollm2|qwen1.5b] [--n N] [--best]\n");
+                   "usage: kernel_bench [--threads N] [--seconds S] [--type Q4_K] [--shapes smollm2|qwen1.5b|qwen0.5b] [--n N] [--best]\n");
       return 2;
     }
   }
@@ -122,12 +122,17 @@ int main(int argc, char** argv) {
                                    {"gate_up 1536->17920", 1536, 17920},
                                    {"down 8960->1536", 8960, 1536},
                                    {"lm_head 1536->151936", 1536, 151936}};
-  if (shape_set != "smollm2" && shape_set != "qwen1.5b") {
-    std::fprintf(stderr, "kernel_bench: --shapes: expected smollm2 or qwen1.5b, got '%s'\n", shape_set.c_str());
+  const std::vector<Shape> qwen_small = {{"qkv 896->1152", 896, 1152},
+                                         {"gate_up 896->9728", 896, 9728},
+                                         {"down 4864->896", 4864, 896},
+                                         {"lm_head 896->151936", 896, 151936}};
+  if (shape_set != "smollm2" && shape_set != "qwen1.5b" && shape_set != "qwen0.5b") {
+    std::fprintf(stderr, "kernel_bench: --shapes: expected smollm2, qwen1.5b or qwen0.5b, got '%s'\n",
+                 shape_set.c_str());
     return 2;
   }
-  const std::vector<Shape>& shapes = shape_set == "smollm2" ? smollm2 : qwen;
-  const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
+  const std::vector<Shape>& shapes = shape_set == "smollm2" ? smollm2 : shape_set == "qwen1.5b" ? qwen : qwen_small;
+  const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
   const int64_t ns[] = {1, 5, 9, 17, 32};
   std::printf("kernel_bench: %d threads, ISA %s, %.2f s per figure (%s of batches); GB/s = packed weight bytes / time\n",
               threads, kernel_isa_name(kernel_isa()), seconds, best ? "minimum" : "median");

@@ -49,6 +49,8 @@ void DrafterArgs::add_to(po::options_description& desc) {
       ("draft-layers", po::value(&layers), "layer_skip: target layers the draft runs, e.g. 0-14 (default: first half)")
       ("draft-model", po::value(&draft_model), "draft_model: model path or named entry")
       ("draft-format", po::value(&draft_format)->default_value(draft_format), "draft_model: format")
+      ("draft-vocab", po::value(&draft_vocab)->default_value(draft_vocab),
+       "draft_model: LM head over the N most frequent tokens only (FR-Spec; 0 = whole vocabulary)")
       ("param", po::value(&params)->multitoken(), "plugin parameter key=value (repeatable)");
 }
 
@@ -65,6 +67,7 @@ DrafterOptions DrafterArgs::options() const {
   if (!layers.empty()) o.draft_layers = parse_layer_list(layers);
   o.draft_model = draft_model;
   o.draft_model_format = draft_format;
+  o.draft_vocab = draft_vocab;
   for (const auto& kv : params) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)

@@ -62,6 +62,7 @@ struct DrafterArgs {
   int lookup_min = 1, lookup_max = 3;
   std::string layers;   // layer_skip: "0-14" or "0,2,4"
   std::string draft_model, draft_format = "auto";
+  int64_t draft_vocab = 0;
   std::vector<std::string> params;  // key=value for plugins
 
   void add_to(po::options_description& desc);

@@ -22,6 +22,7 @@ void DrafterOptions::validate() const {
   if (prompt_lookup_min < 1 || prompt_lookup_max < prompt_lookup_min)
     bad("prompt_lookup_min", "expected 1 <= prompt_lookup_min <= prompt_lookup_max, found " +
                                  std::to_string(prompt_lookup_min) + " and " + std::to_string(prompt_lookup_max));
+  if (draft_vocab < 0) bad("draft_vocab", "expected >= 0 (0 = the whole vocabulary), found " + std::to_string(draft_vocab));
   if (draft_layers_first < 0) bad("draft_layers_first", "expected >= 0, found " + std::to_string(draft_layers_first));
   for (size_t i = 1; i < draft_layers.size(); ++i)
     if (draft_layers[i] <= draft_layers[i - 1]) bad("draft_layers", "expected a strictly ascending list of layer indices");

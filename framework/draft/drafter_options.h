@@ -29,6 +29,12 @@ struct DrafterOptions {
   // draft_model: a model path or named entry (+ format)
   std::string draft_model;
   std::string draft_model_format = "auto";
+  // draft_model: compute the draft's LM head over only its N most frequent tokens (FR-Spec, Zhao
+  // et al. 2025), taken as the N lowest token ids (byte-level BPE ids follow merge order, i.e.
+  // frequency in the tokenizer's corpus) plus the end-of-sequence and <|...|> control tokens.
+  // q is zero outside them, so the output stays the target's (the verifier rejects what q
+  // cannot propose); the draft reads N / vocab of its head's bytes. 0 = the whole vocabulary.
+  int64_t draft_vocab = 0;
   // Free-form parameters for plugins (key -> value as text).
   std::map<std::string, std::string> params;
 

@@ -231,6 +231,7 @@ const Table<DrafterEntry>& drafter_table() {
           also(field("draft_model", {"model"}, &E::options, &O::draft_model, model_path()),
                [](E& e) { e.draft_from_models = false; }),
           field("draft_model_format", {}, &E::options, &O::draft_model_format),
+          field("draft_vocab", {}, &E::options, &O::draft_vocab, integer<int64_t>(0, kI32Max)),
           field("params", {}, &E::options, &O::params, parameter_map()),
       });
   return t;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <map>
 
 #include <cmath>
@@ -38,8 +39,9 @@ void limit_blas_threads() {
 
 }  // namespace
 
-LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations)
+LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t head_vocab)
     : config_(loaded.config), activations_(activations) {
+  SPECLAB_CHECK(head_vocab >= 0, "head_vocab must be >= 0");
   validate_weights(config_, loaded.weights, loaded.source);
   limit_blas_threads();
   c10::InferenceMode guard;
@@ -65,6 +67,11 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations)
     w_.layers.push_back(std::move(L));
   }
   w.clear();
+  if (head_vocab > 0 && head_vocab < c.vocab_size) {
+    const std::vector<int64_t> ids = frequent_head_ids(*loaded.tokenizer, c.vocab_size, head_vocab);
+    head_ids_ = at::tensor(ids, at::kLong);
+    w_.lm_head = select_rows(w_.lm_head, head_ids_);
+  }
 
   auto bytes = [](const at::Tensor& t) { return t.defined() ? static_cast<uint64_t>(t.numel()) * 4 : 0; };
   weight_bytes_ = w_.embed.bytes() + bytes(w_.final_norm) + (c.tie_word_embeddings ? 0 : w_.lm_head.bytes());
@@ -131,8 +138,28 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, const at::Tensor& posit
   SPECLAB_CHECK(kv.read_base >= 0 || (kv.read_slots.defined() && kv.read_slots.size(0) == kv.ctx_len),
                 "kv.read_slots must list ctx_len slots");
   prepare_hidden(opts);
-  if (!opts.aten_reference && can_run_cpu(kv)) return forward_cpu(tokens, positions, kv, opts);
-  return forward_aten(tokens, positions, kv, opts);
+  at::Tensor logits = !opts.aten_reference && can_run_cpu(kv) ? forward_cpu(tokens, positions, kv, opts)
+                                                              : forward_aten(tokens, positions, kv, opts);
+  if (!head_ids_.defined()) return logits;
+  // [k, head ids] -> [k, vocab], -inf for the tokens the head leaves out.
+  at::Tensor full = at::full({logits.size(0), config_.vocab_size}, -std::numeric_limits<float>::infinity(),
+                             logits.options());
+  return full.index_copy_(1, head_ids_.to(logits.device()), logits);
+}
+
+std::vector<int64_t> frequent_head_ids(const Tokenizer& tok, int64_t vocab, int64_t n) {
+  std::vector<int64_t> ids;
+  const int64_t text = std::min(tok.vocab_size(), vocab);
+  for (int64_t t = 0; t < vocab; ++t) {
+    bool keep = t < n;
+    if (!keep && t < text) {
+      const std::string& s = tok.token_text(static_cast<Token>(t));
+      keep = tok.is_eos(static_cast<Token>(t)) ||
+             (s.size() >= 4 && s.compare(0, 2, "<|") == 0 && s.compare(s.size() - 2, 2, "|>") == 0);
+    }
+    if (keep) ids.push_back(t);
+  }
+  return ids;
 }
 
 }  // namespace speclab

@@ -19,11 +19,19 @@
 
 namespace speclab {
 
+// The token ids a reduced LM head keeps (FR-Spec, Zhao et al. 2025: "the N most frequent"): the
+// n lowest ids below `vocab`, since byte-level BPE and SentencePiece ids follow merge order, i.e.
+// frequency in the tokenizer's training corpus; plus every end-of-sequence id and every control
+// token written <|...|> (chat-template markers), wherever they sit. Ascending.
+std::vector<int64_t> frequent_head_ids(const Tokenizer& tok, int64_t vocab, int64_t n);
+
 class LlamaModel : public Model {
  public:
   // Takes the weights out of `loaded` (its WeightMap is left empty) to avoid a second copy.
-  // `activations`: how activations meet packed weights (llama_weights.h).
-  explicit LlamaModel(LoadedModel& loaded, Activations activations = Activations::kInt8);
+  // `activations`: how activations meet packed weights (llama_weights.h). `head_vocab` > 0 (and
+  // below the vocabulary): the LM head keeps only the rows of frequent_head_ids(head_vocab), and
+  // forward() returns -inf logits for every other token (a draft's reduced head, FR-Spec).
+  explicit LlamaModel(LoadedModel& loaded, Activations activations = Activations::kInt8, int64_t head_vocab = 0);
 
   const ModelConfig& config() const override { return config_; }
   // Runs the layer loop (layer_loop.h) on the backend of the KV storage's device: the CPU
@@ -53,6 +61,7 @@ class LlamaModel : public Model {
 
   ModelConfig config_;
   LlamaWeights w_;
+  at::Tensor head_ids_;  // [rows of w_.lm_head] int64 token ids, or undefined (the whole vocabulary)
   Activations activations_;
   uint64_t weight_bytes_ = 0;
   std::string weight_storage_;

@@ -118,6 +118,17 @@ WeightMatrix stack(std::vector<WeightMatrix> parts) {
   return s;
 }
 
+WeightMatrix select_rows(const WeightMatrix& w, const at::Tensor& rows) {
+  SPECLAB_CHECK(w.parts.empty(), "select_rows needs a single-block matrix");
+  WeightMatrix r = w;
+  r.out = rows.size(0);
+  if (w.is_packed())
+    r.packed = w.packed.index_select(0, rows).contiguous();
+  else
+    r.f32 = w.f32.index_select(0, rows).contiguous();
+  return r;
+}
+
 void linear(const WeightMatrix& w, const float* x, const float* bias, float* y, int64_t n, Activations act) {
   if (w.parts.empty()) return linear_block(w, x, bias, y, n, act);
   // Each part into a scratch [n, part.out], then into its columns of y [n, w.out].

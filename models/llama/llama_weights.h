@@ -46,6 +46,10 @@ at::Tensor take_vector(WeightMap& w, const std::string& name);
 // else a matrix of parts.
 WeightMatrix stack(std::vector<WeightMatrix> parts);
 
+// The matrix of w's rows `rows` ([k] int64, in that order): [k, w.in], same storage type. w must
+// be a single block (no parts).
+WeightMatrix select_rows(const WeightMatrix& w, const at::Tensor& rows);
+
 // y = x W^T (+ bias) on raw CPU buffers. x: [n, w.in]; bias: [w.out] or nullptr; y: [n, w.out].
 // Packed weights run gemv.h's kernels with float32 activations or qgemm.h's with int8 ones;
 // float32 weights gemm_small_f32. For n <= 32 row i of the result is bit-identical to a 1-row

@@ -79,6 +79,9 @@ TEST_CASE("greedy speculative decoding is token-identical to AR for every drafte
     o.draft_model = stories_path();
     o.draft_model_format = "auto";
     variants.push_back({"draft_model (same model)", o});
+    o.draft_vocab = 300;  // the same model with its LM head cut to 300 of 512 tokens (FR-Spec)
+    variants.push_back({"draft_model (same model, head of 300 tokens)", o});
+    o.draft_vocab = 0;
     o.name = "layer_skip";
     o.draft_layers = {0, 1};
     o.schedule = "heuristic";
@@ -108,6 +111,49 @@ TEST_CASE("greedy speculative decoding is token-identical to AR for every drafte
       }
     }
   }
+}
+
+TEST_CASE("a reduced LM head keeps its tokens' logits bit for bit and gives -inf to the rest", "[spec][draft_vocab]") {
+  Stories& s = stories();
+  const int64_t V = s.model->config().vocab_size;
+  const std::vector<int64_t> ids = frequent_head_ids(*s.info.tokenizer, V, 300);
+  // The 300 lowest ids, plus EOS (id 2 < 300 for this tokenizer): nothing else.
+  REQUIRE(ids.size() == 300);
+  CHECK(ids.front() == 0);
+  CHECK(ids.back() == 299);
+  for (Token e : s.info.tokenizer->eos_ids()) CHECK(std::find(ids.begin(), ids.end(), e) != ids.end());
+
+  ModelSource src;
+  src.path = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/stories260K.bin";
+  src.tokenizer = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/tok512.bin";
+  src.format = "llama2c";
+  LoadedModel loaded = load_model(src);
+  LlamaModel reduced(loaded, Activations::kInt8, 300);
+
+  const TokenList prompt = s.info.tokenizer->encode("Once upon a time, there was a little girl", true);
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  auto logits_of = [&](const Model& m) {
+    KvOptions kvo;
+    kvo.budget_bytes = 16 << 20;
+    KvCacheManager kv(kvo);
+    const PoolId pool = kv.add_pool(m.config().kv_geometry());
+    const SeqId seq = kv.create(pool);
+    kv.reserve(seq, n);
+    at::Tensor out = m.forward(token_tensor(prompt), at::arange(0, n, at::kLong), kv.view_at(seq, 0, n));  // [n, V]
+    (void)kv.release(seq);
+    return out;
+  };
+  const at::Tensor full = logits_of(*s.model), cut = logits_of(reduced);
+  REQUIRE(cut.sizes() == full.sizes());
+  const at::Tensor kept = at::tensor(ids, at::kLong);
+  CHECK(at::equal(cut.index_select(1, kept), full.index_select(1, kept)));
+  at::Tensor dropped_mask = at::ones({V}, at::kBool);
+  dropped_mask.index_fill_(0, kept, false);
+  const at::Tensor dropped = cut.index_select(1, dropped_mask.nonzero().squeeze(1));
+  CHECK(dropped.numel() == n * (V - 300));
+  CHECK(at::all(at::isinf(dropped) & (dropped < 0)).item<bool>());
+  // The full model does put mass there: a check that could fail.
+  CHECK(at::all(at::isfinite(full)).item<bool>());
 }
 
 TEST_CASE("the heuristic schedule grows after full acceptance and shrinks otherwise", "[spec][schedule]") {

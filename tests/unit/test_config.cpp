@@ -626,4 +626,9 @@ TEST_CASE("qwen_pair.yaml: HumanEval and MT-bench writing, reasoning, coding; th
   for (const auto& p : load_prompts(d)) ++per_category[p.category];
   CHECK(per_category == std::map<std::string, int>{{"humaneval", 3}, {"writing", 3}, {"reasoning", 3}, {"coding", 3}});
   CHECK(d.generation.max_new_tokens == 64);
+  CHECK(drafter(d, "draft_model_v64k").options.draft_vocab == 65536);
+  CHECK(drafter(d, "draft_model").options.draft_vocab == 0);
+  CHECK_THAT(config_error("models: {target: {path: stories260K}}\n"
+                          "drafters: [{name: draft_model, draft_model: stories260K, draft_vocab: -1}]\n"),
+             Contains("drafters[0].draft_vocab"));
 }
