@@ -160,6 +160,9 @@ void rows_scalar(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, c
 
 // ---- AVX2 ------------------------------------------------------------------------------------
 
+// How far ahead in a weight row the kernels prefetch.
+constexpr int64_t kPrefetchAhead = 1024;
+
 
 // The integer part of block b for R weight rows x N activation rows: acc += (dw * dx) * sum(w * x)
 // in 8 lanes.
@@ -168,8 +171,12 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void int8_block32
     const uint8_t* w, int64_t row_bytes, int64_t r, const XRow* xr, int64_t b, __m256 (&acc)[R][N]) {
   constexpr int64_t bb = block_bytes(T);
   const __m256i ones = _mm256_set1_epi16(1);
+  // Once per 64-byte line of each row: the line kPrefetchAhead bytes further, in flight while
+  // this one is decoded (prefetches never fault, so running past the matrix's end is harmless).
+  const bool new_line = ((b * bb) & 63) < bb;
   for (int rr = 0; rr < R; ++rr) {
     const uint8_t* blk = w + (r + rr) * row_bytes + b * bb;
+    if (new_line) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchAhead), _MM_HINT_T0);
     const __m256i wv = packed::block_ints32<T>(blk);
     const __m256i wu = T == GgmlType::Q4_1 ? wv : _mm256_sign_epi8(wv, wv);  // |w| for the sign trick
     const float dw = _cvtsh_ss(load_u16(blk));
@@ -241,9 +248,8 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rowsk_avx2(const uint8_t* w, 
   __m256i scale[8], off16;  // vpmaddwd multipliers: per chunk, and for the 16 activation block sums
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w + r * row_bytes + b * bb;
-    // The super-block 1 KiB ahead, in flight while this one is decoded (prefetches never fault,
-    // so running past the matrix's end is harmless).
-    for (int c = 0; c < bb; c += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + 1024 + c), _MM_HINT_T0);
+    // The super-block kPrefetchAhead bytes ahead, in flight while this one is decoded.
+    for (int c = 0; c < bb; c += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchAhead + c), _MM_HINT_T0);
     packed::kblock_q<T>(blk, k);
     packed::kblock_scales16<T>(blk, scale, off16);
     for (int j = 0; j < N; ++j) {
