@@ -47,6 +47,29 @@ inline void unpack_q4k_scales(const uint8_t* s, int* sc, int* mn) {
   }
 }
 
+// The stored (unsigned) integers of a Q4_0, Q4_1 or Q5_0 block, element i in byte i: the nibble
+// (0..15), or for Q5_0 the nibble plus its fifth bit (0..31).
+template <GgmlType T>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i block_uints32(const uint8_t* blk) {
+  static_assert(T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q5_0, "nibble types only");
+  constexpr int at = T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 2;
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at));
+  const __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
+  if constexpr (T == GgmlType::Q5_0) {
+    uint32_t qh;
+    std::memcpy(&qh, blk + 2, 4);
+    // Byte i takes byte i / 8 of qh, then keeps bit i % 8 of it as 0x10.
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                          3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+    __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), pick), bit);
+    hb = _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(v, hb);
+  }
+  return v;
+}
+
 // The 32 integer weights of a 32-element block, element i in byte i: signed for Q4_0 (nibble -
 // 8), Q5_0 (5 bits - 16) and Q8_0; the unsigned nibble (0..15) for Q4_1.
 template <GgmlType T>
@@ -54,22 +77,9 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i block_int
   if constexpr (T == GgmlType::Q8_0) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
   } else {
-    constexpr int at = T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 2;
-    const __m128i low4 = _mm_set1_epi8(0x0F);
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at));
-    const __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
+    const __m256i v = block_uints32<T>(blk);
     if constexpr (T == GgmlType::Q4_0) return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
-    if constexpr (T == GgmlType::Q5_0) {
-      uint32_t qh;
-      std::memcpy(&qh, blk + 2, 4);
-      // Byte i takes byte i / 8 of qh, then keeps bit i % 8 of it as 0x10.
-      const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                                            3, 3, 3, 3, 3, 3, 3);
-      const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
-      __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), pick), bit);
-      hb = _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), _mm256_set1_epi8(0x10));
-      return _mm256_sub_epi8(_mm256_or_si256(v, hb), _mm256_set1_epi8(16));
-    }
+    if constexpr (T == GgmlType::Q5_0) return _mm256_sub_epi8(v, _mm256_set1_epi8(16));
     return v;
   }
 }

@@ -164,8 +164,22 @@ void rows_scalar(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, c
 constexpr int64_t kPrefetchAhead = 1024;
 
 
+// Q4_0, Q4_1 and Q5_0 blocks are multiplied as their stored unsigned integers u (w = d * u + m,
+// with m = -8d, the stored min, -16d), so vpmaddubsw takes them as they are; the offset m times
+// the activation block's sum (QuantizedRows::s = dx * sum q) is added per block. Q8_0 uses the
+// sign trick (|w| * sign(x, w)).
+template <GgmlType T>
+constexpr bool kOffsetBlocks = T != GgmlType::Q8_0;
+
+// Block b's offset m (kOffsetBlocks types).
+template <GgmlType T>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline float block_offset(const uint8_t* blk) {
+  if constexpr (T == GgmlType::Q4_1) return _cvtsh_ss(load_u16(blk + 2));
+  return (T == GgmlType::Q4_0 ? -8.f : -16.f) * _cvtsh_ss(load_u16(blk));  // exact: a power of two
+}
+
 // The integer part of block b for R weight rows x N activation rows: acc += (dw * dx) * sum(w * x)
-// in 8 lanes.
+// in 8 lanes (w: the stored unsigned integers for kOffsetBlocks types).
 template <GgmlType T, int R, int N>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void int8_block32_avx2(
     const uint8_t* w, int64_t row_bytes, int64_t r, const XRow* xr, int64_t b, __m256 (&acc)[R][N]) {
@@ -177,12 +191,17 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void int8_block32
   for (int rr = 0; rr < R; ++rr) {
     const uint8_t* blk = w + (r + rr) * row_bytes + b * bb;
     if (new_line) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchAhead), _MM_HINT_T0);
-    const __m256i wv = packed::block_ints32<T>(blk);
-    const __m256i wu = T == GgmlType::Q4_1 ? wv : _mm256_sign_epi8(wv, wv);  // |w| for the sign trick
+    __m256i wv, wu;
+    if constexpr (kOffsetBlocks<T>) {
+      wu = packed::block_uints32<T>(blk);
+    } else {
+      wv = packed::block_ints32<T>(blk);
+      wu = _mm256_sign_epi8(wv, wv);  // |w| for the sign trick
+    }
     const float dw = _cvtsh_ss(load_u16(blk));
     for (int j = 0; j < N; ++j) {
       __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[j].q + 32 * b));
-      if constexpr (T != GgmlType::Q4_1) xv = _mm256_sign_epi8(xv, wv);
+      if constexpr (!kOffsetBlocks<T>) xv = _mm256_sign_epi8(xv, wv);
       const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
       acc[rr][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xr[j].d[b]), acc[rr][j]);
     }
@@ -208,27 +227,28 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rows32_avx2(const uint8_t* w,
       macc[rr][j] = 0.f;
     }
   int64_t b = 0;
-  if constexpr (T == GgmlType::Q4_1) {
-    // Q4_1's offset term m * (dx * sum q) for 8 blocks at a time: acc += m[b..b+8) * s[b..b+8) lane-wise.
+  if constexpr (kOffsetBlocks<T>) {
+    // The offset term m * (dx * sum q) for 8 blocks at a time: acc += m[b..b+8) * s[b..b+8) lane-wise.
+    constexpr int at = T == GgmlType::Q4_1 ? 2 : 0;  // Q4_1: the stored min; else the scale d
     for (; b + 8 <= nb; b += 8) {
       for (int64_t k = 0; k < 8; ++k) int8_block32_avx2<T, R, N>(w, row_bytes, r, xr, b + k, acc);
       for (int rr = 0; rr < R; ++rr) {
-        const uint8_t* m = w + (r + rr) * row_bytes + b * bb + 2;
-        const __m256 mv = _mm256_cvtph_ps(_mm_setr_epi16(
+        const uint8_t* m = w + (r + rr) * row_bytes + b * bb + at;
+        __m256 mv = _mm256_cvtph_ps(_mm_setr_epi16(
             static_cast<int16_t>(load_u16(m)), static_cast<int16_t>(load_u16(m + bb)),
             static_cast<int16_t>(load_u16(m + 2 * bb)), static_cast<int16_t>(load_u16(m + 3 * bb)),
             static_cast<int16_t>(load_u16(m + 4 * bb)), static_cast<int16_t>(load_u16(m + 5 * bb)),
             static_cast<int16_t>(load_u16(m + 6 * bb)), static_cast<int16_t>(load_u16(m + 7 * bb))));
+        if constexpr (T != GgmlType::Q4_1) mv = _mm256_mul_ps(mv, _mm256_set1_ps(T == GgmlType::Q4_0 ? -8.f : -16.f));
         for (int j = 0; j < N; ++j) acc[rr][j] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xr[j].s + b), acc[rr][j]);
       }
     }
   }
   for (; b < nb; ++b) {
     int8_block32_avx2<T, R, N>(w, row_bytes, r, xr, b, acc);
-    if constexpr (T == GgmlType::Q4_1)
+    if constexpr (kOffsetBlocks<T>)
       for (int rr = 0; rr < R; ++rr)
-        for (int j = 0; j < N; ++j)
-          macc[rr][j] += _cvtsh_ss(load_u16(w + (r + rr) * row_bytes + b * bb + 2)) * xr[j].s[b];
+        for (int j = 0; j < N; ++j) macc[rr][j] += block_offset<T>(w + (r + rr) * row_bytes + b * bb) * xr[j].s[b];
   }
   for (int rr = 0; rr < R; ++rr)
     for (int j = 0; j < N; ++j)
