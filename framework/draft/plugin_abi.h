@@ -14,6 +14,7 @@
 //
 // ABI history: 1 — create(options, const DrafterEnv*, ...): the env's C++ pointers were of no use
 // to a plugin (the host exports no symbols). 2 — create(options, const SpeclabHostApi*, ...).
+// 3 — DrafterOptions::draft_vocab (the struct's layout changed).
 #pragma once
 
 #include <cstddef>
@@ -22,7 +23,7 @@
 #include "framework/draft/drafter.h"
 #include "framework/draft/host_api.h"
 
-#define SPECLAB_DRAFTER_ABI_VERSION 2
+#define SPECLAB_DRAFTER_ABI_VERSION 3
 #define SPECLAB_DRAFTER_PLUGIN_SYMBOL "speclab_drafter_plugin"
 
 namespace speclab {

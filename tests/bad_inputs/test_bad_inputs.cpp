@@ -232,7 +232,12 @@ void patch_tensor_type(const std::string& path, const std::string& name, uint32_
 void build_plugin(const std::string& stem, const std::string& out) {
   const std::string src = kSource + "/tests/fixtures/plugins/" + stem + ".cpp";
   std::error_code ec;
-  if (fs::exists(out, ec) && fs::last_write_time(out, ec) > fs::last_write_time(src, ec)) return;
+  // Reused while newer than its source and the headers of the plugin boundary it compiles against.
+  bool fresh = fs::exists(out, ec);
+  for (const std::string& dep : {src, kSource + "/framework/draft/plugin_abi.h", kSource + "/framework/draft/drafter.h",
+                                 kSource + "/framework/draft/drafter_options.h", kSource + "/framework/draft/host_api.h"})
+    fresh = fresh && fs::last_write_time(out, ec) > fs::last_write_time(dep, ec);
+  if (fresh) return;
   const std::string tmp = out + ".tmp." + std::to_string(::getpid()), log = out + ".log";
   const std::string cmd = "c++ -std=c++17 -O1 -shared -fPIC -I" + sh_quote(kSource) + " -o " + sh_quote(tmp) + " " +
                           sh_quote(src) + " > " + sh_quote(log) + " 2>&1 && mv -f " + sh_quote(tmp) + " " +
