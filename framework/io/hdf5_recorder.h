@@ -74,6 +74,9 @@ class Hdf5Recorder {
  private:
   friend ExperimentData read_experiment(const std::string& path);
   struct Impl;
+  // Runs a change and its commit; any failure makes later commits fail too (Hdf5Journal).
+  template <class F>
+  void guarded(const char* what, F&& f);
   Hdf5Recorder(std::string path, std::unique_ptr<Impl> impl);
   std::string path_;
   std::unique_ptr<Impl> impl_;
