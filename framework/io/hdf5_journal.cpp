@@ -19,7 +19,7 @@ namespace speclab {
 
 namespace {
 
-constexpr uint64_t kPage = 4096;
+constexpr uint64_t kPage = 512;
 constexpr char kHead[8] = {'S', 'L', 'J', 'R', 'N', 'L', '0', '1'};
 constexpr char kTail[8] = {'S', 'L', 'J', 'E', 'N', 'D', '0', '1'};
 
@@ -100,7 +100,11 @@ bool read_whole(const std::string& path, std::vector<char>& out) {
   return ok;
 }
 
+void (*g_test_hook)(int) = nullptr;
+
 }  // namespace
+
+void set_hdf5_journal_test_hook(void (*hook)(int stage)) { g_test_hook = hook; }
 
 struct Hdf5Journal::State {
   std::string journal_path;
@@ -196,7 +200,10 @@ struct Hdf5Journal::State {
       }
       bytes_written += j.size();
       // The journal is complete: from here on a reader that finds it finishes this copy.
+      if (g_test_hook) g_test_hook(0);
+      size_t copied = 0;
       for (const auto& [index, bytes] : pages) {
+        if (g_test_hook && copied++ == pages.size() / 2) g_test_hook(1);
         if (!pwrite_all(fd, bytes.data(), bytes.size(), index * kPage)) {
           fail("cannot write " + data_path, errno);
           return false;

@@ -7,7 +7,7 @@
 //   - bytes at or above the committed end of allocation (space the committed file does not use:
 //     new chunks, new heap blocks) go straight to the file;
 //   - bytes below it (object headers, chunk indexes, the superblock, a chunk rewritten in place)
-//     go to an in-memory overlay of pages (at most 4 KiB each); reads see the overlay.
+//     go to an in-memory overlay of 512-byte pages; reads see the overlay.
 // commit() writes the overlay to `<path>.journal` (records and a checksum), copies it into the
 // file and unlinks the journal. So a process killed before the journal is complete leaves the
 // file as of the last commit (plus unused bytes past its end, which HDF5 ignores); one killed
@@ -65,5 +65,9 @@ class Hdf5Journal {
 // it copied. Throws Error(kIo, ..., path) when a complete journal cannot be applied (e.g. a
 // read-only file).
 bool recover_hdf5_journal(const std::string& path);
+
+// Tests only: `hook(0)` runs when a commit's journal is complete, `hook(1)` when half of it is
+// copied into the file (a test's hook _exit()s there to act as a SIGKILL). nullptr: none.
+void set_hdf5_journal_test_hook(void (*hook)(int stage));
 
 }  // namespace speclab

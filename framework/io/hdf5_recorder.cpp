@@ -179,7 +179,7 @@ class Table {
       const hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED};
       H5::DataSpace space(1, dims, maxdims);
       H5::DSetCreatPropList plist;
-      const hsize_t chunk[1] = {c.type == Col::kStr ? hsize_t(1024) : hsize_t(4096)};
+      const hsize_t chunk[1] = {c.type == Col::kStr ? hsize_t(256) : hsize_t(1024)};
       plist.setChunk(1, chunk);
       if (c.type != Col::kStr) plist.setShuffle();
       plist.setDeflate(4);
@@ -234,7 +234,7 @@ class Table {
     if (n == 0 || n == SIZE_MAX) return;
     const hsize_t start[1] = {rows_}, count[1] = {n}, total[1] = {rows_ + n};
     for (const ColumnSpec& c : *schema_) {
-      H5::DataSet ds = group_->openDataSet(c.name);
+      H5::DataSet& ds = column(c.name);
       if (H5Dset_extent(ds.getId(), total) < 0)
         throw H5::DataSetIException("append", std::string("cannot extend column ") + c.name);
       H5::DataSpace fs = ds.getSpace();
@@ -259,7 +259,7 @@ class Table {
   void truncate(hsize_t n) {
     const hsize_t dims[1] = {n};
     for (const ColumnSpec& c : *schema_)
-      if (H5Dset_extent(group_->openDataSet(c.name).getId(), dims) < 0)
+      if (H5Dset_extent(column(c.name).getId(), dims) < 0)
         throw H5::DataSetIException("truncate", std::string("cannot resize column ") + c.name);
     rows_ = n;
     commit();
@@ -314,8 +314,17 @@ class Table {
   }
 
  private:
+  // The columns a writer appends to stay open: closing a dataset drops its chunk cache, and the
+  // next append would read back and inflate the partly filled chunk it just compressed.
+  H5::DataSet& column(const char* name) {
+    auto it = columns_->find(name);
+    if (it == columns_->end()) it = columns_->emplace(name, group_->openDataSet(name)).first;
+    return it->second;
+  }
+
   // Held by pointer: the HDF5 C++ classes have no safe copy assignment.
   std::shared_ptr<H5::Group> group_;
+  std::shared_ptr<std::map<std::string, H5::DataSet>> columns_ = std::make_shared<std::map<std::string, H5::DataSet>>();
   const Schema* schema_ = nullptr;
   hsize_t rows_ = 0;
 };
