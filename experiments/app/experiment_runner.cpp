@@ -297,8 +297,8 @@ void check_output_path(const std::string& path, OutputMode mode) {
       throw Error(ErrorKind::kIo, "expected a writable output file, found a read-only one: " +
                                       std::string(std::strerror(errno)), path, "output.path");
   }
-  // The recorder writes <path>.partial and renames it over <path>: probe that the directory
-  // takes a new file now, before any model is loaded.
+  // The recorder creates <path>.partial (renamed to <path>) and writes <path>.journal at every
+  // commit: probe that the directory takes a new file now, before any model is loaded.
   const std::string probe = path + ".partial";
   const bool had_probe = fs::exists(probe, ec);
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
@@ -508,7 +508,9 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
       auto it = ar_tokens.find(ar_key);
       rec.lossless = it == ar_tokens.end() ? -1 : (it->second == rec.tokens ? 1 : 0);
     }
+    const Clock::time_point t_commit = Clock::now();
     recorder->append(rec);
+    ev.commit_seconds = since(t_commit);
     done_keys.insert(rec.key);
     ++recorded;
     ++ev.done;

@@ -20,6 +20,7 @@ namespace speclab {
 namespace {
 
 constexpr uint64_t kPage = 512;
+constexpr uint64_t kNoFile = uint64_t(1) << 62;  // a boundary above every address
 constexpr char kHead[8] = {'S', 'L', 'J', 'R', 'N', 'L', '0', '1'};
 constexpr char kTail[8] = {'S', 'L', 'J', 'E', 'N', 'D', '0', '1'};
 
@@ -117,20 +118,28 @@ struct Hdf5Journal::State {
   std::string error;
   uint64_t bytes_written = 0;
 
-  void fail(const std::string& what, int err) {
-    if (error.empty()) error = what + ": " + std::strerror(err);
+  // After a failure nothing reaches the file any more: every later write goes to the pages
+  // (memory), so HDF5 still reads back what it wrote and closes cleanly, and commit() refuses.
+  void fail(const std::string& what) {
+    if (error.empty()) error = what;
+    boundary = kNoFile;
   }
+  void fail(const std::string& what, int err) { fail(what + ": " + std::strerror(err)); }
 
+  // The page `index`, read from the file when new; it covers [index * kPage, boundary).
   std::vector<char>* page(uint64_t index) {
-    auto it = pages.find(index);
-    if (it != pages.end()) return &it->second;
     const uint64_t start = index * kPage;
-    std::vector<char> bytes(static_cast<size_t>(std::min(kPage, boundary - start)));
-    if (!pread_all(fd, bytes.data(), bytes.size(), start)) {
-      fail("cannot read " + data_path, errno);
-      return nullptr;
+    const auto want = static_cast<size_t>(std::min(kPage, boundary - start));
+    std::vector<char>& bytes = pages[index];
+    const size_t have = bytes.size();  // 0 when new; shorter when the boundary moved up (fail())
+    if (have < want) {
+      bytes.resize(want);
+      if (!pread_all(fd, bytes.data() + have, want - have, start + have)) {
+        std::memset(bytes.data() + have, 0, want - have);
+        fail("cannot read " + data_path, errno);
+      }
     }
-    return &pages.emplace(index, std::move(bytes)).first->second;
+    return &bytes;
   }
 
   bool read(uint64_t addr, size_t n, char* out) {
@@ -148,10 +157,8 @@ struct Hdf5Journal::State {
   }
 
   bool write(uint64_t addr, size_t n, const char* in) {
-    if (!error.empty()) return false;
     while (n > 0 && addr < boundary) {
       std::vector<char>* pg = page(addr / kPage);
-      if (!pg) return false;
       const size_t off = static_cast<size_t>(addr % kPage);
       const size_t take = std::min(n, pg->size() - off);
       std::memcpy(pg->data() + off, in, take);
@@ -160,7 +167,7 @@ struct Hdf5Journal::State {
     if (n == 0) return true;
     if (!pwrite_all(fd, in, n, addr)) {
       fail("cannot write " + data_path, errno);
-      return false;
+      return write(addr, n, in);  // into the pages now
     }
     bytes_written += n;
     eof = std::max<uint64_t>(eof, addr + n);
@@ -225,19 +232,21 @@ namespace {
 struct DriverFile {
   H5FD_t pub;  // must be first: HDF5 casts
   Hdf5Journal::State* s;
+  std::shared_ptr<Hdf5Journal::State>* owner;  // keeps `s` alive while HDF5 holds the file
   dev_t dev;
   ino_t ino;
 };
 
 struct FaplInfo {
   Hdf5Journal::State* s;
+  std::shared_ptr<Hdf5Journal::State>* owner;  // the journal's
 };
 
 Hdf5Journal::State* state_of(H5FD_t* f) { return reinterpret_cast<DriverFile*>(f)->s; }
 
 void* fapl_get(H5FD_t* f) {
   auto* info = static_cast<FaplInfo*>(std::malloc(sizeof(FaplInfo)));
-  if (info) info->s = state_of(f);
+  if (info) *info = {state_of(f), reinterpret_cast<DriverFile*>(f)->owner};
   return info;
 }
 
@@ -267,6 +276,7 @@ H5FD_t* open_file(const char* name, unsigned flags, hid_t fapl, haddr_t /*maxadd
     return nullptr;
   }
   f->s = &s;
+  f->owner = new std::shared_ptr<Hdf5Journal::State>(*info->owner);
   f->dev = st.st_dev;
   f->ino = st.st_ino;
   s.fd = fd;
@@ -277,11 +287,13 @@ H5FD_t* open_file(const char* name, unsigned flags, hid_t fapl, haddr_t /*maxadd
 }
 
 herr_t close_file(H5FD_t* f) {
-  Hdf5Journal::State* s = state_of(f);
+  auto* df = reinterpret_cast<DriverFile*>(f);
+  Hdf5Journal::State* s = df->s;
   // Writes after the last commit (HDF5's own close-time flush) are dropped with the pages.
   s->pages.clear();
   if (s->fd >= 0) ::close(s->fd);
   s->fd = -1;
+  delete df->owner;
   std::free(f);
   return 0;
 }
@@ -368,7 +380,7 @@ hid_t driver_id() {
 
 }  // namespace
 
-Hdf5Journal::Hdf5Journal(std::string journal_path) : state_(std::make_unique<State>()) {
+Hdf5Journal::Hdf5Journal(std::string journal_path) : state_(std::make_shared<State>()) {
   state_->journal_path = std::move(journal_path);
 }
 
@@ -378,7 +390,7 @@ hid_t Hdf5Journal::fapl() {
   const hid_t id = driver_id();
   if (id < 0) throw Error(ErrorKind::kIo, "cannot register the HDF5 journal driver", state_->journal_path);
   const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  FaplInfo info{state_.get()};
+  FaplInfo info{state_.get(), &state_};
   if (fapl < 0 || H5Pset_driver(fapl, id, &info) < 0) {
     if (fapl >= 0) H5Pclose(fapl);
     throw Error(ErrorKind::kIo, "cannot set up the HDF5 journal driver", state_->journal_path);
@@ -388,9 +400,7 @@ hid_t Hdf5Journal::fapl() {
 
 bool Hdf5Journal::commit() { return state_->commit(); }
 const std::string& Hdf5Journal::error() const { return state_->error; }
-void Hdf5Journal::fail(const std::string& what) {
-  if (state_->error.empty()) state_->error = what;
-}
+void Hdf5Journal::fail(const std::string& what) { state_->fail(what); }
 void Hdf5Journal::renamed(const std::string& data_path) { state_->data_path = data_path; }
 uint64_t Hdf5Journal::bytes_written() const { return state_->bytes_written; }
 

@@ -17,7 +17,8 @@
 // file's earlier data. Nothing is fsync'ed: a process crash is covered, a power cut is not.
 //
 // After a failed write or commit the journal refuses further commits (HDF5's in-memory state may
-// refer to bytes that never reached the disk); the file keeps its last commit.
+// refer to bytes that never reached the disk) and keeps HDF5's later writes in memory, so the
+// file keeps its last commit and still closes cleanly.
 #pragma once
 
 #include <hdf5.h>
@@ -56,7 +57,7 @@ class Hdf5Journal {
   struct State;
 
  private:
-  std::unique_ptr<State> state_;
+  std::shared_ptr<State> state_;  // shared with the open file: HDF5 may close it later
 };
 
 // Finishes a commit that a killed writer left half-copied: when `<path>.journal` is complete and

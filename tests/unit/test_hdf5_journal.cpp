@@ -164,7 +164,7 @@ TEST_CASE("a commit writes what changed: bytes per commit stay bounded while the
   const auto large_file = static_cast<double>(fs::file_size(path));
   INFO("per commit: " << small << " bytes at 428 prompt-runs (file " << small_file << " bytes), " << large
                       << " at 4128 (file " << large_file << ")");
-  REQUIRE(large_file > 5 * small_file);  // the file did grow
+  REQUIRE(large_file > 3 * small_file);  // the file did grow (the old commit's cost with it)
   CHECK(large < 1.5 * small);            // the commit did not
   CHECK(large < large_file / 4);         // and is far from a rewrite of the file
   const ExperimentData d = read_experiment(path);
