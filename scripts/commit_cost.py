@@ -7,8 +7,9 @@ For each N it runs configs/tiny_stories.yaml (stories260K; 18 prompt-runs per re
 repeats = ceil(N / 18)) with generation.max_new_tokens=8, time-stamps each progress line
 ("[k/N] ... in X s") as it arrives, and takes per prompt-run: gap between consecutive lines
 minus the decode time the line reports = the commit (HDF5 write) plus the loop's bookkeeping,
-and the commit alone as the line reports it ("; commit X ms": Hdf5Recorder::append).
-Prints one table row per N: the medians of both over the first and the last 100 prompt-runs,
+and the commit alone as the line reports it ("; commit X ms, cpu Y ms": Hdf5Recorder::append,
+wall time and the thread's CPU time, which other processes on a shared machine do not inflate).
+Prints one table row per N: the medians over the first and the last 100 prompt-runs,
 the file size, the process's peak RSS while it records prompt-runs (VmHWM from /proc when the
 next-to-last progress line arrives, before the end-of-run summary reads every record back), its peak
 RSS over the whole run (getrusage of the child) and the run's wall time. Commit cost or memory
@@ -27,11 +28,11 @@ import time
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 speclab = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "build", "speclab")
 sizes = [int(x) for x in sys.argv[2:]] or [1000, 10000]
-line_re = re.compile(r"^\[(\d+)/(\d+)\] .* in ([0-9.]+) s;.*?(?:; commit ([0-9.]+) ms)?$")
+line_re = re.compile(r"^\[(\d+)/(\d+)\] .* in ([0-9.]+) s;.*?(?:; commit ([0-9.]+) ms, cpu ([0-9.]+) ms)?$")
 
-print("| prompt-runs | file | commit, first 100 (median ms) | commit, last 100 (median ms) "
-      "| commit+bookkeeping, first 100 | last 100 | peak RSS, sweep | peak RSS, whole run | wall |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| prompt-runs | file | commit CPU, first 100 (median ms) | last 100 | commit wall, first 100 | last 100 "
+      "| commit+bookkeeping wall, first 100 | last 100 | peak RSS, sweep | peak RSS, whole run | run time |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def vm_hwm_kib(pid):
@@ -55,7 +56,7 @@ for n in sizes:
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         t_start = time.monotonic()
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        stamps, commits = [], []
+        stamps, commits, cpus = [], [], []
         sweep_hwm = 0
         for line in p.stderr:
             m = line_re.match(line)
@@ -63,6 +64,7 @@ for n in sizes:
                 stamps.append((time.monotonic(), float(m.group(3))))
                 if m.group(4) is not None:
                     commits.append(float(m.group(4)))
+                    cpus.append(float(m.group(5)))
                 if int(m.group(1)) == int(m.group(2)) - 1:  # before the last: the summary has not begun
                     sweep_hwm = vm_hwm_kib(p.pid)
         if p.wait() != 0:
@@ -74,7 +76,8 @@ for n in sizes:
         size = os.path.getsize(out)
         note = "" if rss > before else " (<= an earlier row's)"
         med = lambda xs: f"{statistics.median(xs):.2f}" if xs else "n/a"  # noqa: E731
-        print(f"| {len(stamps)} | {size / 1e6:.1f} MB | {med(commits[:100])} | {med(commits[-100:])} | "
+        print(f"| {len(stamps)} | {size / 1e6:.1f} MB | {med(cpus[:100])} | {med(cpus[-100:])} | "
+              f"{med(commits[:100])} | {med(commits[-100:])} | "
               f"{1e3 * statistics.median(first):.2f} | "
               f"{1e3 * statistics.median(last):.2f} | {sweep_hwm / 1024:.0f} MB | {rss / 1024:.0f} MB{note} | "
               f"{wall / 60:.1f} min |", flush=True)

@@ -39,6 +39,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double thread_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 
 std::string cpu_model() {
@@ -509,8 +514,10 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
       rec.lossless = it == ar_tokens.end() ? -1 : (it->second == rec.tokens ? 1 : 0);
     }
     const Clock::time_point t_commit = Clock::now();
+    const double cpu_commit = thread_cpu_seconds();
     recorder->append(rec);
     ev.commit_seconds = since(t_commit);
+    ev.commit_cpu_seconds = thread_cpu_seconds() - cpu_commit;
     done_keys.insert(rec.key);
     ++recorded;
     ++ev.done;
