@@ -267,9 +267,13 @@ H5FD_t* open_file(const char* name, unsigned flags, hid_t fapl, haddr_t /*maxadd
     ::close(fd);
     return nullptr;
   }
-  // Shared: readers (HDF5 takes shared locks too) may open the file; recover_hdf5_journal()'s
-  // exclusive lock tells it that this writer is alive.
-  (void)::flock(fd, LOCK_SH | LOCK_NB);
+  // Exclusive while the writer lives: a second writer, a reader (HDF5 takes a shared lock; a
+  // reader would see commits change the file under it) and recover_hdf5_journal() are refused.
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    s.fail("expected no other process to have the file open, found one holding its lock (a running speclab run?)");
+    return nullptr;
+  }
   auto* f = static_cast<DriverFile*>(std::calloc(1, sizeof(DriverFile)));
   if (!f) {
     ::close(fd);
@@ -403,6 +407,14 @@ const std::string& Hdf5Journal::error() const { return state_->error; }
 void Hdf5Journal::fail(const std::string& what) { state_->fail(what); }
 void Hdf5Journal::renamed(const std::string& data_path) { state_->data_path = data_path; }
 uint64_t Hdf5Journal::bytes_written() const { return state_->bytes_written; }
+
+bool hdf5_writer_holds(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  return held;
+}
 
 bool recover_hdf5_journal(const std::string& path) {
   const std::string jpath = path + ".journal";

@@ -16,6 +16,10 @@
 // with redo records). A commit writes what changed (new rows, the touched metadata), never the
 // file's earlier data. Nothing is fsync'ed: a process crash is covered, a power cut is not.
 //
+// The writer holds an exclusive flock on the file while it is open: other writers and readers
+// (HDF5 locks files it opens) are refused until it ends, since a reader would see the file change
+// under it.
+//
 // After a failed write or commit the journal refuses further commits (HDF5's in-memory state may
 // refer to bytes that never reached the disk) and keeps HDF5's later writes in memory, so the
 // file keeps its last commit and still closes cleanly.
@@ -66,6 +70,9 @@ class Hdf5Journal {
 // it copied. Throws Error(kIo, ..., path) when a complete journal cannot be applied (e.g. a
 // read-only file).
 bool recover_hdf5_journal(const std::string& path);
+
+// Whether a process holds an exclusive lock on `path` (a writer: Hdf5Journal takes one).
+bool hdf5_writer_holds(const std::string& path);
 
 // Tests only: `hook(0)` runs when a commit's journal is complete, `hook(1)` when half of it is
 // copied into the file (a test's hook _exit()s there to act as a SIGKILL). nullptr: none.

@@ -465,9 +465,16 @@ std::unique_ptr<H5::H5File> open_file(const std::string& path, unsigned flags,
     hdf5 = false;
   }
   if (!hdf5) throw Error(ErrorKind::kBadInput, "expected an HDF5 file, found another format", path);
-  return wrap_h5(path, "opening the HDF5 file", [&] {
-    return std::make_unique<H5::H5File>(path, flags, H5::FileCreatPropList::DEFAULT, fapl);
-  });
+  try {
+    return wrap_h5(path, "opening the HDF5 file", [&] {
+      return std::make_unique<H5::H5File>(path, flags, H5::FileCreatPropList::DEFAULT, fapl);
+    });
+  } catch (const Error&) {
+    if (hdf5_writer_holds(path))
+      throw Error(ErrorKind::kIo,
+                  "expected no process writing the file, found one holding its lock (a running speclab run?)", path);
+    throw;
+  }
 }
 
 // The scalar string dataset /<name>; "" when it is absent and not `required`.
@@ -783,9 +790,16 @@ Hdf5Recorder Hdf5Recorder::open_for_append(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   recover_hdf5_journal(path);
-  if (::unlink((path + ".journal").c_str()) != 0 && errno != ENOENT)  // an incomplete one: never begun
+  try {
+    impl->file = open_file(path, H5F_ACC_RDWR, impl->journaled_access());
+  } catch (const Error&) {
+    if (impl->journal && !impl->journal->error().empty())  // e.g. another writer holds the file
+      throw Error(ErrorKind::kIo, impl->journal->error(), path, "output.path");
+    throw;
+  }
+  // Ours now (locked): a journal left is an incomplete one, whose copy never began.
+  if (::unlink((path + ".journal").c_str()) != 0 && errno != ENOENT)
     throw Error(ErrorKind::kIo, "cannot remove " + path + ".journal: " + std::strerror(errno), path, "output.path");
-  impl->file = open_file(path, H5F_ACC_RDWR, impl->journaled_access());
   wrap_h5(path, "opening the experiment file", [&] {
     H5::Group root = impl->file->openGroup("/");
     check_schema_version(root, path);

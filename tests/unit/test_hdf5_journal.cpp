@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "framework/core/error.h"
 #include "framework/io/hdf5_journal.h"
 #include "framework/io/hdf5_recorder.h"
 
@@ -229,5 +230,28 @@ TEST_CASE("a journal its writer did not finish is ignored: the file is the last 
     rec.append(r);
   }
   CHECK(read_experiment(path).runs.size() == 6);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a second writer, or a reader, is refused while a writer holds the file", "[hdf5][journal]") {
+  const std::string dir = temp_dir(), path = dir + "/w.h5";
+  Hdf5Recorder rec = new_file(path);
+  RunRecord r = run(0);
+  rec.append(r);
+  try {
+    Hdf5Recorder::open_for_append(path);
+    FAIL("a second writer opened the file");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kIo);
+    CHECK(std::string(e.what()).find("found one holding its lock") != std::string::npos);
+  }
+  try {
+    read_experiment(path);
+    FAIL("a reader opened the file");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("found one holding its lock") != std::string::npos);
+  }
+  rec = new_file(dir + "/other.h5");  // closes w.h5
+  CHECK(read_experiment(path).runs.size() == 1);
   fs::remove_all(dir);
 }
