@@ -1,6 +1,6 @@
 // The experiment file's commits (framework/io/hdf5_journal.h): a commit writes what changed, not
 // the file (bytes written per commit, counted by the kernel, stay bounded while the file grows
-// tenfold — the old rewrite-the-whole-file commit fails this); a writer killed with a complete
+// threefold — the old rewrite-the-whole-file commit fails this); a writer killed with a complete
 // journal, or half-way through copying it, leaves a file that every reader (read_experiment, the
 // Python reader analysis/speclab_h5.py, --resume) completes to the last commit; and a journal
 // whose writer died before it was complete is ignored.
@@ -146,32 +146,34 @@ TEST_CASE("a commit writes what changed: bytes per commit stay bounded while the
     return;
   }
   const std::string dir = temp_dir(), path = dir + "/grow.h5";
-  Hdf5Recorder rec = new_file(path);
   int64_t n = 0;
-  // Mean bytes written by one commit over the next `k` commits.
-  auto per_commit = [&](int k) {
-    const long long before = written_bytes();
-    for (int i = 0; i < k; ++i) {
-      RunRecord r = run(n++);
-      rec.append(r);
-    }
-    return static_cast<double>(written_bytes() - before) / k;
-  };
-  while (n < 300) per_commit(50);
-  const double small = per_commit(128);  // 128: a whole cycle of the tokens' 1024-row chunks
-  const auto small_file = static_cast<double>(fs::file_size(path));
-  while (n < 4000) per_commit(100);
-  const double large = per_commit(128);
-  const auto large_file = static_cast<double>(fs::file_size(path));
-  INFO("per commit: " << small << " bytes at 428 prompt-runs (file " << small_file << " bytes), " << large
-                      << " at 4128 (file " << large_file << ")");
-  REQUIRE(large_file > 3 * small_file);  // the file did grow (the old commit's cost with it)
-  CHECK(large < 1.5 * small);            // the commit did not
-  CHECK(large < large_file / 4);         // and is far from a rewrite of the file
+  {
+    Hdf5Recorder rec = new_file(path);
+    // Mean bytes written by one commit over the next `k` commits.
+    auto per_commit = [&](int k) {
+      const long long before = written_bytes();
+      for (int i = 0; i < k; ++i) {
+        RunRecord r = run(n++);
+        rec.append(r);
+      }
+      return static_cast<double>(written_bytes() - before) / k;
+    };
+    while (n < 300) per_commit(50);
+    const double small = per_commit(128);  // 128: a whole cycle of the tokens' 1024-row chunks
+    const auto small_file = static_cast<double>(fs::file_size(path));
+    while (n < 2500) per_commit(100);
+    const double large = per_commit(128);
+    const auto large_file = static_cast<double>(fs::file_size(path));
+    INFO("per commit: " << small << " bytes at 428 prompt-runs (file " << small_file << " bytes), " << large
+                        << " at 2628 (file " << large_file << ")");
+    REQUIRE(large_file > 2.5 * small_file);  // the file did grow (the old commit's cost with it)
+    CHECK(large < 1.5 * small);              // the commit did not
+    CHECK(large < large_file / 3);           // and is far from a rewrite of the file
+  }
   const ExperimentData d = read_experiment(path);
   REQUIRE(d.runs.size() == static_cast<size_t>(n));
-  CHECK(d.runs[4000].tokens == run(4000).tokens);
-  CHECK(d.runs[4000].steps[3].p == run(4000).steps[3].p);
+  CHECK(d.runs[2600].tokens == run(2600).tokens);
+  CHECK(d.runs[2600].steps[3].p == run(2600).steps[3].p);
   fs::remove_all(dir);
 }
 
