@@ -13,7 +13,10 @@ numpy (Debian: python3-h5py).
 
 from __future__ import annotations
 
+import fcntl
 import math
+import os
+import struct
 
 import h5py
 import numpy as np
@@ -24,6 +27,69 @@ Z95 = 1.959963984540054
 
 class SchemaError(Exception):
     """The file is not a SpecLab experiment file of a supported schema version."""
+
+
+_JOURNAL_HEAD, _JOURNAL_TAIL = b"SLJRNL01", b"SLJEND01"
+
+
+def _fnv1a(data: bytes) -> int:
+    h = 1469598103934665603
+    for b in data:
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def _journal_records(j: bytes):
+    """The (offset, bytes) records of a complete journal, or None (framework/io/hdf5_journal.cpp)."""
+    if len(j) < 32 or j[:8] != _JOURNAL_HEAD or j[-8:] != _JOURNAL_TAIL:
+        return None
+    body = len(j) - 16
+    if _fnv1a(j[:body]) != struct.unpack_from("<Q", j, body)[0]:
+        return None
+    (n,) = struct.unpack_from("<Q", j, 8)
+    at, recs = 16, []
+    for _ in range(n):
+        if body - at < 16:
+            return None
+        off, length = struct.unpack_from("<QQ", j, at)
+        at += 16
+        if length > body - at:
+            return None
+        recs.append((off, j[at:at + length]))
+        at += length
+    return recs if at == body else None
+
+
+def recover_journal(path: str) -> bool:
+    """Finishes a commit that a killed writer left half-copied (docs/hdf5-schema.md, "Crash
+    consistency"): when `<path>.journal` is complete and no writer holds the file, copies it into
+    the file and removes it. An incomplete journal is left alone (the file is consistent without
+    it). Returns whether it copied; the same as speclab's recover_hdf5_journal()."""
+    jpath = path + ".journal"
+    if not os.path.exists(jpath):
+        return False
+    with open(jpath, "rb") as f:
+        if _journal_records(f.read()) is None:
+            return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # its writer is alive
+        try:
+            with open(jpath, "rb") as f:
+                recs = _journal_records(f.read())
+        except FileNotFoundError:
+            return False
+        if recs is None:
+            return False
+        for off, data in recs:
+            os.pwrite(fd, data, off)
+        os.unlink(jpath)
+        return True
+    finally:
+        os.close(fd)
 
 
 def _column(ds: h5py.Dataset, n: int) -> np.ndarray:
@@ -62,6 +128,7 @@ def _attr_str(v) -> str:
 class Experiment:
     def __init__(self, path: str):
         self.path = path
+        recover_journal(path)
         with h5py.File(path, "r") as f:
             if "schema_version" not in f.attrs:
                 raise SchemaError(f"{path}: expected root attribute schema_version, found none "

@@ -39,6 +39,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double thread_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 
 std::string cpu_model() {
@@ -297,8 +302,8 @@ void check_output_path(const std::string& path, OutputMode mode) {
       throw Error(ErrorKind::kIo, "expected a writable output file, found a read-only one: " +
                                       std::string(std::strerror(errno)), path, "output.path");
   }
-  // The recorder writes <path>.partial and renames it over <path>: probe that the directory
-  // takes a new file now, before any model is loaded.
+  // The recorder creates <path>.partial (renamed to <path>) and writes <path>.journal at every
+  // commit: probe that the directory takes a new file now, before any model is loaded.
   const std::string probe = path + ".partial";
   const bool had_probe = fs::exists(probe, ec);
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
@@ -508,7 +513,11 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
       auto it = ar_tokens.find(ar_key);
       rec.lossless = it == ar_tokens.end() ? -1 : (it->second == rec.tokens ? 1 : 0);
     }
+    const Clock::time_point t_commit = Clock::now();
+    const double cpu_commit = thread_cpu_seconds();
     recorder->append(rec);
+    ev.commit_seconds = since(t_commit);
+    ev.commit_cpu_seconds = thread_cpu_seconds() - cpu_commit;
     done_keys.insert(rec.key);
     ++recorded;
     ++ev.done;

@@ -62,6 +62,8 @@ struct ProgressEvent {
   int64_t point = 0;
   std::string point_label;
   const RunRecord* run = nullptr;  // kRunDone: the recorded run
+  double commit_seconds = 0.0;     // kRunDone: how long writing it to the file took (the commit)
+  double commit_cpu_seconds = 0.0; // kRunDone: the commit's CPU time on this thread (load-immune)
 };
 
 struct RunnerOptions {

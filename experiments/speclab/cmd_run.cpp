@@ -71,11 +71,12 @@ class ProgressPrinter {
           char buf[512];
           std::snprintf(buf, sizeof buf,
                         "[%lld/%lld] point #%lld prompt %s method %s repeat %lld: %lld tokens in %.3f s; %.1f tok/s "
-                        "overall, ETA %s",
+                        "overall, ETA %s; commit %.2f ms, cpu %.2f ms",
                         static_cast<long long>(e.done), static_cast<long long>(e.total),
                         static_cast<long long>(r.key.point), r.prompt_id.c_str(), r.key.method.c_str(),
                         static_cast<long long>(r.key.repeat), static_cast<long long>(r.n_generated), r.wall_seconds,
-                        rate, clock_text(e.eta_seconds).c_str());
+                        rate, clock_text(e.eta_seconds).c_str(), 1e3 * e.commit_seconds,
+                        1e3 * e.commit_cpu_seconds);
           line(buf);
         }
         break;

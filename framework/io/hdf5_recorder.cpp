@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "framework/core/error.h"
+#include "framework/io/hdf5_journal.h"
 
 namespace speclab {
 
@@ -178,7 +179,7 @@ class Table {
       const hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED};
       H5::DataSpace space(1, dims, maxdims);
       H5::DSetCreatPropList plist;
-      const hsize_t chunk[1] = {c.type == Col::kStr ? hsize_t(1024) : hsize_t(4096)};
+      const hsize_t chunk[1] = {c.type == Col::kStr ? hsize_t(256) : hsize_t(1024)};
       plist.setChunk(1, chunk);
       if (c.type != Col::kStr) plist.setShuffle();
       plist.setDeflate(4);
@@ -233,7 +234,7 @@ class Table {
     if (n == 0 || n == SIZE_MAX) return;
     const hsize_t start[1] = {rows_}, count[1] = {n}, total[1] = {rows_ + n};
     for (const ColumnSpec& c : *schema_) {
-      H5::DataSet ds = group_->openDataSet(c.name);
+      H5::DataSet& ds = column(c.name);
       if (H5Dset_extent(ds.getId(), total) < 0)
         throw H5::DataSetIException("append", std::string("cannot extend column ") + c.name);
       H5::DataSpace fs = ds.getSpace();
@@ -258,7 +259,7 @@ class Table {
   void truncate(hsize_t n) {
     const hsize_t dims[1] = {n};
     for (const ColumnSpec& c : *schema_)
-      if (H5Dset_extent(group_->openDataSet(c.name).getId(), dims) < 0)
+      if (H5Dset_extent(column(c.name).getId(), dims) < 0)
         throw H5::DataSetIException("truncate", std::string("cannot resize column ") + c.name);
     rows_ = n;
     commit();
@@ -313,8 +314,17 @@ class Table {
   }
 
  private:
+  // The columns a writer appends to stay open: closing a dataset drops its chunk cache, and the
+  // next append would read back and inflate the partly filled chunk it just compressed.
+  H5::DataSet& column(const char* name) {
+    auto it = columns_->find(name);
+    if (it == columns_->end()) it = columns_->emplace(name, group_->openDataSet(name)).first;
+    return it->second;
+  }
+
   // Held by pointer: the HDF5 C++ classes have no safe copy assignment.
   std::shared_ptr<H5::Group> group_;
+  std::shared_ptr<std::map<std::string, H5::DataSet>> columns_ = std::make_shared<std::map<std::string, H5::DataSet>>();
   const Schema* schema_ = nullptr;
   hsize_t rows_ = 0;
 };
@@ -388,15 +398,18 @@ hsize_t committed_prefix(const Table& child, hsize_t n_runs, const std::string& 
 // ---- the file ----------------------------------------------------------------------------------
 
 struct Hdf5Recorder::Impl {
-  std::unique_ptr<H5::H5File> file;  // writers: the in-memory (core driver) copy of the file
+  std::unique_ptr<Hdf5Journal> journal;  // writers: the driver the file is written through
+  std::unique_ptr<H5::H5File> file;      // (closed before its journal goes)
   Table runs, steps, positions, tokens;
   std::string path;
   uint64_t read_limit = 0;  // bytes a read may allocate per column
   int64_t committed_runs = 0;  // prompt-runs in the file on disk
-  std::vector<char> image;     // scratch for commit()
 
-  // Replaces the file on disk with the in-memory file, atomically (see the header).
+  // Flushes HDF5 and commits the journal (see the header); throws Error(kIo, ..., path,
+  // "output.path") when that fails, and every later commit then fails too.
   void commit();
+  // A writer's file access: through `journal` (created here, journal at `<path>.journal`).
+  H5::FileAccPropList journaled_access();
   // Writes one prompt-run's rows (assigns run.run_id) and the `complete` attributes, in the
   // order of the header comment; commit() makes it durable.
   void stage(RunRecord& run);
@@ -452,45 +465,16 @@ std::unique_ptr<H5::H5File> open_file(const std::string& path, unsigned flags,
     hdf5 = false;
   }
   if (!hdf5) throw Error(ErrorKind::kBadInput, "expected an HDF5 file, found another format", path);
-  return wrap_h5(path, "opening the HDF5 file", [&] {
-    return std::make_unique<H5::H5File>(path, flags, H5::FileCreatPropList::DEFAULT, fapl);
-  });
-}
-
-// The in-memory driver for writers: nothing reaches the disk except through commit().
-H5::FileAccPropList in_memory_access() {
-  H5::FileAccPropList fapl;
-  fapl.setCore(size_t(1) << 20, false);
-  return fapl;
-}
-
-std::string errno_text(int err) { return std::strerror(err); }
-
-// Writes `bytes` to `<path>.partial` and renames it over `path`. On failure the partial file
-// is removed and `path` is as it was. `runs` (committed before) goes into the message.
-void write_atomically(const std::string& path, const std::vector<char>& bytes, int64_t runs) {
-  const std::string tmp = path + ".partial";
-  auto fail = [&](const std::string& what, int err, int fd) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(ErrorKind::kIo,
-                what + ": " + errno_text(err) + "; the file keeps the " + std::to_string(runs) +
-                    " prompt-runs recorded before (continue with --resume)",
-                path, "output.path");
-  };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create " + tmp, errno, -1);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) (void)::fchmod(fd, st.st_mode & 07777);  // keep the old file's mode
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("cannot write " + tmp, n < 0 ? errno : ENOSPC, fd);
-    done += static_cast<size_t>(n);
+  try {
+    return wrap_h5(path, "opening the HDF5 file", [&] {
+      return std::make_unique<H5::H5File>(path, flags, H5::FileCreatPropList::DEFAULT, fapl);
+    });
+  } catch (const Error&) {
+    if (hdf5_writer_holds(path))
+      throw Error(ErrorKind::kIo,
+                  "expected no process writing the file, found one holding its lock (a running speclab run?)", path);
+    throw;
   }
-  if (::close(fd) != 0) fail("cannot write " + tmp, errno, -1);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp + " to the output file", errno, -1);
 }
 
 // The scalar string dataset /<name>; "" when it is absent and not `required`.
@@ -515,14 +499,29 @@ std::string read_config_yaml(const H5::H5File& file, const std::string& path) {
 }  // namespace
 
 void Hdf5Recorder::Impl::commit() {
-  file->flush(H5F_SCOPE_GLOBAL);
-  const ssize_t n = H5Fget_file_image(file->getId(), nullptr, 0);
-  if (n <= 0) throw H5::FileIException("commit", "cannot get the file image");
-  image.resize(static_cast<size_t>(n));
-  if (H5Fget_file_image(file->getId(), image.data(), image.size()) != n)
-    throw H5::FileIException("commit", "cannot copy the file image");
-  write_atomically(path, image, committed_runs);
+  bool ok = journal->error().empty();
+  if (ok) {
+    try {
+      file->flush(H5F_SCOPE_GLOBAL);
+    } catch (const H5::Exception& e) {
+      journal->fail("writing the file failed: " + e.getDetailMsg());  // keeps a driver error first
+      ok = false;
+    }
+  }
+  if (!ok || !journal->commit())
+    throw Error(ErrorKind::kIo,
+                journal->error() + "; the file keeps the " + std::to_string(committed_runs) +
+                    " prompt-runs recorded before (continue with --resume)",
+                path, "output.path");
   committed_runs = static_cast<int64_t>(runs.rows());
+}
+
+H5::FileAccPropList Hdf5Recorder::Impl::journaled_access() {
+  journal = std::make_unique<Hdf5Journal>(path + ".journal");
+  const hid_t id = journal->fapl();
+  H5::FileAccPropList fapl(id);  // a copy
+  H5Pclose(id);
+  return fapl;
 }
 
 ExperimentData Hdf5Recorder::Impl::read() const {
@@ -695,8 +694,12 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetad
   H5::Exception::dontPrint();
   auto impl = std::make_unique<Impl>();
   impl->path = path;
+  // Written as <path>.partial and renamed once complete: a kill before leaves `path` as it was.
+  const std::string tmp = path + ".partial";
+  try {
   wrap_h5(path, "creating the experiment file", [&] {
-    impl->file = std::make_unique<H5::H5File>(path, H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, in_memory_access());
+    impl->file = std::make_unique<H5::H5File>(tmp, H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT,
+                                              impl->journaled_access());
     H5::Group root = impl->file->openGroup("/");
     write_int_attr(root, "schema_version", kHdf5SchemaVersion);
     write_str_attr(root, "name", meta.name);
@@ -770,13 +773,33 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetad
     impl->commit();
     impl->set_read_limit();
   });
+  // A journal a killed writer left belongs to the file being replaced.
+  if ((::unlink((path + ".journal").c_str()) != 0 && errno != ENOENT) || std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error(ErrorKind::kIo, "cannot rename " + tmp + " to the output file: " + std::strerror(errno), path,
+                "output.path");
+  impl->journal->renamed(path);
+  } catch (...) {
+    impl->file.reset();
+    ::unlink(tmp.c_str());
+    throw;
+  }
   return Hdf5Recorder(path, std::move(impl));
 }
 
 Hdf5Recorder Hdf5Recorder::open_for_append(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  impl->file = open_file(path, H5F_ACC_RDWR, in_memory_access());
+  recover_hdf5_journal(path);
+  try {
+    impl->file = open_file(path, H5F_ACC_RDWR, impl->journaled_access());
+  } catch (const Error&) {
+    if (impl->journal && !impl->journal->error().empty())  // e.g. another writer holds the file
+      throw Error(ErrorKind::kIo, impl->journal->error(), path, "output.path");
+    throw;
+  }
+  // Ours now (locked): a journal left is an incomplete one, whose copy never began.
+  if (::unlink((path + ".journal").c_str()) != 0 && errno != ENOENT)
+    throw Error(ErrorKind::kIo, "cannot remove " + path + ".journal: " + std::strerror(errno), path, "output.path");
   wrap_h5(path, "opening the experiment file", [&] {
     H5::Group root = impl->file->openGroup("/");
     check_schema_version(root, path);
@@ -803,19 +826,31 @@ std::string Hdf5Recorder::config_yaml() const {
   return wrap_h5(path_, "reading config_yaml", [&] { return read_config_yaml(*impl_->file, path_); });
 }
 
+template <class F>
+void Hdf5Recorder::guarded(const char* what, F&& f) {
+  try {
+    wrap_h5(path_, what, f);
+  } catch (const std::exception& e) {
+    // Half-written changes must not reach the disk with a later commit.
+    impl_->journal->fail(std::string(what) + " failed: " + e.what());
+    throw;
+  }
+}
+
 void Hdf5Recorder::append(RunRecord& run) {
-  wrap_h5(path_, "appending a prompt-run", [&] {
+  guarded("appending a prompt-run", [&] {
     impl_->stage(run);
     impl_->commit();
   });
 }
 
 void Hdf5Recorder::append_all(std::vector<RunRecord>& runs) {
-  wrap_h5(path_, "appending prompt-runs", [&] {
+  guarded("appending prompt-runs", [&] {
     for (RunRecord& run : runs) impl_->stage(run);
     impl_->commit();
   });
 }
+
 
 void Hdf5Recorder::Impl::stage(RunRecord& run) {
   {
@@ -890,7 +925,7 @@ void Hdf5Recorder::Impl::stage(RunRecord& run) {
 }
 
 void Hdf5Recorder::write_summary(const ExperimentSummary& summary) {
-  wrap_h5(path_, "writing the summary", [&] {
+  guarded("writing the summary", [&] {
     H5::Group root = impl_->file->openGroup("/");
     if (exists(root, "summary") && H5Ldelete(root.getId(), "summary", H5P_DEFAULT) < 0)
       throw H5::GroupIException("write_summary", "cannot replace /summary");
@@ -910,7 +945,7 @@ void Hdf5Recorder::write_summary(const ExperimentSummary& summary) {
 }
 
 void Hdf5Recorder::set_root_attribute(const std::string& name, const std::string& value) {
-  wrap_h5(path_, "writing an attribute", [&] {
+  guarded("writing an attribute", [&] {
     H5::Group root = impl_->file->openGroup("/");
     write_str_attr(root, name, value);
     impl_->commit();
@@ -918,7 +953,7 @@ void Hdf5Recorder::set_root_attribute(const std::string& name, const std::string
 }
 
 void Hdf5Recorder::set_root_attribute(const std::string& name, int64_t value) {
-  wrap_h5(path_, "writing an attribute", [&] {
+  guarded("writing an attribute", [&] {
     H5::Group root = impl_->file->openGroup("/");
     write_int_attr(root, name, value);
     impl_->commit();
@@ -933,6 +968,7 @@ int64_t Hdf5Recorder::root_int_attribute(const std::string& name, int64_t fallba
 
 ExperimentData read_experiment(const std::string& path) {
   Hdf5Recorder::Impl impl;
+  recover_hdf5_journal(path);
   impl.file = open_file(path, H5F_ACC_RDONLY);
   impl.path = path;
   return wrap_h5(path, "reading the experiment file", [&] {

@@ -8,16 +8,17 @@
 // by_category,positions}; plus /points, /point_values, /prompts, the /methods list, the
 // /config_yaml scalar and the root attributes. No compound types.
 //
-// Crash consistency: a writer keeps the whole file in memory (HDF5's core driver) and every
-// change that must survive — create(), open_for_append(), each append(), write_summary(),
-// set_root_attribute() — ends with a commit: the file image is written to `<path>.partial`,
-// which is then renamed over `path`. rename() is atomic, so the file on disk is always a
-// complete, consistent image of some commit: a writer killed at any point (SIGKILL, a failed
-// write, a full disk, a file-size limit) leaves the file as of its last commit, and a failed
-// commit throws Error(kIo, ..., path, "output.path") with `path` untouched (the .partial file is
-// removed; a SIGKILL mid-commit may leave it behind, and the next commit replaces it). There is
-// no fsync: a process crash is covered, a power cut is not. A commit costs one write of the
-// whole file (milliseconds for the files `speclab run` writes per prompt-run).
+// Crash consistency: a writer opens the file in place through Hdf5Journal (hdf5_journal.h) and
+// every change that must survive — create(), open_for_append(), each append(), write_summary(),
+// set_root_attribute() — ends with a commit: H5Fflush, then the journal makes the flushed state
+// the file's. A commit writes the new rows and the metadata they touch, never the earlier data,
+// so its cost and the writer's memory do not grow with the file. A writer killed at any point
+// (SIGKILL, a failed write, a full disk, a file-size limit) leaves the file as of its last commit,
+// possibly with a complete `<path>.journal` that read_experiment(), open_for_append() and the
+// Python reader apply first. A failed commit throws Error(kIo, ..., path, "output.path") naming
+// what could not be written, and every later commit of that recorder fails too. create() writes
+// `<path>.partial` and renames it over `path` after its first commit. There is no fsync: a
+// process crash is covered, a power cut is not.
 //
 // Tables also carry a `complete` attribute: the number of committed rows. append() writes a
 // prompt-run's tokens, steps and positions, then its /runs row, then bumps the `complete`
@@ -74,6 +75,9 @@ class Hdf5Recorder {
  private:
   friend ExperimentData read_experiment(const std::string& path);
   struct Impl;
+  // Runs a change and its commit; any failure makes later commits fail too (Hdf5Journal).
+  template <class F>
+  void guarded(const char* what, F&& f);
   Hdf5Recorder(std::string path, std::unique_ptr<Impl> impl);
   std::string path_;
   std::unique_ptr<Impl> impl_;

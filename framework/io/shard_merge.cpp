@@ -206,6 +206,7 @@ void write_experiment_file(const std::string& path, const ExperimentData& data, 
   auto cleanup = [&] {
     ::unlink(tmp.c_str());
     ::unlink((tmp + ".partial").c_str());
+    ::unlink((tmp + ".journal").c_str());
   };
   cleanup();
   try {

@@ -6,7 +6,7 @@
 //     and the method; the prompt-runs before it stay in the file (status "failed").
 //   - a full disk, simulated with a file-size limit (RLIMIT_FSIZE; speclab ignores SIGXFSZ so the
 //     write fails with EFBIG): a one-line error naming the output file; the file on disk is the
-//     last complete commit, no .partial is left, and --resume completes it.
+//     last complete commit, no .partial or .journal is left, and --resume completes it.
 //   - a read-only output location: a clear error before anything is loaded or written; a
 //     --resume there leaves the existing file as it was.
 // The SIGKILL-at-random-points test is scripts/kill_test.sh (`make kill-test`).
@@ -249,9 +249,12 @@ TEST_CASE("disk full (file-size limit): clear error, the file keeps its last com
   CHECK(r.exited);  // not killed by SIGXFSZ
   CHECK(r.exit_code == 2);
   const std::string e = error_line(r);
-  CHECK(e.rfind("error: " + h5 + ": output.path: cannot write " + h5 + ".partial: File too large", 0) == 0);
+  // The file itself (new rows past its end) or its journal; the file stays as of the last commit.
+  CHECK(e.rfind("error: " + h5 + ": output.path: cannot write " + h5, 0) == 0);
+  CHECK(e.find(": File too large; the file keeps the ") != std::string::npos);
   CHECK(e.find("prompt-runs recorded before (continue with --resume)") != std::string::npos);
   CHECK(!fs::exists(h5 + ".partial"));
+  CHECK(!fs::exists(h5 + ".journal"));
   const ExperimentData part = read_experiment(h5);
   CHECK(part.runs.size() >= 1);
   CHECK(part.runs.size() < kTotal);

@@ -1,0 +1,259 @@
+// The experiment file's commits (framework/io/hdf5_journal.h): a commit writes what changed, not
+// the file (bytes written per commit, counted by the kernel, stay bounded while the file grows
+// threefold — the old rewrite-the-whole-file commit fails this); a writer killed with a complete
+// journal, or half-way through copying it, leaves a file that every reader (read_experiment, the
+// Python reader analysis/speclab_h5.py, --resume) completes to the last commit; and a journal
+// whose writer died before it was complete is ignored.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "framework/core/error.h"
+#include "framework/io/hdf5_journal.h"
+#include "framework/io/hdf5_recorder.h"
+
+using namespace speclab;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_dir() {
+  std::string tmpl = (fs::temp_directory_path() / "speclab_journal_XXXXXX").string();
+  REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+  return tmpl;
+}
+
+ExperimentMetadata meta() {
+  ExperimentMetadata m;
+  m.name = "journal";
+  m.config_yaml = "name: journal\n";
+  m.start_time = "2024-01-01T00:00:00Z";
+  return m;
+}
+
+// A prompt-run shaped like stories260K's with max_new_tokens 8: 8 tokens, 4 steps of 2 drafts.
+RunRecord run(int64_t repeat) {
+  RunRecord r;
+  r.key = {0, repeat % 2, "pl", repeat};
+  r.prompt_id = "p" + std::to_string(repeat % 2);
+  r.category = "c";
+  r.drafter = "prompt_lookup";
+  r.gamma = 2;
+  for (int i = 0; i < 8; ++i) r.tokens.push_back(static_cast<Token>((repeat * 7 + i * 13) % 512));
+  r.n_generated = 8;
+  r.text = "Once upon a time " + std::to_string(repeat);
+  r.wall_seconds = 0.001 * static_cast<double>(repeat % 97);
+  for (int s = 0; s < 4; ++s) {
+    StepRecord st;
+    st.drafted = 2;
+    st.accepted = static_cast<int32_t>((repeat + s) % 3);
+    if (st.accepted > 2) st.accepted = 2;
+    st.p = {0.5f + 0.001f * static_cast<float>(repeat % 100), 0.25f};
+    st.q = {1.0f, 1.0f};
+    st.accept_prob = {st.p[0], std::nanf("")};
+    st.accepted_mask = {1, 0};
+    r.steps.push_back(st);
+  }
+  return r;
+}
+
+Hdf5Recorder new_file(const std::string& path) {
+  return Hdf5Recorder::create(path, meta(), {{0, {}, "p"}}, {{"p0", "c", "t0"}, {"p1", "c", "t1"}}, {"ar", "pl"});
+}
+
+// Bytes this process has passed to write()/pwrite() so far (/proc/self/io wchar), -1 if unknown.
+long long written_bytes() {
+  std::ifstream f("/proc/self/io");
+  std::string key;
+  long long v = 0;
+  while (f >> key >> v)
+    if (key == "wchar:") return v;
+  return -1;
+}
+
+// Runs `body` in a child that ends with _exit(0) — or earlier, in the journal hook.
+void in_child(const std::function<void()>& body) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    try {
+      body();
+    } catch (...) {
+      ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+}
+
+int g_die_at = -1;
+void die_at_stage(int stage) {
+  if (stage == g_die_at) ::_exit(0);  // as abrupt as a SIGKILL: no destructors, no flush
+}
+
+// A file with 5 committed prompt-runs whose writer died at `stage` of the 6th commit.
+void killed_during_commit(const std::string& path, int stage) {
+  in_child([&] {
+    Hdf5Recorder rec = new_file(path);
+    for (int64_t i = 0; i < 5; ++i) {
+      RunRecord r = run(i);
+      rec.append(r);
+    }
+    g_die_at = stage;
+    set_hdf5_journal_test_hook(die_at_stage);
+    RunRecord r = run(5);
+    rec.append(r);
+    set_hdf5_journal_test_hook(nullptr);  // not reached when the hook fired
+  });
+}
+
+// analysis/speclab_h5.py's Experiment(path).n_runs, or -1 (with a WARN) without python3 + h5py.
+int python_runs(const std::string& path) {
+  const std::string py = "/usr/bin/python3";
+  if (std::system((py + " -c 'import h5py' >/dev/null 2>&1").c_str()) != 0) {
+    WARN("no python3 with h5py: the Python reader's recovery is not checked");
+    return -1;
+  }
+  const std::string out = path + ".py.txt";
+  const std::string cmd = py + " -c \"import sys; sys.path.insert(0, '" SPECLAB_SOURCE_DIR
+                               "/analysis'); from speclab_h5 import Experiment; print(Experiment(sys.argv[1]).n_runs)\" '" +
+                          path + "' > '" + out + "'";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream f(out);
+  int n = -1;
+  f >> n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a commit writes what changed: bytes per commit stay bounded while the file grows", "[hdf5][journal]") {
+  const long long probe = written_bytes();
+  if (probe < 0) {
+    WARN("no /proc/self/io: bytes written per commit cannot be counted here; test skipped");
+    return;
+  }
+  const std::string dir = temp_dir(), path = dir + "/grow.h5";
+  int64_t n = 0;
+  {
+    Hdf5Recorder rec = new_file(path);
+    // Mean bytes written by one commit over the next `k` commits.
+    auto per_commit = [&](int k) {
+      const long long before = written_bytes();
+      for (int i = 0; i < k; ++i) {
+        RunRecord r = run(n++);
+        rec.append(r);
+      }
+      return static_cast<double>(written_bytes() - before) / k;
+    };
+    while (n < 300) per_commit(50);
+    const double small = per_commit(128);  // 128: a whole cycle of the tokens' 1024-row chunks
+    const auto small_file = static_cast<double>(fs::file_size(path));
+    while (n < 2500) per_commit(100);
+    const double large = per_commit(128);
+    const auto large_file = static_cast<double>(fs::file_size(path));
+    INFO("per commit: " << small << " bytes at 428 prompt-runs (file " << small_file << " bytes), " << large
+                        << " at 2628 (file " << large_file << ")");
+    REQUIRE(large_file > 2.5 * small_file);  // the file did grow (the old commit's cost with it)
+    CHECK(large < 1.5 * small);              // the commit did not
+    CHECK(large < large_file / 3);           // and is far from a rewrite of the file
+  }
+  const ExperimentData d = read_experiment(path);
+  REQUIRE(d.runs.size() == static_cast<size_t>(n));
+  CHECK(d.runs[2600].tokens == run(2600).tokens);
+  CHECK(d.runs[2600].steps[3].p == run(2600).steps[3].p);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a writer killed while copying its journal: readers finish the copy", "[hdf5][journal][crash]") {
+  for (int stage : {0, 1}) {
+    INFO("killed at stage " << stage << (stage == 0 ? " (journal complete)" : " (half copied)"));
+    const std::string dir = temp_dir(), path = dir + "/k.h5";
+    killed_during_commit(path, stage);
+    REQUIRE(fs::exists(path + ".journal"));
+    // Copies for the other readers, before read_experiment() completes the original.
+    for (const char* c : {"/py.h5", "/resume.h5"}) {
+      fs::copy_file(path, dir + c);
+      fs::copy_file(path + ".journal", dir + c + ".journal");
+    }
+    const ExperimentData d = read_experiment(path);
+    CHECK(d.runs.size() == 6);
+    CHECK(d.runs[5].tokens == run(5).tokens);
+    CHECK(!fs::exists(path + ".journal"));
+
+    const int py = python_runs(dir + "/py.h5");
+    if (py >= 0) {
+      CHECK(py == 6);
+      CHECK(!fs::exists(dir + "/py.h5.journal"));
+    }
+
+    {
+      Hdf5Recorder rec = Hdf5Recorder::open_for_append(dir + "/resume.h5");
+      RunRecord r = run(6);
+      rec.append(r);
+    }
+    CHECK(!fs::exists(dir + "/resume.h5.journal"));
+    const ExperimentData resumed = read_experiment(dir + "/resume.h5");
+    REQUIRE(resumed.runs.size() == 7);
+    CHECK(resumed.runs[5].tokens == run(5).tokens);
+    CHECK(resumed.runs[6].tokens == run(6).tokens);
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("a journal its writer did not finish is ignored: the file is the last commit", "[hdf5][journal][crash]") {
+  const std::string dir = temp_dir(), path = dir + "/t.h5";
+  killed_during_commit(path, 0);
+  const std::string j = path + ".journal";
+  REQUIRE(fs::exists(j));
+  fs::resize_file(j, fs::file_size(j) - 9);  // as if killed while writing its end
+  CHECK_FALSE(recover_hdf5_journal(path));
+  const ExperimentData d = read_experiment(path);
+  CHECK(d.runs.size() == 5);
+  CHECK(d.runs[4].tokens == run(4).tokens);
+  const int py = python_runs(path);
+  if (py >= 0) CHECK(py == 5);
+  {
+    Hdf5Recorder rec = Hdf5Recorder::open_for_append(path);  // the writer removes it
+    CHECK(!fs::exists(j));
+    RunRecord r = run(5);
+    rec.append(r);
+  }
+  CHECK(read_experiment(path).runs.size() == 6);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a second writer, or a reader, is refused while a writer holds the file", "[hdf5][journal]") {
+  const std::string dir = temp_dir(), path = dir + "/w.h5";
+  Hdf5Recorder rec = new_file(path);
+  RunRecord r = run(0);
+  rec.append(r);
+  try {
+    Hdf5Recorder::open_for_append(path);
+    FAIL("a second writer opened the file");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kIo);
+    CHECK(std::string(e.what()).find("found one holding its lock") != std::string::npos);
+  }
+  try {
+    read_experiment(path);
+    FAIL("a reader opened the file");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("found one holding its lock") != std::string::npos);
+  }
+  rec = new_file(dir + "/other.h5");  // closes w.h5
+  CHECK(read_experiment(path).runs.size() == 1);
+  fs::remove_all(dir);
+}
