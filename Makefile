@@ -57,10 +57,17 @@ bench: build
 
 # The draft model configs/drafter_comparison.yaml uses: SmolLM2's first 6 layers as a Q8_0 GGUF
 # (packed weights: about 0.4 of a target step per draft token here, against 0.6 as float32).
+# And the trained draft (issue 13): an EAGLE head for SmolLM2, configs/train/eagle_smollm2.yaml
+# (the target's answers and features are cached under .cache/draft_data; --resume continues an
+# interrupted run). The `eagle` drafter reads it from this default path.
 DRAFT_MODEL := .cache/models/smollm2-draft-6l.gguf
+EAGLE_DRAFT := .cache/drafts/SmolLM2-135M-Instruct.Q4_1.eagle.safetensors
 draft-model: build
 	@test -f $(DRAFT_MODEL) || $(SPECLAB) export --layers 0-5 --type q8_0 --out $(DRAFT_MODEL)
 	@echo "draft model: $(DRAFT_MODEL)"
+	@test -f $(EAGLE_DRAFT) || $(SPECLAB) train-draft configs/train/eagle_smollm2.yaml \
+	  $$(test -f $(basename $(EAGLE_DRAFT)).ckpt.safetensors && echo --resume)
+	@echo "eagle draft: $(EAGLE_DRAFT)"
 
 # The example drafter plugins (docs/plugins.md), built out of tree against this build:
 # $(BUILD)/plugins/example_drafter/repeat_last_n.so and $(BUILD)/plugins/sampling_drafter/

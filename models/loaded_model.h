@@ -8,6 +8,7 @@
 
 #include "models/chat_template.h"
 #include "framework/core/model_config.h"
+#include "framework/core/model_source.h"
 #include "models/tokenizers/tokenizer.h"
 #include "models/weights.h"
 
@@ -23,6 +24,7 @@ struct LoadedModel {
   std::string storage_types;             // on-disk tensor types, e.g. "Q4_1 x 211, Q6_K x 1, F32 x 61"
   uint64_t file_bytes = 0;               // bytes of weight data on disk
   bool add_bos = true;                   // prepend tokenizer->bos_id() when encoding a prompt
+  ModelSource origin;                    // the resolved source: load_model(origin) loads it again
 };
 
 // Whether a `chat` setting ("on", "off" or "auto") applies the model's chat template: "on", or

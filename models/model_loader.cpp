@@ -105,13 +105,18 @@ LoadedModel load_model(const ModelSource& source) {
   source.validate();
   const ModelSource s = resolve_model_source(source);
   if (!exists(s.path)) throw Error(ErrorKind::kIo, "no such file or directory", s.path);
+  LoadedModel m;
   if (s.format == "gguf") {
     GgufLoadOptions options;
     options.keep_packed = s.weights == "native";
-    return load_gguf(s.path, options);
+    m = load_gguf(s.path, options);
+  } else if (s.format == "safetensors") {
+    m = load_hf_dir(s.path);
+  } else {
+    m = load_llama2c(s.path, s.tokenizer);
   }
-  if (s.format == "safetensors") return load_hf_dir(s.path);
-  return load_llama2c(s.path, s.tokenizer);
+  m.origin = s;
+  return m;
 }
 
 }  // namespace speclab

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "framework/core/error.h"
+#include "experiments/app/draft_training.h"
+#include "framework/draft/builtin/eagle_drafter.h"
 #include "framework/draft/builtin/model_drafter.h"
 #include "models/model_loader.h"
 
@@ -50,6 +52,13 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
     LoadedModel loaded = load_model(src);
     if (target != nullptr) check_same_vocabulary(loaded, *target);
     return ModelDrafter::separate(build_model(loaded, src, o.draft_vocab), env);
+  });
+  // eagle: a head trained by `speclab train-draft` for this target; draft_model names its file
+  // (default: default_eagle_path(target)).
+  r.add("eagle", [target](const DrafterOptions& o, const DrafterEnv& env) -> std::unique_ptr<Drafter> {
+    if (target == nullptr) throw Error(ErrorKind::kConfig, "eagle needs the loaded target", "drafter", "name");
+    const std::string path = o.draft_model.empty() ? default_eagle_path(*target) : o.draft_model;
+    return std::make_unique<EagleDrafter>(load_eagle_head(path, *target), env);
   });
   return r;
 }

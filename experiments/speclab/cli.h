@@ -77,6 +77,7 @@ int cmd_report(const std::vector<std::string>& args);
 int cmd_check(const std::vector<std::string>& args);
 int cmd_merge(const std::vector<std::string>& args);
 int cmd_submit(const std::vector<std::string>& args);
+int cmd_train_draft(const std::vector<std::string>& args);
 
 // Prints the legend and the summary tables (overall; by category when there are several) to
 // stdout, as `speclab run` and `speclab merge` end.

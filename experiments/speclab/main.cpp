@@ -1,4 +1,5 @@
-// speclab — the SpecLab command line. Subcommands: generate, bench, export, run, report, check, merge, submit.
+// speclab — the SpecLab command line. Subcommands: generate, bench, export, run, report, check, merge, submit,
+// train-draft.
 #include <c10/util/Exception.h>
 
 #include <unistd.h>
@@ -27,6 +28,7 @@ const char* kUsage =
     "  check      distribution-equivalence checks (greedy, analytic, sampling + negative controls)\n"
     "  merge      merge the shard files of `run --shard i/n` into one experiment file\n"
     "  submit     run an experiment config as a Slurm job array of shards, then merge and report\n"
+    "  train-draft  train a draft (an EAGLE head) for its target: data from the target, libtorch autograd\n"
     "\n"
     "Run `speclab <command> --help` for the options of a command.";
 
@@ -51,10 +53,11 @@ int main(int argc, char** argv) {
       {"check", cmd_check},
       {"merge", cmd_merge},
       {"submit", cmd_submit},
+      {"train-draft", cmd_train_draft},
   };
   auto it = commands.find(args[0]);
   if (it == commands.end()) {
-    std::cerr << "error: unknown command '" << args[0] << "'; known commands: generate, bench, export, run, report, check, merge, submit\n";
+    std::cerr << "error: unknown command '" << args[0] << "'; known commands: generate, bench, export, run, report, check, merge, submit, train-draft\n";
     return kExitBadInput;
   }
   std::vector<std::string> rest(args.begin() + 1, args.end());

@@ -15,6 +15,7 @@
 // treats q as one-hot at the draft token, which is still lossless (Leviathan et al. 2023).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,18 @@ class Drafter {
   virtual DraftBlock propose(const DraftContext& ctx, int max_k) = 0;
   virtual void accept(SeqId seq, int n_accepted) = 0;
   virtual void end(SeqId seq) {}
+
+  // Target hidden states (EAGLE-style drafters read the target's last-layer features). The
+  // target layers whose residual stream (ForwardOptions::hidden_layers) this drafter reads from
+  // every target forward of its sequence, the prefill and each verification pass; empty (the
+  // default): none, and the engine asks the target for none.
+  virtual std::vector<int64_t> target_hidden_layers() const { return {}; }
+  // Called after each such forward (for the prefill: right after begin()): hidden[l] points to
+  // [n, d] float32 row-major rows of layer target_hidden_layers()[l] for the positions
+  // [first_pos, first_pos + n) of that call. Rows past the accepted prefix belong to rejected
+  // drafts: accept() tells how many of a verification pass's rows the target kept (1 + n_accepted).
+  virtual void observe_target_hidden(SeqId seq, const std::vector<const float*>& hidden, int64_t n, int64_t d,
+                                     int64_t first_pos) {}
 };
 
 }  // namespace speclab

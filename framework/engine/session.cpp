@@ -66,6 +66,7 @@ struct Session::Sequence {
   GenerationResult res;
   bool done = false;
   bool drafter_begun = false;
+  std::vector<at::Tensor> hidden;  // [layers] of [n, d]: the last target forward's hidden states for the drafter
 };
 
 Session::Session(const Model& target, const TokenDecoder& decoder, KvTarget kv, AcceptanceRule rule)
@@ -103,8 +104,7 @@ void Session::begin(const Request& request) {
   phase(Phase::kPrefill, [&] {
     const int64_t n = static_cast<int64_t>(s.req.prompt.size());
     kv_.kv->reserve(s.id(), n);
-    const at::Tensor logits = target_.forward(token_tensor(s.req.prompt), at::arange(n, at::kLong),
-                                              kv_.kv->view(s.id(), n), ForwardOptions{{}, 1});
+    const at::Tensor logits = target_forward(s, token_tensor(s.req.prompt), 0, n, 1);
     SPECLAB_CHECK(kv_.kv->commit(s.id(), n) == KvStatus::kOk, "commit of the prompt");
     ++s.res.forward_calls;
     std::vector<float> scratch;
@@ -114,6 +114,7 @@ void Session::begin(const Request& request) {
     phase(Phase::kDraftBegin, [&] {
       d->begin(s.id(), s.req.prompt);
       s.drafter_begun = true;
+      pass_hidden(s, 0);
     });
 }
 
@@ -176,9 +177,32 @@ DraftBlock Session::propose(Sequence& s) {
 
 at::Tensor Session::forward(Sequence& s, const TokenList& input) {
   const int64_t n = kv_.kv->length(s.id()), m = static_cast<int64_t>(input.size());
-  at::Tensor logits = target_.forward(token_tensor(input), at::arange(n, n + m, at::kLong), kv_.kv->view_at(s.id(), n, m));
+  at::Tensor logits = target_forward(s, token_tensor(input), n, m, 0);
   ++s.res.forward_calls;
+  if (s.drafter_begun) pass_hidden(s, n);
   return logits;
+}
+
+// The target's forward over m tokens at positions [n, n + m); with the hidden states the drafter
+// reads (Drafter::target_hidden_layers) kept in s.hidden for pass_hidden.
+at::Tensor Session::target_forward(Sequence& s, const at::Tensor& tokens, int64_t n, int64_t m, int64_t logits_last_n) {
+  ForwardOptions fo;
+  fo.logits_last_n = logits_last_n;
+  if (Drafter* d = s.req.method.drafter) fo.hidden_layers = d->target_hidden_layers();
+  s.hidden.clear();
+  if (!fo.hidden_layers.empty()) fo.hidden_out = &s.hidden;
+  return target_.forward(tokens, at::arange(n, n + m, at::kLong), kv_.kv->view_at(s.id(), n, m), fo);
+}
+
+void Session::pass_hidden(Sequence& s, int64_t first_pos) {
+  if (s.hidden.empty()) return;
+  std::vector<const float*> rows;
+  for (at::Tensor& h : s.hidden) {
+    h = h.contiguous();
+    rows.push_back(h.data_ptr<float>());
+  }
+  s.req.method.drafter->observe_target_hidden(s.id(), rows, s.hidden[0].size(0), s.hidden[0].size(1), first_pos);
+  s.hidden.clear();
 }
 
 Verdict Session::verify(Sequence& s, const DraftBlock& d, const at::Tensor& logits, SpecStep& record) {

@@ -40,8 +40,8 @@ void finalize(ExperimentConfig& c) {
 }
 
 namespace {
-
 constexpr size_t kMaxConfigBytes = size_t(16) << 20;
+}  // namespace
 
 std::string load_yaml_text(const std::string& path) {
   struct stat st;
@@ -57,6 +57,27 @@ std::string load_yaml_text(const std::string& path) {
   text.resize(static_cast<size_t>(in.gcount()));
   return text;
 }
+
+YAML::Node parse_config_root(const std::string& yaml_text, const std::string& source_name, YamlOrigin& origin,
+                             const std::string& sections) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    const std::string loc = e.mark.is_null() ? source_name
+                                             : source_name + ":" + std::to_string(e.mark.line + 1) + ":" +
+                                                   std::to_string(e.mark.column + 1);
+    throw Error(ErrorKind::kConfig, "malformed YAML: " + e.msg, loc);
+  }
+  if (!root.IsDefined() || root.IsNull())
+    throw Error(ErrorKind::kConfig, "expected a map of sections (" + sections + "), found an empty document", source_name);
+  if (!root.IsMap())
+    throw Error(ErrorKind::kConfig, "expected a map of sections (" + sections + "), found " + yaml_util::describe(root),
+                origin.where(root));
+  return root;
+}
+
+namespace {
 
 // A drafters entry that writes a key which a drafter.<key> sweep sets on every entry: the value
 // written would never run (while the recorded config still shows it), so it is an error at the
@@ -180,22 +201,7 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
                                          const std::vector<std::string>& overrides) {
   using namespace config;
   YamlOrigin origin(source_name);
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    const std::string loc = e.mark.is_null() ? source_name
-                                             : source_name + ":" + std::to_string(e.mark.line + 1) + ":" +
-                                                   std::to_string(e.mark.column + 1);
-    throw Error(ErrorKind::kConfig, "malformed YAML: " + e.msg, loc);
-  }
-  if (!root.IsDefined() || root.IsNull())
-    throw Error(ErrorKind::kConfig, "expected a map of sections (models, drafters, prompts, ...), found an empty document",
-                source_name);
-  if (!root.IsMap())
-    throw Error(ErrorKind::kConfig,
-                "expected a map of sections (models, drafters, prompts, ...), found " + yaml_util::describe(root),
-                origin.where(root));
+  YAML::Node root = parse_config_root(yaml_text, source_name, origin, "models, drafters, prompts, ...");
   for (const std::string& o : overrides) apply_override(root, o, origin);
 
   ExperimentConfig cfg;

@@ -208,6 +208,9 @@ const Table<EquivalenceOptions>& equivalence_table() {
 
 }  // namespace
 
+const Table<ModelSource>& model_source_table() { return source_table(); }
+const Table<PromptsOptions>& prompt_options_table() { return prompts_table(); }
+
 const Table<DrafterEntry>& drafter_table() {
   using E = DrafterEntry;
   using O = DrafterOptions;

@@ -43,6 +43,17 @@ YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::st
 
 // ---- the loader's shared steps ----------------------------------------------------------------
 
+// config_parse.cpp: the text of a config file (at most 16 MiB; Error(kIo) naming it when unreadable).
+std::string load_yaml_text(const std::string& path);
+// config_parse.cpp: the YAML map at the top of a config text; Error(kConfig) at file:line:col when
+// the text is not YAML or not a map ("expected a map of sections (<sections>)").
+YAML::Node parse_config_root(const std::string& yaml_text, const std::string& source_name, YamlOrigin& origin,
+                             const std::string& sections);
+// The tables `speclab train-draft` reuses (framework/io/train_config.cpp): models.target's and
+// the prompts section's.
+const Table<ModelSource>& model_source_table();
+const Table<PromptsOptions>& prompt_options_table();
+
 // config_parse.cpp: derived values. draft_model entries without a model of their own take
 // models.draft; entries without a label get their drafter name (+ "_2", "_3", ... on clashes).
 void finalize(ExperimentConfig& c);

@@ -15,6 +15,7 @@
 
 #include "framework/core/error.h"
 #include "framework/io/experiment_config.h"
+#include "framework/io/train_config.h"
 
 using namespace speclab;
 using Catch::Matchers::Contains;
@@ -62,6 +63,39 @@ const DrafterEntry& drafter(const ExperimentConfig& c, const std::string& label)
 }
 
 }  // namespace
+
+TEST_CASE("every shipped training config (configs/train) parses and validates", "[config][train]") {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(kConfigs + "/train")) {
+    if (e.path().extension() != ".yaml") continue;
+    INFO(e.path().string());
+    const TrainDraftConfig c = load_train_config(e.path().string());
+    CHECK(c.architecture == "eagle");
+    CHECK_FALSE(c.resolved_yaml.empty());
+    ExperimentConfig pc;
+    pc.source_path = c.source_path;
+    pc.prompts = c.data.prompts;
+    CHECK_FALSE(load_prompts(pc).empty());
+    ++n;
+  }
+  CHECK(n >= 2);
+}
+
+TEST_CASE("a training config: unknown keys and bad values name the file, line and key", "[config][train]") {
+  const std::string dir = std::string(SPECLAB_BINARY_DIR) + "/test_config_train";
+  std::filesystem::create_directories(dir);
+  auto load = [&](const std::string& text) {
+    std::ofstream(dir + "/t.yaml") << text;
+    return load_train_config(dir + "/t.yaml");
+  };
+  const std::string base = "target: {path: stories260K}\ndata: {prompts: {inline: [{text: hi}]}}\n";
+  CHECK_NOTHROW(load(base));
+  CHECK_THROWS_WITH(load(base + "train: {stepz: 3}\n"), Catch::Contains("t.yaml:3") && Catch::Contains("stepz"));
+  CHECK_THROWS_WITH(load(base + "train: {lr: 2}\n"), Catch::Contains("train.lr") && Catch::Contains("(0, 1)"));
+  CHECK_THROWS_WITH(load(base + "architecture: medusa\n"), Catch::Contains("architecture"));
+  CHECK_THROWS_WITH(load("target: {path: stories260K}\ndata: {prompts: {files: [humaneval.jsonl.gz]}}\n"),
+                    Catch::Contains("evaluation set") && Catch::Contains("HumanEval"));
+}
 
 TEST_CASE("every shipped config parses, validates and expands", "[config]") {
   std::vector<std::string> names;

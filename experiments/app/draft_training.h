@@ -1,0 +1,63 @@
+// Draft training and trained drafts — the application side of `speclab train-draft` and of the
+// `eagle` drafter: what needs a loaded target (its answers, its features, its frozen tensors)
+// and files (the data cache, checkpoints, the draft's safetensors).
+//
+// train_draft(config):
+//   1. prompts (config.data.prompts) -> the target's greedy answer to each (chat template,
+//      data.answer_tokens), cached in <cache_dir>/answers-<key>.jsonl, appended as they come (an
+//      interrupted run continues), key = hash(target weights, prompts, answer_tokens,
+//      max_prompt_tokens, chat);
+//   2. prompt + answer teacher-forced through the target: features (eagle_features of the last
+//      layer) and top-1 tokens of every position, cached in <cache_dir>/features-<key>.safetensors;
+//      every K-th prompt (K = round(1 / validation_fraction)) is held apart for validation;
+//   3. EagleTrainer for train.steps; checkpoints (config.output.checkpoint) every
+//      checkpoint_every steps and at the end; resume continues from the checkpoint;
+//   4. the draft: config.output.path (safetensors, float32) with metadata speclab.draft=eagle,
+//      target_weights_hash, target (file name), training_config (the canonical YAML); the log
+//      (config.output.log, framework/io/train_log.h).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "experiments/app/loaded_target.h"
+#include "framework/draft/builtin/eagle_head.h"
+#include "framework/draft/drafter.h"
+#include "framework/io/train_config.h"
+#include "framework/train/eagle_trainer.h"
+
+namespace speclab {
+
+// A hash of the model file a target was loaded from (FNV-1a 64 over its bytes, 16 hex digits):
+// what a trained draft names as its target. Error(kIo, path) when unreadable.
+std::string target_weights_hash(const LoadedModel& target);
+
+struct TrainDraftProgress {
+  std::function<void(const std::string&)> stage;  // one line per data stage ("answers 12/300")
+  // After each step; agreement is NaN when the step did not evaluate.
+  std::function<void(const TrainStepLog&, double agreement, int64_t total_steps)> step;
+};
+
+struct TrainDraftResult {
+  std::string path;
+  double data_seconds = 0.0, train_seconds = 0.0;
+  double validation_agreement = 0.0;
+  int64_t train_pairs = 0, validation_pairs = 0, steps = 0;
+};
+
+// resume: continue from config.output.checkpoint (Error(kBadInput) naming it when it is corrupt
+// or belongs to another config/target; Error(kIo) when absent). stop_after > 0: checkpoint and
+// return after that many steps, writing no draft (an interruption, for tests and time slices).
+TrainDraftResult train_draft(const TrainDraftConfig& config, bool resume, const TrainDraftProgress& progress = {},
+                             int64_t stop_after = 0);
+
+// The head in `path`, with the frozen tensors of `target`. Error(kConfig, path,
+// "drafter.draft_model") when the file was trained for another target (naming both hashes),
+// Error(kBadInput, path) when it is not an eagle draft.
+std::shared_ptr<EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target);
+
+// The default draft path for a target: .cache/drafts/<model file stem>.eagle.safetensors.
+std::string default_eagle_path(const LoadedModel& target);
+
+}  // namespace speclab

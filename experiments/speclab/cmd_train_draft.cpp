@@ -1,0 +1,53 @@
+// speclab train-draft — train a draft for its target (docs/train-draft.md).
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "experiments/app/draft_training.h"
+#include "experiments/speclab/cli.h"
+
+namespace speclab::cli {
+
+int cmd_train_draft(const std::vector<std::string>& args) {
+  std::string config;
+  std::vector<std::string> sets;
+  bool resume = false, quiet = false;
+  int threads = 0;
+  int64_t stop_after = 0;
+  po::options_description desc("speclab train-draft");
+  desc.add_options()
+      ("config", po::value(&config)->required(), "the training config (YAML)")
+      ("set", po::value(&sets)->composing(), "override a config key: --set train.steps=200")
+      ("resume", po::bool_switch(&resume), "continue from the checkpoint (output.checkpoint)")
+      ("threads", po::value(&threads)->default_value(0), "libtorch threads (0 = default)")
+      ("stop-after", po::value(&stop_after)->default_value(0), "checkpoint and stop after N steps (continue with --resume)")
+      ("quiet,q", po::bool_switch(&quiet), "no progress line");
+  po::variables_map vm;
+  if (!parse_or_help("usage: speclab train-draft config.yaml [--resume] [--set key=value]", desc, args, vm, "config"))
+    return kExitOk;
+  set_threads(threads);
+  const TrainDraftConfig c = load_train_config(config, sets);
+  TrainDraftProgress progress;
+  progress.stage = [&](const std::string& line) {
+    if (!quiet) std::cerr << "\r" << line << "        " << std::flush;
+  };
+  double last_agreement = NAN;
+  progress.step = [&](const TrainStepLog& s, double agreement, int64_t total) {
+    if (!std::isnan(agreement)) last_agreement = agreement;
+    if (quiet) return;
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "\rstep %lld/%lld  loss %.4f (feature %.4f, token %.3f)  val top-1 %.3f   ",
+                  static_cast<long long>(s.step), static_cast<long long>(total), s.loss, s.feature_loss, s.token_loss,
+                  last_agreement);
+    std::cerr << buf << std::flush;
+  };
+  const TrainDraftResult r = train_draft(c, resume, progress, stop_after);
+  if (!quiet) std::cerr << "\n";
+  std::printf("wrote %s: %lld steps, %lld training pairs, validation top-1 agreement %.3f over %lld pairs; data %.1f s, "
+              "training %.1f s\n",
+              r.path.c_str(), static_cast<long long>(r.steps), static_cast<long long>(r.train_pairs),
+              r.validation_agreement, static_cast<long long>(r.validation_pairs), r.data_seconds, r.train_seconds);
+  return kExitOk;
+}
+
+}  // namespace speclab::cli

@@ -1,0 +1,122 @@
+#include "framework/draft/builtin/eagle_drafter.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "framework/core/error.h"
+#include "framework/core/model.h"
+
+namespace speclab {
+
+EagleDrafter::EagleDrafter(std::shared_ptr<const EagleHead> head, const DrafterEnv& env) : head_(std::move(head)) {
+  SPECLAB_CHECK(env.kv != nullptr && env.target != nullptr, "eagle needs the target and the KV manager");
+  const ModelConfig& t = env.target->config();
+  const ModelConfig& h = head_->target;
+  if (t.hidden_size != h.hidden_size || t.vocab_size != h.vocab_size || t.num_attention_heads != h.num_attention_heads ||
+      t.num_key_value_heads != h.num_key_value_heads || t.head_dim != h.head_dim)
+    throw Error(ErrorKind::kConfig, "the eagle head was built for another target shape", "drafter", "draft_model");
+  kv_ = env.kv;
+  KvGeometry g = t.kv_geometry();
+  g.n_layers = 1;
+  pool_ = kv_->add_pool(g);
+}
+
+void EagleDrafter::begin(SeqId, const TokenList&) {
+  if (hseq_ >= 0) (void)kv_->release(hseq_);
+  hseq_ = kv_->create(pool_);
+  head_len_ = 0;
+  known_ = at::Tensor();
+}
+
+void EagleDrafter::observe_target_hidden(SeqId, const std::vector<const float*>& hidden, int64_t n, int64_t d,
+                                         int64_t first_pos) {
+  SPECLAB_CHECK(hidden.size() == 1 && d == head_->target.hidden_size, "eagle: unexpected target hidden states");
+  SPECLAB_CHECK(first_pos >= head_len_, "eagle: target features behind the head");
+  at::NoGradGuard no_grad;
+  const at::Tensor f = eagle_features(*head_, at::from_blob(const_cast<float*>(hidden[0]), {n, d}, at::kFloat));
+  // Keep the features of positions before first_pos that the head has not consumed yet.
+  const int64_t keep = known_.defined() ? std::min<int64_t>(known_.size(0), first_pos - head_len_) : 0;
+  SPECLAB_CHECK(keep == first_pos - head_len_, "eagle: a gap in the target features");
+  known_ = keep > 0 ? at::cat({known_.narrow(0, 0, keep), f}, 0) : f.clone();
+}
+
+at::Tensor EagleDrafter::run_head(const at::Tensor& features, const at::Tensor& next, int64_t pos) {
+  const int64_t n = features.size(0);
+  const at::Tensor x = eagle_input(*head_, features, next);
+  const EagleQkv qkv = eagle_qkv(*head_, x, at::arange(pos, pos + n, at::kLong));
+  const KvView v = kv_->view_at(hseq_, pos, n);
+  at::Tensor kc = v.k_cache[0], vc = v.v_cache[0];  // [slots, KVH, hd]
+  kc.index_copy_(0, v.write_slots, qkv.k);
+  vc.index_copy_(0, v.write_slots, qkv.v);
+  const at::Tensor k_ctx = v.read_base >= 0 ? kc.narrow(0, v.read_base, v.ctx_len) : kc.index_select(0, v.read_slots);
+  const at::Tensor v_ctx = v.read_base >= 0 ? vc.narrow(0, v.read_base, v.ctx_len) : vc.index_select(0, v.read_slots);
+  const at::Tensor rows = at::arange(pos, pos + n, at::kLong).unsqueeze(1);
+  const at::Tensor allowed = at::arange(v.ctx_len, at::kLong).unsqueeze(0).le(rows);  // [n, ctx]
+  const at::Tensor out = eagle_attend(*head_, x, qkv, k_ctx, v_ctx, allowed);
+  SPECLAB_CHECK(kv_->commit(hseq_, n) == KvStatus::kOk, "eagle: commit");
+  return out;
+}
+
+DraftBlock EagleDrafter::propose(const DraftContext& ctx, int max_k) {
+  at::NoGradGuard no_grad;
+  const TokenList& t = *ctx.tokens;
+  const int64_t T = static_cast<int64_t>(t.size());
+  // Drop the previous step's speculative pairs; feed the target's new ones, positions
+  // [head_len_, T - 1): the feature of position T - 2 with the pending token t[T - 1].
+  if (kv_->length(hseq_) > head_len_) SPECLAB_CHECK(kv_->truncate(hseq_, head_len_) == KvStatus::kOk, "eagle: rollback");
+  const int64_t n_new = T - 1 - head_len_;
+  SPECLAB_CHECK(n_new >= 1 && known_.defined() && known_.size(0) >= n_new, "eagle: missing target features");
+  kv_->reserve(hseq_, n_new + max_k);
+  std::vector<int64_t> next(t.begin() + head_len_ + 1, t.end());
+  at::Tensor f = run_head(known_.narrow(0, 0, n_new), at::tensor(next, at::kLong), head_len_);
+  known_ = known_.narrow(0, n_new, known_.size(0) - n_new);
+  head_len_ = T - 1;
+  f = f.narrow(0, n_new - 1, 1);
+
+  const SamplingOptions& s = *ctx.sampling;
+  const int64_t vocab = head_->target.vocab_size;
+  DraftBlock b;
+  int64_t pos = head_len_;
+  for (int i = 0; i < max_k; ++i) {
+    const at::Tensor logits = eagle_logits(*head_, f)[0].contiguous();  // [V']
+    const float* lp = logits.data_ptr<float>();
+    const int64_t* ids = head_->vocab_ids.data_ptr<int64_t>();
+    full_logits_.assign(static_cast<size_t>(vocab), -INFINITY);
+    for (int64_t j = 0; j < logits.size(0); ++j) full_logits_[static_cast<size_t>(ids[j])] = lp[j];
+    Token x;
+    float conf = 1.0f;
+    if (s.greedy()) {
+      x = argmax(full_logits_.data(), vocab);
+    } else {
+      std::vector<float> q;
+      logits_to_probs(full_logits_.data(), vocab, s, q);
+      x = sample(q, *ctx.rng);
+      conf = *std::max_element(q.begin(), q.end());
+      if (ctx.min_confidence > 0.0 && conf < ctx.min_confidence) break;
+      b.probs.push_back(std::move(q));
+      b.logits.push_back(full_logits_);
+    }
+    b.tokens.push_back(x);
+    b.confidence.push_back(conf);
+    if (i + 1 == max_k) break;
+    f = run_head(f, at::full({1}, static_cast<int64_t>(x), at::kLong), pos++);
+  }
+  return b;
+}
+
+void EagleDrafter::accept(SeqId, int) {
+  if (hseq_ >= 0 && kv_->length(hseq_) > head_len_)
+    SPECLAB_CHECK(kv_->truncate(hseq_, head_len_) == KvStatus::kOk, "eagle: rollback");
+}
+
+void EagleDrafter::end(SeqId) {
+  if (hseq_ >= 0) {
+    (void)kv_->release(hseq_);
+    hseq_ = -1;
+  }
+  known_ = at::Tensor();
+}
+
+}  // namespace speclab

@@ -1,0 +1,55 @@
+// EagleDrafter — the `eagle` drafter: an EagleHead (eagle_head.h) drafting from the target's own
+// last-layer features (Li et al. 2024).
+//
+// It asks the engine for the target's last layer (Drafter::target_hidden_layers) and turns each
+// row into a feature f_i (eagle_features). Its one layer keeps K/V in its own sequence of its own
+// pool (one layer of the target's KV geometry) in the shared KvCacheManager, one slot per head
+// position i, the pair (f_i, t_{i+1}). Each propose():
+//   1. feeds the pairs whose feature the target has given since the last step (positions up to
+//      the one before the pending token; rows of rejected drafts are never used), and commits them;
+//   2. drafts max_k tokens: the head's predicted feature gives the logits of the next token
+//      (argmax when greedy; a draw from q = logits_to_probs over the full vocabulary otherwise,
+//      tokens outside a reduced head at probability 0), and (predicted feature, drafted token)
+//      is the next pair. These speculative pairs are truncated at the next propose/accept,
+//      since their features were the head's guesses, not the target's.
+// Lossless as every drafter: the target verifies each token (greedy output equals AR's).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "framework/draft/builtin/eagle_head.h"
+#include "framework/draft/drafter.h"
+#include "framework/kv/kv_cache_manager.h"
+
+namespace speclab {
+
+class EagleDrafter : public Drafter {
+ public:
+  // head: trained and frozen tensors set, for env.target's config. Error(kConfig, "drafter",
+  // "draft_model") when the head's shapes do not fit the target.
+  EagleDrafter(std::shared_ptr<const EagleHead> head, const DrafterEnv& env);
+
+  std::string name() const override { return "eagle"; }
+  void begin(SeqId seq, const TokenList& prompt) override;
+  DraftBlock propose(const DraftContext& ctx, int max_k) override;
+  void accept(SeqId seq, int n_accepted) override;
+  void end(SeqId seq) override;
+  std::vector<int64_t> target_hidden_layers() const override { return {head_->target.num_hidden_layers - 1}; }
+  void observe_target_hidden(SeqId seq, const std::vector<const float*>& hidden, int64_t n, int64_t d,
+                             int64_t first_pos) override;
+
+ private:
+  // One head step over the pairs at positions [pos, pos + n): writes their K/V, returns f^ [n, d].
+  at::Tensor run_head(const at::Tensor& features /*[n, d]*/, const at::Tensor& next /*[n]*/, int64_t pos);
+
+  std::shared_ptr<const EagleHead> head_;
+  KvCacheManager* kv_ = nullptr;
+  PoolId pool_ = -1;
+  SeqId hseq_ = -1;          // the head's KV sequence
+  int64_t head_len_ = 0;     // head positions computed from the target's features
+  at::Tensor known_;         // [m, d] target features of positions [head_len_, head_len_ + m)
+  std::vector<float> full_logits_;  // [vocab] scratch
+};
+
+}  // namespace speclab

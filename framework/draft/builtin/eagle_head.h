@@ -1,0 +1,89 @@
+// EagleHead — the EAGLE draft head (Li et al. 2024, "EAGLE: Speculative Sampling Requires
+// Rethinking Feature Uncertainty"), its weights and its forward, shared by training
+// (framework/train/eagle_trainer.h, through libtorch autograd) and drafting (eagle_drafter.h).
+//
+// Notation: t_i the token at position i; f_i the target's feature at position i, i.e. its
+// last layer's residual stream after the final RMSNorm (what the LM head reads, so that
+// logits_i = W_lm f_i predict t_{i+1}). The head maps the pair (f_i, t_{i+1}) at position i to
+// a prediction of f_{i+1}:
+//   x_i   = fc([f_i ; E[t_{i+1}]])                    [n, 2d] -> [n, d]   (fc has a bias)
+//   h_i   = x_i + o(Attn(RoPE(q(N1 x)), RoPE(k(N1 x)), v(N1 x)))         one Llama decoder layer
+//   f^_{i+1} = h_i + down(silu(gate(N2 h)) * up(N2 h))                   (N = RMSNorm)
+//   logits = f^ W_head^T                               [n, V']
+// E, the target's final norm and W_lm are the target's, frozen. W_head is W_lm itself (V' = V)
+// or its rows of the N most frequent target tokens (FR-Spec's reduced head, V' = N; vocab_ids
+// maps row -> target token id). The layer has the target's shapes (heads, kv heads, head_dim,
+// intermediate size), RoPE in the HF rotate_half layout.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "framework/core/model_config.h"
+
+namespace speclab {
+
+struct EagleHead {
+  ModelConfig target;  // the target's config: shapes, rope_theta, rms_norm_eps
+
+  // Trained (float32):
+  at::Tensor fc_weight;          // [d, 2d]
+  at::Tensor fc_bias;            // [d]
+  at::Tensor input_norm;         // [d]
+  at::Tensor q_proj, k_proj, v_proj;  // [H*hd, d], [KVH*hd, d], [KVH*hd, d]
+  at::Tensor o_proj;             // [d, H*hd]
+  at::Tensor post_norm;          // [d]
+  at::Tensor gate_proj, up_proj;  // [I, d]
+  at::Tensor down_proj;          // [d, I]
+
+  // Frozen, from the target (float32):
+  at::Tensor embed;       // [V, d] the target's token embeddings
+  at::Tensor final_norm;  // [d]    the target's final RMSNorm weight
+  at::Tensor lm_head;     // [V', d] the target's LM head rows of vocab_ids (all rows when V' = V)
+  at::Tensor vocab_ids;   // [V'] int64 target token id of each lm_head row
+
+  // The trained tensors by their safetensors name ("fc.weight", "layer.self_attn.q_proj.weight"...).
+  std::map<std::string, at::Tensor*> trained();
+  std::map<std::string, const at::Tensor*> trained() const;
+  int64_t head_vocab() const { return lm_head.size(0); }
+};
+
+// A fresh head for `target` with weights drawn from a seeded normal (std 0.02; norms 1, fc
+// bias 0): deterministic given the seed. Frozen tensors are left undefined.
+EagleHead init_eagle_head(const ModelConfig& target, uint64_t seed);
+
+// The target's features from its last layer's residual stream: RMSNorm(h) * final_norm.
+at::Tensor eagle_features(const EagleHead& head, const at::Tensor& hidden /*[n, d]*/);  // -> [n, d]
+
+// The head's layer input x = fc([f ; E[next]]).
+at::Tensor eagle_input(const EagleHead& head, const at::Tensor& features /*[n, d]*/,
+                       const at::Tensor& next_tokens /*[n] int64*/);  // -> [n, d]
+
+// q, k, v of the layer for x at `positions` (RoPE applied to q and k).
+struct EagleQkv {
+  at::Tensor q;  // [n, H, hd]
+  at::Tensor k;  // [n, KVH, hd]
+  at::Tensor v;  // [n, KVH, hd]
+};
+EagleQkv eagle_qkv(const EagleHead& head, const at::Tensor& x /*[n, d]*/, const at::Tensor& positions /*[n] int64*/);
+
+// The rest of the layer: attention of q over (k_ctx, v_ctx) where allowed[i][j], then the MLP.
+// Returns the predicted features f^ [n, d].
+at::Tensor eagle_attend(const EagleHead& head, const at::Tensor& x /*[n, d]*/, const EagleQkv& qkv,
+                        const at::Tensor& k_ctx /*[c, KVH, hd]*/, const at::Tensor& v_ctx /*[c, KVH, hd]*/,
+                        const at::Tensor& allowed /*[n, c] bool*/);
+
+// Head logits over the head's vocabulary (lm_head rows).
+at::Tensor eagle_logits(const EagleHead& head, const at::Tensor& predicted /*[n, d]*/);  // -> [n, V']
+
+// The whole head over packed training sequences: row r attends to rows r' <= r of its own
+// segment (segment ids [n] int64). Returns f^ [n, d].
+at::Tensor eagle_forward_packed(const EagleHead& head, const at::Tensor& features /*[n, d]*/,
+                                const at::Tensor& next_tokens /*[n]*/, const at::Tensor& positions /*[n]*/,
+                                const at::Tensor& segments /*[n]*/);
+
+}  // namespace speclab

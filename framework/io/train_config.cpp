@@ -1,0 +1,139 @@
+// YAML -> TrainDraftConfig: the field tables of `speclab train-draft` and its validate().
+#include "framework/io/train_config.h"
+
+#include "framework/core/error.h"
+#include "framework/io/config_schema.h"
+#include "framework/io/config_util.h"
+
+namespace speclab {
+
+namespace config {
+namespace {
+
+const Table<DraftDataOptions>& data_table() {
+  using D = DraftDataOptions;
+  static const Table<D> t("data", {
+      field("prompts", {}, &D::prompts, section(prompt_options_table())),
+      field("answer_tokens", {}, &D::answer_tokens),
+      field("max_prompt_tokens", {}, &D::max_prompt_tokens),
+      field("validation_fraction", {}, &D::validation_fraction),
+      field("cache_dir", {}, &D::cache_dir, path()),
+  });
+  return t;
+}
+
+const Table<EagleHeadOptions>& head_table() {
+  using H = EagleHeadOptions;
+  static const Table<H> t("head", {field("vocab_top_n", {}, &H::vocab_top_n)});
+  return t;
+}
+
+const Table<EagleTrainOptions>& train_table() {
+  using T = EagleTrainOptions;
+  static const Table<T> t("train", {
+      field("steps", {}, &T::steps),
+      field("batch_tokens", {}, &T::batch_tokens),
+      field("lr", {}, &T::lr),
+      field("warmup", {}, &T::warmup),
+      field("weight_decay", {}, &T::weight_decay),
+      field("grad_clip", {}, &T::grad_clip),
+      field("token_loss_weight", {}, &T::token_loss_weight),
+      field("eval_every", {}, &T::eval_every),
+      field("checkpoint_every", {}, &T::checkpoint_every),
+      field("seed", {}, &T::seed),
+  });
+  return t;
+}
+
+const Table<TrainDraftOutput>& train_output_table() {
+  using O = TrainDraftOutput;
+  static const Table<O> t("output", {
+      field("path", {}, &O::path, path()),
+      field("log", {}, &O::log, path()),
+      field("checkpoint", {}, &O::checkpoint, path()),
+  });
+  return t;
+}
+
+const Table<TrainDraftConfig>& train_top_table() {
+  using C = TrainDraftConfig;
+  static const Table<C> t("train-draft", {
+      field("target", {}, &C::target, section(model_source_table())),
+      field("architecture", {}, &C::architecture),
+      field("data", {}, &C::data, section(data_table())),
+      field("head", {}, &C::head, section(head_table())),
+      field("train", {}, &C::train, section(train_table())),
+      field("output", {}, &C::output, section(train_output_table())),
+  });
+  return t;
+}
+
+// The evaluation sets SpecLab measures on: training on them would flatter every figure.
+const char* evaluation_set(const std::string& file) {
+  const std::string base = basename_of(file);
+  if (base.find("mt_bench") != std::string::npos || base.find("mt-bench") != std::string::npos) return "MT-bench";
+  if (base.find("humaneval") != std::string::npos) return "HumanEval";
+  if (base.find("gsm8k_test") != std::string::npos || base.find("gsm8k-test") != std::string::npos) return "GSM8K test";
+  return nullptr;
+}
+
+}  // namespace
+}  // namespace config
+
+std::string replace_extension(const std::string& path, const std::string& suffix) {
+  const size_t slash = path.find_last_of('/'), dot = path.find_last_of('.');
+  const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+  return (has_ext ? path.substr(0, dot) : path) + suffix;
+}
+
+void TrainDraftConfig::validate() const {
+  auto bad = [](const std::string& key, const std::string& msg) { throw Error(ErrorKind::kConfig, msg, "", key); };
+  if (architecture != "eagle")
+    bad("architecture", "expected eagle (medusa and a distilled draft model are not built yet), found '" + architecture + "'");
+  data.prompts.validate();
+  std::vector<std::string> files = data.prompts.files;
+  for (const PromptSource& s : data.prompts.sources) files.push_back(s.file);
+  for (const std::string& f : files)
+    if (const char* set = config::evaluation_set(f))
+      bad("data.prompts", "training prompts must not come from an evaluation set: " + f + " is " + set);
+  if (data.answer_tokens < 1) bad("data.answer_tokens", "expected at least 1, found " + std::to_string(data.answer_tokens));
+  if (data.max_prompt_tokens < 1)
+    bad("data.max_prompt_tokens", "expected at least 1, found " + std::to_string(data.max_prompt_tokens));
+  if (!(data.validation_fraction > 0 && data.validation_fraction < 1))
+    bad("data.validation_fraction", "expected a fraction in (0, 1), found " + config::to_text(data.validation_fraction));
+  if (head.vocab_top_n < 0) bad("head.vocab_top_n", "expected 0 (the full head) or a positive count");
+  if (train.steps < 1) bad("train.steps", "expected at least 1 step");
+  if (train.batch_tokens < 1) bad("train.batch_tokens", "expected at least 1");
+  if (!(train.lr > 0 && train.lr < 1)) bad("train.lr", "expected a learning rate in (0, 1), found " + config::to_text(train.lr));
+  if (train.warmup < 0) bad("train.warmup", "expected 0 or more steps");
+  if (!(train.weight_decay >= 0 && train.weight_decay < 1)) bad("train.weight_decay", "expected a value in [0, 1)");
+  if (!(train.grad_clip >= 0)) bad("train.grad_clip", "expected 0 (off) or a positive norm");
+  if (!(train.token_loss_weight >= 0)) bad("train.token_loss_weight", "expected a weight >= 0");
+  if (train.eval_every < 1) bad("train.eval_every", "expected at least 1");
+  if (train.checkpoint_every < 0) bad("train.checkpoint_every", "expected 0 (only at the end) or more steps");
+  if (output.path.empty()) bad("output.path", "expected the path of the draft (.safetensors)");
+}
+
+TrainDraftConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  using namespace config;
+  YamlOrigin origin(path);
+  YAML::Node root = parse_config_root(load_yaml_text(path), path, origin, "target, data, head, train, output");
+  for (const std::string& o : overrides) apply_override(root, o, origin);
+  TrainDraftConfig cfg;
+  cfg.source_path = path;
+  const Ctx ctx{dirname_of(path)};
+  train_top_table().read(YamlValue(&origin, root, YAML::Node(), ""), ctx, cfg);
+  if (cfg.output.log.empty()) cfg.output.log = replace_extension(cfg.output.path, ".h5");
+  if (cfg.output.checkpoint.empty()) cfg.output.checkpoint = replace_extension(cfg.output.path, ".ckpt.safetensors");
+  cfg.resolved_yaml = emit(train_top_table().dump(cfg, ctx));
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kConfig) throw;
+    const YamlValue at = locate(root, origin, e.field());
+    throw Error(ErrorKind::kConfig, e.message(), at.where(), at.path);
+  }
+  return cfg;
+}
+
+}  // namespace speclab

@@ -1,0 +1,74 @@
+// TrainDraftConfig — the YAML of `speclab train-draft config.yaml` (keys: docs/train-draft.md;
+// field tables and validate() in framework/io/train_config.cpp; torch-free).
+//
+//   target:  a model source (as models.target of `speclab run`)
+//   data:    prompts (the `prompts` section of `speclab run`), answer_tokens, max_prompt_tokens,
+//            validation_fraction, cache_dir
+//   head:    vocab_top_n (0 = the target's full LM head; N = its N most frequent tokens)
+//   train:   steps, batch_tokens, lr, warmup, weight_decay, grad_clip, token_loss_weight,
+//            eval_every, checkpoint_every, seed
+//   output:  path (.safetensors), log (.h5), checkpoint (.safetensors)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "framework/core/model_source.h"
+#include "framework/io/experiment_config.h"
+
+namespace speclab {
+
+struct DraftDataOptions {
+  PromptsOptions prompts;            // the training prompts (never an evaluation set)
+  int64_t answer_tokens = 64;        // the target's greedy answer to each prompt, at most this long
+  int64_t max_prompt_tokens = 256;   // longer prompts (chat template included) are skipped
+  double validation_fraction = 0.1;  // the last fraction of the prompts, held apart
+  std::string cache_dir = ".cache/draft_data";  // answers and features, keyed by target + data
+};
+
+struct EagleHeadOptions {
+  int64_t vocab_top_n = 0;  // 0: the full LM head; N: the N most frequent target tokens (FR-Spec)
+};
+
+struct EagleTrainOptions {
+  int64_t steps = 1000;
+  int64_t batch_tokens = 1024;  // training pairs per step (whole sequences, at least one)
+  double lr = 1e-3;
+  int64_t warmup = 50;          // linear warmup steps
+  double weight_decay = 0.0;
+  double grad_clip = 0.5;       // global gradient-norm clip (0 = off)
+  double token_loss_weight = 0.1;  // w in SmoothL1 + w * CE (EAGLE's 0.1)
+  int64_t eval_every = 50;      // validation agreement every N steps (and at the end)
+  int64_t checkpoint_every = 100;  // 0 = only at the end
+  uint64_t seed = 1;
+};
+
+struct TrainDraftOutput {
+  std::string path = ".cache/drafts/eagle.safetensors";
+  std::string log;         // HDF5 per-step log; default: path with .h5
+  std::string checkpoint;  // default: path with .ckpt.safetensors
+};
+
+struct TrainDraftConfig {
+  ModelSource target;
+  std::string architecture = "eagle";
+  DraftDataOptions data;
+  EagleHeadOptions head;
+  EagleTrainOptions train;
+  TrainDraftOutput output;
+
+  std::string source_path;    // the YAML file
+  std::string resolved_yaml;  // the canonical config (written into the draft's metadata)
+
+  // Throws Error(kConfig, ..., <section.key>) naming the key, the value and what was expected;
+  // also when a training prompt file is an evaluation set (MT-bench, HumanEval, GSM8K test).
+  void validate() const;
+};
+
+// `path` without its extension + `suffix`.
+std::string replace_extension(const std::string& path, const std::string& suffix);
+
+// Loads and validates a train-draft config; Error(kConfig) naming file:line and the key.
+TrainDraftConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+}  // namespace speclab

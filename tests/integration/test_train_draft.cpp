@@ -1,0 +1,159 @@
+// speclab train-draft and the eagle drafter on the real stories260K model: a tiny EAGLE head
+// trained for a few hundred steps (seconds). Checks: the loss falls, training is deterministic
+// given a seed (same bytes twice), an interrupted run resumed gives the uninterrupted result,
+// a corrupt checkpoint and a draft for another target are refused, evaluation sets are refused
+// as training prompts, and greedy eagle decoding is token-identical to AR (sampling too runs
+// through the engine's q checks).
+#include "tests/torch_catch.h"
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "experiments/app/draft_training.h"
+#include "experiments/app/session_parts.h"
+#include "framework/engine/ar_decode.h"
+#include "framework/io/train_log.h"
+#include "models/model_loader.h"
+#include "tests/support/catch_error.h"
+
+using namespace speclab;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kDir = fs::path(SPECLAB_BINARY_DIR) / "test_train_draft";
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A config over 24 story openings (4 held apart), 24-token answers, `steps` steps.
+fs::path write_config(const std::string& name, int steps, const std::string& prompts_file = "prompts.jsonl") {
+  fs::create_directories(kDir);
+  const char* openings[] = {"Once upon a time", "Lily went to", "The cat saw", "Tom had a big", "One day, a little",
+                            "The sun was", "Ben and Mia", "There was a dog", "The bird flew", "Sue liked to",
+                            "A boy named", "In the park", "The girl found", "Max wanted a", "It was a sunny",
+                            "The tree was", "Mom said", "The ball was", "A frog", "They played",
+                            "The car went", "A big bear", "The fish swam", "Anna made"};
+  std::ofstream p(kDir / "prompts.jsonl");
+  for (const char* o : openings) p << "{\"prompt\": \"" << o << "\"}\n";
+  const fs::path cfg = kDir / (name + ".yaml");
+  std::ofstream y(cfg);
+  y << "target: {path: stories260K}\n"
+    << "data:\n  prompts: {files: [" << prompts_file << "], chat: off}\n"
+    << "  answer_tokens: 24\n  validation_fraction: 0.2\n  cache_dir: cache\n"
+    << "head: {vocab_top_n: 0}\n"
+    << "train: {steps: " << steps << ", batch_tokens: 256, lr: 0.003, warmup: 10, eval_every: 50, "
+    << "checkpoint_every: 0, seed: 7}\n"
+    << "output: {path: " << name << ".safetensors}\n";
+  return cfg;
+}
+
+double mean(const std::vector<double>& v, size_t a, size_t b) {
+  return std::accumulate(v.begin() + a, v.begin() + b, 0.0) / static_cast<double>(b - a);
+}
+
+}  // namespace
+
+TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equals uninterrupted", "[train]") {
+  fs::remove_all(kDir);
+  const TrainDraftConfig a = load_train_config(write_config("a", 200).string());
+  const TrainDraftResult ra = train_draft(a, false);
+  const TrainLog log = read_train_log(a.output.log);
+  REQUIRE(log.loss.size() == 200);
+  CHECK(mean(log.loss, 180, 200) < 0.7 * mean(log.loss, 0, 20));
+  CHECK(ra.validation_agreement > 0.0);
+  CHECK(log.agreement.size() == 4);
+  const std::string first = read_bytes(a.output.path);
+
+  train_draft(a, false);  // the same config and seed again: the same bytes
+  CHECK(read_bytes(a.output.path) == first);
+
+  fs::remove(a.output.path);
+  train_draft(a, false, {}, 90);  // interrupted after 90 steps
+  CHECK_FALSE(fs::exists(a.output.path));
+  CHECK(read_train_log(a.output.log).loss.size() == 90);
+  train_draft(a, true);
+  CHECK(read_bytes(a.output.path) == first);
+  CHECK(read_train_log(a.output.log).loss == log.loss);
+
+  // A corrupt checkpoint: one clear error naming it.
+  fs::resize_file(a.output.checkpoint, fs::file_size(a.output.checkpoint) / 2);
+  const Error e = test::catch_error([&] { train_draft(a, true); });
+  CHECK(e.kind() == ErrorKind::kBadInput);
+  CHECK(e.file() == a.output.checkpoint);
+}
+
+TEST_CASE("train-draft refuses training prompts from an evaluation set", "[train]") {
+  fs::create_directories(kDir);
+  std::ofstream(kDir / "mt_bench_questions.jsonl") << "{\"prompt\": \"x\"}\n";
+  const Error e = test::catch_error([] { load_train_config(write_config("eval", 10, "mt_bench_questions.jsonl").string()); });
+  CHECK(e.kind() == ErrorKind::kConfig);
+  CHECK_THAT(e.what(), Catch::Contains("evaluation set") && Catch::Contains("MT-bench"));
+}
+
+TEST_CASE("the eagle drafter: greedy output equals AR; a draft for another target is refused", "[train][eagle]") {
+  const TrainDraftConfig a = load_train_config(write_config("d", 120).string());
+  train_draft(a, false);
+  ModelSource src;
+  src.path = "stories260K";
+  auto target = load_target(src);
+
+  // Another target: the same file with one weight byte changed.
+  const fs::path other = kDir / "stories260K_other.bin";
+  fs::copy_file(target->info.origin.path, other, fs::copy_options::overwrite_existing);
+  {
+    std::fstream f(other, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    f.put('\x11');
+  }
+  ModelSource osrc = target->info.origin;
+  osrc.path = other.string();
+  const LoadedModel other_model = load_model(osrc);
+  const Error e = test::catch_error([&] { load_eagle_head(a.output.path, other_model); });
+  CHECK(e.kind() == ErrorKind::kConfig);
+  CHECK_THAT(e.what(), Catch::Contains("trained for stories260K.bin") && Catch::Contains("not for the target"));
+
+  KvOptions kvo;
+  kvo.budget_bytes = 64 << 20;
+  SessionParts parts(*target, kvo);
+  DrafterOptions o;
+  o.name = "eagle";
+  o.draft_model = a.output.path;
+  o.num_speculative_tokens = 4;
+  Drafter& d = parts.add_drafter(o);
+  int64_t accepted = 0, drafted = 0;
+  for (const char* text : {"Once upon a time", "The dog ran to", "Lily and Ben"}) {
+    const TokenList ids = target->info.tokenizer->encode(text, true);
+    GenerationOptions gen;
+    gen.max_new_tokens = 48;
+    Request greedy{ids, {&d, o}, gen, {}};
+    Session s(*target->model, *target->info.tokenizer, parts.kv_target());
+    s.begin(greedy);
+    while (!s.done()) {
+      const SpecStep st = s.step();
+      accepted += st.accepted;
+      drafted += st.drafted;
+    }
+    const GenerationResult spec = s.end();
+    const GenerationResult ar =
+        generate_ar(*target->model, *target->info.tokenizer, ids, gen, SamplingOptions{}, KvMode::kCached, {},
+                    parts.kv_target());
+    CHECK(spec.tokens == ar.tokens);
+
+    Request sampled = greedy;
+    sampled.sampling.temperature = 0.8;
+    sampled.sampling.seed = 3;
+    s.begin(sampled);  // the engine checks every q row (>= 0, sums to 1)
+    while (!s.done()) s.step();
+    CHECK(s.end().tokens.size() > 0);
+  }
+  CHECK(parts.kv().bytes_used() == 0);
+  INFO("accepted " << accepted << " of " << drafted);
+  CHECK(accepted > 0);
+}
