@@ -14,7 +14,8 @@
 //
 // ABI history: 1 — create(options, const DrafterEnv*, ...): the env's C++ pointers were of no use
 // to a plugin (the host exports no symbols). 2 — create(options, const SpeclabHostApi*, ...).
-// 3 — DrafterOptions::draft_vocab (the struct's layout changed).
+// 3 — DrafterOptions::draft_vocab (the struct's layout changed);
+// Drafter::target_hidden_layers() and observe_target_hidden() (new virtual functions).
 #pragma once
 
 #include <cstddef>
