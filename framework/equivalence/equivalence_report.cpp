@@ -172,6 +172,35 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
   }
 }
 
+void finalize_verifier_verdict(EquivalenceReport& r) {
+  std::vector<double> ps;
+  for (const VerifierCellRow& c : r.verifier) ps.push_back(c.verdict.p_bonferroni);
+  const std::vector<double> holm = holm_adjust(ps);
+  r.verifier_pass = true;
+  for (size_t i = 0; i < r.verifier.size(); ++i) {
+    VerifierCellRow& c = r.verifier[i];
+    c.holm_p = holm[i];
+    const std::string where = c.draft + ", " + sampling_label(c.sampling) + ", k = " + std::to_string(c.k);
+    if (c.verdict.tested == 0) {
+      r.verifier_pass = false;
+      r.failures.push_back("verifier: " + where + ": no (position, class) test has a draw and a degree of freedom; "
+                           "the cell tests nothing (the target rows are (nearly) deterministic at this setting)");
+    } else if (c.holm_p < r.alpha) {
+      r.verifier_pass = false;
+      r.failures.push_back("verifier: " + where + ": the real verifier's output differs from the target's law (Holm p " +
+                           fmt("%.3g", c.holm_p) + " < alpha " + fmt("%g", r.alpha) + ", worst at position " +
+                           std::to_string(c.verdict.worst_position) + ")");
+    }
+  }
+  for (const VerifierControlRow& c : r.verifier_controls) {
+    if (!c.applicable || c.caught) continue;
+    r.verifier_pass = false;
+    r.failures.push_back("verifier control: " + c.control + " NOT caught at N = " + std::to_string(r.verifier.empty() ? 0 : r.verifier[0].n) +
+                         " (" + c.draft + ", " + sampling_label(c.sampling) + ", k = " + std::to_string(c.k) +
+                         ", Bonferroni p " + fmt("%.3g", c.p_bonferroni) + ")");
+  }
+}
+
 std::string format_equivalence_report(const EquivalenceReport& r) {
   std::ostringstream os;
   char buf[512];
@@ -211,11 +240,39 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
       aa = std::max(aa, a.errors.always_accept);
       if (!std::isnan(a.errors.top_p_on_p_only)) tp = std::max(tp, a.errors.top_p_on_p_only);
     }
-    os << "\n[2] analytic first-token distribution: " << r.analytic.size()
+    os << "\n[2] analytic, closed form (enumerates a copy of the theorem: checks the formula, not the engine): " << r.analytic.size()
        << " (context x draft x sampling) rows; max |P(out) - p|: lossless rule " << fmt("%.3g", lossless)
        << ", deterministic draft " << fmt("%.3g", det) << " (tolerance " << fmt("%g", kAnalyticTolerance)
        << "); faulty rules on the same p, q: always-accept " << fmt("%.3g", aa) << ", top-p-on-p-only "
        << fmt("%.3g", tp) << "\n";
+  }
+  if (r.ran_verifier) {
+    os << "\n[2b] verifier check (Monte Carlo: the REAL verify_rejection + Rng on real (p, q) rows, multi-step chains, "
+          "every emitted position incl. recovered and bonus tokens vs the exact target law; per (position, prefix class) "
+          "Pearson tests, Bonferroni within a cell, Holm over " << r.verifier.size() << " cells at alpha "
+       << fmt("%g", r.alpha) << "; TV radius at alpha / " << r.verifier_family << " tests)\n";
+    std::snprintf(buf, sizeof buf, "  %-18s %-26s %3s %9s %5s %5s %6s %6s %9s %9s %9s %17s\n", "draft", "sampling", "k", "N",
+                  "vocab", "tests", "void", "acc", "bonus", "p", "holm_p", "detectable TV");
+    os << buf;
+    for (const VerifierCellRow& c : r.verifier) {
+      std::snprintf(buf, sizeof buf, "  %-18s %-26s %3d %9lld %5lld %5lld %6lld %6.2f %9lld %9.3g %9.3g %8.4f..%-8.4f%s\n",
+                    c.draft.c_str(), sampling_label(c.sampling).c_str(), c.k, static_cast<long long>(c.n),
+                    static_cast<long long>(c.vocab), static_cast<long long>(c.verdict.tested),
+                    static_cast<long long>(c.verdict.vacuous), c.acceptance, static_cast<long long>(c.bonus),
+                    c.verdict.p_bonferroni, c.holm_p, c.verdict.min_radius, c.verdict.max_radius,
+                    c.holm_p < r.alpha || c.verdict.tested == 0 ? "  FAIL" : "");
+      os << buf;
+    }
+    os << "  negative controls of the verifier check (smallest N on the grid 1000, 2000, ... at which p x tests < "
+       << fmt("%g", r.control_alpha) << "):\n";
+    for (const VerifierControlRow& c : r.verifier_controls) {
+      std::snprintf(buf, sizeof buf, "  %-18s %-26s %3d %-20s %s\n", c.draft.c_str(), sampling_label(c.sampling).c_str(), c.k,
+                    c.control.c_str(),
+                    !c.applicable ? ("n/a (" + c.note + ")").c_str()
+                    : c.caught    ? ("caught at N = " + std::to_string(c.caught_n) + (c.q_tv > 0.0 ? fmt(" (q TV %.3g)", c.q_tv) : "")).c_str()
+                                  : ("MISSED (p " + fmt("%.3g", c.p_bonferroni) + fmt(", q TV %.3g)", c.q_tv)).c_str());
+      os << buf;
+    }
   }
   if (r.ran_sampling) {
     std::string pos;
@@ -268,6 +325,7 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
   os << "\nverdict: " << (r.pass() ? "PASS" : "FAIL");
   if (r.ran_greedy) os << "  greedy " << (r.greedy_pass ? "ok" : "FAIL");
   if (r.ran_analytic) os << "  analytic " << (r.analytic_pass ? "ok" : "FAIL");
+  if (r.ran_verifier) os << "  verifier " << (r.verifier_pass ? "ok" : "FAIL");
   if (r.ran_sampling) os << "  sampling " << (r.sampling_pass ? "ok" : "FAIL") << "  controls "
                          << (r.controls_pass ? "ok" : "FAIL");
   os << "  (" << fmt("%.1f", r.seconds) << " s)\n";

@@ -215,4 +215,63 @@ std::vector<VerifierControl> verifier_controls(const SamplingOptions& sampling, 
   return out;
 }
 
+VerifierCellRow run_verifier_cell(const std::vector<LogitPair>& pairs, const std::string& draft,
+                                  const SamplingOptions& sampling, int k, int64_t n, double delta, uint64_t seed) {
+  const VerifierChain chain =
+      make_verifier_chain(pairs, sampling, {sampling, sampling}, verifier_positions(k), k, kVerifierClasses);
+  const VerifierCounts counts = run_verifier_chain(chain, k, n, seed, verify_rejection);
+  VerifierCellRow row;
+  row.draft = draft;
+  row.sampling = sampling;
+  row.k = k;
+  row.n = n;
+  row.vocab = chain.vocab;
+  row.cells = reachable_cells(chain);
+  row.recovered = counts.recovered;
+  row.bonus = counts.bonus;
+  row.acceptance = counts.drafted > 0 ? static_cast<double>(counts.accepted) / static_cast<double>(counts.drafted) : 0.0;
+  row.verdict = test_verifier_chain(chain, counts, delta);
+  row.verdict.tests.clear();
+  return row;
+}
+
+VerifierControlRow run_verifier_control(const std::vector<LogitPair>& pairs, const std::string& draft,
+                                        const SamplingOptions& sampling, const VerifierControl& control, int k,
+                                        int64_t n_max, double control_alpha, uint64_t seed) {
+  VerifierControlRow row;
+  row.draft = draft;
+  row.control = control.name;
+  row.note = control.note;
+  row.sampling = sampling;
+  row.k = k;
+  row.applicable = control.applicable;
+  if (!control.applicable) return row;
+  const VerifierChain chain =
+      make_verifier_chain(pairs, sampling, control.draft, verifier_positions(k), k, kVerifierClasses);
+  for (const ChainRow& r : chain.rows) {
+    double tv = 0.0, sd = 0.0, sr = 0.0;
+    for (size_t t = 0; t < r.q_drawn.size(); ++t) sd += r.q_drawn[t], sr += r.q_report[t];
+    for (size_t t = 0; t < r.q_drawn.size(); ++t) tv += 0.5 * std::fabs(r.q_drawn[t] / sd - r.q_report[t] / sr);
+    row.q_tv += tv / static_cast<double>(chain.rows.size());
+  }
+  const bool drafter_side = control.draft.drawn.temperature != control.draft.reported.temperature ||
+                            control.draft.drawn.top_k != control.draft.reported.top_k ||
+                            control.draft.drawn.top_p != control.draft.reported.top_p;
+  if (drafter_side && row.q_tv < kMinControlQTv) {
+    row.applicable = false;
+    row.note = "q drawn and q reported differ by a mean TV of only " + std::to_string(row.q_tv) + " on these rows";
+    return row;
+  }
+  for (int64_t n = std::min<int64_t>(1000, n_max);; n = std::min(2 * n, n_max)) {
+    const VerifierCounts counts = run_verifier_chain(chain, k, n, seed, control.rule);
+    row.p_bonferroni = test_verifier_chain(chain, counts, control_alpha).p_bonferroni;
+    if (row.p_bonferroni < control_alpha) {
+      row.caught = true;
+      row.caught_n = n;
+    }
+    if (row.caught || n == n_max) break;
+  }
+  return row;
+}
+
 }  // namespace speclab

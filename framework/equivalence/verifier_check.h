@@ -149,4 +149,43 @@ struct VerifierControl {
 };
 std::vector<VerifierControl> verifier_controls(const SamplingOptions& sampling, int64_t drawn_top_k = 10);
 
+// One lossless cell of the sweep (draft, sampling setting, k) as `speclab check` reports it.
+struct VerifierCellRow {
+  std::string draft;          // label of the draft model whose q rows were used
+  SamplingOptions sampling;
+  int k = 0;
+  int64_t n = 0, vocab = 0, cells = 0;  // draws, compact vocab, reachable (position, class) entries
+  int64_t recovered = 0, bonus = 0;     // emitted at recorded positions
+  double acceptance = 0.0;              // accepted / drafted
+  VerifierVerdict verdict;              // verdict.tests left empty (the summary is kept)
+  double holm_p = 1.0;                  // set by the caller's Holm step over the family
+};
+
+// One negative control at one (draft, sampling setting, k): the smallest N on the grid
+// 1000, 2000, ... (< n_max) and n_max at which min p · tests < control_alpha.
+struct VerifierControlRow {
+  std::string draft, control, note;
+  SamplingOptions sampling;
+  int k = 0;
+  bool applicable = false, caught = false;
+  int64_t caught_n = -1;      // -1: not caught at n_max
+  double p_bonferroni = 1.0;  // at caught_n, or at n_max when not caught
+  double q_tv = 0.0;          // mean TV(q drawn, q reported) over the chain's rows (0 for the
+                              // verifier-side controls): how large a drafter-side bug is here
+};
+// A drafter-side control whose q_tv is below this changes (nearly) nothing on these rows: it is
+// reported as not applicable, with its q_tv, instead of counted as missed.
+constexpr double kMinControlQTv = 0.015;
+VerifierControlRow run_verifier_control(const std::vector<LogitPair>& pairs, const std::string& draft,
+                                        const SamplingOptions& sampling, const VerifierControl& control, int k,
+                                        int64_t n_max, double control_alpha, uint64_t seed);
+
+// The lossless cell: chain (positions k + 2, 2 classes), n draws, tests at TV confidence delta.
+VerifierCellRow run_verifier_cell(const std::vector<LogitPair>& pairs, const std::string& draft,
+                                  const SamplingOptions& sampling, int k, int64_t n, double delta, uint64_t seed);
+
+// Positions and classes of the chains of the sweep for draft length k.
+constexpr int kVerifierClasses = 2;
+inline int verifier_positions(int k) { return k + 2; }
+
 }  // namespace speclab

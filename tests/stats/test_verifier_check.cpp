@@ -32,7 +32,8 @@ namespace {
 
 constexpr double kAlpha = 1e-3;         // family-wise level of the lossless cells (Holm)
 constexpr double kControlAlpha = 1e-6;  // a control is caught when its Bonferroni p is below this
-constexpr int64_t kStoriesN = 1000000;  // draws per lossless cell in `make test` (top_k = 40; half at full vocab)
+constexpr int64_t kStoriesN = 600000;   // draws per lossless cell in `make test` (top_k = 40; half at full vocab)
+constexpr int64_t kSmolN = 250000;     // draws per SmolLM2 lossless cell in `make test`
 constexpr int64_t kControlMaxN = 2048000;  // the control power grid: 1000, 2000, ..., this
 
 int64_t draws_per_cell(int64_t fallback) {
@@ -41,12 +42,15 @@ int64_t draws_per_cell(int64_t fallback) {
 }
 
 // Real (target, draft) logit pairs: each prompt, and the prompt plus 4, 8, 12 of its greedy
-// tokens; the draft is the target's first `draft_layers` layers (a layer_skip draft).
-std::vector<LogitPair> real_pairs(const Model& model, const TokenDecoder& tok, const std::vector<TokenList>& prompts,
-                                  int64_t draft_layers) {
-  c10::InferenceMode guard;
+// tokens; the draft logits of the i-th pair come from drafts[i % drafts.size()], each a model and
+// the layers it runs (empty: all; else a layer_skip draft of those layers of the target).
+struct DraftSource {
+  const Model* model;
   std::vector<int64_t> layers;
-  for (int64_t l = 0; l < draft_layers; ++l) layers.push_back(l);
+};
+std::vector<LogitPair> real_pairs(const Model& model, const TokenDecoder& tok, const std::vector<TokenList>& prompts,
+                                  const std::vector<DraftSource>& drafts) {
+  c10::InferenceMode guard;
   std::vector<LogitPair> out;
   for (const TokenList& ctx : prompts) {
     GenerationOptions gen;
@@ -56,9 +60,16 @@ std::vector<LogitPair> real_pairs(const Model& model, const TokenDecoder& tok, c
     for (size_t off : {size_t{0}, size_t{4}, size_t{8}, size_t{12}}) {
       TokenList c = ctx;
       c.insert(c.end(), cont.begin(), cont.begin() + static_cast<std::ptrdiff_t>(std::min(off, cont.size())));
-      out.push_back({next_token_logits(model, c), next_token_logits(model, c, layers)});
+      const DraftSource& d = drafts[out.size() % drafts.size()];
+      out.push_back({next_token_logits(model, c), next_token_logits(*d.model, c, d.layers)});
     }
   }
+  return out;
+}
+
+std::vector<int64_t> first_layers(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t l = 0; l < n; ++l) out.push_back(l);
   return out;
 }
 
@@ -69,7 +80,28 @@ std::vector<LogitPair>& stories_pairs() {
     std::vector<TokenList> prompts;
     for (const nlohmann::json& r : testing::stories_reference_records())
       prompts.push_back(s.info.tokenizer->encode(r.at("prompt").get<std::string>(), true));
-    return real_pairs(*s.model, *s.info.tokenizer, prompts, 4);
+    return real_pairs(*s.model, *s.info.tokenizer, prompts, {{s.model.get(), first_layers(4)}});
+  }();
+  return pairs;
+}
+
+// SmolLM2-135M-Instruct (Q4_1 GGUF from the shared cache, float32 activations). Its early exits
+// are poor drafts (acceptance at T = 1, top_k = 40: 0.05 with 20 of 30 layers, 0.37 with 28),
+// so the drafts alternate between the same weights with int8 activations (a quantized draft,
+// acceptance ~0.97) and the first 28 layers: both accepted and rejected drafts are frequent.
+std::vector<LogitPair>& smollm2_pairs() {
+  static std::vector<LogitPair> pairs = [] {
+    ModelSource src;
+    src.path = "smollm2-135m-instruct";
+    LoadedModel info = load_model(src);
+    LlamaModel model(info, Activations::kF32);
+    LoadedModel info8 = load_model(src);
+    LlamaModel int8(info8, Activations::kInt8);
+    std::vector<TokenList> prompts;
+    for (const char* p : {"The capital of France is", "Once upon a time, a small robot", "To make bread, you need",
+                          "The best way to learn a language is", "def fibonacci(n):"})
+      prompts.push_back(info.tokenizer->encode(p, true));
+    return real_pairs(model, *info.tokenizer, prompts, {{&int8, {}}, {&model, first_layers(28)}});
   }();
   return pairs;
 }
@@ -82,70 +114,34 @@ SamplingOptions setting(double t, double top_p, int64_t top_k) {
   return s;
 }
 
-struct Cell {
-  std::string label;
-  VerifierCounts counts;
-  VerifierVerdict verdict;
-};
-
 // Runs the lossless verifier for k = 1..8 on `pairs` under `s` and checks it: no cell rejects
-// after Holm over the 8 cells, every (position, class) of every cell is tested (no vacuous
-// cell), bonus and recovered tokens are emitted at recorded positions.
+// after Holm over the 8 cells, every reachable (position, class) of every cell is tested (no
+// vacuous entry), bonus and recovered tokens are emitted at recorded positions.
 void check_lossless(const std::vector<LogitPair>& pairs, const SamplingOptions& s, int64_t n, const std::string& model) {
-  std::vector<Cell> cells;
   int64_t family_tests = 0;
-  std::vector<VerifierChain> chains;
-  for (int k = 1; k <= 8; ++k) chains.push_back(make_verifier_chain(pairs, s, {s, s}, k + 2, k, 2));
-  for (const VerifierChain& c : chains) family_tests += reachable_cells(c);
-  for (int k = 1; k <= 8; ++k) {
-    const VerifierChain& chain = chains[static_cast<size_t>(k - 1)];
-    Cell cell;
-    cell.label = model + " " + std::to_string(k);
-    cell.counts = run_verifier_chain(chain, k, n, 1000 + static_cast<uint64_t>(k), verify_rejection);
-    cell.verdict = test_verifier_chain(chain, cell.counts, kAlpha / static_cast<double>(family_tests));
-    cells.push_back(std::move(cell));
-  }
+  for (int k = 1; k <= 8; ++k) family_tests += 1 + static_cast<int64_t>(verifier_positions(k) - 1) * kVerifierClasses;
+  std::vector<VerifierCellRow> cells;
+  for (int k = 1; k <= 8; ++k)
+    cells.push_back(run_verifier_cell(pairs, model, s, k, n, kAlpha / static_cast<double>(family_tests),
+                                      1000 + static_cast<uint64_t>(k)));
   std::vector<double> ps;
-  for (const Cell& c : cells) ps.push_back(c.verdict.p_bonferroni);
+  for (const VerifierCellRow& c : cells) ps.push_back(c.verdict.p_bonferroni);
   const std::vector<double> holm = holm_adjust(ps);
   for (size_t i = 0; i < cells.size(); ++i) {
-    const Cell& c = cells[i];
+    const VerifierCellRow& c = cells[i];
     const VerifierVerdict& v = c.verdict;
-    const double acc = static_cast<double>(c.counts.accepted) / static_cast<double>(c.counts.drafted);
-    WARN(model << " " << sampling_label(s) << " k=" << c.counts.k << " N=" << n << ": vocab " << chains[i].vocab
-               << ", acceptance " << acc << ", recovered " << c.counts.recovered << ", bonus " << c.counts.bonus
-               << ", " << v.tested << " (position, class) tests, min p " << v.min_p << " (position "
+    WARN(model << " " << sampling_label(s) << " k=" << c.k << " N=" << n << ": vocab " << c.vocab << ", acceptance "
+               << c.acceptance << ", recovered " << c.recovered << ", bonus " << c.bonus << ", " << v.tested
+               << " (position, class) tests, " << v.vacuous << " vacuous, min p " << v.min_p << " (position "
                << v.worst_position << "), Holm p " << holm[i] << ", max TV " << v.max_tv << ", detectable TV "
                << v.min_radius << ".." << v.max_radius);
-    INFO(c.label);
+    INFO(model << " k=" << c.k);
     CHECK(holm[i] >= kAlpha);
-    for (const VerifierCellTest& t : v.tests)
-      if (t.stats.n_a == 0 || t.stats.dof == 0)
-        WARN("vacuous: position " << t.position << ", class " << t.cls << ", " << t.stats.n_a << " draws");
     CHECK(v.vacuous == 0);
-    CHECK(v.tested == reachable_cells(chains[i]));
-    CHECK(c.counts.bonus > 0);
-    CHECK(c.counts.recovered > 0);
+    CHECK(v.tested == c.cells);
+    CHECK(c.bonus > 0);
+    CHECK(c.recovered > 0);
   }
-}
-
-// The smallest N on the doubling grid 1000, 2000, ... <= n_max at which `control` is caught
-// (Bonferroni p < kControlAlpha) at draft length k; -1 when it is not caught at n_max.
-int64_t caught_at(const std::vector<LogitPair>& pairs, const SamplingOptions& s, const VerifierControl& control,
-                  int k, int64_t n_max, double* p_at_max) {
-  const VerifierChain chain = make_verifier_chain(pairs, s, control.draft, k + 2, k, 2);
-  int64_t found = -1;
-  for (int64_t n = 1000;; n = std::min(2 * n, n_max)) {
-    const VerifierCounts counts = run_verifier_chain(chain, k, n, 77, control.rule);
-    const VerifierVerdict v = test_verifier_chain(chain, counts, kControlAlpha);
-    if (found < 0 && v.p_bonferroni < kControlAlpha) found = n;
-    if (n == n_max) {
-      *p_at_max = v.p_bonferroni;
-      break;
-    }
-    if (found >= 0) break;
-  }
-  return found;
 }
 
 }  // namespace
@@ -159,23 +155,38 @@ TEST_CASE("the real verifier on stories260K rows: every emitted position follows
   check_lossless(pairs, setting(1.0, 1.0, 40), n, "stories260K");
 }
 
-TEST_CASE("verifier check: every negative control is caught on stories260K rows", "[equivalence][verifier]") {
-  const std::vector<LogitPair>& pairs = stories_pairs();
-  for (const SamplingOptions& s : {setting(0.7, 1.0, 0), setting(0.7, 1.0, 40)}) {
-    for (const VerifierControl& c : verifier_controls(s)) {
-      if (!c.applicable) {
-        WARN(c.name << " at " << sampling_label(s) << ": not applicable (" << c.note << ")");
-        continue;
-      }
-      for (int k : {1, 4}) {
-        double p = 1.0;
-        const int64_t at = caught_at(pairs, s, c, k, kControlMaxN, &p);
-        WARN("stories260K " << sampling_label(s) << " k=" << k << ": " << c.name << " caught at N = " << at);
+TEST_CASE("the real verifier on SmolLM2 rows: every emitted position follows the target's law, k = 1..8",
+          "[equivalence][verifier][smollm2]") {
+  const std::vector<LogitPair>& pairs = smollm2_pairs();
+  REQUIRE(pairs.size() == 20);
+  check_lossless(pairs, setting(1.0, 1.0, 20), draws_per_cell(kSmolN), "SmolLM2");
+}
+
+// Every control of verifier_controls at each setting and k: the smallest N at which it is caught.
+void check_controls(const std::vector<LogitPair>& pairs, const std::string& model,
+                    const std::vector<SamplingOptions>& settings, const std::vector<int>& ks) {
+  for (const SamplingOptions& s : settings)
+    for (const VerifierControl& c : verifier_controls(s))
+      for (int k : ks) {
+        const VerifierControlRow r = run_verifier_control(pairs, model, s, c, k, kControlMaxN, kControlAlpha, 77);
         INFO(c.name << " k=" << k << " " << sampling_label(s));
-        CHECK(at > 0);
+        if (!r.applicable) {
+          WARN(model << " " << sampling_label(s) << " k=" << k << ": " << c.name << " not applicable (" << r.note << ")");
+          CHECK(c.name != "replacement_from_p");  // the verifier-side controls always apply
+          continue;
+        }
+        WARN(model << " " << sampling_label(s) << " k=" << k << ": " << c.name << " caught at N = " << r.caught_n
+                   << " (Bonferroni p there " << r.p_bonferroni << ", q TV " << r.q_tv << ")");
+        CHECK(r.caught);
       }
-    }
-  }
+}
+
+TEST_CASE("verifier check: every negative control is caught on stories260K rows", "[equivalence][verifier]") {
+  check_controls(stories_pairs(), "stories260K", {setting(0.7, 1.0, 0), setting(0.7, 1.0, 40)}, {1, 4});
+}
+
+TEST_CASE("verifier check: every negative control is caught on SmolLM2 rows", "[equivalence][verifier][smollm2]") {
+  check_controls(smollm2_pairs(), "SmolLM2", {setting(0.7, 1.0, 20)}, {4});
 }
 
 TEST_CASE("verifier check: shapes, counts and the faulty rules' contracts", "[equivalence][verifier]") {
