@@ -163,6 +163,7 @@ ExperimentConfig stories_config(int64_t samples, double t, double top_p, int64_t
   eq.top_ks = {top_k};
   eq.gammas = {gamma};
   eq.contexts = 1;
+  eq.verifier = false;  // tests/stats/test_verifier_check.cpp; the end-to-end test turns it on
   c.equivalence = eq;
   return c;
 }
@@ -754,6 +755,9 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   ExperimentConfig c = stories_config(1000, 1.0, 0.9, 0, 2);
   c.equivalence->greedy = true;
   c.equivalence->analytic = true;
+  c.equivalence->verifier = true;
+  c.equivalence->verifier_samples = 20000;
+  c.equivalence->verifier_gammas = {4};
   c.prompts.inline_prompts.push_back({"park", "", "Tom and Sue went to the park"});
   DrafterEntry lookup;
   lookup.label = "prompt_lookup";
@@ -765,6 +769,11 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   for (const GreedyRow& g : r.greedy) CHECK(g.check.classification == "match");
   CHECK(r.analytic.size() == 2 * 3 * 1);  // prompts x offsets x model drafts x 1 sampling setting
   CHECK(r.analytic_max_error < 1e-6);
+  REQUIRE(r.verifier.size() == 1);  // one model draft x one sampling setting x k = 4
+  CHECK(r.verifier[0].k == 4);
+  CHECK(r.verifier[0].n == 20000);
+  CHECK(r.verifier[0].verdict.tested > 0);
+  CHECK(r.verifier_controls.size() == 5);
   CHECK(r.cells.size() == 2);
   CHECK(r.cells[1].drafter == "prompt_lookup");
   CHECK(r.cells[1].top_p_on_p_only.note.find("no draft logits") != std::string::npos);
@@ -775,6 +784,8 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   CHECK_FALSE(r.frequencies.empty());
   const std::string text = format_equivalence_report(r);
   CHECK_THAT(text, Contains("Holm-Bonferroni"));
+  CHECK_THAT(text, Contains("[2b] verifier check"));
+  CHECK_THAT(text, Contains("closed form"));
   CHECK_THAT(text, Contains("verdict:"));
 
   const fs::path dir = temp_dir();
@@ -794,7 +805,7 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
     va.read(va.getStrType(), verdict);
     CHECK(verdict == (r.pass() ? "pass" : "fail"));
     for (const char* table : {"greedy", "analytic", "sampling_groups", "sampling_cells", "sampling_tests", "power",
-                              "frequencies", "failures", "notes"}) {
+                              "frequencies", "failures", "notes", "verifier", "verifier_controls"}) {
       H5::Group t = eq.openGroup(table);
       int64_t complete = -1;
       t.openAttribute("complete").read(H5::PredType::NATIVE_INT64, &complete);
@@ -828,7 +839,7 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
          "generation:\n  max_new_tokens: 16\n"
          "sampling: {seed: 7}\n"
          "equivalence:\n  samples: 1000\n  positions: [1, 2]\n  temperatures: [1.0]\n  top_ps: [1.0]\n"
-         "  top_ks: [0]\n  gammas: [2]\n  contexts: 1\n";
+         "  top_ks: [0]\n  gammas: [2]\n  contexts: 1\n  verifier: false\n";
   }
   const std::string out = (dir / "cli.h5").string();
   fs::remove(out);
