@@ -217,6 +217,12 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
     for (const auto& [label, pairs] : verifier_pairs)
       for (size_t si = 0; si < sweep.size(); ++si) {
         const SamplingOptions& s = sweep[si].s;
+        if (mc.vocab_size > kMaxVerifierFullVocab && (s.top_k == 0 || s.top_k > kMaxVerifierFullVocab)) {
+          rep.notes.push_back("verifier check: " + label + ", " + sampling_label(s) + " not run: without a top_k the rows "
+                              "span the whole " + std::to_string(mc.vocab_size) + "-token vocabulary (too slow at " +
+                              std::to_string(eq.verifier_samples) + " draws); the top_k settings of the sweep cover it");
+          continue;
+        }
         progress("verifier check: " + label + ", " + sampling_label(s) + ": " + std::to_string(eq.verifier_gammas.size()) +
                  " draft lengths x " + std::to_string(eq.verifier_samples) + " draws + controls");
         for (int k : eq.verifier_gammas)

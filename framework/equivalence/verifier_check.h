@@ -184,6 +184,10 @@ VerifierControlRow run_verifier_control(const std::vector<LogitPair>& pairs, con
 VerifierCellRow run_verifier_cell(const std::vector<LogitPair>& pairs, const std::string& draft,
                                   const SamplingOptions& sampling, int k, int64_t n, double delta, uint64_t seed);
 
+// `speclab check` runs the verifier check at a setting without top_k only when the model's vocab is
+// at most this (each verification draw walks the compact vocabulary).
+constexpr int64_t kMaxVerifierFullVocab = 4096;
+
 // Positions and classes of the chains of the sweep for draft length k.
 constexpr int kVerifierClasses = 2;
 inline int verifier_positions(int k) { return k + 2; }
