@@ -91,15 +91,30 @@ void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<
 }
 
 void finalize_sampling_verdict(EquivalenceReport& r) {
-  std::vector<size_t> family;
+  // The Holm family: lossless tests that involve a verified position (m >= 2). Tests of position 1
+  // alone (m == 1) see only the shared prefill sample, never verification: they form their own
+  // Holm family, reported apart, so that they do not dilute the family that can see a bug.
+  std::vector<size_t> family, first_position;
   std::map<std::pair<int64_t, std::string>, int64_t> control_tests;  // (cell, control) -> tests
   for (size_t i = 0; i < r.tests.size(); ++i) {
     TestRow& t = r.tests[i];
-    t.in_family = t.test.subject == "ar" || t.test.subject == "speculative";
+    const bool lossless = t.test.subject == "ar" || t.test.subject == "speculative";
+    t.in_family = lossless && t.test.m != 1;
     if (t.in_family)
       family.push_back(i);
+    else if (lossless)
+      first_position.push_back(i);
     else
       control_tests[{t.cell, t.test.subject}] += 1;
+  }
+  {
+    std::vector<double> p1;
+    for (size_t i : first_position) p1.push_back(r.tests[i].test.stats.p_value);
+    const std::vector<double> adj1 = holm_adjust(p1);
+    for (size_t j = 0; j < first_position.size(); ++j) {
+      r.tests[first_position[j]].holm_p = adj1[j];
+      r.tests[first_position[j]].reject = adj1[j] < r.alpha;
+    }
   }
   std::vector<double> p;
   for (size_t i : family) p.push_back(r.tests[i].test.stats.p_value);
@@ -111,7 +126,7 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
     t.reject = adj[j] < r.alpha;
   }
   for (TestRow& t : r.tests) {
-    if (t.in_family) continue;
+    if (t.in_family || t.test.subject == "ar" || t.test.subject == "speculative") continue;
     t.holm_p = t.test.stats.p_value;
     t.reject = t.test.stats.p_value * static_cast<double>(control_tests[{t.cell, t.test.subject}]) < r.control_alpha;
   }
@@ -121,7 +136,8 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
     c.pass = true;
   }
   for (const TestRow& t : r.tests) {
-    if (!t.in_family) continue;
+    const bool lossless = t.test.subject == "ar" || t.test.subject == "speculative";
+    if (!lossless) continue;
     if (t.cell >= 0) {
       SamplingCell& c = r.cells[static_cast<size_t>(t.cell)];
       c.min_holm_p = std::min(c.min_holm_p, t.holm_p);
@@ -136,6 +152,7 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
         where += ", " + c.drafter + " gamma " + std::to_string(c.gamma);
       }
       r.failures.push_back("sampling: " + t.test.subject + " " + t.test.test + " m=" + std::to_string(t.test.m) +
+                           (t.in_family ? "" : " (position 1: the prefill sample, its own Holm family)") +
                            " rejects equality (Holm-adjusted p = " + fmt("%.3g", t.holm_p) + " < alpha " +
                            fmt("%g", r.alpha) + ") at " + where);
     }
@@ -148,9 +165,10 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
         any = true;
         testable = testable || t.test.stats.dof > 0;
       }
-    if (any && !testable) {
+    if (any && !testable) {  // a cell that tests nothing is a failure, never a pass
       const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
-      r.notes.push_back("cell " + std::to_string(c.index) + " (context " + g.prompt_id + ", " +
+      r.sampling_pass = false;
+      r.failures.push_back("sampling: tests nothing: " "cell " + std::to_string(c.index) + " (context " + g.prompt_id + ", " +
                         sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma) +
                         "): every test has 0 degrees of freedom (the target is (nearly) deterministic at the recorded "
                         "positions): it compares nothing; choose a context with an open continuation");
@@ -280,14 +298,15 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
     os << "\n[3] sampling: N = " << r.samples << " draws per subject, positions m = " << pos
        << "; Pearson chi-square (cells with expected count < " << fmt("%g", r.min_expected)
        << " pooled), G and TV reported;\n    Holm-Bonferroni over " << r.family_size
-       << " tests of the lossless engines (AR exact + speculative), family-wise alpha " << fmt("%g", r.alpha)
-       << "; position 1 is the prefill sample, verification starts at position 2\n";
+       << " tests of the lossless engines (AR exact + speculative) at verified positions (m >= 2), family-wise alpha "
+       << fmt("%g", r.alpha) << ";\n    position 1 is the prefill sample, before verification: its tests (m = 1, marked "
+          "p1) are a Holm family of their own, reported apart\n";
     std::snprintf(buf, sizeof buf, "  %4s %-12s %-26s %-18s %5s %6s  %-11s %-9s %2s %10s %5s %9s %9s %15s\n", "cell",
                   "context", "sampling", "drafter", "gamma", "acc", "subject", "test", "m", "X2", "dof", "p", "holm_p",
                   "TV +- radius");
     os << buf;
     for (const TestRow& t : r.tests) {
-      if (!t.in_family) continue;
+      if (t.test.subject != "ar" && t.test.subject != "speculative") continue;
       const SamplingGroup& g = r.groups[static_cast<size_t>(t.group)];
       std::string drafter = "-", gamma = "-", acc = "-", cell = "-";
       if (t.cell >= 0) {
@@ -301,7 +320,8 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
                     cell.c_str(), g.prompt_id.c_str(), sampling_label(g.sampling).c_str(), drafter.c_str(),
                     gamma.c_str(), acc.c_str(), t.test.subject.c_str(), t.test.test.c_str(), t.test.m,
                     t.test.stats.statistic, static_cast<long long>(t.test.stats.dof), t.test.stats.p_value, t.holm_p,
-                    t.test.stats.tv, t.test.stats.tv_radius, t.reject ? "  REJECT" : "");
+                    t.test.stats.tv, t.test.stats.tv_radius,
+                    (std::string(t.in_family ? "" : "  p1") + (t.reject ? "  REJECT" : "")).c_str());
       os << buf;
     }
     os << "\n[4] negative controls (same engine, same N; caught when min p x tests < " << fmt("%g", r.control_alpha)

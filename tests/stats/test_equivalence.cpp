@@ -601,7 +601,7 @@ TEST_CASE("sampling on stories260K at N = 20000: the lossless engine passes and 
     // speculative: joint m=1, joint m=2, marginal 2, exact 1, exact 2; ar: exact 1, exact 2.
     CHECK(speculative == 5);
     CHECK(lossless == 7);
-    CHECK(r.family_size == 7);
+    CHECK(r.family_size == 4);  // m >= 2 only: joint 2, marginal 2, exact 2 (speculative, AR); m = 1 apart
     CHECK(r.sampling_pass);
     // Negative controls: rejected by the same tests at the same N, p < 1e-6 after Bonferroni.
     REQUIRE(c.always_accept.applicable);
@@ -705,12 +705,28 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
   CHECK(r.tests[3].reject);  // 1e-9 x 2 tests < 1e-6
   CHECK_FALSE(r.tests[4].reject);
   CHECK(r.controls_pass);
-  // Every speculative test of cell 0 has 0 degrees of freedom: the cell compares nothing (a note).
-  REQUIRE(r.notes.size() == 1);
-  CHECK_THAT(r.notes[0], Contains("0 degrees of freedom"));
+  // Every speculative test of cell 0 has 0 degrees of freedom: the cell compares nothing, which
+  // fails the check (issue 14: no vacuous passes).
+  CHECK_FALSE(r.sampling_pass);
+  REQUIRE(r.failures.size() == 1);
+  CHECK_THAT(r.failures[0], Contains("0 degrees of freedom") && Contains("tests nothing"));
   r.tests[1].test.stats.dof = 3;
   finalize_sampling_verdict(r);
-  CHECK(r.notes.empty());
+  CHECK(r.failures.empty());
+  CHECK(r.sampling_pass);
+  // Position-1 tests (m = 1: the prefill sample) are a Holm family of their own, outside the main one.
+  {
+    EquivalenceReport q = r;
+    TestRow p1 = row("speculative", 0.004, 0);
+    p1.test.m = 1;
+    p1.test.stats.dof = 2;
+    q.tests.push_back(p1);
+    finalize_sampling_verdict(q);
+    CHECK(q.family_size == 3);
+    CHECK_FALSE(q.tests.back().in_family);
+    CHECK(q.tests.back().holm_p == Approx(0.004));  // alone in its family
+    CHECK(q.tests[0].holm_p == Approx(0.012));      // the main family is not diluted
+  }
   r.tests[0].test.stats.p_value = 0.001;  // 3 x 0.001 < 0.01
   r.cells[0].always_accept.caught = false;
   finalize_sampling_verdict(r);
