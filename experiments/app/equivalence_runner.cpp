@@ -246,7 +246,13 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
     for (int pos = 1; pos <= m_max; ++pos)
       if (pos > 1 || std::find(joints.begin(), joints.end(), 1) == joints.end()) marginals.push_back(pos);
     const int64_t n = eq.samples;
-    const double me = options.min_expected, delta = eq.alpha;
+    // The TV radius accounts for the number of tests: each at alpha / (lossless tests of the sweep).
+    const int64_t exact_tests = m_max >= 2 ? 2 : 1;
+    const int64_t lossless_tests =
+        eq.contexts * static_cast<int64_t>(sweep.size()) *
+        (exact_tests + static_cast<int64_t>(drafters.size() * eq.gammas.size()) *
+                           static_cast<int64_t>(joints.size() + marginals.size() + static_cast<size_t>(exact_tests)));
+    const double me = options.min_expected, delta = eq.alpha / static_cast<double>(std::max<int64_t>(1, lossless_tests));
     const uint64_t base = cfg.sampling.seed;
     for (int64_t ci = 0; ci < eq.contexts; ++ci) {
       const TokenList& context = ids[static_cast<size_t>(ci)];

@@ -95,6 +95,10 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
   // alone (m == 1) see only the shared prefill sample, never verification: they form their own
   // Holm family, reported apart, so that they do not dilute the family that can see a bug.
   std::vector<size_t> family, first_position;
+  // Idempotent: the lines of an earlier call are replaced.
+  r.failures.erase(std::remove_if(r.failures.begin(), r.failures.end(),
+                                  [](const std::string& f) { return f.rfind("sampling:", 0) == 0 || f.rfind("control:", 0) == 0; }),
+                   r.failures.end());
   std::map<std::pair<int64_t, std::string>, int64_t> control_tests;  // (cell, control) -> tests
   for (size_t i = 0; i < r.tests.size(); ++i) {
     TestRow& t = r.tests[i];
