@@ -139,8 +139,9 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
 
   // 2. Analytic check of one verification step.
   const std::vector<SamplingCombo> sweep = combos(eq);
-  if (eq.analytic) {
-    rep.ran_analytic = true;
+  std::map<std::string, std::vector<LogitPair>> verifier_pairs;  // draft label -> real (p, q) logit rows
+  if (eq.analytic || eq.verifier) {
+    rep.ran_analytic = eq.analytic;
     struct Draft {
       std::string label;
       const Model* model = nullptr;
@@ -156,7 +157,7 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
       x.label = "layer_skip_first_" + std::to_string(x.layers.size()) + " (no model drafter configured)";
       drafts.push_back(std::move(x));
     }
-    progress("analytic check: " + std::to_string(ids.size()) + " prompts x " +
+    progress((eq.analytic ? "analytic check: " : "verifier check rows: ") + std::to_string(ids.size()) + " prompts x " +
              std::to_string(options.analytic_offsets.size()) + " context lengths x " + std::to_string(drafts.size()) +
              " drafts x " + std::to_string(sweep.size()) + " sampling settings");
     const int64_t max_off = options.analytic_offsets.empty()
@@ -178,6 +179,8 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
         const std::vector<float> tl = next_token_logits(model, context);
         for (const Draft& d : drafts) {
           const std::vector<float> dl = next_token_logits(*d.model, context, d.layers);
+          if (eq.verifier) verifier_pairs[d.label].push_back({tl, dl});
+          if (!eq.analytic) continue;
           for (const SamplingCombo& c : sweep) {
             AnalyticRow row;
             row.prompt = static_cast<int64_t>(p);
@@ -192,11 +195,44 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
         }
       }
     }
-    if (!(rep.analytic_max_error < kAnalyticTolerance)) {
+    if (eq.analytic && !(rep.analytic_max_error < kAnalyticTolerance)) {
       rep.analytic_pass = false;
       rep.failures.push_back("analytic: max |P(first token) - p| = " + fmt("%.3g", rep.analytic_max_error) +
                              " >= tolerance " + fmt("%g", kAnalyticTolerance));
     }
+  }
+
+  // 2b. The real verifier, Monte Carlo, on the same real rows.
+  if (eq.verifier) {
+    rep.ran_verifier = true;
+    for (const auto& [label, pairs] : verifier_pairs)
+      for (const SamplingCombo& c : sweep)
+        for (int k : eq.verifier_gammas) rep.verifier_family += 1 + static_cast<int64_t>(verifier_positions(k) - 1) * kVerifierClasses;
+    // Controls at the draft length nearest 4: long enough that bonus tokens and later rows occur,
+    // short enough that whole blocks are still accepted.
+    int control_k = eq.verifier_gammas.front();
+    for (int k : eq.verifier_gammas)
+      if (std::abs(k - 4) < std::abs(control_k - 4)) control_k = k;
+    const double delta = eq.alpha / static_cast<double>(std::max<int64_t>(1, rep.verifier_family));
+    for (const auto& [label, pairs] : verifier_pairs)
+      for (size_t si = 0; si < sweep.size(); ++si) {
+        const SamplingOptions& s = sweep[si].s;
+        if (mc.vocab_size > kMaxVerifierFullVocab && (s.top_k == 0 || s.top_k > kMaxVerifierFullVocab)) {
+          rep.notes.push_back("verifier check: " + label + ", " + sampling_label(s) + " not run: without a top_k the rows "
+                              "span the whole " + std::to_string(mc.vocab_size) + "-token vocabulary (too slow at " +
+                              std::to_string(eq.verifier_samples) + " draws); the top_k settings of the sweep cover it");
+          continue;
+        }
+        progress("verifier check: " + label + ", " + sampling_label(s) + ": " + std::to_string(eq.verifier_gammas.size()) +
+                 " draft lengths x " + std::to_string(eq.verifier_samples) + " draws + controls");
+        for (int k : eq.verifier_gammas)
+          rep.verifier.push_back(run_verifier_cell(pairs, label, s, k, eq.verifier_samples, delta,
+                                                   cfg.sampling.seed ^ stream_id({static_cast<int64_t>(si), k, 7})));
+        for (const VerifierControl& ctl : verifier_controls(s))
+          rep.verifier_controls.push_back(run_verifier_control(pairs, label, s, ctl, control_k, eq.verifier_samples,
+                                                               eq.control_alpha, cfg.sampling.seed ^ stream_id({static_cast<int64_t>(si), control_k, 8})));
+      }
+    finalize_verifier_verdict(rep);
   }
 
   // 3 + 4. Empirical sampling check with negative controls.
@@ -210,7 +246,13 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
     for (int pos = 1; pos <= m_max; ++pos)
       if (pos > 1 || std::find(joints.begin(), joints.end(), 1) == joints.end()) marginals.push_back(pos);
     const int64_t n = eq.samples;
-    const double me = options.min_expected, delta = eq.alpha;
+    // The TV radius accounts for the number of tests: each at alpha / (lossless tests of the sweep).
+    const int64_t exact_tests = m_max >= 2 ? 2 : 1;
+    const int64_t lossless_tests =
+        eq.contexts * static_cast<int64_t>(sweep.size()) *
+        (exact_tests + static_cast<int64_t>(drafters.size() * eq.gammas.size()) *
+                           static_cast<int64_t>(joints.size() + marginals.size() + static_cast<size_t>(exact_tests)));
+    const double me = options.min_expected, delta = eq.alpha / static_cast<double>(std::max<int64_t>(1, lossless_tests));
     const uint64_t base = cfg.sampling.seed;
     for (int64_t ci = 0; ci < eq.contexts; ++ci) {
       const TokenList& context = ids[static_cast<size_t>(ci)];

@@ -94,6 +94,7 @@ void write_group(H5::Group& root, const EquivalenceReport& r) {
   attr_str(eq, "verdict", r.pass() ? "pass" : "fail");
   attr_i64(eq, "greedy_pass", tri(r.ran_greedy, r.greedy_pass));
   attr_i64(eq, "analytic_pass", tri(r.ran_analytic, r.analytic_pass));
+  attr_i64(eq, "verifier_pass", tri(r.ran_verifier, r.verifier_pass));
   attr_i64(eq, "sampling_pass", tri(r.ran_sampling, r.sampling_pass));
   attr_i64(eq, "controls_pass", tri(r.ran_sampling, r.controls_pass));
   attr_f64(eq, "alpha", r.alpha);
@@ -163,6 +164,47 @@ void write_group(H5::Group& root, const EquivalenceReport& r) {
     t.f64("tv_pq", col(a, [](const AnalyticRow& x) { return x.errors.tv_pq; }));
     t.i64("support_p", col(a, [](const AnalyticRow& x) { return x.errors.support_p; }));
     t.i64("support_q", col(a, [](const AnalyticRow& x) { return x.errors.support_q; }));
+    t.finish();
+  }
+  {
+    const auto& v = r.verifier;
+    TableWriter t(eq, "verifier");
+    t.str("draft", col(v, [](const VerifierCellRow& x) { return x.draft; }));
+    t.f64("temperature", col(v, [](const VerifierCellRow& x) { return x.sampling.temperature; }));
+    t.f64("top_p", col(v, [](const VerifierCellRow& x) { return x.sampling.top_p; }));
+    t.i64("top_k", col(v, [](const VerifierCellRow& x) { return x.sampling.top_k; }));
+    t.i64("k", col(v, [](const VerifierCellRow& x) { return int64_t{x.k}; }));
+    t.i64("n", col(v, [](const VerifierCellRow& x) { return x.n; }));
+    t.i64("vocab", col(v, [](const VerifierCellRow& x) { return x.vocab; }));
+    t.i64("cells", col(v, [](const VerifierCellRow& x) { return x.cells; }));
+    t.i64("tested", col(v, [](const VerifierCellRow& x) { return x.verdict.tested; }));
+    t.i64("vacuous", col(v, [](const VerifierCellRow& x) { return x.verdict.vacuous; }));
+    t.i64("recovered", col(v, [](const VerifierCellRow& x) { return x.recovered; }));
+    t.i64("bonus", col(v, [](const VerifierCellRow& x) { return x.bonus; }));
+    t.f64("acceptance", col(v, [](const VerifierCellRow& x) { return x.acceptance; }));
+    t.f64("min_p", col(v, [](const VerifierCellRow& x) { return x.verdict.min_p; }));
+    t.f64("p_bonferroni", col(v, [](const VerifierCellRow& x) { return x.verdict.p_bonferroni; }));
+    t.f64("holm_p", col(v, [](const VerifierCellRow& x) { return x.holm_p; }));
+    t.f64("max_tv", col(v, [](const VerifierCellRow& x) { return x.verdict.max_tv; }));
+    t.f64("min_radius", col(v, [](const VerifierCellRow& x) { return x.verdict.min_radius; }));
+    t.f64("max_radius", col(v, [](const VerifierCellRow& x) { return x.verdict.max_radius; }));
+    t.finish();
+  }
+  {
+    const auto& v = r.verifier_controls;
+    TableWriter t(eq, "verifier_controls");
+    t.str("draft", col(v, [](const VerifierControlRow& x) { return x.draft; }));
+    t.str("control", col(v, [](const VerifierControlRow& x) { return x.control; }));
+    t.f64("temperature", col(v, [](const VerifierControlRow& x) { return x.sampling.temperature; }));
+    t.f64("top_p", col(v, [](const VerifierControlRow& x) { return x.sampling.top_p; }));
+    t.i64("top_k", col(v, [](const VerifierControlRow& x) { return x.sampling.top_k; }));
+    t.i64("k", col(v, [](const VerifierControlRow& x) { return int64_t{x.k}; }));
+    t.u8("applicable", col(v, [](const VerifierControlRow& x) { return static_cast<uint8_t>(x.applicable); }));
+    t.u8("caught", col(v, [](const VerifierControlRow& x) { return static_cast<uint8_t>(x.caught); }));
+    t.i64("caught_n", col(v, [](const VerifierControlRow& x) { return x.caught_n; }));
+    t.f64("p_bonferroni", col(v, [](const VerifierControlRow& x) { return x.p_bonferroni; }));
+    t.f64("q_tv", col(v, [](const VerifierControlRow& x) { return x.q_tv; }));
+    t.str("note", col(v, [](const VerifierControlRow& x) { return x.note; }));
     t.finish();
   }
   {

@@ -91,15 +91,34 @@ void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<
 }
 
 void finalize_sampling_verdict(EquivalenceReport& r) {
-  std::vector<size_t> family;
+  // The Holm family: lossless tests that involve a verified position (m >= 2). Tests of position 1
+  // alone (m == 1) see only the shared prefill sample, never verification: they form their own
+  // Holm family, reported apart, so that they do not dilute the family that can see a bug.
+  std::vector<size_t> family, first_position;
+  // Idempotent: the lines of an earlier call are replaced.
+  r.failures.erase(std::remove_if(r.failures.begin(), r.failures.end(),
+                                  [](const std::string& f) { return f.rfind("sampling:", 0) == 0 || f.rfind("control:", 0) == 0; }),
+                   r.failures.end());
   std::map<std::pair<int64_t, std::string>, int64_t> control_tests;  // (cell, control) -> tests
   for (size_t i = 0; i < r.tests.size(); ++i) {
     TestRow& t = r.tests[i];
-    t.in_family = t.test.subject == "ar" || t.test.subject == "speculative";
+    const bool lossless = t.test.subject == "ar" || t.test.subject == "speculative";
+    t.in_family = lossless && t.test.m != 1;
     if (t.in_family)
       family.push_back(i);
+    else if (lossless)
+      first_position.push_back(i);
     else
       control_tests[{t.cell, t.test.subject}] += 1;
+  }
+  {
+    std::vector<double> p1;
+    for (size_t i : first_position) p1.push_back(r.tests[i].test.stats.p_value);
+    const std::vector<double> adj1 = holm_adjust(p1);
+    for (size_t j = 0; j < first_position.size(); ++j) {
+      r.tests[first_position[j]].holm_p = adj1[j];
+      r.tests[first_position[j]].reject = adj1[j] < r.alpha;
+    }
   }
   std::vector<double> p;
   for (size_t i : family) p.push_back(r.tests[i].test.stats.p_value);
@@ -111,7 +130,7 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
     t.reject = adj[j] < r.alpha;
   }
   for (TestRow& t : r.tests) {
-    if (t.in_family) continue;
+    if (t.in_family || t.test.subject == "ar" || t.test.subject == "speculative") continue;
     t.holm_p = t.test.stats.p_value;
     t.reject = t.test.stats.p_value * static_cast<double>(control_tests[{t.cell, t.test.subject}]) < r.control_alpha;
   }
@@ -121,7 +140,8 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
     c.pass = true;
   }
   for (const TestRow& t : r.tests) {
-    if (!t.in_family) continue;
+    const bool lossless = t.test.subject == "ar" || t.test.subject == "speculative";
+    if (!lossless) continue;
     if (t.cell >= 0) {
       SamplingCell& c = r.cells[static_cast<size_t>(t.cell)];
       c.min_holm_p = std::min(c.min_holm_p, t.holm_p);
@@ -136,6 +156,7 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
         where += ", " + c.drafter + " gamma " + std::to_string(c.gamma);
       }
       r.failures.push_back("sampling: " + t.test.subject + " " + t.test.test + " m=" + std::to_string(t.test.m) +
+                           (t.in_family ? "" : " (position 1: the prefill sample, its own Holm family)") +
                            " rejects equality (Holm-adjusted p = " + fmt("%.3g", t.holm_p) + " < alpha " +
                            fmt("%g", r.alpha) + ") at " + where);
     }
@@ -148,9 +169,10 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
         any = true;
         testable = testable || t.test.stats.dof > 0;
       }
-    if (any && !testable) {
+    if (any && !testable) {  // a cell that tests nothing is a failure, never a pass
       const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
-      r.notes.push_back("cell " + std::to_string(c.index) + " (context " + g.prompt_id + ", " +
+      r.sampling_pass = false;
+      r.failures.push_back("sampling: tests nothing: " "cell " + std::to_string(c.index) + " (context " + g.prompt_id + ", " +
                         sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma) +
                         "): every test has 0 degrees of freedom (the target is (nearly) deterministic at the recorded "
                         "positions): it compares nothing; choose a context with an open continuation");
@@ -169,6 +191,35 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
                            " tests; needs p x tests < " + fmt("%g", r.control_alpha) + ") at context " + g.prompt_id +
                            ", " + sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma));
     }
+  }
+}
+
+void finalize_verifier_verdict(EquivalenceReport& r) {
+  std::vector<double> ps;
+  for (const VerifierCellRow& c : r.verifier) ps.push_back(c.verdict.p_bonferroni);
+  const std::vector<double> holm = holm_adjust(ps);
+  r.verifier_pass = true;
+  for (size_t i = 0; i < r.verifier.size(); ++i) {
+    VerifierCellRow& c = r.verifier[i];
+    c.holm_p = holm[i];
+    const std::string where = c.draft + ", " + sampling_label(c.sampling) + ", k = " + std::to_string(c.k);
+    if (c.verdict.tested == 0) {
+      r.verifier_pass = false;
+      r.failures.push_back("verifier: " + where + ": no (position, class) test has a draw and a degree of freedom; "
+                           "the cell tests nothing (the target rows are (nearly) deterministic at this setting)");
+    } else if (c.holm_p < r.alpha) {
+      r.verifier_pass = false;
+      r.failures.push_back("verifier: " + where + ": the real verifier's output differs from the target's law (Holm p " +
+                           fmt("%.3g", c.holm_p) + " < alpha " + fmt("%g", r.alpha) + ", worst at position " +
+                           std::to_string(c.verdict.worst_position) + ")");
+    }
+  }
+  for (const VerifierControlRow& c : r.verifier_controls) {
+    if (!c.applicable || c.caught) continue;
+    r.verifier_pass = false;
+    r.failures.push_back("verifier control: " + c.control + " NOT caught at N = " + std::to_string(r.verifier.empty() ? 0 : r.verifier[0].n) +
+                         " (" + c.draft + ", " + sampling_label(c.sampling) + ", k = " + std::to_string(c.k) +
+                         ", Bonferroni p " + fmt("%.3g", c.p_bonferroni) + ")");
   }
 }
 
@@ -211,11 +262,39 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
       aa = std::max(aa, a.errors.always_accept);
       if (!std::isnan(a.errors.top_p_on_p_only)) tp = std::max(tp, a.errors.top_p_on_p_only);
     }
-    os << "\n[2] analytic first-token distribution: " << r.analytic.size()
+    os << "\n[2] analytic, closed form (enumerates a copy of the theorem: checks the formula, not the engine): " << r.analytic.size()
        << " (context x draft x sampling) rows; max |P(out) - p|: lossless rule " << fmt("%.3g", lossless)
        << ", deterministic draft " << fmt("%.3g", det) << " (tolerance " << fmt("%g", kAnalyticTolerance)
        << "); faulty rules on the same p, q: always-accept " << fmt("%.3g", aa) << ", top-p-on-p-only "
        << fmt("%.3g", tp) << "\n";
+  }
+  if (r.ran_verifier) {
+    os << "\n[2b] verifier check (Monte Carlo: the REAL verify_rejection + Rng on real (p, q) rows, multi-step chains, "
+          "every emitted position incl. recovered and bonus tokens vs the exact target law; per (position, prefix class) "
+          "Pearson tests, Bonferroni within a cell, Holm over " << r.verifier.size() << " cells at alpha "
+       << fmt("%g", r.alpha) << "; TV radius at alpha / " << r.verifier_family << " tests)\n";
+    std::snprintf(buf, sizeof buf, "  %-18s %-26s %3s %9s %5s %5s %6s %6s %9s %9s %9s %17s\n", "draft", "sampling", "k", "N",
+                  "vocab", "tests", "void", "acc", "bonus", "p", "holm_p", "detectable TV");
+    os << buf;
+    for (const VerifierCellRow& c : r.verifier) {
+      std::snprintf(buf, sizeof buf, "  %-18s %-26s %3d %9lld %5lld %5lld %6lld %6.2f %9lld %9.3g %9.3g %8.4f..%-8.4f%s\n",
+                    c.draft.c_str(), sampling_label(c.sampling).c_str(), c.k, static_cast<long long>(c.n),
+                    static_cast<long long>(c.vocab), static_cast<long long>(c.verdict.tested),
+                    static_cast<long long>(c.verdict.vacuous), c.acceptance, static_cast<long long>(c.bonus),
+                    c.verdict.p_bonferroni, c.holm_p, c.verdict.min_radius, c.verdict.max_radius,
+                    c.holm_p < r.alpha || c.verdict.tested == 0 ? "  FAIL" : "");
+      os << buf;
+    }
+    os << "  negative controls of the verifier check (smallest N on the grid 1000, 2000, ... at which p x tests < "
+       << fmt("%g", r.control_alpha) << "):\n";
+    for (const VerifierControlRow& c : r.verifier_controls) {
+      std::snprintf(buf, sizeof buf, "  %-18s %-26s %3d %-20s %s\n", c.draft.c_str(), sampling_label(c.sampling).c_str(), c.k,
+                    c.control.c_str(),
+                    !c.applicable ? ("n/a (" + c.note + ")").c_str()
+                    : c.caught    ? ("caught at N = " + std::to_string(c.caught_n) + (c.q_tv > 0.0 ? fmt(" (q TV %.3g)", c.q_tv) : "")).c_str()
+                                  : ("MISSED (p " + fmt("%.3g", c.p_bonferroni) + fmt(", q TV %.3g)", c.q_tv)).c_str());
+      os << buf;
+    }
   }
   if (r.ran_sampling) {
     std::string pos;
@@ -223,14 +302,15 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
     os << "\n[3] sampling: N = " << r.samples << " draws per subject, positions m = " << pos
        << "; Pearson chi-square (cells with expected count < " << fmt("%g", r.min_expected)
        << " pooled), G and TV reported;\n    Holm-Bonferroni over " << r.family_size
-       << " tests of the lossless engines (AR exact + speculative), family-wise alpha " << fmt("%g", r.alpha)
-       << "; position 1 is the prefill sample, verification starts at position 2\n";
+       << " tests of the lossless engines (AR exact + speculative) at verified positions (m >= 2), family-wise alpha "
+       << fmt("%g", r.alpha) << ";\n    position 1 is the prefill sample, before verification: its tests (m = 1, marked "
+          "p1) are a Holm family of their own, reported apart\n";
     std::snprintf(buf, sizeof buf, "  %4s %-12s %-26s %-18s %5s %6s  %-11s %-9s %2s %10s %5s %9s %9s %15s\n", "cell",
                   "context", "sampling", "drafter", "gamma", "acc", "subject", "test", "m", "X2", "dof", "p", "holm_p",
                   "TV +- radius");
     os << buf;
     for (const TestRow& t : r.tests) {
-      if (!t.in_family) continue;
+      if (t.test.subject != "ar" && t.test.subject != "speculative") continue;
       const SamplingGroup& g = r.groups[static_cast<size_t>(t.group)];
       std::string drafter = "-", gamma = "-", acc = "-", cell = "-";
       if (t.cell >= 0) {
@@ -244,7 +324,8 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
                     cell.c_str(), g.prompt_id.c_str(), sampling_label(g.sampling).c_str(), drafter.c_str(),
                     gamma.c_str(), acc.c_str(), t.test.subject.c_str(), t.test.test.c_str(), t.test.m,
                     t.test.stats.statistic, static_cast<long long>(t.test.stats.dof), t.test.stats.p_value, t.holm_p,
-                    t.test.stats.tv, t.test.stats.tv_radius, t.reject ? "  REJECT" : "");
+                    t.test.stats.tv, t.test.stats.tv_radius,
+                    (std::string(t.in_family ? "" : "  p1") + (t.reject ? "  REJECT" : "")).c_str());
       os << buf;
     }
     os << "\n[4] negative controls (same engine, same N; caught when min p x tests < " << fmt("%g", r.control_alpha)
@@ -268,6 +349,7 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
   os << "\nverdict: " << (r.pass() ? "PASS" : "FAIL");
   if (r.ran_greedy) os << "  greedy " << (r.greedy_pass ? "ok" : "FAIL");
   if (r.ran_analytic) os << "  analytic " << (r.analytic_pass ? "ok" : "FAIL");
+  if (r.ran_verifier) os << "  verifier " << (r.verifier_pass ? "ok" : "FAIL");
   if (r.ran_sampling) os << "  sampling " << (r.sampling_pass ? "ok" : "FAIL") << "  controls "
                          << (r.controls_pass ? "ok" : "FAIL");
   os << "  (" << fmt("%.1f", r.seconds) << " s)\n";

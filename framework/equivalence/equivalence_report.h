@@ -11,6 +11,7 @@
 #include "framework/equivalence/analytic_check.h"
 #include "framework/equivalence/greedy_check.h"
 #include "framework/equivalence/sampling_check.h"
+#include "framework/equivalence/verifier_check.h"
 #include "framework/io/experiment_config.h"
 
 namespace speclab {
@@ -133,22 +134,31 @@ struct EquivalenceReport {
   std::vector<TestRow> tests;
   std::vector<PowerRow> power;
   std::vector<FrequencyRow> frequencies;
+  std::vector<VerifierCellRow> verifier;                   // [2b] lossless cells of the verifier check
+  std::vector<VerifierControlRow> verifier_controls;       // [2b] its negative controls
+  int64_t verifier_family = 0;                             // reachable (position, class) tests in [2b]
   int64_t family_size = 0;
-  bool ran_greedy = false, ran_analytic = false, ran_sampling = false;
-  bool greedy_pass = true, analytic_pass = true, sampling_pass = true, controls_pass = true;
+  bool ran_greedy = false, ran_analytic = false, ran_sampling = false, ran_verifier = false;
+  bool greedy_pass = true, analytic_pass = true, sampling_pass = true, controls_pass = true, verifier_pass = true;
   double analytic_max_error = 0.0;
   std::vector<std::string> failures;  // one line per failed item
   std::vector<std::string> notes;     // warnings that do not fail the check (e.g. a cell whose
                                       // tests all have 0 degrees of freedom)
   double seconds = 0.0;
 
-  bool pass() const { return greedy_pass && analytic_pass && sampling_pass && controls_pass; }
+  bool pass() const { return greedy_pass && analytic_pass && sampling_pass && controls_pass && verifier_pass; }
 };
 
 // Applies Holm to the report's family, sets in_family/holm_p/reject, the cells' pass and
 // min_holm_p, sampling_pass, controls_pass, the failure lines of the sampling part and the notes
 // (cells whose tests all have 0 degrees of freedom). Exposed for tests; run_equivalence calls it.
 void finalize_sampling_verdict(EquivalenceReport& report);
+
+// The verdict of the verifier check [2b]: Holm (at alpha) over the lossless cells' Bonferroni
+// p-values; a cell whose (position, class) tests all test nothing (no draw or 0 degrees of
+// freedom) is a failure, not a pass; every applicable control must be caught. Sets holm_p,
+// verifier_pass and the failure lines. run_equivalence calls it.
+void finalize_verifier_verdict(EquivalenceReport& report);
 
 // The report as a plain-text table (what `speclab check` prints).
 std::string format_equivalence_report(const EquivalenceReport& report);

@@ -27,14 +27,17 @@ std::vector<double> to_double_normalised(const std::vector<float>& p) {
 }
 
 
-GenerationOptions draw_generation(int64_t max_new) {
+GenerationOptions draw_generation(int64_t max_new, const DrawPlan& plan) {
   GenerationOptions gen;
   gen.max_new_tokens = max_new;
-  gen.ignore_eos = true;
+  gen.ignore_eos = !plan.stop_active;
+  if (plan.stop_active) gen.stop = plan.stop;
   return gen;
 }
 
-void check_draw_length(const TokenList& got, int m) {
+// A draw of m tokens; with stop_active a shorter one (EOS or a stop string) is padded.
+void check_draw_length(TokenList& got, int m, bool stop_active) {
+  if (stop_active && static_cast<int>(got.size()) < m) got.resize(static_cast<size_t>(m), kEndedDraw);
   if (static_cast<int>(got.size()) != m)
     throw Error(ErrorKind::kBadInput,
                 "expected every draw to emit " + std::to_string(m) + " tokens, found " + std::to_string(got.size()) +
@@ -87,23 +90,66 @@ AcceptanceRule always_accept_rule() {
           true};
 }
 
-AcceptanceRule top_p_on_p_only_rule() {
-  return {[](const VerifyInputs& in) {
+namespace {
+
+// The real verifier handed a q recomputed from the draft logits under `reported(run sampling)`,
+// while the draft tokens were drawn under the run's sampling: a drafter that reports another q
+// than the one it sampled from.
+AcceptanceRule reported_q_rule(const char* name, std::function<void(SamplingOptions&)> reported) {
+  return {[name, reported](const VerifyInputs& in) {
     const DraftBlock& d = *in.draft;
     if (d.tokens.empty()) return verify_rejection(d.tokens, *in.p, d.probs, *in.rng);
     if (d.logits.size() != d.tokens.size())
       throw Error(ErrorKind::kConfig,
-                  "the top-p-on-p-only control needs the draft's raw logits (a model drafter under sampling); this "
+                  std::string("the ") + name + " control needs the draft's raw logits (a model drafter under sampling); this "
                   "drafter returned " + std::to_string(d.logits.size()) + " logit rows for " +
                       std::to_string(d.tokens.size()) + " tokens",
                   "equivalence", "negative_controls");
     SamplingOptions raw = *in.sampling;
-    raw.top_p = 1.0;
+    reported(raw);
     std::vector<std::vector<float>> q_raw(d.tokens.size());
     for (size_t i = 0; i < d.tokens.size(); ++i) logits_to_probs(d.logits[i].data(), in.vocab, raw, q_raw[i]);
     return verify_rejection(d.tokens, *in.p, q_raw, *in.rng);
   },
           true};
+}
+
+}  // namespace
+
+AcceptanceRule top_p_on_p_only_rule() {
+  return reported_q_rule("top-p-on-p-only", [](SamplingOptions& s) { s.top_p = 1.0; });
+}
+
+AcceptanceRule q_at_temperature_1_rule() {
+  return reported_q_rule("q-at-temperature-1", [](SamplingOptions& s) { s.temperature = 1.0; });
+}
+
+AcceptanceRule q_drawn_top_k_rule() {
+  return reported_q_rule("q-drawn-top-k", [](SamplingOptions& s) { s.top_k = 0; });
+}
+
+AcceptanceRule replacement_from_p_rule() {
+  return {[](const VerifyInputs& in) {
+            return faulty::verify_replacement_from_p(in.draft->tokens, *in.p, in.draft->probs, *in.rng);
+          },
+          true};
+}
+
+AcceptanceRule bonus_from_previous_row_rule() {
+  return {[](const VerifyInputs& in) {
+            return faulty::verify_bonus_from_previous_row(in.draft->tokens, *in.p, in.draft->probs, *in.rng);
+          },
+          true};
+}
+
+void Draws::append(const Draws& more) {
+  if (more.m != m) throw Error(ErrorKind::kBadInput, "expected draws of " + std::to_string(m) + " tokens, found " +
+                                                         std::to_string(more.m), "sampling check", "draws");
+  tokens.insert(tokens.end(), more.tokens.begin(), more.tokens.end());
+  drafted += more.drafted;
+  accepted += more.accepted;
+  steps += more.steps;
+  seconds += more.seconds;
 }
 
 uint64_t draw_seed(uint64_t base, uint64_t stream, int64_t index) {
@@ -133,12 +179,12 @@ Draws draw_ar(const Model& target, const TokenDecoder& tokenizer, const DrawPlan
   Draws d;
   d.m = plan.m;
   d.tokens.reserve(static_cast<size_t>(plan.n * plan.m));
-  const GenerationOptions gen = draw_generation(plan.m);
+  const GenerationOptions gen = draw_generation(plan.m, plan);
   SamplingOptions s = plan.sampling;
   for (int64_t i = 0; i < plan.n; ++i) {
-    s.seed = draw_seed(plan.seed_base, plan.stream, i);
+    s.seed = draw_seed(plan.seed_base, plan.stream, plan.first + i);
     GenerationResult r = generate_ar(target, tokenizer, plan.context, gen, s, KvMode::kCached, {}, kv);
-    check_draw_length(r.tokens, plan.m);
+    check_draw_length(r.tokens, plan.m, plan.stop_active);
     d.tokens.insert(d.tokens.end(), r.tokens.begin(), r.tokens.end());
   }
   d.seconds = since(t0);
@@ -152,7 +198,7 @@ Draws draw_speculative(const Model& target, const TokenDecoder& tokenizer, const
   Draws d;
   d.m = plan.m;
   d.tokens.reserve(static_cast<size_t>(plan.n * plan.m));
-  const GenerationOptions gen = draw_generation(std::max(plan.m, dopts.num_speculative_tokens + 2));
+  const GenerationOptions gen = draw_generation(std::max(plan.m, dopts.num_speculative_tokens + 2), plan);
   SamplingOptions s = plan.sampling;
   // Counts every verification step of every draw, and collects each draw's tokens.
   struct Tally : StepObserver {
@@ -169,13 +215,13 @@ Draws draw_speculative(const Model& target, const TokenDecoder& tokenizer, const
   Session session(target, tokenizer, kv, rule);
   session.add_observer(tally);
   for (int64_t i = 0; i < plan.n; ++i) {
-    s.seed = draw_seed(plan.seed_base, plan.stream, i);
+    s.seed = draw_seed(plan.seed_base, plan.stream, plan.first + i);
     tally.got.clear();
     session.begin({plan.context, {&drafter, dopts}, gen, s});
     while (!session.done() && static_cast<int>(tally.got.size()) < plan.m) session.step();
     session.end();
     if (static_cast<int>(tally.got.size()) > plan.m) tally.got.resize(static_cast<size_t>(plan.m));
-    check_draw_length(tally.got, plan.m);
+    check_draw_length(tally.got, plan.m, plan.stop_active);
     d.tokens.insert(d.tokens.end(), tally.got.begin(), tally.got.end());
   }
   d.seconds = since(t0);

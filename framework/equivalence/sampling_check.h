@@ -46,6 +46,27 @@ namespace speclab {
 //                          tokens but no logits.
 AcceptanceRule always_accept_rule();
 AcceptanceRule top_p_on_p_only_rule();
+// The realistic bug classes of issue 14, through the engine (framework/verify/faulty_acceptance.h
+// and framework/equivalence/verifier_check.h describe each):
+//   replacement_from_p_rule:     the recovered token drawn from p_i instead of norm(max(0, p_i − q_i));
+//   bonus_from_previous_row_rule: the bonus token drawn from row k − 1 of p instead of row k;
+//   q_at_temperature_1_rule:     the draft drawn at the run's temperature, verification handed q
+//                                from the draft logits at temperature 1 (same top-k / top-p; the
+//                                warper skipped, HF transformers #32867);
+//   q_drawn_top_k_rule:          the draft drawn from its top-k (the run's top_k > 0), verification
+//                                handed q from the draft logits with top_k = 0 (a drafter whose
+//                                sampler truncates but reports the full distribution; reporting a
+//                                truncated, unnormalised q instead is refused by the host's q
+//                                validation, framework/draft/draft_block_check.h).
+// The last two need DraftBlock::logits and throw as top_p_on_p_only_rule does.
+AcceptanceRule replacement_from_p_rule();
+AcceptanceRule bonus_from_previous_row_rule();
+AcceptanceRule q_at_temperature_1_rule();
+AcceptanceRule q_drawn_top_k_rule();
+
+// A draw that stopped early (EOS or a stop string with DrawPlan::stop_active) is padded with
+// this token up to m: "ended" is one more category of the two-sample tests.
+constexpr Token kEndedDraw = -1;
 
 uint64_t draw_seed(uint64_t base, uint64_t stream, int64_t index);
 
@@ -56,6 +77,11 @@ struct DrawPlan {
   int64_t n = 0;              // draws, >= 1
   uint64_t seed_base = 0;
   uint64_t stream = 0;
+  int64_t first = 0;          // draw indices [first, first + n): a later chunk of the same stream
+  // EOS and `stop` strings end a draw (padded with kEndedDraw); false: ignore_eos, no stop strings
+  // (every draw has m tokens). Only the two-sample tests accept padded draws.
+  bool stop_active = false;
+  std::vector<std::string> stop;
   void validate() const;      // Error(kConfig) naming the field (temperature 0 is refused)
 };
 
@@ -67,6 +93,7 @@ struct Draws {
   int64_t steps = 0;          // verification steps
   double seconds = 0.0;
   int64_t n() const { return m > 0 ? static_cast<int64_t>(tokens.size()) / m : 0; }
+  void append(const Draws& more);  // the draws of a later chunk (same m) after these
   Token at(int64_t draw, int pos) const { return tokens[static_cast<size_t>(draw * m + pos)]; }
 };
 

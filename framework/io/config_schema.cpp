@@ -202,6 +202,9 @@ const Table<EquivalenceOptions>& equivalence_table() {
       field("negative_controls", {}, &Q::negative_controls),
       field("numerical_margin", {}, &Q::numerical_margin),
       field("contexts", {}, &Q::contexts),
+      field("verifier", {}, &Q::verifier),
+      field("verifier_samples", {}, &Q::verifier_samples),
+      field("verifier_gammas", {}, &Q::verifier_gammas),
   });
   return t;
 }

@@ -101,8 +101,13 @@ void OutputOptions::validate() const {
 
 void EquivalenceOptions::validate() const {
   const std::string s = "equivalence";
-  if (!greedy && !analytic && !sampling)
-    bad(s, "greedy", "expected at least one of greedy, analytic, sampling to be true, found all false");
+  if (!greedy && !analytic && !sampling && !verifier)
+    bad(s, "greedy", "expected at least one of greedy, analytic, sampling, verifier to be true, found all false");
+  if (verifier_samples < 1000 || verifier_samples > (int64_t(1) << 40))
+    bad(s, "verifier_samples", "expected a draw count in [1000, 2^40], found " + std::to_string(verifier_samples));
+  if (verifier_gammas.empty()) bad(s, "verifier_gammas", "expected a non-empty list, found an empty list");
+  for (int g : verifier_gammas)
+    if (g < 1 || g > 16) bad(s, "verifier_gammas", "expected draft lengths in 1..16, found " + std::to_string(g));
   if (samples < 1 || samples > (int64_t(1) << 40))
     bad(s, "samples", "expected a sample count in [1, 2^40], found " + std::to_string(samples));
   if (positions.empty()) bad(s, "positions", "expected a non-empty list, found an empty list");

@@ -118,6 +118,9 @@ struct EquivalenceOptions {
   bool negative_controls = true;
   double numerical_margin = 0.0;          // 0 = the documented default tolerance
   int64_t contexts = 1;                   // fixed contexts (prompts) for the sampling check
+  bool verifier = true;                   // Monte-Carlo check of the real verifier (verifier_check.h)
+  int64_t verifier_samples = 200000;      // draws per verifier cell (10^7 by hand)
+  std::vector<int> verifier_gammas = {1, 2, 3, 4, 5, 6, 7, 8};  // draft lengths k of the verifier check
   void validate() const;
 };
 

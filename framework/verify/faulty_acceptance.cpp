@@ -2,6 +2,7 @@
 #include "framework/verify/faulty_acceptance.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "framework/core/error.h"
@@ -42,6 +43,35 @@ Verdict verify_always_accept(const TokenList& draft,
   v.n_accepted = static_cast<int32_t>(draft.size());
   v.next_token = sample(target_probs[draft.size()], rng);
   v.bonus = true;
+  return v;
+}
+
+Verdict verify_replacement_from_p(const TokenList& draft,
+                                  const std::vector<std::vector<float>>& target_probs,
+                                  const std::vector<std::vector<float>>& draft_probs, Rng& rng) {
+  // The real rule handed q = p at the rejected row draws its recovered token from p (the
+  // documented fallback when the residual is all zero); so re-run the real rule on the same
+  // draws, and replace only the recovered token.
+  const std::array<uint64_t, 4> start = rng.state();
+  Verdict v = verify_rejection(draft, target_probs, draft_probs, rng);
+  if (v.bonus) return v;
+  Rng replay(start);
+  for (int32_t i = 0; i <= v.n_accepted; ++i) replay.uniform();  // the accept/reject draws
+  v.next_token = sample(target_probs[static_cast<size_t>(v.n_accepted)], replay);
+  rng = replay;
+  return v;
+}
+
+Verdict verify_bonus_from_previous_row(const TokenList& draft,
+                                       const std::vector<std::vector<float>>& target_probs,
+                                       const std::vector<std::vector<float>>& draft_probs, Rng& rng) {
+  const std::array<uint64_t, 4> start = rng.state();
+  Verdict v = verify_rejection(draft, target_probs, draft_probs, rng);
+  if (!v.bonus || draft.empty()) return v;
+  Rng replay(start);
+  for (size_t i = 0; i < draft.size(); ++i) replay.uniform();  // the k accept draws
+  v.next_token = sample(target_probs[draft.size() - 1], replay);
+  rng = replay;
   return v;
 }
 

@@ -22,6 +22,22 @@ Verdict verify_always_accept(const TokenList& draft,
                              const std::vector<std::vector<float>>& target_probs,
                              const std::vector<std::vector<float>>& draft_probs, Rng& rng);
 
+// WRONG: the recovered token at the first rejected position is drawn from p_i instead of
+// norm(max(0, p_i − q_i)); everything else as verify_rejection (same validation, same draws:
+// one uniform() per examined position, one for the recovered or bonus token). The emitted
+// token then follows β·p + (1 − β)·... instead of p: the error is (1 − β)·(p − residual),
+// between ~1e-4 and ~0.1 in TV on real rows (issue 14).
+Verdict verify_replacement_from_p(const TokenList& draft,
+                                  const std::vector<std::vector<float>>& target_probs,
+                                  const std::vector<std::vector<float>>& draft_probs, Rng& rng);
+
+// WRONG: when all k drafts are accepted, the bonus token is drawn from row k − 1 of p (the
+// last draft's row, an off-by-one) instead of row k. Otherwise as verify_rejection. Only the
+// bonus position is wrong, and only as far as p_{k−1} differs from p_k.
+Verdict verify_bonus_from_previous_row(const TokenList& draft,
+                                       const std::vector<std::vector<float>>& target_probs,
+                                       const std::vector<std::vector<float>>& draft_probs, Rng& rng);
+
 // WRONG: the first-token distribution when top-p (or any truncation) is applied to p and to
 // the drafter's sampling, but verification is handed the drafter's UNtruncated q: the draft
 // token is drawn from q_drawn (truncated) while the acceptance test and the residual use

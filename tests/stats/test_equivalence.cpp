@@ -163,6 +163,7 @@ ExperimentConfig stories_config(int64_t samples, double t, double top_p, int64_t
   eq.top_ks = {top_k};
   eq.gammas = {gamma};
   eq.contexts = 1;
+  eq.verifier = false;  // tests/stats/test_verifier_check.cpp; the end-to-end test turns it on
   c.equivalence = eq;
   return c;
 }
@@ -586,7 +587,8 @@ TEST_CASE("sampling on stories260K at N = 20000: the lossless engine passes and 
     // Lossless engines: Pearson (Holm-adjusted) and G (Bonferroni) do not reject at 0.001.
     int lossless = 0, speculative = 0;
     for (const TestRow& t : r.tests) {
-      if (!t.in_family) continue;
+      if (t.test.subject != "ar" && t.test.subject != "speculative") continue;
+      CHECK(t.in_family == (t.test.m >= 2));  // position 1 is a family of its own
       ++lossless;
       speculative += t.test.subject == "speculative";
       INFO(t.test.subject << " " << t.test.test << " m=" << t.test.m << ": X2 " << t.test.stats.statistic << ", dof "
@@ -600,7 +602,7 @@ TEST_CASE("sampling on stories260K at N = 20000: the lossless engine passes and 
     // speculative: joint m=1, joint m=2, marginal 2, exact 1, exact 2; ar: exact 1, exact 2.
     CHECK(speculative == 5);
     CHECK(lossless == 7);
-    CHECK(r.family_size == 7);
+    CHECK(r.family_size == 4);  // m >= 2 only: joint 2, marginal 2, exact 2 (speculative, AR); m = 1 apart
     CHECK(r.sampling_pass);
     // Negative controls: rejected by the same tests at the same N, p < 1e-6 after Bonferroni.
     REQUIRE(c.always_accept.applicable);
@@ -700,16 +702,32 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
   CHECK(r.family_size == 3);
   CHECK(r.tests[0].holm_p == Approx(0.012));  // 3 x 0.004
   CHECK_FALSE(r.tests[0].reject);
-  CHECK(r.sampling_pass);
+  CHECK_FALSE(r.sampling_pass);  // no test rejects, but cell 0 tests nothing (below)
   CHECK(r.tests[3].reject);  // 1e-9 x 2 tests < 1e-6
   CHECK_FALSE(r.tests[4].reject);
   CHECK(r.controls_pass);
-  // Every speculative test of cell 0 has 0 degrees of freedom: the cell compares nothing (a note).
-  REQUIRE(r.notes.size() == 1);
-  CHECK_THAT(r.notes[0], Contains("0 degrees of freedom"));
+  // Every speculative test of cell 0 has 0 degrees of freedom: the cell compares nothing, which
+  // fails the check (issue 14: no vacuous passes).
+  CHECK_FALSE(r.sampling_pass);
+  REQUIRE(r.failures.size() == 1);
+  CHECK_THAT(r.failures[0], Contains("0 degrees of freedom") && Contains("tests nothing"));
   r.tests[1].test.stats.dof = 3;
   finalize_sampling_verdict(r);
-  CHECK(r.notes.empty());
+  CHECK(r.failures.empty());
+  CHECK(r.sampling_pass);
+  // Position-1 tests (m = 1: the prefill sample) are a Holm family of their own, outside the main one.
+  {
+    EquivalenceReport q = r;
+    TestRow p1 = row("speculative", 0.004, 0);
+    p1.test.m = 1;
+    p1.test.stats.dof = 2;
+    q.tests.push_back(p1);
+    finalize_sampling_verdict(q);
+    CHECK(q.family_size == 3);
+    CHECK_FALSE(q.tests.back().in_family);
+    CHECK(q.tests.back().holm_p == Approx(0.004));  // alone in its family
+    CHECK(q.tests[0].holm_p == Approx(0.012));      // the main family is not diluted
+  }
   r.tests[0].test.stats.p_value = 0.001;  // 3 x 0.001 < 0.01
   r.cells[0].always_accept.caught = false;
   finalize_sampling_verdict(r);
@@ -754,6 +772,9 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   ExperimentConfig c = stories_config(1000, 1.0, 0.9, 0, 2);
   c.equivalence->greedy = true;
   c.equivalence->analytic = true;
+  c.equivalence->verifier = true;
+  c.equivalence->verifier_samples = 20000;
+  c.equivalence->verifier_gammas = {4};
   c.prompts.inline_prompts.push_back({"park", "", "Tom and Sue went to the park"});
   DrafterEntry lookup;
   lookup.label = "prompt_lookup";
@@ -765,6 +786,11 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   for (const GreedyRow& g : r.greedy) CHECK(g.check.classification == "match");
   CHECK(r.analytic.size() == 2 * 3 * 1);  // prompts x offsets x model drafts x 1 sampling setting
   CHECK(r.analytic_max_error < 1e-6);
+  REQUIRE(r.verifier.size() == 1);  // one model draft x one sampling setting x k = 4
+  CHECK(r.verifier[0].k == 4);
+  CHECK(r.verifier[0].n == 20000);
+  CHECK(r.verifier[0].verdict.tested > 0);
+  CHECK(r.verifier_controls.size() == 5);
   CHECK(r.cells.size() == 2);
   CHECK(r.cells[1].drafter == "prompt_lookup");
   CHECK(r.cells[1].top_p_on_p_only.note.find("no draft logits") != std::string::npos);
@@ -775,6 +801,8 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   CHECK_FALSE(r.frequencies.empty());
   const std::string text = format_equivalence_report(r);
   CHECK_THAT(text, Contains("Holm-Bonferroni"));
+  CHECK_THAT(text, Contains("[2b] verifier check"));
+  CHECK_THAT(text, Contains("closed form"));
   CHECK_THAT(text, Contains("verdict:"));
 
   const fs::path dir = temp_dir();
@@ -794,7 +822,7 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
     va.read(va.getStrType(), verdict);
     CHECK(verdict == (r.pass() ? "pass" : "fail"));
     for (const char* table : {"greedy", "analytic", "sampling_groups", "sampling_cells", "sampling_tests", "power",
-                              "frequencies", "failures", "notes"}) {
+                              "frequencies", "failures", "notes", "verifier", "verifier_controls"}) {
       H5::Group t = eq.openGroup(table);
       int64_t complete = -1;
       t.openAttribute("complete").read(H5::PredType::NATIVE_INT64, &complete);
@@ -828,7 +856,7 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
          "generation:\n  max_new_tokens: 16\n"
          "sampling: {seed: 7}\n"
          "equivalence:\n  samples: 1000\n  positions: [1, 2]\n  temperatures: [1.0]\n  top_ps: [1.0]\n"
-         "  top_ks: [0]\n  gammas: [2]\n  contexts: 1\n";
+         "  top_ks: [0]\n  gammas: [2]\n  contexts: 1\n  verifier: false\n";
   }
   const std::string out = (dir / "cli.h5").string();
   fs::remove(out);

@@ -1,0 +1,175 @@
+// The sampling check through the real engine over a whole verification block and beyond
+// (issue 14, items 2 and 3), on stories260K with a layer_skip draft of its first 3 layers:
+//   - positions 1 .. gamma + 3: the prefill token, a whole block (gamma drafts and the bonus)
+//     and the next step's first token, so accepted, recovered and bonus tokens and the step
+//     after a rejection (a rollback) are all observed, two-sample against AR;
+//   - the same with EOS and a stop string active (draws that stop are padded with "ended");
+//   - the realistic negative controls through the same engine and tests (replacement from p,
+//     bonus from row k - 1, q at temperature 1, q drawn from its top-k, always-accept): each
+//     must be caught, and the smallest N at which it is is printed (docs/equivalence.md).
+// SPECLAB_ENGINE_CONTROLS_N overrides the lossless N by hand.
+#include "tests/torch_catch.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "experiments/app/session_parts.h"
+#include "framework/draft/registry.h"
+#include "framework/equivalence/equivalence_report.h"
+#include "framework/equivalence/model_taps.h"
+#include "framework/equivalence/sampling_check.h"
+#include "framework/kv/kv_cache_manager.h"
+#include "tests/support/stories260k.h"
+
+using namespace speclab;
+
+namespace {
+
+constexpr double kAlpha = 1e-3;
+constexpr double kControlAlpha = 1e-6;
+constexpr int kGamma = 2;
+constexpr int kM = kGamma + 3;           // prefill token, gamma drafts, bonus, next step's token
+constexpr int64_t kLosslessN = 4000;     // draws per subject in `make test`
+constexpr int64_t kControlMaxN = 8000;   // the control grid: 250, 500, ..., this
+const std::vector<int> kJoints = {2, 3};
+const std::vector<int> kMarginals = {2, 3, 4, 5};
+
+int64_t lossless_n() {
+  const char* env = std::getenv("SPECLAB_ENGINE_CONTROLS_N");
+  return env ? std::stoll(env) : kLosslessN;
+}
+
+struct Rig {
+  testing::Stories& s = testing::stories();
+  KvCacheManager kv{KvOptions{}};
+  PoolId pool = kv.add_pool(s.model->config().kv_geometry());
+  DrafterOptions o;
+  std::unique_ptr<Drafter> drafter;
+  PrefillMemo memo{*s.model};
+  DrawPlan plan;
+  Rig() {
+    at::set_num_threads(1);
+    o.name = "layer_skip";
+    o.draft_layers_first = 3;
+    o.num_speculative_tokens = kGamma;
+    drafter = drafter_registry().create(o, DrafterEnv{s.model.get(), &kv, pool, s.model->config().vocab_size});
+    plan.context = s.info.tokenizer->encode("The little dog was happy. The little dog", true);
+    plan.sampling.temperature = 0.7;
+    plan.sampling.top_k = 5;
+    plan.m = kM;
+    plan.seed_base = 314159;
+  }
+  // Draws [first, first + n) of the AR stream.
+  Draws ar(int64_t n, uint64_t stream, int64_t first = 0) {
+    plan.n = n;
+    plan.stream = stream;
+    plan.first = first;
+    return draw_ar(memo, *s.info.tokenizer, plan, {&kv, pool});
+  }
+  // Draws [first, first + n) of the speculative stream.
+  Draws spec(int64_t n, uint64_t stream, const AcceptanceRule& rule = {}, int64_t first = 0) {
+    plan.n = n;
+    plan.stream = stream;
+    plan.first = first;
+    return draw_speculative(memo, *s.info.tokenizer, plan, *drafter, o, {&kv, pool}, rule);
+  }
+  Draws ar_ignore_eos;  // the AR sample of the first test case, reused by the controls
+};
+
+Rig& rig() {
+  static Rig r;
+  return r;
+}
+
+// Lossless speculative vs AR at every position 2..kM: no test rejects after Holm, every test
+// has a degree of freedom, verification steps crossed rejections.
+void check_lossless(Rig& r, const std::string& what) {
+  const int64_t n = lossless_n();
+  const Draws ar = r.ar(n, 1), spec = r.spec(n, 2);
+  if (!r.plan.stop_active) r.ar_ignore_eos = ar;
+  const std::vector<CellTest> tests = compare_with_ar(ar, spec, "speculative", kJoints, kMarginals, n, 5.0,
+                                                      kAlpha / static_cast<double>(kJoints.size() + kMarginals.size()));
+  std::vector<double> ps;
+  double radius = 0.0;
+  for (const CellTest& t : tests) {
+    ps.push_back(t.stats.p_value);
+    radius = std::max(radius, t.stats.tv_radius);
+    INFO(what << " " << t.test << " " << t.m);
+    CHECK(t.stats.dof > 0);  // no vacuous test
+  }
+  const std::vector<double> holm = holm_adjust(ps);
+  int64_t ended = 0;
+  for (Token t : ar.tokens) ended += t == kEndedDraw;
+  WARN(what << ": N = " << n << ", acceptance " << static_cast<double>(spec.accepted) / static_cast<double>(spec.drafted)
+            << ", steps per draw " << static_cast<double>(spec.steps) / static_cast<double>(n) << ", min Holm p "
+            << *std::min_element(holm.begin(), holm.end()) << ", detectable TV (largest radius) " << radius
+            << ", AR positions ended by EOS/stop " << ended);
+  for (size_t i = 0; i < tests.size(); ++i) {
+    INFO(what << " " << tests[i].test << " m=" << tests[i].m << " p=" << tests[i].stats.p_value);
+    CHECK(holm[i] >= kAlpha);
+  }
+  CHECK(spec.steps > n);               // more than one verification step per draw
+  CHECK(spec.accepted < spec.drafted);  // rejections happened (so did rollbacks)
+  CHECK(spec.accepted > 0);
+}
+
+}  // namespace
+
+TEST_CASE("engine sampling check over the whole block: positions up to gamma + 3 match AR", "[equivalence][engine]") {
+  c10::InferenceMode guard;
+  Rig& r = rig();
+  r.plan.stop_active = false;
+  check_lossless(r, "ignore_eos");
+}
+
+TEST_CASE("engine sampling check with EOS and a stop string active matches AR", "[equivalence][engine]") {
+  c10::InferenceMode guard;
+  Rig& r = rig();
+  r.plan.stop_active = true;
+  r.plan.stop = {"."};
+  check_lossless(r, "EOS + stop '.'");
+  r.plan.stop_active = false;
+  r.plan.stop.clear();
+}
+
+TEST_CASE("engine negative controls: every realistic bug is caught through the real engine", "[equivalence][engine]") {
+  c10::InferenceMode guard;
+  Rig& r = rig();
+  r.plan.stop_active = false;
+  if (r.ar_ignore_eos.n() == 0) r.ar_ignore_eos = r.ar(kControlMaxN, 1);
+  if (r.ar_ignore_eos.n() < kControlMaxN)
+    r.ar_ignore_eos.append(r.ar(kControlMaxN - r.ar_ignore_eos.n(), 1, r.ar_ignore_eos.n()));
+  const Draws& ar = r.ar_ignore_eos;
+  const std::pair<const char*, AcceptanceRule> controls[] = {
+      {"replacement_from_p", replacement_from_p_rule()},
+      {"bonus_from_row_k-1", bonus_from_previous_row_rule()},
+      {"q_at_temperature_1", q_at_temperature_1_rule()},
+      {"q_drawn_top_k", q_drawn_top_k_rule()},
+      {"always_accept", always_accept_rule()},
+  };
+  uint64_t stream = 10;
+  for (const auto& [name, rule] : controls) {
+    // Drawn in doubling chunks, stopping at the first grid N where the control is caught.
+    ++stream;
+    Draws d;
+    d.m = kM;
+    int64_t caught = -1;
+    PowerPoint last;
+    for (int64_t n = 250; caught < 0; n = std::min(2 * n, kControlMaxN)) {
+      d.append(r.spec(n - d.n(), stream, rule, d.n()));
+      last = power_curve(n, n, kControlAlpha, [&](int64_t at) {
+               return compare_with_ar(ar, d, name, kJoints, kMarginals, at, 5.0, kControlAlpha);
+             }).back();
+      if (last.caught) caught = n;
+      if (n == kControlMaxN) break;
+    }
+    WARN("engine control " << name << " (stories260K, layer_skip 3/5, gamma " << kGamma << ", T=0.7 top_k=5, "
+                           << "positions 2.." << kM << "): caught at N = " << caught << " (p x tests there "
+                           << last.min_p * static_cast<double>(last.tests) << ")");
+    INFO(name);
+    CHECK(caught > 0);
+  }
+}
