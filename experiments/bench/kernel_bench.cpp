@@ -1,5 +1,6 @@
-// kernel_bench: packed-weight matmul speed with float32 activations (gemm_small_packed) and int8
-// activations (gemm_packed_int8), side by side, on SmolLM2-135M-sized matrices.
+// kernel_bench: packed-weight matmul speed with float32 activations (gemm_small_packed), int8
+// activations (gemm_packed_int8) and, on AVX-512 VNNI CPUs, int8 activations on repacked weights
+// (gemm_x8_int8), side by side, on SmolLM2-135M-sized (or Qwen-sized) matrices.
 //
 //   build/kernel_bench [--threads 2] [--seconds 0.15]
 //
@@ -21,6 +22,7 @@
 #include "framework/core/thread_pool.h"
 #include "models/llama/gemv.h"
 #include "models/llama/qgemm.h"
+#include "models/llama/qgemm_x8.h"
 #include "models/loaders/dequant.h"
 
 using namespace speclab;
@@ -147,8 +149,9 @@ int main(int argc, char** argv) {
   const int64_t ns[] = {1, 5, 9, 17, 32};
   std::printf("kernel_bench: %d threads, ISA %s, %.2f s per figure (%s of batches, %s time); GB/s = packed weight bytes / time\n",
               threads, kernel_isa_name(kernel_isa()), seconds, best ? "minimum" : "median", g_cpu_time ? "process CPU" : "wall");
-  std::printf("%-5s %-21s %3s | %10s %7s | %10s %7s | %s\n", "type", "matrix", "n", "f32 us", "GB/s", "int8 us", "GB/s",
-              "f32/int8");
+  const bool x8 = x8_active();  // the repacked VNNI kernels (qgemm_x8.h) as a third column
+  std::printf("%-5s %-21s %3s | %10s %7s | %10s %7s | %s%s\n", "type", "matrix", "n", "f32 us", "GB/s", "int8 us", "GB/s",
+              "f32/int8", x8 ? " | x8 us    GB/s | int8/x8" : "");
   for (GgmlType t : types) {
     const uint32_t id = static_cast<uint32_t>(t);
     if (!only_type.empty() && ggml_type_name(id) != only_type) continue;
@@ -158,6 +161,12 @@ int main(int argc, char** argv) {
       const size_t bytes = ggml_row_bytes(id, static_cast<uint64_t>(in), "bench") * s.out;
       const int copies = static_cast<int>(std::max<size_t>(2, (size_t(96) << 20) / bytes + 1));
       std::vector<std::vector<uint8_t>> w(static_cast<size_t>(copies), random_matrix(t, s.out, in));
+      std::vector<std::vector<uint8_t>> wx8;
+      if (x8)
+        for (const auto& m : w) {
+          wx8.emplace_back(static_cast<size_t>(x8_bytes(id, s.out, in)));
+          repack_x8(m.data(), id, s.out, in, wx8.back().data());
+        }
       std::vector<float> x(static_cast<size_t>(32 * in)), y(static_cast<size_t>(32 * s.out));
       for (auto& v : x) v = uniform();
       for (int64_t n : ns) {
@@ -168,9 +177,16 @@ int main(int argc, char** argv) {
         const double i8 = time_per_call(
             [&](int c) { gemm_packed_int8(w[c].data(), id, x.data(), nullptr, y.data(), n, s.out, in); }, copies,
             seconds, best);
-        std::printf("%-5s %-20s%s %3lld | %10.1f %7.2f | %10.1f %7.2f | %.2fx\n", ggml_type_name(id).c_str(), s.name,
+        std::printf("%-5s %-20s%s %3lld | %10.1f %7.2f | %10.1f %7.2f | %.2fx", ggml_type_name(id).c_str(), s.name,
                     in != s.in ? "*" : " ", static_cast<long long>(n), f32 * 1e6, bytes / f32 / 1e9, i8 * 1e6,
                     bytes / i8 / 1e9, f32 / i8);
+        if (x8) {
+          const double tx8 = time_per_call(
+              [&](int c) { gemm_x8_int8(wx8[c].data(), id, x.data(), nullptr, y.data(), n, s.out, in); }, copies,
+              seconds, best);
+          std::printf(" | %8.1f %6.2f | %.2fx", tx8 * 1e6, bytes / tx8 / 1e9, i8 / tx8);
+        }
+        std::printf("\n");
         std::fflush(stdout);
       }
     }

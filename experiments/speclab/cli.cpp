@@ -3,12 +3,14 @@
 #include <ATen/Parallel.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 
 #include "framework/core/error.h"
 #include "framework/core/model_source.h"
 #include "framework/core/thread_pool.h"
+#include "models/llama/gemv.h"
 #include "models/loaders/export.h"
 
 namespace speclab::cli {
@@ -81,6 +83,20 @@ DrafterOptions DrafterArgs::options() const {
 void set_threads(int threads) {
   if (threads < 0) throw Error(ErrorKind::kConfig, "expected >= 0, found " + std::to_string(threads), "cli", "--threads");
   set_compute_threads(threads);
+}
+
+void apply_kernel_isa_env() {
+  const char* v = std::getenv("SPECLAB_KERNEL_ISA");
+  if (v == nullptr || *v == '\0') return;
+  const std::string s = v;
+  const KernelIsa isa = s == "scalar"       ? KernelIsa::kScalar
+                        : s == "avx2"       ? KernelIsa::kAvx2
+                        : s == "avx512"     ? KernelIsa::kAvx512
+                        : s == "avx512vnni" ? KernelIsa::kAvx512Vnni
+                                            : throw Error(ErrorKind::kConfig,
+                                                          "expected scalar, avx2, avx512 or avx512vnni, found '" + s + "'",
+                                                          "environment", "SPECLAB_KERNEL_ISA");
+  set_kernel_isa_cap(isa);
 }
 
 std::unique_ptr<LoadedTarget> load_runtime_model(const ModelArgs& args) {

@@ -51,6 +51,10 @@ bool parse_or_help(const std::string& usage, po::options_description& desc, cons
                    int positional_count = 1);
 
 void set_threads(int threads);
+// SPECLAB_KERNEL_ISA=scalar|avx2|avx512|avx512vnni caps the CPU kernels' instruction set
+// (models/llama/gemv.h): the best the CPU has by default. Lets a benchmark compare kernels in one
+// binary. Throws Error(kConfig) for another value.
+void apply_kernel_isa_env();
 
 // Drafter flags shared by generate (and later run/check).
 struct DrafterArgs {

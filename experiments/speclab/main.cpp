@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> rest(args.begin() + 1, args.end());
   try {
+    apply_kernel_isa_env();
     return it->second(rest);
   } catch (const speclab::Error& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -166,7 +166,7 @@ __attribute__((target("avx512f"))) void rows_avx512(const float* w, const float*
   rows_avx2(w, x, bias, y, n, out, r, r1, in);
 }
 
-std::atomic<int> g_isa_cap{static_cast<int>(KernelIsa::kAvx512)};
+std::atomic<int> g_isa_cap{static_cast<int>(kKernelIsaMax)};
 
 bool cpu_avx512() {
   static const bool ok = __builtin_cpu_supports("avx512f");
@@ -181,6 +181,12 @@ bool cpu_avx2() {
 
 bool have_avx512() { return cpu_avx2() && cpu_avx512() && g_isa_cap.load(std::memory_order_relaxed) >= 2; }
 bool have_avx2() { return cpu_avx2() && g_isa_cap.load(std::memory_order_relaxed) >= 1; }
+
+bool cpu_avx512_vnni() {
+  static const bool ok = __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vnni");
+  return ok;
+}
 
 // ---- packed (quantized) rows -> float32 ------------------------------------------------------
 // Block layouts (dequant.h): Q4_0 {f16 d; u8 qs[16]} x = d*(nibble-8); Q4_1 {f16 d, m; u8 qs[16]}
@@ -554,15 +560,23 @@ bool gemm_packed_supports(uint32_t type_id) {
 }
 
 KernelIsa best_kernel_isa() {
-  return cpu_avx2() ? (cpu_avx512() ? KernelIsa::kAvx512 : KernelIsa::kAvx2) : KernelIsa::kScalar;
+  if (!cpu_avx2()) return KernelIsa::kScalar;
+  if (!cpu_avx512()) return KernelIsa::kAvx2;
+  return cpu_avx512_vnni() ? KernelIsa::kAvx512Vnni : KernelIsa::kAvx512;
 }
 
-KernelIsa kernel_isa() { return have_avx512() ? KernelIsa::kAvx512 : have_avx2() ? KernelIsa::kAvx2 : KernelIsa::kScalar; }
+KernelIsa kernel_isa() {
+  const KernelIsa cap = static_cast<KernelIsa>(g_isa_cap.load(std::memory_order_relaxed));
+  return std::min(best_kernel_isa(), cap);
+}
 
 void set_kernel_isa_cap(KernelIsa cap) { g_isa_cap.store(static_cast<int>(cap)); }
 
 const char* kernel_isa_name(KernelIsa isa) {
-  return isa == KernelIsa::kAvx512 ? "AVX-512" : isa == KernelIsa::kAvx2 ? "AVX2" : "scalar";
+  return isa == KernelIsa::kAvx512Vnni ? "AVX-512 VNNI"
+         : isa == KernelIsa::kAvx512  ? "AVX-512"
+         : isa == KernelIsa::kAvx2    ? "AVX2"
+                                      : "scalar";
 }
 
 void gemm_small_packed(const uint8_t* w, uint32_t type_id, const float* x, const float* bias, float* y, int64_t n,

@@ -72,6 +72,13 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
     head_ids_ = at::tensor(ids, at::kLong);
     w_.lm_head = select_rows(w_.lm_head, head_ids_);
   }
+  // The VNNI int8 kernels read their own layout (qgemm_x8.h): a second copy of the matrices,
+  // made once here (the ggml blocks stay for embedding lookups and the other ISAs and paths).
+  if (activations_ == Activations::kInt8) {
+    add_x8_repack(w_.lm_head);
+    for (LlamaLayer& L : w_.layers)
+      for (WeightMatrix* m : {&L.w_qkv, &L.w_o, &L.w_gate_up, &L.w_down}) add_x8_repack(*m);
+  }
 
   auto bytes = [](const at::Tensor& t) { return t.defined() ? static_cast<uint64_t>(t.numel()) * 4 : 0; };
   weight_bytes_ = w_.embed.bytes() + bytes(w_.final_norm) + (c.tie_word_embeddings ? 0 : w_.lm_head.bytes());

@@ -6,6 +6,7 @@
 #include "framework/core/error.h"
 #include "models/llama/gemv.h"
 #include "models/llama/qgemm.h"
+#include "models/llama/qgemm_x8.h"
 #include "models/loaders/dequant.h"
 
 namespace speclab {
@@ -41,7 +42,9 @@ std::string kind_of(const WeightMatrix& m) { return m.is_packed() ? ggml_type_na
 // One matrix without parts: y [n, m.out].
 void linear_block(const WeightMatrix& m, const float* x, const float* bias, float* y, int64_t n, Activations act) {
   if (m.is_packed()) {
-    if (act == Activations::kInt8 && int8_gemm_supports(m.type))
+    if (act == Activations::kInt8 && m.x8.defined() && x8_active())
+      gemm_x8_int8(m.x8.data_ptr<uint8_t>(), m.type, x, bias, y, n, m.out, m.in);
+    else if (act == Activations::kInt8 && int8_gemm_supports(m.type))
       gemm_packed_int8(m.packed.data_ptr<uint8_t>(), m.type, x, bias, y, n, m.out, m.in);
     else
       gemm_small_packed(m.packed.data_ptr<uint8_t>(), m.type, x, bias, y, n, m.out, m.in);
@@ -118,10 +121,18 @@ WeightMatrix stack(std::vector<WeightMatrix> parts) {
   return s;
 }
 
+void add_x8_repack(WeightMatrix& w) {
+  for (WeightMatrix& p : w.parts) add_x8_repack(p);
+  if (!w.is_packed() || !int8_gemm_supports(w.type) || !x8_cpu_supported()) return;
+  w.x8 = at::empty({x8_bytes(w.type, w.out, w.in)}, at::TensorOptions().dtype(at::kByte));
+  repack_x8(w.packed.data_ptr<uint8_t>(), w.type, w.out, w.in, w.x8.data_ptr<uint8_t>());
+}
+
 WeightMatrix select_rows(const WeightMatrix& w, const at::Tensor& rows) {
   SPECLAB_CHECK(w.parts.empty(), "select_rows needs a single-block matrix");
   WeightMatrix r = w;
   r.out = rows.size(0);
+  r.x8 = at::Tensor();  // add_x8_repack again for the selected rows
   if (w.is_packed())
     r.packed = w.packed.index_select(0, rows).contiguous();
   else

@@ -31,6 +31,7 @@ struct WeightMatrix {
   uint32_t type = 0;  // ggml type id of `packed`
   int64_t out = 0, in = 0;
   std::vector<WeightMatrix> parts;  // non-empty: a stack of differently typed parts (f32/packed unset)
+  at::Tensor x8;      // [x8_bytes] uint8: `packed` repacked for the VNNI int8 kernels (qgemm_x8.h), or undefined
 
   bool is_packed() const { return packed.defined(); }
   uint64_t bytes() const;
@@ -46,12 +47,18 @@ at::Tensor take_vector(WeightMap& w, const std::string& name);
 // else a matrix of parts.
 WeightMatrix stack(std::vector<WeightMatrix> parts);
 
+// Adds the repacked copy (WeightMatrix::x8) to w and to each of its parts whose type the VNNI
+// int8 kernels take, when this CPU can run them (x8_cpu_supported()); a no-op elsewhere. linear()
+// uses it for int8 activations while kernel_isa() is kAvx512Vnni, else the ggml blocks.
+void add_x8_repack(WeightMatrix& w);
+
 // The matrix of w's rows `rows` ([k] int64, in that order): [k, w.in], same storage type. w must
 // be a single block (no parts).
 WeightMatrix select_rows(const WeightMatrix& w, const at::Tensor& rows);
 
 // y = x W^T (+ bias) on raw CPU buffers. x: [n, w.in]; bias: [w.out] or nullptr; y: [n, w.out].
-// Packed weights run gemv.h's kernels with float32 activations or qgemm.h's with int8 ones;
+// Packed weights run gemv.h's kernels with float32 activations or qgemm.h's (qgemm_x8.h's when
+// repacked) with int8 ones;
 // float32 weights gemm_small_f32. For n <= 32 row i of the result is bit-identical to a 1-row
 // call on x[i] (what makes a verification row equal an AR step).
 void linear(const WeightMatrix& w, const float* x, const float* bias, float* y, int64_t n, Activations act);

@@ -30,7 +30,8 @@ inline int round_even(float v) {
   return static_cast<int>((v + magic) - magic);
 }
 
-void quantize_row(const float* x, int64_t in, int64_t block, int8_t* q, float* d, float* s, int16_t* bsum16) {
+void quantize_row(const float* x, int64_t in, int64_t block, int8_t* q, float* d, float* s, int16_t* bsum16,
+                  int16_t* bsum32) {
   for (int64_t b = 0; b < in / block; ++b) {
     const float* xb = x + b * block;
     int8_t* qb = q + b * block;
@@ -50,6 +51,9 @@ void quantize_row(const float* x, int64_t in, int64_t block, int8_t* q, float* d
         for (int64_t i = 0; i < 16; ++i) sum += qb[16 * k + i];
         bsum16[b * (block / 16) + k] = static_cast<int16_t>(sum);
       }
+      for (int64_t k = 0; k < block / 32; ++k)
+        bsum32[b * (block / 32) + k] =
+            static_cast<int16_t>(bsum16[b * (block / 16) + 2 * k] + bsum16[b * (block / 16) + 2 * k + 1]);
     }
   }
 }
@@ -390,12 +394,15 @@ void quantize_activations(uint32_t type_id, const float* x, int64_t n, int64_t i
   grow(out.d, n * (in / block));
   if (block == 32)
     grow(out.s, n * (in / 32));
-  else
+  else {
     grow(out.bsum16, n * (in / 16));
+    grow(out.bsum32, n * (in / 32));
+  }
   for (int64_t j = 0; j < n; ++j)
     quantize_row(x + j * in, in, block, out.q.data() + j * in, out.d.data() + j * (in / block),
                  block == 32 ? out.s.data() + j * (in / 32) : nullptr,
-                 block == 256 ? out.bsum16.data() + j * (in / 16) : nullptr);
+                 block == 256 ? out.bsum16.data() + j * (in / 16) : nullptr,
+                 block == 256 ? out.bsum32.data() + j * (in / 32) : nullptr);
 }
 
 void gemm_packed_int8_q(const uint8_t* w, uint32_t type_id, const QuantizedRows& xq, const float* bias, float* y,

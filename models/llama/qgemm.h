@@ -18,8 +18,10 @@
 // may change on near ties, but decode and verification still agree bit for bit (below).
 //
 // ISA: an AVX2 kernel (vpmaddubsw with the sign trick, vpmaddwd, 8-lane float accumulators) and
-// a scalar one; kernel_isa() (models/llama/gemv.h) picks. AVX-512 CPUs run the AVX2 kernels:
-// no AVX-512 / VNNI int8 code is written yet (the development machine cannot run it).
+// a scalar one; kernel_isa() (models/llama/gemv.h) picks. AVX-512 CPUs without VNNI run the AVX2
+// kernels. With AVX-512 VNNI, models run qgemm_x8.h's kernels on weights repacked in groups of 8
+// rows instead (same integers, another float summation order); these remain the kernels for
+// other ISAs and the reference the repacked ones are tested against.
 //
 // Row identity: each (weight row, activation row) output is accumulated block by block in the
 // same order whatever the number of rows n and however rows are grouped or split over threads,
@@ -49,6 +51,7 @@ struct QuantizedRows {
   std::vector<float> d;    // [n, in / block] scale of each block
   std::vector<float> s;    // [n, in / block] block == 32: d * sum(q) of each block (Q4_1's offset term)
   std::vector<int16_t> bsum16;  // [n, in / 16] block == 256: sum of q over each 16 elements
+  std::vector<int16_t> bsum32;  // [n, in / 32] block == 256: sum of q over each 32 elements (qgemm_x8.h)
 };
 
 // Quantizes x: [n, in] for weights of `type_id` (in a multiple of its block size). Throws

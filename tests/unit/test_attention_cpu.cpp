@@ -27,7 +27,7 @@ std::vector<KernelIsa> runnable_isas() {
 }
 struct Restore {
   ~Restore() {
-    set_kernel_isa_cap(KernelIsa::kAvx512);
+    set_kernel_isa_cap(kKernelIsaMax);
     set_compute_threads(0);
   }
 };

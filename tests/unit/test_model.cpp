@@ -49,7 +49,7 @@ std::vector<KernelIsa> runnable_isas() {
   return v;
 }
 struct IsaCapGuard {
-  ~IsaCapGuard() { set_kernel_isa_cap(KernelIsa::kAvx512); }
+  ~IsaCapGuard() { set_kernel_isa_cap(kKernelIsaMax); }
 };
 }  // namespace
 

@@ -4,6 +4,7 @@
 // bit-identity for n = 1..32 rows, and real GGUF weights.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -12,8 +13,10 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
 #include "models/llama/gemv.h"
 #include "models/llama/qgemm.h"
+#include "models/llama/qgemm_x8.h"
 #include "models/loaders/dequant.h"
 #include "models/loaders/gguf.h"
 
@@ -128,6 +131,7 @@ std::string compare(const std::vector<float>& got, const Expected& want) {
 // Row length for a type: 608 (19 blocks: the 8-block groups and a remainder) for the 32-element
 // types, 512 for the K-quants.
 int64_t row_len(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K ? 512 : 608; }
+int64_t packed_block_elems(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K ? 256 : 32; }
 
 std::vector<KernelIsa> runnable_isas() {
   std::vector<KernelIsa> isas;
@@ -138,7 +142,7 @@ std::vector<KernelIsa> runnable_isas() {
 // Restores the default cap when a test ends, whatever happens.
 struct IsaCap {
   explicit IsaCap(KernelIsa isa) { set_kernel_isa_cap(isa); }
-  ~IsaCap() { set_kernel_isa_cap(KernelIsa::kAvx512); }
+  ~IsaCap() { set_kernel_isa_cap(kKernelIsaMax); }
 };
 
 std::vector<float> int8_gemm(GgmlType t, const std::vector<uint8_t>& w, const std::vector<float>& x,
@@ -148,11 +152,36 @@ std::vector<float> int8_gemm(GgmlType t, const std::vector<uint8_t>& w, const st
   return y;
 }
 
+// The repacked VNNI kernel (qgemm_x8.h) on w, repacked here.
+std::vector<float> x8_gemm(GgmlType t, const std::vector<uint8_t>& w, const std::vector<float>& x, const float* bias,
+                           int64_t n, int64_t out, int64_t in) {
+  std::vector<uint8_t> wx8(static_cast<size_t>(x8_bytes(id(t), out, in)));
+  repack_x8(w.data(), id(t), out, in, wx8.data());
+  std::vector<float> y(static_cast<size_t>(n * out));
+  gemm_x8_int8(wx8.data(), id(t), x.data(), bias, y.data(), n, out, in);
+  return y;
+}
+
 std::vector<float> f32_gemm(GgmlType t, const std::vector<uint8_t>& w, const std::vector<float>& x,
                             const float* bias, int64_t n, int64_t out, int64_t in) {
   std::vector<float> y(static_cast<size_t>(n * out));
   gemm_small_packed(w.data(), id(t), x.data(), bias, y.data(), n, out, in);
   return y;
+}
+
+// Rows of n-row calls (n = 2..nmax) that differ in any bit from 1-row calls on the same x row.
+// run(x, n) -> y [n, out].
+template <class Run>
+int row_mismatches(const Run& run, const std::vector<float>& x, int64_t in, int64_t out, int64_t nmax) {
+  std::vector<std::vector<float>> single;
+  for (int64_t i = 0; i < nmax; ++i) single.push_back(run(x.data() + i * in, 1));
+  int mismatched = 0;
+  for (int64_t n = 2; n <= nmax; ++n) {
+    const auto y = run(x.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      if (std::memcmp(y.data() + i * out, single[i].data(), out * sizeof(float)) != 0) ++mismatched;
+  }
+  return mismatched;
 }
 
 }  // namespace
@@ -293,14 +322,7 @@ TEST_CASE("row i of an n-row call is bit-identical to a 1-row call, n = 1..32, e
           gemm_small_packed(w.data(), id(t), xs, bias.data(), y.data(), n, out, in);
         return y;
       };
-      std::vector<std::vector<float>> single;
-      for (int64_t i = 0; i < nmax; ++i) single.push_back(run(x.data() + i * in, 1));
-      int mismatched = 0;
-      for (int64_t n = 2; n <= nmax; ++n) {
-        const auto y = run(x.data(), n);
-        for (int64_t i = 0; i < n; ++i)
-          if (std::memcmp(y.data() + i * out, single[i].data(), out * sizeof(float)) != 0) ++mismatched;
-      }
+      const int mismatched = row_mismatches(run, x, in, out, nmax);
       INFO(kernel_isa_name(isa) << (f32w ? " F32 weights" : int8 ? " int8 " : " f32 ") << ggml_type_name(id(t)));
       CHECK(mismatched == 0);
     }
@@ -338,7 +360,119 @@ TEST_CASE("int8 and float32 kernels on real GGUF weights stay within the int8 ro
         CHECK(compare(int8_gemm(t, w, x, nullptr, n, out, in), expected(wf, x, xr, {}, n, out, in, 1e-5)) == "");
         CHECK(compare(f32_gemm(t, w, x, nullptr, n, out, in), expected(wf, x, x, {}, n, out, in, 2e-5)) == "");
       }
+      if (x8_cpu_supported()) {
+        INFO(name << " " << info.name << " " << ggml_type_name(info.type) << " repacked (VNNI)");
+        CHECK(compare(x8_gemm(t, w, x, nullptr, n, out, in), expected(wf, x, xr, {}, n, out, in, 1e-5)) == "");
+      }
     }
   }
   if (files == 0) WARN("no GGUF model in .cache/models: real-weight cases skipped");
+}
+
+// ---- the repacked 8-row kernels (qgemm_x8.h, AVX-512 VNNI) -------------------------------------
+
+TEST_CASE("repacked VNNI kernels equal the scalar reference up to float summation order", "[qgemm][x8]") {
+  if (!x8_cpu_supported()) {
+    WARN("this CPU has no AVX-512 VNNI: the repacked-kernel cases are skipped");
+    return;
+  }
+  std::vector<float> bias(45);
+  for (size_t r = 0; r < bias.size(); ++r) bias[r] = 0.01f * static_cast<float>(r);
+  for (GgmlType t : kTypes)
+    for (int64_t out : {8, 45}) {  // 45: a last group of 5 rows (padding)
+      for (int64_t n : {1, 5, 11}) {
+        INFO(ggml_type_name(id(t)) << " out=" << out << " n=" << n);
+        const int64_t in = row_len(t);
+        const auto x = activations(n, in, 11 + n);
+        const auto w = random_weights(t, out, in, 400 + id(t));
+        const auto y = x8_gemm(t, w, x, bias.data(), n, out, in);
+        QuantizedRows xq;
+        quantize_activations(id(t), x.data(), n, in, xq);
+        const auto wf = dequantized(t, w, out, in);
+        const auto xr = dequantized_acts(xq);
+        const std::vector<float> b(bias.begin(), bias.begin() + out);
+        CHECK(compare(y, expected(wf, xr, xr, b, n, out, in, 1e-5)) == "");
+        CHECK(compare(y, expected(wf, x, xr, b, n, out, in, 1e-5)) == "");
+      }
+    }
+  // Another type, or the ISA capped below VNNI, is refused rather than computed wrong.
+  std::vector<uint8_t> wx8(static_cast<size_t>(x8_bytes(id(GgmlType::Q4_1), 8, 64)));
+  CHECK_THROWS_WITH(x8_bytes(id(GgmlType::Q2_K), 8, 256), Catch::Contains("Q2_K"));
+  QuantizedRows xq;
+  const auto x = activations(1, 64, 1);
+  quantize_activations(id(GgmlType::Q4_1), x.data(), 1, 64, xq);
+  float y[8];
+  IsaCap cap(KernelIsa::kAvx512);
+  CHECK_THROWS_WITH(gemm_x8_int8_q(wx8.data(), id(GgmlType::Q4_1), xq, nullptr, y, 8), Catch::Contains("VNNI"));
+}
+
+TEST_CASE("the repacked-kernel comparison rejects a wrong weight scale, a wrong min and a swapped group", "[qgemm][x8]") {
+  if (!x8_cpu_supported()) {
+    WARN("this CPU has no AVX-512 VNNI: the repacked-kernel negative controls are skipped");
+    return;
+  }
+  const int64_t n = 2, out = 16;
+  for (GgmlType t : kTypes) {
+    INFO(ggml_type_name(id(t)));
+    const int64_t in = row_len(t);
+    const auto x = activations(n, in, 3);
+    const auto w = random_weights(t, out, in, 5);
+    const auto wf = dequantized(t, w, out, in);
+    QuantizedRows xq;
+    quantize_activations(id(t), x.data(), n, in, xq);
+    const auto xr = dequantized_acts(xq);
+    // The tight check (same integers, float order only): x_used == x, so tol = 1e-5 |terms|.
+    const Expected want = expected(wf, xr, xr, {}, n, out, in, 1e-5);
+    std::vector<uint8_t> wx8(static_cast<size_t>(x8_bytes(id(t), out, in)));
+    repack_x8(w.data(), id(t), out, in, wx8.data());
+    std::vector<float> y(static_cast<size_t>(n * out));
+    gemm_x8_int8_q(wx8.data(), id(t), xq, nullptr, y.data(), out);
+    REQUIRE(compare(y, want) == "");
+    // Row 3's d (in every block of group 0), times 1.25.
+    auto bad = wx8;
+    const int64_t nb = in / packed_block_elems(t), block_bytes = x8_bytes(id(t), 8, in) / nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint16_t h;
+      std::memcpy(&h, bad.data() + b * block_bytes + 6, 2);
+      put_f16(bad.data() + b * block_bytes + 6, fp16_to_fp32(h) * 1.25f);
+    }
+    gemm_x8_int8_q(bad.data(), id(t), xq, nullptr, y.data(), out);
+    CHECK_FALSE(compare(y, want) == "");
+    // The two groups of 8 rows swapped.
+    bad = wx8;
+    std::rotate(bad.begin(), bad.begin() + static_cast<long>(bad.size() / 2), bad.end());
+    gemm_x8_int8_q(bad.data(), id(t), xq, nullptr, y.data(), out);
+    CHECK_FALSE(compare(y, want) == "");
+  }
+}
+
+TEST_CASE("repacked VNNI kernels: row i of an n-row call equals a 1-row call, n = 1..32, and 1 vs 2 threads", "[qgemm][x8]") {
+  if (!x8_cpu_supported()) {
+    WARN("this CPU has no AVX-512 VNNI: the repacked-kernel row identity is skipped");
+    return;
+  }
+  const int64_t out = 45, nmax = 32;
+  std::vector<float> bias(out, 0.25f);
+  for (GgmlType t : kTypes) {
+    const int64_t in = row_len(t);
+    const auto x = activations(nmax, in, 17);
+    const auto w = random_weights(t, out, in, 300 + id(t));
+    std::vector<uint8_t> wx8(static_cast<size_t>(x8_bytes(id(t), out, in)));
+    repack_x8(w.data(), id(t), out, in, wx8.data());
+    const auto run = [&](const float* xs, int64_t n) {
+      std::vector<float> y(static_cast<size_t>(n * out));
+      gemm_x8_int8(wx8.data(), id(t), xs, bias.data(), y.data(), n, out, in);
+      return y;
+    };
+    const int mismatched = row_mismatches(run, x, in, out, nmax);
+    const int threads = compute_threads();
+    set_compute_threads(1);
+    const auto one = run(x.data(), nmax);
+    set_compute_threads(2);
+    const auto two = run(x.data(), nmax);
+    set_compute_threads(threads);
+    INFO(ggml_type_name(id(t)));
+    CHECK(mismatched == 0);
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+  }
 }

@@ -1,0 +1,61 @@
+// Int8-activation matrix products over weights repacked in groups of 8 rows, for CPUs with
+// AVX-512 VNNI (vpdpbusd: 4 unsigned-by-signed byte products summed into an int32 lane).
+//
+// Why a second layout: in ggml's row-major blocks (qgemm.h) one weight row meets one activation
+// row in a horizontal dot product, so every activation row costs 3 AVX2 operations per 32 weights
+// (vpmaddubsw, vpmaddwd, vpaddd) plus a horizontal sum. A verification pass of 5 to 17 rows is
+// then bound by arithmetic, not by reading the weights. Repacked, each 32-bit lane of a 256-bit
+// register holds 4 consecutive weights of one of 8 rows, so one vpdpbusd applies 4 activation
+// bytes (broadcast) to 8 weight rows at once: 1 operation per 32 multiply-adds per activation
+// row, no horizontal sums, and the unpacking of the weights is shared by every activation row.
+//
+// Layout: ceil(out / 8) groups of 8 consecutive rows (missing rows of the last group are zero),
+// each group the row's blocks in order, each block holding its 8 rows' data interleaved. The
+// bytes per group and block equal 8 ggml blocks (Q4_K: +32 bytes per 8 super-blocks of
+// unpacked scales), so a decode step reads the same amount of memory. Weights are stored as their
+// unsigned integers u with w = s * u + m per block (or sub-block): the offsets (-8d, -16d,
+// -128d for Q8_0, Q4_1's min, Q4_K's dmin * min, Q6_K's -32) multiply the activation block sums,
+// exactly as qgemm.cpp does, so the integer sums equal gemm_packed_int8_reference's.
+//
+// Arithmetic and row identity: each output (weight row r, activation row j) is the lane r % 8 of
+// a computation that sees only row r's weights and row j's activations, in block order, with the
+// same operations whatever n is and however groups are split over threads. Row i of an n-row call
+// is therefore bit-identical to a 1-row call on x[i], for any n. Against the row-major kernels
+// only the float summation order differs (test_qgemm checks both).
+#pragma once
+
+#include <cstdint>
+
+#include "models/llama/qgemm.h"
+
+namespace speclab {
+
+// Weight rows per repacked group: one 32-bit lane of a 256-bit register each.
+constexpr int64_t kX8Rows = 8;
+
+// Whether this CPU has what the kernels need (AVX-512 F, VL, BW and VNNI, plus AVX2/FMA/F16C),
+// whatever the ISA cap.
+bool x8_cpu_supported();
+// Whether gemm_x8_int8 runs now: x8_cpu_supported() and kernel_isa() == kAvx512Vnni.
+bool x8_active();
+
+// Bytes of the repacked form of an [out, in] matrix of `type_id` (int8_gemm_supports types; `in`
+// a multiple of the block size). Throws Error(kUnsupported) for another type.
+int64_t x8_bytes(uint32_t type_id, int64_t out, int64_t in);
+
+// Repacks w: [out rows of ggml_row_bytes(type, in) bytes] into dst: [x8_bytes(...)] bytes. Pure
+// data movement (no SIMD): any CPU can repack.
+void repack_x8(const uint8_t* w, uint32_t type_id, int64_t out, int64_t in, uint8_t* dst);
+
+// y = x W^T (+ b) on repacked weights. wx8: repack_x8's output; xq: activations quantized for
+// `type_id` (quantize_activations); bias: [out] or nullptr; y: [xq.n, out]. Groups are split over
+// compute_threads(). Throws Error(kUnsupported) when !x8_active() or for another type,
+// Error(kBadInput) when xq does not match the type's block size.
+void gemm_x8_int8_q(const uint8_t* wx8, uint32_t type_id, const QuantizedRows& xq, const float* bias, float* y,
+                    int64_t out);
+
+// Convenience: quantizes x: [n, in] into a thread-local buffer, then gemm_x8_int8_q.
+void gemm_x8_int8(const uint8_t* wx8, uint32_t type_id, const float* x, const float* bias, float* y, int64_t n,
+                  int64_t out, int64_t in);
+
+}  // namespace speclab
