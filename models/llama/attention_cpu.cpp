@@ -47,6 +47,18 @@ struct ScalarOps {
     for (int64_t j = 0; j < nk; ++j)
       for (int64_t d = 0; d < D; ++d) acc[d] += p[j] * vrow[j][d];
   }
+  // Q queries of one kv head at once (Avx2Ops shares each K and V load among them): here one
+  // after the other.
+  template <int Q>
+  static void scores_q(const float* const* q, const float* const* krow, int64_t nk, int64_t D, float scale,
+                       float* const* s) {
+    for (int i = 0; i < Q; ++i) scores(q[i], krow, nk, D, scale, s[i]);
+  }
+  template <int Q>
+  static void values_q(const float* const* p, const float* const* vrow, int64_t nk, int64_t D, const float* alpha,
+                       float* const* acc) {
+    for (int i = 0; i < Q; ++i) values(p[i], vrow, nk, D, alpha[i], acc[i]);
+  }
 };
 
 
@@ -152,6 +164,75 @@ struct Avx2Ops {
     for (; off + 64 <= D; off += 64) values_block<8>(p, vrow, nk, off, alpha, acc);
     for (; off < D; off += 8) values_block<1>(p, vrow, nk, off, alpha, acc);
   }
+
+  // scores() for Q <= 3 queries of one kv head at once: each K vector is loaded once for the Q
+  // queries (4 keys x Q queries accumulators). Each score is the same FMA chain over d and the
+  // same addition tree as in scores() (hsum8x8's lanes 0-3 depend only on its first four
+  // arguments, and are (u.lo + u.hi) of u = hadd(hadd(a0, a1), hadd(a2, a3))), so results are
+  // bit-identical to scores() query by query.
+  template <int Q>
+  __attribute__((target("avx2,fma"))) static void scores_q(const float* const* q, const float* const* krow,
+                                                           int64_t nk, int64_t D, float scale, float* const* s) {
+    const __m128 sc = _mm_set1_ps(scale);
+    for (int64_t j = 0; j < nk; j += 8)
+      for (int64_t half = 0; half < 8; half += 4) {
+        const float* k[4];
+        for (int64_t t = 0; t < 4; ++t) k[t] = krow[j + half + t < nk ? j + half + t : j];
+        __m256 acc[Q][4];
+        for (int i = 0; i < Q; ++i)
+          for (int t = 0; t < 4; ++t) acc[i][t] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < D; d += 8) {
+          __m256 qv[Q];
+          for (int i = 0; i < Q; ++i) qv[i] = _mm256_loadu_ps(q[i] + d);
+          for (int t = 0; t < 4; ++t) {
+            const __m256 kv = _mm256_loadu_ps(k[t] + d);
+            for (int i = 0; i < Q; ++i) acc[i][t] = _mm256_fmadd_ps(qv[i], kv, acc[i][t]);
+          }
+        }
+        for (int i = 0; i < Q; ++i) {
+          const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(acc[i][0], acc[i][1]), _mm256_hadd_ps(acc[i][2], acc[i][3]));
+          const __m128 r = _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+          _mm_storeu_ps(s[i] + j + half, _mm_mul_ps(r, sc));
+        }
+      }
+  }
+
+  // values() for Q <= 3 queries at once: each V vector is loaded once for the Q queries (blocks
+  // of 4 vectors x Q queries accumulators). Every element sees the same operations in the same
+  // order as in values(): bit-identical query by query.
+  template <int Q, int NV>
+  __attribute__((target("avx2,fma"), always_inline)) static inline void values_q_block(
+      const float* const* p, const float* const* vrow, int64_t nk, int64_t off, const float* alpha,
+      float* const* acc) {
+    __m256 a[Q][NV];
+    for (int i = 0; i < Q; ++i) {
+      for (int c = 0; c < NV; ++c) a[i][c] = _mm256_loadu_ps(acc[i] + off + 8 * c);
+      if (alpha[i] != 1.f) {
+        const __m256 al = _mm256_set1_ps(alpha[i]);
+        for (int c = 0; c < NV; ++c) a[i][c] = _mm256_mul_ps(a[i][c], al);
+      }
+    }
+    for (int64_t j = 0; j < nk; ++j) {
+      __m256 pj[Q];
+      for (int i = 0; i < Q; ++i) pj[i] = _mm256_set1_ps(p[i][j]);
+      const float* vj = vrow[j] + off;
+      for (int c = 0; c < NV; ++c) {
+        const __m256 v = _mm256_loadu_ps(vj + 8 * c);
+        for (int i = 0; i < Q; ++i) a[i][c] = _mm256_fmadd_ps(pj[i], v, a[i][c]);
+      }
+    }
+    for (int i = 0; i < Q; ++i)
+      for (int c = 0; c < NV; ++c) _mm256_storeu_ps(acc[i] + off + 8 * c, a[i][c]);
+  }
+
+  template <int Q>
+  __attribute__((target("avx2,fma"))) static void values_q(const float* const* p, const float* const* vrow,
+                                                           int64_t nk, int64_t D, const float* alpha,
+                                                           float* const* acc) {
+    int64_t off = 0;
+    for (; off + 32 <= D; off += 32) values_q_block<Q, 4>(p, vrow, nk, off, alpha, acc);
+    for (; off < D; off += 8) values_q_block<Q, 1>(p, vrow, nk, off, alpha, acc);
+  }
 };
 
 inline int64_t slot_of(const AttentionArgs& a, int64_t j) { return a.slots ? a.slots[j] : a.slot_base + j; }
@@ -160,19 +241,49 @@ inline int64_t slot_of(const AttentionArgs& a, int64_t j) { return a.slots ? a.s
 // acc = sum exp(s - m) v. Stored as [m, l, acc[D]].
 inline int64_t partial_stride(int64_t D) { return D + 2; }
 
-// One work item: the keys of split `split`, kv head g, rows [r0, r1), every query head of the
-// group. A tile's K and V rows are loaded once and reused from L1 by the (r1 - r0) * G queries
-// that read them. How the work is cut into items does not change any result: each query's
+// The online-softmax update of one tile for Q query heads h..h+Q-1 of row i (one kv head): each
+// query's scores, max, rescale factor, exps and weighted values, as a function of its own data
+// only. st = [m, l, acc[D]] per query (partial_stride); s: [Q, kTile] scratch.
+template <class Ops, int Q>
+void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const float* const* krow, const float* const* vrow,
+                  int64_t nk, float* part, float* s) {
+  const int64_t D = a.head_dim, H = a.n_heads, ps = partial_stride(D);
+  const float* q[Q];
+  float* st[Q];
+  float* sq[Q];
+  float* acc[Q];
+  float alpha[Q], m_new[Q];
+  for (int k = 0; k < Q; ++k) {
+    q[k] = a.q + i * a.q_stride + (h + k) * D;
+    st[k] = part + (i * H + h + k) * ps;
+    sq[k] = s + k * kTile;
+    acc[k] = st[k] + 2;
+  }
+  Ops::template scores_q<Q>(q, krow, nk, D, a.scale, sq);
+  for (int k = 0; k < Q; ++k) {
+    float tmax = sq[k][0];
+    for (int64_t j = 1; j < nk; ++j) tmax = std::max(tmax, sq[k][j]);
+    m_new[k] = std::max(st[k][0], tmax);
+    alpha[k] = std::exp(st[k][0] - m_new[k]);  // 0 on the first tile (m = -inf)
+    const float tsum = Ops::exps(sq[k], nk, m_new[k]);
+    st[k][1] = st[k][1] * alpha[k] + tsum;
+  }
+  Ops::template values_q<Q>(sq, vrow, nk, D, alpha, acc);
+  for (int k = 0; k < Q; ++k) st[k][0] = m_new[k];
+}
+
+// One work item: the keys of split `split`, rows [r0, r1), every kv head and query head. For each
+// tile and kv head g, the tile's K and V rows of g are loaded once and reused from L1 by the
+// (r1 - r0) * G queries that read them. How the work is cut into items does not change any result: each query's
 // arithmetic depends only on its own keys. part: [n * H, D + 2] partials of this split, query
 // (i, h) at row i * H + h.
 template <class Ops>
-void run_item(const AttentionArgs& a, int64_t split, int64_t g, int64_t r0, int64_t r1, int64_t max_limit,
-              float* part) {
+void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int64_t max_limit, float* part) {
   const int64_t D = a.head_dim, H = a.n_heads, G = H / a.n_kv_heads, kv_dim = a.n_kv_heads * D,
                 ps = partial_stride(D);
   const int64_t j0 = split * kSplit, j1 = std::min(j0 + kSplit, max_limit);
   for (int64_t i = r0; i < r1; ++i)
-    for (int64_t h = g * G; h < (g + 1) * G; ++h) {
+    for (int64_t h = 0; h < H; ++h) {
       float* st = part + (i * H + h) * ps;
       st[0] = -std::numeric_limits<float>::infinity();
       st[1] = 0.f;
@@ -180,29 +291,28 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t g, int64_t r0, int6
     }
   const float* krow[kTile];
   const float* vrow[kTile];
-  float s[kTile];
+  float s[3 * kTile];
   for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
     const int64_t nk_all = std::min(kTile, j1 - t0);
-    for (int64_t j = 0; j < nk_all; ++j) {
-      const int64_t off = slot_of(a, t0 + j) * kv_dim + g * D;
-      krow[j] = a.k + off;
-      vrow[j] = a.v + off;
-    }
-    for (int64_t i = r0; i < r1; ++i) {
-      const int64_t nk = std::min(nk_all, a.limits[i] - t0);
-      if (nk <= 0) continue;
-      for (int64_t h = g * G; h < (g + 1) * G; ++h) {
-        const float* q = a.q + i * a.q_stride + h * D;
-        float* st = part + (i * H + h) * ps;
-        Ops::scores(q, krow, nk, D, a.scale, s);
-        float tmax = s[0];
-        for (int64_t j = 1; j < nk; ++j) tmax = std::max(tmax, s[j]);
-        const float m_new = std::max(st[0], tmax);
-        const float alpha = std::exp(st[0] - m_new);  // 0 on the first tile (m = -inf)
-        const float tsum = Ops::exps(s, nk, m_new);
-        st[1] = st[1] * alpha + tsum;
-        Ops::values(s, vrow, nk, D, alpha, st + 2);
-        st[0] = m_new;
+    for (int64_t g = 0; g < a.n_kv_heads; ++g) {
+      for (int64_t j = 0; j < nk_all; ++j) {
+        const int64_t off = slot_of(a, t0 + j) * kv_dim + g * D;
+        krow[j] = a.k + off;
+        vrow[j] = a.v + off;
+      }
+      for (int64_t i = r0; i < r1; ++i) {
+        const int64_t nk = std::min(nk_all, a.limits[i] - t0);
+        if (nk <= 0) continue;
+        // The group's query heads, up to 3 at a time (how they are grouped changes no result).
+        for (int64_t h = g * G; h < (g + 1) * G; h += 3) {
+          const int64_t q_n = std::min<int64_t>(3, (g + 1) * G - h);
+          if (q_n == 3)
+            tile_queries<Ops, 3>(a, i, h, krow, vrow, nk, part, s);
+          else if (q_n == 2)
+            tile_queries<Ops, 2>(a, i, h, krow, vrow, nk, part, s);
+          else
+            tile_queries<Ops, 1>(a, i, h, krow, vrow, nk, part, s);
+        }
       }
     }
   }
@@ -235,18 +345,21 @@ void attend_rows(const AttentionArgs& a) {
     partials.resize(static_cast<size_t>(n_splits * split_floats));
   float* const part = partials.data();
 
-  // Work items: (split, kv head, block of kRowBlock rows), split-major.
-  const int64_t KVH = a.n_kv_heads, row_blocks = (a.n + kRowBlock - 1) / kRowBlock;
-  const int64_t items = n_splits * KVH * row_blocks;
+  // Work items: (split, block of kRowBlock rows), split-major. An item covers every kv head, so
+  // a thread reads whole cache rows (all kv heads of a slot) front to back: split by kv head,
+  // each thread read D of every kv_dim floats, and decode at context 2048 waited on memory
+  // three times as long as it computed.
+  const int64_t row_blocks = (a.n + kRowBlock - 1) / kRowBlock;
+  const int64_t items = n_splits * row_blocks;
   const bool avx2 = kernel_isa() >= KernelIsa::kAvx2 && D % 8 == 0;
   auto work = [&](int64_t begin, int64_t end) {
     for (int64_t it = begin; it < end; ++it) {
-      const int64_t sp = it / (KVH * row_blocks), g = it / row_blocks % KVH, rb = it % row_blocks;
+      const int64_t sp = it / row_blocks, rb = it % row_blocks;
       const int64_t r0 = rb * kRowBlock, r1 = std::min(a.n, r0 + kRowBlock);
       if (avx2)
-        run_item<Avx2Ops>(a, sp, g, r0, r1, max_limit, part + sp * split_floats);
+        run_item<Avx2Ops>(a, sp, r0, r1, max_limit, part + sp * split_floats);
       else
-        run_item<ScalarOps>(a, sp, g, r0, r1, max_limit, part + sp * split_floats);
+        run_item<ScalarOps>(a, sp, r0, r1, max_limit, part + sp * split_floats);
     }
   };
   // Small calls stay on the caller; the result does not depend on the thread count.
