@@ -83,11 +83,11 @@ void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<
         "expected at most " + std::to_string(prompts.size()) + " contexts (one per prompt), found " +
             std::to_string(eq.contexts));
   const int m_max = *std::max_element(eq.positions.begin(), eq.positions.end());
-  if (eq.negative_controls && m_max < 2)
+  if (m_max < 2)
     bad(cfg, "positions",
-        "expected a position m >= 2 when negative_controls is on, found only m = 1: the first token is sampled from "
-        "the prefill logits before any draft is verified, so no acceptance rule (faulty or not) can change it; add "
-        "m = 2 or set negative_controls: false");
+        "expected a position m >= 2 for the sampling check, found only m = 1: the first token is sampled from the "
+        "prefill logits before any draft is verified, so position-1 tests see no verification (and no negative "
+        "control can be caught there); add m = 2 or more, or set sampling: false");
 }
 
 void finalize_sampling_verdict(EquivalenceReport& r) {
@@ -169,6 +169,16 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
         any = true;
         testable = testable || t.test.stats.dof > 0;
       }
+    if (std::isnan(c.acceptance_rate)) {  // a drafter that never drafts verifies nothing
+      const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
+      r.sampling_pass = false;
+      r.failures.push_back("sampling: tests nothing: cell " + std::to_string(c.index) + " (context " + g.prompt_id +
+                           ", " + sampling_label(g.sampling) + ", " + c.drafter + " gamma " +
+                           std::to_string(c.gamma) +
+                           "): the drafter proposed no tokens in any draw, so no draft was verified; choose a "
+                           "context or drafter that drafts");
+      continue;
+    }
     if (any && !testable) {  // a cell that tests nothing is a failure, never a pass
       const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
       r.sampling_pass = false;

@@ -90,7 +90,7 @@ struct SamplingCell {
   int gamma = 0;
   int64_t n = 0;
   uint64_t seed_base = 0;
-  double acceptance_rate = 0.0;  // lossless engine, over all verification steps of the draws
+  double acceptance_rate = 0.0;  // lossless engine, over all verification steps of the draws; NaN: no draft at all (a failure)
   double spec_seconds = 0.0;
   double min_holm_p = 1.0;       // over the cell's lossless tests
   bool pass = true;

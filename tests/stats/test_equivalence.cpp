@@ -728,6 +728,15 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
     CHECK(q.tests.back().holm_p == Approx(0.004));  // alone in its family
     CHECK(q.tests[0].holm_p == Approx(0.012));      // the main family is not diluted
   }
+  // A drafter that proposed no tokens in any draw (acceptance NaN) verified nothing: a failure.
+  {
+    EquivalenceReport q = r;
+    q.cells[0].acceptance_rate = std::nan("");
+    finalize_sampling_verdict(q);
+    CHECK_FALSE(q.sampling_pass);
+    REQUIRE(q.failures.size() == 1);
+    CHECK_THAT(q.failures[0], Contains("proposed no tokens") && Contains("tests nothing"));
+  }
   r.tests[0].test.stats.p_value = 0.001;  // 3 x 0.001 < 0.01
   r.cells[0].always_accept.caught = false;
   finalize_sampling_verdict(r);
@@ -748,7 +757,9 @@ TEST_CASE("bad input: too few samples, temperature 0, controls without a verifie
   CHECK_THROWS_WITH(run_equivalence(c), Contains("temperature"));
   c = stories_config(2000, 1.0, 1.0, 0, 1);
   c.equivalence->positions = {1};
-  CHECK_THROWS_WITH(run_equivalence(c), Contains("prefill") && Contains("negative_controls"));
+  CHECK_THROWS_WITH(run_equivalence(c), Contains("prefill") && Contains("m >= 2"));
+  c.equivalence->negative_controls = false;  // position-1 tests see no verification either way
+  CHECK_THROWS_WITH(run_equivalence(c), Contains("prefill") && Contains("m >= 2"));
   c = stories_config(2000, 1.0, 1.0, 0, 1);
   c.equivalence->contexts = 3;
   CHECK_THROWS_WITH(run_equivalence(c), Contains("contexts"));
