@@ -109,3 +109,19 @@ TEST_CASE("speclab export: SmolLM2 layers 0-1 as Q8_0, then generate from it", "
   CHECK(r.err.empty());
   fs::remove(out);
 }
+
+TEST_CASE("SPECLAB_KERNEL_ISA caps the kernels' instruction set; a bad value exits 2 naming it", "[cli][bad-input]") {
+  RunOptions bad;
+  bad.in_child = [] { ::setenv("SPECLAB_KERNEL_ISA", "sse9", 1); };
+  check_bad_input(run_cli(stories({"-n", "5"}), bad), {"SPECLAB_KERNEL_ISA", "sse9", "avx512vnni"});
+  // stories260K's float32 weights: every ISA's decode kernels sum each row in the same 8-lane
+  // order, so the capped runs give the same greedy text.
+  for (const char* isa : {"scalar", "avx2"}) {
+    RunOptions cap;
+    cap.in_child = [isa] { ::setenv("SPECLAB_KERNEL_ISA", isa, 1); };
+    const RunResult r = run_cli(stories({"-n", "20"}), cap);
+    INFO(isa << ": " << describe(r));
+    CHECK(r.exit_code == 0);
+    if (std::string(isa) == "avx2") CHECK(r.out.rfind(", there was", 0) == 0);
+  }
+}
