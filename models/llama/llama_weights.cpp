@@ -142,12 +142,29 @@ WeightMatrix select_rows(const WeightMatrix& w, const at::Tensor& rows) {
 
 void linear(const WeightMatrix& w, const float* x, const float* bias, float* y, int64_t n, Activations act) {
   if (w.parts.empty()) return linear_block(w, x, bias, y, n, act);
-  // Each part into a scratch [n, part.out], then into its columns of y [n, w.out].
+  // Each part into a scratch [n, part.out], then into its columns of y [n, w.out]. With int8
+  // activations x is quantized once per block size (32 or 256) and shared by the parts that take
+  // it (the same values quantize_activations gives each part alone).
   thread_local std::vector<float> scratch;
+  thread_local QuantizedRows xq32, xq256;
+  bool have32 = false, have256 = false;
   int64_t offset = 0;
   for (const WeightMatrix& p : w.parts) {
     scratch.resize(static_cast<size_t>(n * p.out));
-    linear_block(p, x, bias ? bias + offset : nullptr, scratch.data(), n, act);
+    const float* b = bias ? bias + offset : nullptr;
+    if (act == Activations::kInt8 && p.is_packed() && int8_gemm_supports(p.type)) {
+      const bool k256 = static_cast<GgmlType>(p.type) == GgmlType::Q4_K || static_cast<GgmlType>(p.type) == GgmlType::Q6_K;
+      QuantizedRows& xq = k256 ? xq256 : xq32;
+      bool& have = k256 ? have256 : have32;
+      if (!have) quantize_activations(p.type, x, n, w.in, xq);
+      have = true;
+      if (p.x8.defined() && x8_active())
+        gemm_x8_int8_q(p.x8.data_ptr<uint8_t>(), p.type, xq, b, scratch.data(), p.out);
+      else
+        gemm_packed_int8_q(p.packed.data_ptr<uint8_t>(), p.type, xq, b, scratch.data(), p.out);
+    } else {
+      linear_block(p, x, b, scratch.data(), n, act);
+    }
     for (int64_t i = 0; i < n; ++i)
       std::copy(scratch.data() + i * p.out, scratch.data() + (i + 1) * p.out, y + i * w.out + offset);
     offset += p.out;

@@ -206,7 +206,28 @@ TEST_CASE("int8 activation quantization: error at most half a step, block sums e
         for (int i = 0; i < 16; ++i) s += xq.q[16 * k + i];
         REQUIRE(xq.bsum16[k] == s);
       }
+    if (xq.block == 256)
+      for (int64_t k = 0; k < n * in / 32; ++k) REQUIRE(xq.bsum32[k] == xq.bsum16[2 * k] + xq.bsum16[2 * k + 1]);
   }
+  // The SIMD quantizer is bit-identical to the scalar one (values, scales and block sums).
+  for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q6_K})
+    for (KernelIsa isa : runnable_isas()) {
+      INFO(ggml_type_name(id(t)) << " " << kernel_isa_name(isa));
+      QuantizedRows scalar, simd;
+      {
+        IsaCap cap(KernelIsa::kScalar);
+        quantize_activations(id(t), x.data(), n, in, scalar);
+      }
+      {
+        IsaCap cap(isa);
+        quantize_activations(id(t), x.data(), n, in, simd);
+      }
+      CHECK(scalar.q == simd.q);
+      CHECK(std::memcmp(scalar.d.data(), simd.d.data(), scalar.d.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(scalar.s.data(), simd.s.data(), scalar.s.size() * sizeof(float)) == 0);
+      CHECK(scalar.bsum16 == simd.bsum16);
+      CHECK(scalar.bsum32 == simd.bsum32);
+    }
   QuantizedRows xq;
   CHECK_THROWS_AS(quantize_activations(id(GgmlType::Q4_K), x.data(), 1, 96, xq), Error);
   CHECK_THROWS_WITH(quantize_activations(id(GgmlType::Q2_K), x.data(), 1, 256, xq), Catch::Contains("Q2_K"));
