@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
 #include "models/llama/attention_cpu.h"
 #include "models/llama/cpu_ops.h"
 #include "models/llama/gemv.h"
@@ -114,8 +115,22 @@ class CpuOps {
   Rows swiglu(const Rows& gate_up) {
     const int64_t inter = gate_up.cols / 2;
     Rows y = alloc(gate_up.n, inter);
-    for (int64_t i = 0; i < gate_up.n; ++i)
-      cpu::silu_mul(gate_up.data + i * gate_up.cols, gate_up.data + i * gate_up.cols + inter, y.data + i * inter, inter);
+    // Elements [e0, e1) of the n x inter outputs. Split over the threads from 8192 elements on
+    // (glibc's expf per element: ~4.5 ns, 5.6 ms of a 5-row Qwen-1.5B pass on one thread);
+    // elementwise, so the split changes no result.
+    const auto run = [&](int64_t e0, int64_t e1) {
+      while (e0 < e1) {
+        const int64_t i = e0 / inter, c = e0 % inter, len = std::min(e1 - e0, inter - c);
+        const float* row = gate_up.data + i * gate_up.cols;
+        cpu::silu_mul(row + c, row + inter + c, y.data + i * inter + c, len);
+        e0 += len;
+      }
+    };
+    const int64_t total = gate_up.n * inter;
+    if (total >= 8192)
+      parallel_chunks(total, 4096, compute_threads(), run);
+    else
+      run(0, total);
     return y;
   }
 
