@@ -28,6 +28,7 @@
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/observers.h"
 #include "framework/kv/contiguous_kv.h"
+#include "models/llama/gemv.h"
 #include "models/loaders/export.h"
 
 #ifndef SPECLAB_SOURCE_DIR
@@ -283,7 +284,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   report["activations"] = margs.activations;
   report["weight_storage"] = model.weight_storage();
   report["load_seconds"] = m.load_seconds;
-  say("model load: %.2f s\n", m.load_seconds);
+  report["kernel_isa"] = kernel_isa_name(kernel_isa());
+  say("model load: %.2f s; kernels: %s (SPECLAB_KERNEL_ISA caps it)\n", m.load_seconds, kernel_isa_name(kernel_isa()));
 
   // Tokenizer: prose (pre-tokens repeat, so the per-word cache is used as in real prompts) and
   // one long word (no cache hits; linear vs quadratic shows in the 2x ratio).

@@ -169,14 +169,11 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
         any = true;
         testable = testable || t.test.stats.dof > 0;
       }
-    if (std::isnan(c.acceptance_rate)) {  // a drafter that never drafts verifies nothing
+    if (std::isnan(c.acceptance_rate)) {  // no draft in this cell: it verified nothing
       const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
-      r.sampling_pass = false;
-      r.failures.push_back("sampling: tests nothing: cell " + std::to_string(c.index) + " (context " + g.prompt_id +
-                           ", " + sampling_label(g.sampling) + ", " + c.drafter + " gamma " +
-                           std::to_string(c.gamma) +
-                           "): the drafter proposed no tokens in any draw, so no draft was verified; choose a "
-                           "context or drafter that drafts");
+      r.notes.push_back("cell " + std::to_string(c.index) + " (context " + g.prompt_id + ", " +
+                        sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma) +
+                        "): the drafter proposed no tokens in any draw");
       continue;
     }
     if (any && !testable) {  // a cell that tests nothing is a failure, never a pass
@@ -188,6 +185,16 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
                         "positions): it compares nothing; choose a context with an open continuation");
     }
   }
+  // A drafter that proposed no tokens in any cell was never verified: the check says nothing of it.
+  std::map<std::string, bool> drafted;
+  for (const SamplingCell& c : r.cells) drafted[c.drafter] = drafted[c.drafter] || !std::isnan(c.acceptance_rate);
+  for (const auto& [name, any] : drafted)
+    if (!any) {
+      r.sampling_pass = false;
+      r.failures.push_back("sampling: tests nothing: drafter " + name +
+                           " proposed no tokens in any draw of any cell, so none of its drafts was verified; choose "
+                           "contexts it drafts on (prompt_lookup needs a repeated n-gram)");
+    }
   r.controls_pass = true;
   for (const SamplingCell& c : r.cells) {
     const std::pair<const char*, const ControlOutcome*> controls[] = {{"always_accept", &c.always_accept},

@@ -728,14 +728,24 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
     CHECK(q.tests.back().holm_p == Approx(0.004));  // alone in its family
     CHECK(q.tests[0].holm_p == Approx(0.012));      // the main family is not diluted
   }
-  // A drafter that proposed no tokens in any draw (acceptance NaN) verified nothing: a failure.
+  // A drafter that proposed no tokens in any draw of any cell (acceptance NaN) verified nothing:
+  // a failure. One cell without drafts beside cells with drafts is a note.
   {
     EquivalenceReport q = r;
+    q.cells[0].drafter = "lookup";
     q.cells[0].acceptance_rate = std::nan("");
     finalize_sampling_verdict(q);
     CHECK_FALSE(q.sampling_pass);
     REQUIRE(q.failures.size() == 1);
-    CHECK_THAT(q.failures[0], Contains("proposed no tokens") && Contains("tests nothing"));
+    CHECK_THAT(q.failures[0], Contains("drafter lookup") && Contains("proposed no tokens") && Contains("tests nothing"));
+    q.cells.push_back(q.cells[0]);
+    q.cells[1].index = 1;
+    q.cells[1].acceptance_rate = 0.5;
+    finalize_sampling_verdict(q);
+    CHECK(q.sampling_pass);
+    CHECK(q.failures.empty());
+    REQUIRE(q.notes.size() == 1);
+    CHECK_THAT(q.notes[0], Contains("cell 0") && Contains("proposed no tokens"));
   }
   r.tests[0].test.stats.p_value = 0.001;  // 3 x 0.001 < 0.01
   r.cells[0].always_accept.caught = false;
@@ -791,6 +801,9 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   lookup.label = "prompt_lookup";
   lookup.options.name = "prompt_lookup";
   c.drafters.push_back(lookup);
+  // A context that repeats itself, so that prompt_lookup drafts (a drafter that never drafts
+  // fails the check: it verified nothing).
+  c.prompts.inline_prompts[0].text = "The little dog was happy. The little dog";
   const EquivalenceReport r = run_equivalence(c);
   INFO(format_equivalence_report(r));
   CHECK(r.greedy.size() == 2 * 2 * 1);
