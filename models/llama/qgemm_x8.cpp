@@ -43,14 +43,9 @@ constexpr int64_t x8_block_bytes(GgmlType t) {
                                : 1680;  // Q6_K
 }
 
-bool supported(GgmlType t) {
-  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_K || t == GgmlType::Q6_K;
-}
-
 GgmlType checked_type(uint32_t type_id) {
   const auto t = static_cast<GgmlType>(type_id);
-  if (!supported(t))
+  if (!int8_gemm_supports(type_id))  // the same types as the row-major int8 kernels
     throw Error(ErrorKind::kUnsupported, "repacked int8 matmul supports Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K, not " +
                                              ggml_type_name(type_id));
   return t;
