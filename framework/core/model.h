@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "framework/core/kv_view.h"
+#include "framework/core/packed_matrix.h"
 #include "framework/core/types.h"
 #include "framework/core/model_config.h"
 
@@ -66,6 +67,12 @@ class Model {
   // How the weights are held in memory, e.g. "Q4_1 x 90, float32 x 61" (packed matrices count once
   // per stacked matrix).
   virtual std::string weight_storage() const { return "float32"; }
+
+  // w: [out, in] float32, a drafter's own matrix (e.g. the EAGLE layer's). The same matrix packed
+  // for this model's CPU kernels, in the storage its own matrices meet its activations with (Q8_0
+  // blocks against int8 activations where the model runs those, else float32). nullptr: the model
+  // has no such kernels, and the caller computes with libtorch ops.
+  virtual std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const { return nullptr; }
 };
 
 }  // namespace speclab

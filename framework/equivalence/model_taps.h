@@ -32,6 +32,7 @@ class LogitsRecorder : public Model {
 
   const ModelConfig& config() const override { return inner_.config(); }
   uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
+  std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return inner_.pack_matrix(w); }
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                      const ForwardOptions& opts = {}) const override;
 
@@ -50,6 +51,7 @@ class PrefillMemo : public Model {
 
   const ModelConfig& config() const override { return inner_.config(); }
   uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
+  std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return inner_.pack_matrix(w); }
   // A call with positions starting at 0, ascending by 1, no layer subset and no hidden states
   // asked for is a prefill: it is answered from the memo when tokens and logits_last_n match the
   // remembered ones, and otherwise run and remembered (replacing the previous memo).

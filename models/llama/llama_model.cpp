@@ -113,6 +113,37 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
   w_.rope_sin = at::from_blob(sin_t.data(), {c.max_position_embeddings, half}, at::kFloat).clone();
 }
 
+namespace {
+
+// A drafter's matrix on linear(): the model's kernels at the model's activations.
+class LlamaPackedMatrix : public PackedMatrix {
+ public:
+  LlamaPackedMatrix(WeightMatrix m, Activations act) : m_(std::move(m)), act_(act) {}
+  int64_t rows() const override { return m_.out; }
+  int64_t cols() const override { return m_.in; }
+  void multiply(const float* x, const float* bias, float* y, int64_t n) const override {
+    linear(m_, x, bias, y, n, act_);
+  }
+  uint64_t bytes() const override { return m_.bytes(); }
+  std::string storage() const override {
+    std::vector<std::string> kinds;
+    m_.count_kinds(kinds);
+    return kinds.empty() ? "float32" : kinds.front();
+  }
+
+ private:
+  WeightMatrix m_;
+  Activations act_;
+};
+
+}  // namespace
+
+std::shared_ptr<const PackedMatrix> LlamaModel::pack_matrix(const at::Tensor& w) const {
+  if (!w_.final_norm.device().is_cpu()) return nullptr;
+  c10::InferenceMode guard;
+  return std::make_shared<LlamaPackedMatrix>(pack_f32_matrix(w, activations_), activations_);
+}
+
 int64_t LlamaModel::row_exact_batch() const { return w_.final_norm.device().is_cpu() ? kMaxRowExact : 0; }
 
 std::vector<int64_t> LlamaModel::layers_to_run(const ForwardOptions& opts) const {

@@ -45,6 +45,8 @@ class LlamaModel : public Model {
   // kMaxRowExact (32) for host weights: the CPU backend's matmuls (gemv.h, qgemm.h), attention
   // (attention_cpu.h) and row operations compute each row independently of the batch.
   int64_t row_exact_batch() const override;
+  // pack_f32_matrix(w, activations()) behind linear(): Q8_0 against int8 activations.
+  std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override;
 
  private:
   // opts.layers, or every layer when it is empty; throws on an index out of range.

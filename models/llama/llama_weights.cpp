@@ -140,6 +140,28 @@ WeightMatrix select_rows(const WeightMatrix& w, const at::Tensor& rows) {
   return r;
 }
 
+WeightMatrix pack_f32_matrix(const at::Tensor& w, Activations act) {
+  SPECLAB_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat, "pack_f32_matrix: w must be [out, in] float32");
+  const at::Tensor c = w.contiguous();
+  WeightMatrix m;
+  m.out = c.size(0);
+  m.in = c.size(1);
+  if (act != Activations::kInt8 || m.in % 32 != 0) {
+    m.f32 = c.clone();
+    return m;
+  }
+  const int64_t row_bytes = m.in / 32 * 34;  // Q8_0: f16 scale + 32 int8 per block
+  m.type = static_cast<uint32_t>(GgmlType::Q8_0);
+  m.packed = at::empty({m.out, row_bytes}, at::kByte);
+  const float* src = c.data_ptr<float>();
+  for (int64_t r = 0; r < m.out; ++r) {
+    const std::vector<uint8_t> q = quantize(GgmlType::Q8_0, src + r * m.in, static_cast<size_t>(m.in), "pack_f32_matrix");
+    std::copy(q.begin(), q.end(), m.packed.data_ptr<uint8_t>() + r * row_bytes);
+  }
+  add_x8_repack(m);
+  return m;
+}
+
 void linear(const WeightMatrix& w, const float* x, const float* bias, float* y, int64_t n, Activations act) {
   if (w.parts.empty()) return linear_block(w, x, bias, y, n, act);
   // Each part into a scratch [n, part.out], then into its columns of y [n, w.out]. With int8

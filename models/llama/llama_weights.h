@@ -56,6 +56,10 @@ void add_x8_repack(WeightMatrix& w);
 // be a single block (no parts).
 WeightMatrix select_rows(const WeightMatrix& w, const at::Tensor& rows);
 
+// A float32 matrix w [out, in] in the storage that meets `act`: Q8_0 blocks (repacked with
+// add_x8_repack) for int8 activations when in is a multiple of 32, else float32 (a copy).
+WeightMatrix pack_f32_matrix(const at::Tensor& w, Activations act);
+
 // y = x W^T (+ bias) on raw CPU buffers. x: [n, w.in]; bias: [w.out] or nullptr; y: [n, w.out].
 // Packed weights run gemv.h's kernels with float32 activations or qgemm.h's (qgemm_x8.h's when
 // repacked) with int8 ones;

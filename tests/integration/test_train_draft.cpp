@@ -6,6 +6,8 @@
 // through the engine's q checks).
 #include "tests/torch_catch.h"
 
+#include <c10/core/InferenceMode.h>
+
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -13,6 +15,8 @@
 
 #include "experiments/app/draft_training.h"
 #include "experiments/app/session_parts.h"
+#include "framework/draft/builtin/eagle_packed.h"
+#include "framework/kv/kv_cache_manager.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/io/train_log.h"
 #include "models/model_loader.h"
@@ -156,4 +160,76 @@ TEST_CASE("the eagle drafter: greedy output equals AR; a draft for another targe
   CHECK(parts.kv().bytes_used() == 0);
   INFO("accepted " << accepted << " of " << drafted);
   CHECK(accepted > 0);
+}
+
+namespace {
+
+// f^ of the libtorch head (eagle_head.h, what training differentiates) for pairs at positions
+// [0, n): the reference the packed drafting forward must reproduce.
+at::Tensor reference_forward(const EagleHead& h, const at::Tensor& f /*[n, d]*/, const at::Tensor& next /*[n]*/) {
+  const int64_t n = f.size(0);
+  return eagle_forward_packed(h, f, next, at::arange(n, at::kLong), at::zeros({n}, at::kLong));
+}
+
+// The same pairs through PackedEagleHead on `target`'s kernels: the first n - 1 in one call, the
+// last alone (as propose() runs them), K/V in a one-layer pool of a fresh manager.
+at::Tensor packed_forward(const EagleHead& h, const Model& target, const at::Tensor& f, const at::Tensor& next) {
+  std::unique_ptr<PackedEagleHead> p = PackedEagleHead::make(h, target);
+  REQUIRE(p != nullptr);
+  KvOptions kvo;
+  kvo.budget_bytes = 16 << 20;
+  KvCacheManager kv(kvo);
+  KvGeometry g = target.config().kv_geometry();
+  g.n_layers = 1;
+  const PoolId pool = kv.add_pool(g);
+  const SeqId seq = kv.create(pool);
+  const int64_t n = f.size(0), d = f.size(1);
+  kv.reserve(seq, n);
+  at::Tensor out = at::empty({n, d}, at::kFloat);
+  const at::Tensor fc = f.contiguous(), nc = next.contiguous();
+  for (const auto& [a, b] : {std::pair<int64_t, int64_t>{0, n - 1}, {n - 1, n}}) {
+    p->step(fc.data_ptr<float>() + a * d, nc.data_ptr<int64_t>() + a, b - a, a, kv.view_at(seq, a, b - a),
+            out.data_ptr<float>() + a * d);
+    REQUIRE(kv.commit(seq, b - a) == KvStatus::kOk);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the packed eagle head computes the libtorch head's forward on the target's kernels", "[train][eagle]") {
+  const TrainDraftConfig a = load_train_config(write_config("packed", 60).string());
+  train_draft(a, false);
+  c10::InferenceMode guard;
+  ModelSource src;
+  src.path = "stories260K";
+  const LoadedModel info = load_model(src);
+  const std::shared_ptr<EagleHead> h = load_eagle_head(a.output.path, info);
+  const int64_t d = h->target.hidden_size, n = 9;
+  const at::Tensor f = eagle_features(*h, at::sin(at::arange(n * d, at::kFloat).view({n, d}) * 0.37) * 2.0);
+  const at::Tensor next = (at::arange(n, at::kLong) * 7919 + 11) % h->target.vocab_size;
+  const at::Tensor ref = reference_forward(*h, f, next);
+
+  SECTION("float32 activations: float32 matrices, the same numbers up to summation order") {
+    src.activations = "f32";
+    auto target = load_target(src);
+    const at::Tensor got = packed_forward(*h, *target->model, f, next);
+    CHECK((got - ref).abs().max().item<double>() < 1e-4 * (1.0 + ref.abs().max().item<double>()));
+  }
+  SECTION("int8 activations: Q8_0 matrices, within their quantization error") {
+    src.activations = "int8";
+    auto target = load_target(src);
+    const at::Tensor got = packed_forward(*h, *target->model, f, next);
+    const double rel = ((got - ref).norm() / ref.norm()).item<double>();
+    INFO("relative error " << rel);
+    CHECK(rel < 0.02);
+    CHECK(rel > 0.0);  // the int8 path really ran (Q8_0 rounding is never exact on trained weights)
+  }
+  SECTION("negative control: positions spaced by 2 (RoPE distances doubled) fail the float32 bound") {
+    src.activations = "f32";
+    auto target = load_target(src);
+    const at::Tensor shifted = eagle_forward_packed(*h, f, next, at::arange(n, at::kLong) * 2, at::zeros({n}, at::kLong));
+    const at::Tensor got = packed_forward(*h, *target->model, f, next);
+    CHECK((got - shifted).abs().max().item<double>() > 10 * 1e-4 * (1.0 + shifted.abs().max().item<double>()));
+  }
 }

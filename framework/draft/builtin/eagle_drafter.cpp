@@ -21,6 +21,7 @@ EagleDrafter::EagleDrafter(std::shared_ptr<const EagleHead> head, const DrafterE
   KvGeometry g = t.kv_geometry();
   g.n_layers = 1;
   pool_ = kv_->add_pool(g);
+  packed_ = PackedEagleHead::make(*head_, *env.target);
 }
 
 void EagleDrafter::begin(SeqId, const TokenList&) {
@@ -44,6 +45,15 @@ void EagleDrafter::observe_target_hidden(SeqId, const std::vector<const float*>&
 
 at::Tensor EagleDrafter::run_head(const at::Tensor& features, const at::Tensor& next, int64_t pos) {
   const int64_t n = features.size(0);
+  if (packed_) {
+    const KvView v = kv_->view_at(hseq_, pos, n);
+    const at::Tensor f = features.contiguous();
+    const at::Tensor t = next.contiguous();
+    at::Tensor out = at::empty({n, head_->target.hidden_size}, at::kFloat);
+    packed_->step(f.data_ptr<float>(), t.data_ptr<int64_t>(), n, pos, v, out.data_ptr<float>());
+    SPECLAB_CHECK(kv_->commit(hseq_, n) == KvStatus::kOk, "eagle: commit");
+    return out;
+  }
   const at::Tensor x = eagle_input(*head_, features, next);
   const EagleQkv qkv = eagle_qkv(*head_, x, at::arange(pos, pos + n, at::kLong));
   const KvView v = kv_->view_at(hseq_, pos, n);
@@ -80,16 +90,29 @@ DraftBlock EagleDrafter::propose(const DraftContext& ctx, int max_k) {
   DraftBlock b;
   int64_t pos = head_len_;
   for (int i = 0; i < max_k; ++i) {
-    const at::Tensor logits = eagle_logits(*head_, f)[0].contiguous();  // [V']
-    const float* lp = logits.data_ptr<float>();
+    const int64_t hv = head_->head_vocab();
+    const float* lp;
+    at::Tensor logits;
+    if (packed_) {
+      head_logits_.resize(static_cast<size_t>(hv));
+      packed_->logits(f.contiguous().data_ptr<float>(), head_logits_.data());
+      lp = head_logits_.data();
+    } else {
+      logits = eagle_logits(*head_, f)[0].contiguous();  // [V']
+      lp = logits.data_ptr<float>();
+    }
     const int64_t* ids = head_->vocab_ids.data_ptr<int64_t>();
-    full_logits_.assign(static_cast<size_t>(vocab), -INFINITY);
-    for (int64_t j = 0; j < logits.size(0); ++j) full_logits_[static_cast<size_t>(ids[j])] = lp[j];
     Token x;
     float conf = 1.0f;
     if (s.greedy()) {
-      x = argmax(full_logits_.data(), vocab);
+      // The full vocabulary's argmax (ties: the lowest token id) over the head's rows.
+      int64_t best = 0;
+      for (int64_t j = 1; j < hv; ++j)
+        if (lp[j] > lp[best] || (lp[j] == lp[best] && ids[j] < ids[best])) best = j;
+      x = static_cast<Token>(ids[best]);
     } else {
+      full_logits_.assign(static_cast<size_t>(vocab), -INFINITY);
+      for (int64_t j = 0; j < hv; ++j) full_logits_[static_cast<size_t>(ids[j])] = lp[j];
       std::vector<float> q;
       logits_to_probs(full_logits_.data(), vocab, s, q);
       x = sample(q, *ctx.rng);

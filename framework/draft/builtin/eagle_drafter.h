@@ -12,6 +12,8 @@
 //      tokens outside a reduced head at probability 0), and (predicted feature, drafted token)
 //      is the next pair. These speculative pairs are truncated at the next propose/accept,
 //      since their features were the head's guesses, not the target's.
+// The forward runs on the target's own matrix kernels (eagle_packed.h) where the target packs
+// matrices (Model::pack_matrix), else on libtorch ops (eagle_head.h).
 // Lossless as every drafter: the target verifies each token (greedy output equals AR's).
 #pragma once
 
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "framework/draft/builtin/eagle_head.h"
+#include "framework/draft/builtin/eagle_packed.h"
 #include "framework/draft/drafter.h"
 #include "framework/kv/kv_cache_manager.h"
 
@@ -44,6 +47,8 @@ class EagleDrafter : public Drafter {
   at::Tensor run_head(const at::Tensor& features /*[n, d]*/, const at::Tensor& next /*[n]*/, int64_t pos);
 
   std::shared_ptr<const EagleHead> head_;
+  std::unique_ptr<PackedEagleHead> packed_;  // the head on the target's kernels, or null (libtorch ops)
+  std::vector<float> head_logits_;  // [V'] scratch
   KvCacheManager* kv_ = nullptr;
   PoolId pool_ = -1;
   SeqId hseq_ = -1;          // the head's KV sequence

@@ -1,0 +1,135 @@
+#include "framework/draft/builtin/eagle_packed.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "framework/core/error.h"
+
+namespace speclab {
+
+namespace {
+
+// y = x / rms(x) * w over rows of d.
+void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, double eps) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xi = x + i * d;
+    double ss = 0.0;
+    for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(xi[j]) * xi[j];
+    const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+    for (int64_t j = 0; j < d; ++j) y[i * d + j] = xi[j] * r * w[j];
+  }
+}
+
+// HF rotate_half RoPE of one head vector x [hd] at position pos.
+void rope(float* x, int64_t hd, const std::vector<double>& inv_freq, int64_t pos) {
+  const int64_t half = hd / 2;
+  for (int64_t j = 0; j < half; ++j) {
+    const double a = static_cast<double>(pos) * inv_freq[static_cast<size_t>(j)];
+    const float c = static_cast<float>(std::cos(a)), s = static_cast<float>(std::sin(a));
+    const float x0 = x[j], x1 = x[j + half];
+    x[j] = x0 * c - x1 * s;
+    x[j + half] = x1 * c + x0 * s;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<PackedEagleHead> PackedEagleHead::make(const EagleHead& h, const Model& target) {
+  std::unique_ptr<PackedEagleHead> p(new PackedEagleHead());
+  p->head_ = &h;
+  p->fc_ = target.pack_matrix(h.fc_weight);
+  if (!p->fc_) return nullptr;
+  p->qkv_ = target.pack_matrix(at::cat({h.q_proj, h.k_proj, h.v_proj}, 0));
+  p->o_ = target.pack_matrix(h.o_proj);
+  p->gate_up_ = target.pack_matrix(at::cat({h.gate_proj, h.up_proj}, 0));
+  p->down_ = target.pack_matrix(h.down_proj);
+  p->lm_ = target.pack_matrix(h.lm_head);
+  for (const auto& m : {p->qkv_, p->o_, p->gate_up_, p->down_, p->lm_})
+    SPECLAB_CHECK(m != nullptr, "eagle: the target packed one matrix and not another");
+  const ModelConfig& c = h.target;
+  for (int64_t j = 0; j < c.head_dim / 2; ++j)
+    p->inv_freq_.push_back(std::pow(c.rope_theta, -2.0 * static_cast<double>(j) / static_cast<double>(c.head_dim)));
+  return p;
+}
+
+void PackedEagleHead::step(const float* features, const int64_t* next, int64_t n, int64_t pos, const KvView& kv,
+                           float* out) {
+  const EagleHead& h = *head_;
+  const ModelConfig& c = h.target;
+  const int64_t d = c.hidden_size, H = c.num_attention_heads, KVH = c.num_key_value_heads, hd = c.head_dim;
+  const int64_t qd = H * hd, kvd = KVH * hd, I = c.intermediate_size, group = H / KVH;
+  SPECLAB_CHECK(kv.ctx_len == pos + n, "eagle: the head's KV view does not end at the new pairs");
+  const auto size = [](std::vector<float>& v, int64_t k) { v.resize(static_cast<size_t>(k)); };
+  size(in_, n * 2 * d), size(x_, n * d), size(xn_, n * d), size(qkv_out_, n * (qd + 2 * kvd));
+  size(att_, n * qd), size(h_, n * d), size(gu_, n * 2 * I), size(act_, n * I), size(scores_, kv.ctx_len);
+
+  // x = fc([f ; E[next]]) + b
+  const float* embed = h.embed.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(&in_[static_cast<size_t>(i * 2 * d)], features + i * d, sizeof(float) * d);
+    std::memcpy(&in_[static_cast<size_t>(i * 2 * d + d)], embed + next[i] * d, sizeof(float) * d);
+  }
+  fc_->multiply(in_.data(), h.fc_bias.data_ptr<float>(), x_.data(), n);
+  // q, k, v of N1 x; RoPE; K/V into the write slots.
+  rms_norm(x_.data(), h.input_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
+  qkv_->multiply(xn_.data(), nullptr, qkv_out_.data(), n);
+  float* kc = kv.k_cache[0].data_ptr<float>();  // [slots, KVH, hd]
+  float* vc = kv.v_cache[0].data_ptr<float>();
+  const int64_t* ws = kv.write_slots.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = &qkv_out_[static_cast<size_t>(i * (qd + 2 * kvd))];
+    for (int64_t a = 0; a < H + KVH; ++a) rope(row + a * hd, hd, inv_freq_, pos + i);
+    std::memcpy(kc + ws[i] * kvd, row + qd, sizeof(float) * kvd);
+    std::memcpy(vc + ws[i] * kvd, row + qd + kvd, sizeof(float) * kvd);
+  }
+  // Causal attention: row i (position pos + i) over positions [0, pos + i].
+  const int64_t* rs = kv.read_base >= 0 ? nullptr : kv.read_slots.data_ptr<int64_t>();
+  const auto slot = [&](int64_t j) { return rs ? rs[j] : kv.read_base + j; };
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t len = pos + i + 1;
+    for (int64_t a = 0; a < H; ++a) {
+      const float* q = &qkv_out_[static_cast<size_t>(i * (qd + 2 * kvd) + a * hd)];
+      const int64_t g = a / group;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < len; ++j) {
+        const float* k = kc + slot(j) * kvd + g * hd;
+        float s = 0.0f;
+        for (int64_t e = 0; e < hd; ++e) s += q[e] * k[e];
+        scores_[static_cast<size_t>(j)] = s * scale;
+        mx = std::max(mx, s * scale);
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j < len; ++j) {
+        const float p = std::exp(scores_[static_cast<size_t>(j)] - mx);
+        scores_[static_cast<size_t>(j)] = p;
+        sum += p;
+      }
+      float* o = &att_[static_cast<size_t>(i * qd + a * hd)];
+      std::fill(o, o + hd, 0.0f);
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t j = 0; j < len; ++j) {
+        const float* v = vc + slot(j) * kvd + g * hd;
+        const float p = scores_[static_cast<size_t>(j)] * inv;
+        for (int64_t e = 0; e < hd; ++e) o[e] += p * v[e];
+      }
+    }
+  }
+  // h = x + o(att); f^ = h + down(silu(gate(N2 h)) * up(N2 h))
+  o_->multiply(att_.data(), nullptr, h_.data(), n);
+  for (int64_t k = 0; k < n * d; ++k) h_[static_cast<size_t>(k)] += x_[static_cast<size_t>(k)];
+  rms_norm(h_.data(), h.post_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
+  gate_up_->multiply(xn_.data(), nullptr, gu_.data(), n);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < I; ++j) {
+      const float gt = gu_[static_cast<size_t>(i * 2 * I + j)], up = gu_[static_cast<size_t>(i * 2 * I + I + j)];
+      act_[static_cast<size_t>(i * I + j)] = gt / (1.0f + std::exp(-gt)) * up;
+    }
+  down_->multiply(act_.data(), nullptr, out, n);
+  for (int64_t k = 0; k < n * d; ++k) out[k] += h_[static_cast<size_t>(k)];
+}
+
+void PackedEagleHead::logits(const float* f, float* out) { lm_->multiply(f, nullptr, out, 1); }
+
+}  // namespace speclab

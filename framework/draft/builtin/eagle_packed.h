@@ -1,0 +1,44 @@
+// PackedEagleHead — the EAGLE head's drafting forward (eagle_head.h, same equations) on the
+// target's own matrix kernels (Model::pack_matrix) and plain loops over raw buffers.
+//
+// The libtorch version (eagle_head.h) is what training differentiates; run per drafted token it
+// costs ~40 small ops, i.e. more than a whole target step on a 135M model. This one packs the
+// head's seven matrices once (fc; q|k|v; o; gate|up; down; the LM head rows) in the storage the
+// target uses (Q8_0 against int8 activations), so a draft token reads ~1/9 of the bytes of a
+// SmolLM2 step, and does the rest (RMSNorm, RoPE, attention over the head's KV, SiLU) in place.
+// Its products differ from the float32 head's by the matrices' quantization: the drafter reports
+// the q it sampled from, so losslessness does not depend on it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "framework/core/kv_view.h"
+#include "framework/core/model.h"
+#include "framework/draft/builtin/eagle_head.h"
+
+namespace speclab {
+
+class PackedEagleHead {
+ public:
+  // nullptr when `target` has no packed kernels (Model::pack_matrix returns nullptr).
+  static std::unique_ptr<PackedEagleHead> make(const EagleHead& head, const Model& target);
+
+  // The pairs (features[i], next[i]) at head positions [pos, pos + n): writes their K/V to
+  // kv.write_slots (layer 0 of a one-layer cache) and attends causally over kv's ctx_len =
+  // pos + n positions. features: [n, d] float32; next: [n] token ids; out: [n, d] f^.
+  void step(const float* features, const int64_t* next, int64_t n, int64_t pos, const KvView& kv, float* out);
+  // Head logits of one predicted feature f [d]: out [V'] in lm_head row order (vocab_ids).
+  void logits(const float* f, float* out);
+  int64_t head_vocab() const { return lm_->rows(); }
+
+ private:
+  PackedEagleHead() = default;
+  const EagleHead* head_ = nullptr;
+  std::shared_ptr<const PackedMatrix> fc_, qkv_, o_, gate_up_, down_, lm_;
+  std::vector<double> inv_freq_;                  // [hd/2] RoPE frequencies
+  std::vector<float> in_, x_, xn_, qkv_out_, att_, h_, gu_, act_, scores_;  // scratch
+};
+
+}  // namespace speclab
