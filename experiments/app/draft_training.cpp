@@ -65,14 +65,15 @@ std::map<std::string, at::Tensor> read_tensors(const std::string& path, std::map
   return out;
 }
 
+// dtype float16: every tensor but the integer vocab_ids (kept float32, exact).
 void write_tensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
-                   const std::map<std::string, std::string>& meta) {
+                   const std::map<std::string, std::string>& meta, const std::string& dtype = "float32") {
   WeightMap w;
   for (const auto& kv : tensors) w[kv.first] = to_host(kv.second);
   const fs::path p(path);
   if (p.has_parent_path()) fs::create_directories(p.parent_path());
   const std::string tmp = path + ".tmp";
-  write_safetensors(tmp, w, SafetensorsDtype::kF32, meta);
+  write_safetensors(tmp, w, dtype == "float16" ? SafetensorsDtype::kF16 : SafetensorsDtype::kF32, meta, {"vocab_ids"});
   fs::rename(tmp, path);  // a checkpoint is never half written
 }
 
@@ -373,7 +374,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   std::map<std::string, at::Tensor> out;
   for (const auto& kv : head.trained()) out[kv.first] = *kv.second;
   out["vocab_ids"] = head.vocab_ids.to(at::kFloat);
-  write_tensors(c.output.path, out, meta);
+  write_tensors(c.output.path, out, meta, c.output.dtype);
   r.path = c.output.path;
   r.train_seconds = since(t_train);
   r.validation_agreement = agreement;

@@ -129,7 +129,7 @@ void set_in(YAML::Node map, const Schema& schema, const std::vector<std::string>
 
 }  // namespace
 
-void apply_override(YAML::Node root, const std::string& arg, YamlOrigin& origin) {
+void apply_override(YAML::Node root, const std::string& arg, YamlOrigin& origin, const Schema* schema) {
   const std::string label = "--set " + arg;
   const size_t eq = arg.find('=');
   if (eq == std::string::npos || eq == 0)
@@ -144,7 +144,7 @@ void apply_override(YAML::Node root, const std::string& arg, YamlOrigin& origin)
   }
   origin.add_override(op.value, label);
   op.origin = &origin;
-  set_in(root, top_schema(), split_key(op.key), 0, op, "");
+  set_in(root, schema ? *schema : top_schema(), split_key(op.key), 0, op, "");
 }
 
 void set_key(YAML::Node root, const std::string& key, const YAML::Node& value, const std::string& label) {

@@ -60,7 +60,8 @@ void finalize(ExperimentConfig& c);
 
 // config_overrides.cpp: `--set key=value` applied to the tree (`arg` is "key=value"); the new
 // nodes are registered in `origin` so that errors name the --set. Throws Error(kConfig).
-void apply_override(YAML::Node root, const std::string& arg, YamlOrigin& origin);
+// `schema`: the file's keys (default: `speclab run`'s, top_schema()).
+void apply_override(YAML::Node root, const std::string& arg, YamlOrigin& origin, const Schema* schema = nullptr);
 // The same edit without an origin: errors name `label`.
 void set_key(YAML::Node root, const std::string& key, const YAML::Node& value, const std::string& label);
 

@@ -38,6 +38,7 @@ const Table<EagleTrainOptions>& train_table() {
       field("weight_decay", {}, &T::weight_decay),
       field("grad_clip", {}, &T::grad_clip),
       field("token_loss_weight", {}, &T::token_loss_weight),
+      field("feature_noise", {}, &T::feature_noise),
       field("eval_every", {}, &T::eval_every),
       field("checkpoint_every", {}, &T::checkpoint_every),
       field("seed", {}, &T::seed),
@@ -51,6 +52,7 @@ const Table<TrainDraftOutput>& train_output_table() {
       field("path", {}, &O::path, path()),
       field("log", {}, &O::log, path()),
       field("checkpoint", {}, &O::checkpoint, path()),
+      field("dtype", {}, &O::dtype),
   });
   return t;
 }
@@ -109,16 +111,20 @@ void TrainDraftConfig::validate() const {
   if (!(train.weight_decay >= 0 && train.weight_decay < 1)) bad("train.weight_decay", "expected a value in [0, 1)");
   if (!(train.grad_clip >= 0)) bad("train.grad_clip", "expected 0 (off) or a positive norm");
   if (!(train.token_loss_weight >= 0)) bad("train.token_loss_weight", "expected a weight >= 0");
+  if (!(train.feature_noise >= 0 && train.feature_noise <= 1))
+    bad("train.feature_noise", "expected a fraction of the features' RMS in [0, 1], found " + config::to_text(train.feature_noise));
   if (train.eval_every < 1) bad("train.eval_every", "expected at least 1");
   if (train.checkpoint_every < 0) bad("train.checkpoint_every", "expected 0 (only at the end) or more steps");
   if (output.path.empty()) bad("output.path", "expected the path of the draft (.safetensors)");
+  if (output.dtype != "float32" && output.dtype != "float16")
+    bad("output.dtype", "expected float32 or float16, found '" + output.dtype + "'");
 }
 
 TrainDraftConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
   using namespace config;
   YamlOrigin origin(path);
   YAML::Node root = parse_config_root(load_yaml_text(path), path, origin, "target, data, head, train, output");
-  for (const std::string& o : overrides) apply_override(root, o, origin);
+  for (const std::string& o : overrides) apply_override(root, o, origin, &train_top_table().schema());
   TrainDraftConfig cfg;
   cfg.source_path = path;
   const Ctx ctx{dirname_of(path)};

@@ -6,8 +6,8 @@
 //            validation_fraction, cache_dir
 //   head:    vocab_top_n (0 = the target's full LM head; N = its N most frequent tokens)
 //   train:   steps, batch_tokens, lr, warmup, weight_decay, grad_clip, token_loss_weight,
-//            eval_every, checkpoint_every, seed
-//   output:  path (.safetensors), log (.h5), checkpoint (.safetensors)
+//            feature_noise, eval_every, checkpoint_every, seed
+//   output:  path (.safetensors), log (.h5), checkpoint (.safetensors), dtype
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,9 @@ struct EagleTrainOptions {
   double weight_decay = 0.0;
   double grad_clip = 0.5;       // global gradient-norm clip (0 = off)
   double token_loss_weight = 0.1;  // w in SmoothL1 + w * CE (EAGLE's 0.1)
+  // Uniform noise U(-a, a) added to the input features, a = feature_noise x the training features'
+  // RMS (EAGLE's data augmentation: the head learns to draft from its own imperfect features).
+  double feature_noise = 0.0;
   int64_t eval_every = 50;      // validation agreement every N steps (and at the end)
   int64_t checkpoint_every = 100;  // 0 = only at the end
   uint64_t seed = 1;
@@ -47,6 +50,7 @@ struct TrainDraftOutput {
   std::string path = ".cache/drafts/eagle.safetensors";
   std::string log;         // HDF5 per-step log; default: path with .h5
   std::string checkpoint;  // default: path with .ckpt.safetensors
+  std::string dtype = "float32";  // of the draft's tensors: float32 | float16 (checkpoints stay float32)
 };
 
 struct TrainDraftConfig {

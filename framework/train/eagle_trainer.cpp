@@ -54,6 +54,7 @@ EagleTrainer::EagleTrainer(EagleHead& head, const EagleTrainData& train, const E
     : head_(head), train_(train), val_(validation), o_(options) {
   check_data(train_, head_.target.hidden_size, "training data");
   check_data(val_, head_.target.hidden_size, "validation data");
+  feature_rms_ = train_.features.pow(2).mean().sqrt().item<double>();
   head_index_ = at::full({head_.target.vocab_size}, -100, at::kLong);
   head_index_.index_put_({head_.vocab_ids}, at::arange(head_.head_vocab(), at::kLong));
   for (auto& kv : head_.trained()) {
@@ -79,8 +80,15 @@ TrainStepLog EagleTrainer::step() {
   }
   const Pairs p = pairs_of(train_, seqs);
   const at::Tensor next = p.in_rows + 1;
-  const at::Tensor pred = eagle_forward_packed(head_, train_.features.index_select(0, p.in_rows),
-                                               train_.tokens.index_select(0, next), p.positions, p.segments);
+  at::Tensor inputs = train_.features.index_select(0, p.in_rows);
+  if (o_.feature_noise > 0) {  // U(-a, a), drawn after the batch from the same (seed, step) stream
+    at::Tensor u = at::empty_like(inputs);
+    float* up = u.data_ptr<float>();
+    for (int64_t i = 0; i < u.numel(); ++i) up[i] = static_cast<float>(2.0 * rng.uniform() - 1.0);
+    inputs = inputs + u * (o_.feature_noise * feature_rms_);
+  }
+  const at::Tensor pred =
+      eagle_forward_packed(head_, inputs, train_.tokens.index_select(0, next), p.positions, p.segments);
   const at::Tensor feature_loss =
       at::smooth_l1_loss(pred, train_.features.index_select(0, next), at::Reduction::Mean, 1.0);
   const at::Tensor target = head_index_.index_select(0, train_.target_top1.index_select(0, next));

@@ -8,7 +8,8 @@
 // Optimizer: AdamW (beta 0.9/0.95, eps 1e-8), global gradient-norm clipping, linear warmup then
 // cosine decay to 0.1 lr. Batches: step s draws sequences with Rng(seed, s) until batch_tokens
 // pairs, so a batch is a pure function of (seed, step) and a resumed run (load_state) continues
-// exactly as an uninterrupted one. Initial weights: init_eagle_head(seed).
+// exactly as an uninterrupted one; so is the input noise (train.feature_noise, EAGLE's uniform
+// augmentation), drawn from Rng(seed, step) too. Initial weights: init_eagle_head(seed).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -67,6 +68,7 @@ class EagleTrainer {
   const EagleTrainData& train_;
   const EagleTrainData& val_;
   EagleTrainOptions o_;
+  double feature_rms_ = 0.0;  // RMS of the training features (the unit of feature_noise)
   at::Tensor head_index_;  // [V] int64 target id -> head row, -100 when outside the head
   std::map<std::string, at::Tensor> m_, v_;
   int64_t step_ = 0;

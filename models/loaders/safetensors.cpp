@@ -399,8 +399,11 @@ WeightMap read_safetensors(const std::string& path) {
 
 // ---- writer ----------------------------------------------------------------------------------
 
-void write_safetensors(const std::string& path, const WeightMap& tensors, SafetensorsDtype dtype,
-                       const std::map<std::string, std::string>& metadata) {
+void write_safetensors(const std::string& path, const WeightMap& tensors, SafetensorsDtype file_dtype,
+                       const std::map<std::string, std::string>& metadata, const std::vector<std::string>& exact) {
+  const auto dtype_of = [&](const std::string& name) {
+    return std::find(exact.begin(), exact.end(), name) != exact.end() ? SafetensorsDtype::kF32 : file_dtype;
+  };
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
@@ -419,6 +422,7 @@ void write_safetensors(const std::string& path, const WeightMap& tensors, Safete
                   "tensor holds " + std::to_string(t.data.size()) + " values, expected " +
                       std::to_string(t.numel()) + " for shape " + shape_to_string(t.shape),
                   path, name);
+    const SafetensorsDtype dtype = dtype_of(name);
     const uint64_t bytes = safetensors_tensor_bytes(t.numel(), dtype);
     nlohmann::ordered_json e = nlohmann::ordered_json::object();
     e["dtype"] = to_string(dtype);
@@ -439,6 +443,7 @@ void write_safetensors(const std::string& path, const WeightMap& tensors, Safete
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   for (const auto& entry : tensors) {
     const std::vector<float>& v = entry.second.data;
+    const SafetensorsDtype dtype = dtype_of(entry.first);
     if (dtype == SafetensorsDtype::kF32) {
       out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
     } else {

@@ -92,8 +92,10 @@ WeightMap read_safetensors(const std::string& path);
 // tensors in name order with contiguous data_offsets, compact JSON padded with spaces so that
 // 8 + N is a multiple of 8. Throws Error(kBadInput) for a tensor whose data size disagrees with
 // its shape or a reserved/empty name, Error(kIo) when the file cannot be written.
+// `exact` names tensors written as F32 whatever `dtype` (e.g. integer ids a float16 file must keep).
 void write_safetensors(const std::string& path, const WeightMap& tensors, SafetensorsDtype dtype,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {},
+                       const std::vector<std::string>& exact = {});
 
 // Bytes write_safetensors() gives a tensor of `numel` elements.
 uint64_t safetensors_tensor_bytes(int64_t numel, SafetensorsDtype dtype);

@@ -443,6 +443,17 @@ TEST_CASE("write then read back F32, F16 and BF16", "[safetensors]") {
   // The conversions are not the identity (so the comparison above can fail).
   CHECK(through(w["z.last"].data, SafetensorsDtype::kBF16) != w["z.last"].data);
 
+  // Tensors named `exact` stay F32 in a F16 file: integer ids above 2048 survive.
+  WeightMap ids;
+  ids["ids"] = HostTensor{{2}, {49151.0f, 2049.0f}, 0, {}};
+  ids["w"] = make_tensor({2, 2}, 3);
+  write_safetensors(dir / "mixed.safetensors", ids, SafetensorsDtype::kF16, {}, {"ids"});
+  const SafetensorsFile mixed = SafetensorsFile::open(dir / "mixed.safetensors");
+  CHECK(mixed.info("ids").dtype == "F32");
+  CHECK(mixed.info("w").dtype == "F16");
+  CHECK(read_safetensors(dir / "mixed.safetensors").at("ids").data == ids["ids"].data);
+  CHECK(through(ids["ids"].data, SafetensorsDtype::kF16) != ids["ids"].data);  // F16 would not keep them
+
   HostTensor bad{{2, 3}, {1.0f}, 0, {}};
   CHECK_THAT(error_of([&] { write_safetensors(dir / "bad.safetensors", {{"t", bad}}, SafetensorsDtype::kF32); }),
              Catch::Contains("t") && Catch::Contains("expected 6"));
