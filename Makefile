@@ -38,12 +38,13 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS); rc=$$?; \
 	cd $(CURDIR) && bash scripts/slurm/stop_cluster.sh $(SLURM_DIR); exit $$rc
 
-# The default demo is the real pair (tracker issue 17): Qwen2.5-Coder-0.5B drafting for the 1.5B,
-# beside prompt lookup and the dynamic-length draft, on 3 HumanEval + 3 each of MT-bench
-# writing/reasoning/coding prompts, 64 new tokens (configs/qwen_pair_demo.yaml). setup installs the
-# pair (SPECLAB_QWEN=0 skips it; then use demo-smollm2).
+# The default demo: first the real pair (tracker issue 17), Qwen2.5-Coder-0.5B drafting for the
+# 1.5B, beside prompt lookup, on 3 HumanEval + 3 each of MT-bench writing/reasoning/coding prompts,
+# 64 new tokens (configs/qwen_pair_demo.yaml); then SmolLM2-135M's trained EAGLE head (issue 13)
+# beside prompt lookup and layer skip on 24 MT-bench first turns (configs/eagle_mt_bench.yaml).
+# setup installs the pair (SPECLAB_QWEN=0 skips it; then use demo-smollm2).
 demo: build-cli
-	bash scripts/demo.sh $(SPECLAB) configs/qwen_pair_demo.yaml
+	bash scripts/demo.sh $(SPECLAB) configs/qwen_pair_demo.yaml configs/eagle_mt_bench.yaml
 
 demo-pair: demo
 

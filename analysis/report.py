@@ -10,6 +10,9 @@ Plots (each with a title, axis labels and units):
   accepted_length_hist.png     distribution of accepted draft tokens per step
   acceptance_by_category.png   acceptance rate per prompt category
   equivalence.png              empirical vs expected token frequencies (when /equivalence exists)
+A training log of `speclab train-draft` (/train and /validation, framework/io/train_log.h) gets
+  training_loss.png            loss, feature loss and token loss per optimizer step
+  validation_agreement.png     validation top-1 agreement with the target per evaluation
 Exit codes: 0 ok, 2 unreadable or non-SpecLab input, or an --out that cannot be a directory (one line on stderr).
 """
 
@@ -445,6 +448,58 @@ class Report:
             f.write("\n".join(md))
 
 
+def is_train_log(path: str) -> bool:
+    with h5py.File(path, "r") as f:
+        return "train" in f and "validation" in f and "step" in f["train"]
+
+
+def write_train_report(path: str, out: str) -> None:
+    """The training curves of a `speclab train-draft` log and report.md with the final figures."""
+    with h5py.File(path, "r") as f:
+        t = {k: np.asarray(f["train"][k][()], dtype=float) for k in ("step", "loss", "feature_loss", "token_loss", "lr")}
+        v = {k: np.asarray(f["validation"][k][()], dtype=float) for k in ("step", "agreement")}
+        attrs = {k: (f.attrs[k].decode() if isinstance(f.attrs[k], bytes) else f.attrs[k]) for k in f.attrs}
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for key, label in (("loss", "loss (feature + w * token)"), ("feature_loss", "feature loss (smooth L1)"),
+                       ("token_loss", "token loss (cross-entropy)")):
+        ax.plot(t["step"], t[key], label=label, linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (nats / smooth-L1 units, log scale)")
+    ax.set_title("Draft training loss per step")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "training_loss.png"), dpi=110)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(v["step"], v["agreement"], marker="o")
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("top-1 agreement with the target (fraction)")
+    ax.set_title("Validation top-1 agreement (held-out prompts, teacher-forced)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "validation_agreement.png"), dpi=110)
+    plt.close(fig)
+    n = len(t["step"])
+    first = slice(0, min(10, n))
+    last = slice(max(0, n - 10), n)
+    md = [f"# Draft training report: {os.path.basename(path)}\n",
+          md_table(["figure", "value"], [
+              ["optimizer steps", str(n)],
+              ["loss, mean of the first / last 10 steps",
+               f"{fmt(np.mean(t['loss'][first]))} / {fmt(np.mean(t['loss'][last]))}" if n else "-"],
+              ["validation top-1 agreement, last evaluation", fmt(v["agreement"][-1]) if len(v["agreement"]) else "-"],
+              ["target weights hash", str(attrs.get("target_weights_hash", "-"))],
+              ["wall time", f"{fmt(float(attrs.get('wall_seconds', float('nan'))), '.0f')} s"],
+          ]),
+          "\n## Figures\n",
+          "![training_loss.png](training_loss.png)\n\nLoss per optimizer step (log scale).\n",
+          "![validation_agreement.png](validation_agreement.png)\n\nTop-1 agreement on the held-out prompts.\n",
+          "\n## Config\n", "```yaml", str(attrs.get("config_yaml", "")).rstrip(), "```\n"]
+    with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(md))
+
+
 def input_error(path: str) -> str | None:
     """Why `path` cannot be an experiment file (one line), or None."""
     expected = "expected a readable SpecLab experiment file (HDF5)"
@@ -486,6 +541,13 @@ def main(argv: list[str]) -> int:
     out = args.out or os.path.join(os.path.dirname(args.input), os.path.splitext(os.path.basename(args.input))[0]
                                    + "_report")
     error = input_error(args.input)
+    if error is None and is_train_log(args.input):
+        error = make_out_dir(out)
+        if error is not None:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        write_train_report(args.input, out)
+        return 0
     if error is None:
         try:
             exp = Experiment(args.input)

@@ -276,7 +276,10 @@ std::string target_weights_hash(const LoadedModel& target) {
 }
 
 std::string default_eagle_path(const LoadedModel& target) {
-  return ".cache/drafts/" + fs::path(target.source).stem().string() + ".eagle.safetensors";
+  const std::string file = fs::path(target.source).stem().string() + ".eagle.safetensors";
+  const std::string trained = std::string(SPECLAB_SOURCE_DIR) + "/.cache/drafts/" + file;
+  const std::string shipped = std::string(SPECLAB_SOURCE_DIR) + "/assets/drafts/" + file;
+  return fs::exists(trained) || !fs::exists(shipped) ? trained : shipped;
 }
 
 TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const TrainDraftProgress& progress,

@@ -57,7 +57,9 @@ TrainDraftResult train_draft(const TrainDraftConfig& config, bool resume, const 
 // Error(kBadInput, path) when it is not an eagle draft.
 std::shared_ptr<EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target);
 
-// The default draft path for a target: .cache/drafts/<model file stem>.eagle.safetensors.
+// The default draft path for a target, in the checkout: .cache/drafts/<model file stem>.eagle.safetensors
+// (what `make draft-model` / train-draft write) when it exists, else the draft the repository
+// ships, assets/drafts/<stem>.eagle.safetensors, when that exists, else the .cache path.
 std::string default_eagle_path(const LoadedModel& target);
 
 }  // namespace speclab

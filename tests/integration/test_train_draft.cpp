@@ -9,7 +9,9 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <iomanip>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -76,6 +78,16 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   CHECK(ra.validation_agreement > 0.0);
   CHECK(log.agreement.size() == 4);
   const std::string first = read_bytes(a.output.path);
+
+  // `speclab report` on the training log: the two curves and report.md with the last agreement.
+  const fs::path rep = kDir / "a_report";
+  REQUIRE(std::system((std::string(SPECLAB_CLI) + " report '" + a.output.log + "' --out '" + rep.string() + "'").c_str()) == 0);
+  CHECK(fs::file_size(rep / "training_loss.png") > 1000);
+  CHECK(fs::file_size(rep / "validation_agreement.png") > 1000);
+  std::ostringstream agreement;
+  agreement << std::fixed << std::setprecision(3) << log.agreement.back();
+  CHECK_THAT(read_bytes(rep / "report.md"), Catch::Contains("| optimizer steps | 200 |") &&
+                                                Catch::Contains("last evaluation | " + agreement.str()));
 
   train_draft(a, false);  // the same config and seed again: the same bytes
   CHECK(read_bytes(a.output.path) == first);

@@ -110,6 +110,12 @@ DraftBlock EagleDrafter::propose(const DraftContext& ctx, int max_k) {
       for (int64_t j = 1; j < hv; ++j)
         if (lp[j] > lp[best] || (lp[j] == lp[best] && ids[j] < ids[best])) best = j;
       x = static_cast<Token>(ids[best]);
+      if (ctx.min_confidence > 0.0) {  // its probability at temperature 1 over the head's rows
+        double z = 0.0;
+        for (int64_t j = 0; j < hv; ++j) z += std::exp(static_cast<double>(lp[j] - lp[best]));
+        conf = static_cast<float>(1.0 / z);
+        if (conf < ctx.min_confidence) break;
+      }
     } else {
       full_logits_.assign(static_cast<size_t>(vocab), -INFINITY);
       for (int64_t j = 0; j < hv; ++j) full_logits_[static_cast<size_t>(ids[j])] = lp[j];
