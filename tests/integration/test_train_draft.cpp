@@ -145,7 +145,10 @@ TEST_CASE("the eagle drafter: greedy output equals AR; a draft for another targe
   o.draft_model = a.output.path;
   o.num_speculative_tokens = 4;
   Drafter& d = parts.add_drafter(o);
-  int64_t accepted = 0, drafted = 0;
+  DrafterOptions oc = o;  // greedy with a confidence threshold: fewer drafts, the same output
+  oc.confidence_threshold = 0.6;
+  Drafter& dc = parts.add_drafter(oc);
+  int64_t accepted = 0, drafted = 0, drafted_confident = 0;
   for (const char* text : {"Once upon a time", "The dog ran to", "Lily and Ben"}) {
     const TokenList ids = target->info.tokenizer->encode(text, true);
     GenerationOptions gen;
@@ -164,6 +167,11 @@ TEST_CASE("the eagle drafter: greedy output equals AR; a draft for another targe
                     parts.kv_target());
     CHECK(spec.tokens == ar.tokens);
 
+    Request confident{ids, {&dc, oc}, gen, {}};
+    s.begin(confident);
+    while (!s.done()) drafted_confident += s.step().drafted;
+    CHECK(s.end().tokens == ar.tokens);
+
     Request sampled = greedy;
     sampled.sampling.temperature = 0.8;
     sampled.sampling.seed = 3;
@@ -172,8 +180,10 @@ TEST_CASE("the eagle drafter: greedy output equals AR; a draft for another targe
     CHECK(s.end().tokens.size() > 0);
   }
   CHECK(parts.kv().bytes_used() == 0);
-  INFO("accepted " << accepted << " of " << drafted);
+  INFO("accepted " << accepted << " of " << drafted << "; drafted with the threshold " << drafted_confident);
   CHECK(accepted > 0);
+  CHECK(drafted_confident > 0);
+  CHECK(drafted_confident < drafted);
 }
 
 namespace {
