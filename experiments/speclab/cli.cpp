@@ -40,7 +40,7 @@ ModelSource ModelArgs::source() const {
 
 void DrafterArgs::add_to(po::options_description& desc) {
   desc.add_options()
-      ("drafter", po::value(&drafter), "speculative decoding with: prompt_lookup | layer_skip | draft_model | <plugin name>")
+      ("drafter", po::value(&drafter), "speculative decoding with: prompt_lookup | layer_skip | draft_model | eagle | <plugin name>")
       ("plugin", po::value(&plugin), "drafter plugin shared library (.so)")
       ("gamma", po::value(&gamma)->default_value(gamma), "draft tokens per step (num_speculative_tokens)")
       ("schedule", po::value(&schedule)->default_value(schedule), "draft length schedule: constant | heuristic")
@@ -49,7 +49,7 @@ void DrafterArgs::add_to(po::options_description& desc) {
       ("prompt-lookup-min", po::value(&lookup_min)->default_value(lookup_min), "prompt_lookup: shortest n-gram")
       ("prompt-lookup-max", po::value(&lookup_max)->default_value(lookup_max), "prompt_lookup: longest n-gram")
       ("draft-layers", po::value(&layers), "layer_skip: target layers the draft runs, e.g. 0-14 (default: first half)")
-      ("draft-model", po::value(&draft_model), "draft_model: model path or named entry")
+      ("draft-model", po::value(&draft_model), "draft_model: model path or named entry; eagle: the head (default: the trained or shipped one, docs/train-draft.md)")
       ("draft-format", po::value(&draft_format)->default_value(draft_format), "draft_model: format")
       ("draft-vocab", po::value(&draft_vocab)->default_value(draft_vocab),
        "draft_model: LM head over the N most frequent tokens only (FR-Spec; 0 = whole vocabulary)")
