@@ -62,6 +62,17 @@ fs::path write_config(const std::string& name, int steps, const std::string& pro
   return cfg;
 }
 
+// Runs `r` to the end on `s`, adding its accepted and drafted tokens to the counters.
+GenerationResult run_counting(Session& s, const Request& r, int64_t& accepted, int64_t& drafted) {
+  s.begin(r);
+  while (!s.done()) {
+    const SpecStep st = s.step();
+    accepted += st.accepted;
+    drafted += st.drafted;
+  }
+  return s.end();
+}
+
 double mean(const std::vector<double>& v, size_t a, size_t b) {
   return std::accumulate(v.begin() + a, v.begin() + b, 0.0) / static_cast<double>(b - a);
 }
@@ -155,13 +166,7 @@ TEST_CASE("the eagle drafter: greedy output equals AR; a draft for another targe
     gen.max_new_tokens = 48;
     Request greedy{ids, {&d, o}, gen, {}};
     Session s(*target->model, *target->info.tokenizer, parts.kv_target());
-    s.begin(greedy);
-    while (!s.done()) {
-      const SpecStep st = s.step();
-      accepted += st.accepted;
-      drafted += st.drafted;
-    }
-    const GenerationResult spec = s.end();
+    const GenerationResult spec = run_counting(s, greedy, accepted, drafted);
     const GenerationResult ar =
         generate_ar(*target->model, *target->info.tokenizer, ids, gen, SamplingOptions{}, KvMode::kCached, {},
                     parts.kv_target());
@@ -299,14 +304,8 @@ TEST_CASE("the shipped SmolLM2 EAGLE head: made for this target, greedy output e
   gen.max_new_tokens = 64;
   gen.ignore_eos = true;
   Session s(*target->model, tok, parts.kv_target());
-  s.begin(Request{ids, {&d, o}, gen, {}});
   int64_t accepted = 0, drafted = 0;
-  while (!s.done()) {
-    const SpecStep st = s.step();
-    accepted += st.accepted;
-    drafted += st.drafted;
-  }
-  const GenerationResult spec = s.end();
+  const GenerationResult spec = run_counting(s, Request{ids, {&d, o}, gen, {}}, accepted, drafted);
   const GenerationResult ar =
       generate_ar(*target->model, tok, ids, gen, SamplingOptions{}, KvMode::kCached, {}, parts.kv_target());
   CHECK(spec.tokens == ar.tokens);
