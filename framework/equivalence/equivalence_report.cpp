@@ -216,6 +216,11 @@ void finalize_verifier_verdict(EquivalenceReport& r) {
   for (const VerifierCellRow& c : r.verifier) ps.push_back(c.verdict.p_bonferroni);
   const std::vector<double> holm = holm_adjust(ps);
   r.verifier_pass = true;
+  if (r.ran_verifier && r.verifier.empty()) {  // asked for and nothing ran: a vacuous pass otherwise
+    r.verifier_pass = false;
+    r.failures.push_back("verifier: no cell ran (see the notes: e.g. a large vocabulary needs a top_k among the "
+                         "sampling settings); add one, or set equivalence.verifier: false");
+  }
   for (size_t i = 0; i < r.verifier.size(); ++i) {
     VerifierCellRow& c = r.verifier[i];
     c.holm_p = holm[i];

@@ -759,6 +759,18 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
   CHECK_THAT(r.failures[1], Contains("NOT caught"));
 }
 
+TEST_CASE("verdict: a verifier check that was asked for and ran no cell fails", "[equivalence][verdict]") {
+  EquivalenceReport r;
+  r.alpha = 0.001;
+  finalize_verifier_verdict(r);  // not asked for: nothing to say
+  CHECK(r.verifier_pass);
+  r.ran_verifier = true;  // asked for, and every setting was skipped (e.g. no top_k with a large vocabulary)
+  finalize_verifier_verdict(r);
+  CHECK_FALSE(r.verifier_pass);
+  REQUIRE(r.failures.size() == 1);
+  CHECK_THAT(r.failures[0], Contains("no cell ran") && Contains("equivalence.verifier: false"));
+}
+
 TEST_CASE("bad input: too few samples, temperature 0, controls without a verified position", "[equivalence][input]") {
   ExperimentConfig c = stories_config(500, 1.0, 1.0, 0, 1);
   CHECK_THROWS_WITH(run_equivalence(c), Contains("samples") && Contains("pooled"));
