@@ -235,18 +235,23 @@ void write_group(H5::Group& root, const EquivalenceReport& r) {
     t.f64("spec_seconds", col(c, [](const SamplingCell& x) { return x.spec_seconds; }));
     t.f64("min_holm_p", col(c, [](const SamplingCell& x) { return x.min_holm_p; }));
     t.u8("pass", col(c, [](const SamplingCell& x) { return static_cast<uint8_t>(x.pass); }));
-    const std::pair<const char*, ControlOutcome SamplingCell::*> controls[] = {
-        {"always_accept", &SamplingCell::always_accept}, {"top_p_on_p_only", &SamplingCell::top_p_on_p_only}};
-    for (const auto& [name, member] : controls) {
-      const std::string p = name;
-      t.u8(p + "_applicable", col(c, [&](const SamplingCell& x) { return static_cast<uint8_t>((x.*member).applicable); }));
-      t.u8(p + "_caught", col(c, [&](const SamplingCell& x) { return static_cast<uint8_t>((x.*member).caught); }));
+    t.f64("detectable_tv", col(c, [](const SamplingCell& x) { return x.detectable_tv; }));
+    // Per control of the report (equivalence.controls): C_applicable, C_caught, ...
+    for (size_t k = 0; k < r.control_names.size(); ++k) {
+      const std::string& p = r.control_names[k];
+      auto at = [k](const SamplingCell& x) -> const ControlOutcome& {
+        static const ControlOutcome none;
+        return k < x.controls.size() ? x.controls[k] : none;
+      };
+      t.u8(p + "_applicable", col(c, [&](const SamplingCell& x) { return static_cast<uint8_t>(at(x).applicable); }));
+      t.u8(p + "_caught", col(c, [&](const SamplingCell& x) { return static_cast<uint8_t>(at(x).caught); }));
       t.f64(p + "_min_p", col(c, [&](const SamplingCell& x) {
-              return (x.*member).applicable ? (x.*member).min_p : std::numeric_limits<double>::quiet_NaN();
+              return at(x).applicable ? at(x).min_p : std::numeric_limits<double>::quiet_NaN();
             }));
-      t.i64(p + "_tests", col(c, [&](const SamplingCell& x) { return (x.*member).tests; }));
-      t.i64(p + "_power_n", col(c, [&](const SamplingCell& x) { return (x.*member).power_n; }));
-      t.str(p + "_note", col(c, [&](const SamplingCell& x) { return (x.*member).note; }));
+      t.i64(p + "_tests", col(c, [&](const SamplingCell& x) { return at(x).tests; }));
+      t.i64(p + "_power_n", col(c, [&](const SamplingCell& x) { return at(x).power_n; }));
+      t.f64(p + "_q_tv", col(c, [&](const SamplingCell& x) { return at(x).q_tv; }));
+      t.str(p + "_note", col(c, [&](const SamplingCell& x) { return at(x).note; }));
     }
     t.finish();
   }
@@ -293,8 +298,10 @@ void write_group(H5::Group& root, const EquivalenceReport& r) {
     t.str("text", col(f, [](const FrequencyRow& x) { return x.text; }));
     t.i64("ar", col(f, [](const FrequencyRow& x) { return x.ar; }));
     t.i64("speculative", col(f, [](const FrequencyRow& x) { return x.speculative; }));
-    t.i64("always_accept", col(f, [](const FrequencyRow& x) { return x.always_accept; }));
-    t.i64("top_p_on_p_only", col(f, [](const FrequencyRow& x) { return x.top_p_on_p_only; }));
+    for (size_t k = 0; k < r.control_names.size(); ++k)
+      t.i64(r.control_names[k], col(f, [k](const FrequencyRow& x) {
+              return k < x.controls.size() ? x.controls[k] : int64_t{-1};
+            }));
     t.f64("exact", col(f, [](const FrequencyRow& x) { return x.exact; }));
     t.finish();
   }

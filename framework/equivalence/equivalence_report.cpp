@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "framework/core/error.h"
+#include "framework/equivalence/engine_controls.h"
 
 namespace speclab {
 
@@ -64,6 +65,9 @@ void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<
   if (prompts.empty())
     throw Error(ErrorKind::kConfig, "expected at least one prompt, found none", cfg.source_path, "prompts");
   if (!eq.sampling) return;
+  for (const std::string& c : eq.controls)
+    if (!is_engine_control(c))
+      bad(cfg, "controls", "expected control names among " + engine_control_list() + ", found '" + c + "'");
   for (double t : eq.temperatures)
     if (!(t > 0.0))
       bad(cfg, "temperatures",
@@ -137,6 +141,7 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
   r.sampling_pass = true;
   for (SamplingCell& c : r.cells) {
     c.min_holm_p = 1.0;
+    c.detectable_tv = std::numeric_limits<double>::quiet_NaN();
     c.pass = true;
   }
   for (const TestRow& t : r.tests) {
@@ -145,6 +150,8 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
     if (t.cell >= 0) {
       SamplingCell& c = r.cells[static_cast<size_t>(t.cell)];
       c.min_holm_p = std::min(c.min_holm_p, t.holm_p);
+      if (t.test.subject == "speculative" && t.test.stats.dof > 0 && !(c.detectable_tv <= t.test.stats.tv_radius))
+        c.detectable_tv = t.test.stats.tv_radius;
       if (t.reject) c.pass = false;
     }
     if (t.reject) {
@@ -197,13 +204,12 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
     }
   r.controls_pass = true;
   for (const SamplingCell& c : r.cells) {
-    const std::pair<const char*, const ControlOutcome*> controls[] = {{"always_accept", &c.always_accept},
-                                                                      {"top_p_on_p_only", &c.top_p_on_p_only}};
-    for (const auto& [name, o] : controls) {
+    for (const ControlOutcome& oc : c.controls) {
+      const ControlOutcome* o = &oc;
       if (!o->applicable || o->caught) continue;
       r.controls_pass = false;
       const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
-      r.failures.push_back(std::string("control: ") + name + " NOT caught at N = " + std::to_string(c.n) +
+      r.failures.push_back("control: " + o->name + " NOT caught at N = " + std::to_string(c.n) +
                            " (min p = " + fmt("%.3g", o->min_p) + " over " + std::to_string(o->tests) +
                            " tests; needs p x tests < " + fmt("%g", r.control_alpha) + ") at context " + g.prompt_id +
                            ", " + sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma));
@@ -352,20 +358,26 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
     }
     os << "\n[4] negative controls (same engine, same N; caught when min p x tests < " << fmt("%g", r.control_alpha)
        << "; power = smallest N on the grid 250, 500, ... at which it is caught)\n";
-    std::snprintf(buf, sizeof buf, "  %4s %-18s %5s %-26s  %-40s  %-40s\n", "cell", "drafter", "gamma", "sampling",
-                  "always_accept: min p / caught / power N", "top_p_on_p_only: min p / caught / power N");
+    std::snprintf(buf, sizeof buf, "  %4s %-18s %5s %-26s  %-20s %s\n", "cell", "drafter", "gamma", "sampling",
+                  "control", "min p / caught / power N");
     os << buf;
     auto describe = [](const ControlOutcome& o) {
-      if (!o.applicable) return "n/a (" + o.note + ")";
+      std::string tv = std::isnan(o.q_tv) ? "" : ", q TV " + fmt("%.3g", o.q_tv);
+      if (!o.applicable) return "n/a (" + o.note + tv + ")";
       return fmt("%.3g", o.min_p) + " / " + (o.caught ? "caught" : "MISSED") + " / " +
-             (o.power_n > 0 ? std::to_string(o.power_n) : std::string("-"));
+             (o.power_n > 0 ? std::to_string(o.power_n) : std::string("-")) + tv;
     };
     for (const SamplingCell& c : r.cells) {
       const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
-      std::snprintf(buf, sizeof buf, "  %4lld %-18s %5d %-26s  %-40s  %-40s\n", static_cast<long long>(c.index),
-                    c.drafter.c_str(), c.gamma, sampling_label(g.sampling).c_str(), describe(c.always_accept).c_str(),
-                    describe(c.top_p_on_p_only).c_str());
+      std::snprintf(buf, sizeof buf, "  %4lld %-18s %5d %-26s  lossless: min Holm p %.3g, detectable TV %.4f\n",
+                    static_cast<long long>(c.index), c.drafter.c_str(), c.gamma, sampling_label(g.sampling).c_str(),
+                    c.min_holm_p, c.detectable_tv);
       os << buf;
+      for (const ControlOutcome& o : c.controls) {
+        std::snprintf(buf, sizeof buf, "  %4s %-18s %5s %-26s  %-20s %s\n", "", "", "", "", o.name.c_str(),
+                      describe(o).c_str());
+        os << buf;
+      }
     }
   }
   os << "\nverdict: " << (r.pass() ? "PASS" : "FAIL");

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -75,12 +76,15 @@ struct SamplingGroup {
 // has a degree of freedom (otherwise the target is (nearly) deterministic at every recorded
 // position and no acceptance rule can change the tokens).
 struct ControlOutcome {
+  std::string name;           // engine_control_names()
+  bool ran = false;           // its draws were made
   bool applicable = false;
   std::string note;           // why not applicable
   bool caught = false;        // at N
   double min_p = 1.0;         // at N, before the Bonferroni factor
   int64_t tests = 0;
   int64_t power_n = -1;       // smallest grid N at which it is caught (-1: not caught)
+  double q_tv = std::numeric_limits<double>::quiet_NaN();  // drafter-side: mean TV(q drawn, q reported)
 };
 
 struct SamplingCell {
@@ -93,8 +97,17 @@ struct SamplingCell {
   double acceptance_rate = 0.0;  // lossless engine, over all verification steps of the draws; NaN: no draft at all (a failure)
   double spec_seconds = 0.0;
   double min_holm_p = 1.0;       // over the cell's lossless tests
+  // The smallest TV distance the cell's lossless tests can detect: the smallest BHC radius of its
+  // speculative tests (at delta = alpha / tests of the sweep), NaN when it has none.
+  double detectable_tv = std::numeric_limits<double>::quiet_NaN();
   bool pass = true;
-  ControlOutcome always_accept, top_p_on_p_only;
+  std::vector<ControlOutcome> controls;  // one per EquivalenceReport::control_names, in that order
+  // The outcome of the control called `name`, or nullptr when the report has no such control.
+  const ControlOutcome* control(const std::string& name) const {
+    for (const ControlOutcome& c : controls)
+      if (c.name == name) return &c;
+    return nullptr;
+  }
 };
 
 struct TestRow {
@@ -118,7 +131,8 @@ struct FrequencyRow {
   int position = 0;              // 1-based
   Token token = -1;
   std::string text;              // the token's text (tokenizer)
-  int64_t ar = 0, speculative = 0, always_accept = -1, top_p_on_p_only = -1;  // counts (-1: not run)
+  int64_t ar = 0, speculative = 0;
+  std::vector<int64_t> controls;  // per EquivalenceReport::control_names: counts (-1: not run)
   double exact = 0.0;            // exact probability (position 1; position 2 when S covers all), else NaN
 };
 
@@ -127,6 +141,7 @@ struct EquivalenceReport {
   double alpha = 0.0, control_alpha = 0.0, min_expected = 0.0;
   int64_t samples = 0;
   std::vector<int> positions;
+  std::vector<std::string> control_names;  // the sampling check's controls (equivalence.controls)
   std::vector<GreedyRow> greedy;
   std::vector<AnalyticRow> analytic;
   std::vector<SamplingGroup> groups;

@@ -95,8 +95,9 @@ namespace {
 // The real verifier handed a q recomputed from the draft logits under `reported(run sampling)`,
 // while the draft tokens were drawn under the run's sampling: a drafter that reports another q
 // than the one it sampled from.
-AcceptanceRule reported_q_rule(const char* name, std::function<void(SamplingOptions&)> reported) {
-  return {[name, reported](const VerifyInputs& in) {
+AcceptanceRule reported_q_rule(const char* name, std::function<void(SamplingOptions&)> reported,
+                               std::shared_ptr<QDivergence> divergence) {
+  return {[name, reported, divergence](const VerifyInputs& in) {
     const DraftBlock& d = *in.draft;
     if (d.tokens.empty()) return verify_rejection(d.tokens, *in.p, d.probs, *in.rng);
     if (d.logits.size() != d.tokens.size())
@@ -109,6 +110,14 @@ AcceptanceRule reported_q_rule(const char* name, std::function<void(SamplingOpti
     reported(raw);
     std::vector<std::vector<float>> q_raw(d.tokens.size());
     for (size_t i = 0; i < d.tokens.size(); ++i) logits_to_probs(d.logits[i].data(), in.vocab, raw, q_raw[i]);
+    if (divergence)
+      for (size_t i = 0; i < d.tokens.size() && i < d.probs.size(); ++i) {
+        double l1 = 0.0;
+        for (size_t v = 0; v < q_raw[i].size() && v < d.probs[i].size(); ++v)
+          l1 += std::abs(static_cast<double>(q_raw[i][v]) - static_cast<double>(d.probs[i][v]));
+        divergence->tv_sum += 0.5 * l1;
+        divergence->rows += 1;
+      }
     return verify_rejection(d.tokens, *in.p, q_raw, *in.rng);
   },
           true};
@@ -116,16 +125,16 @@ AcceptanceRule reported_q_rule(const char* name, std::function<void(SamplingOpti
 
 }  // namespace
 
-AcceptanceRule top_p_on_p_only_rule() {
-  return reported_q_rule("top-p-on-p-only", [](SamplingOptions& s) { s.top_p = 1.0; });
+AcceptanceRule top_p_on_p_only_rule(std::shared_ptr<QDivergence> divergence) {
+  return reported_q_rule("top-p-on-p-only", [](SamplingOptions& s) { s.top_p = 1.0; }, std::move(divergence));
 }
 
-AcceptanceRule q_at_temperature_1_rule() {
-  return reported_q_rule("q-at-temperature-1", [](SamplingOptions& s) { s.temperature = 1.0; });
+AcceptanceRule q_at_temperature_1_rule(std::shared_ptr<QDivergence> divergence) {
+  return reported_q_rule("q-at-temperature-1", [](SamplingOptions& s) { s.temperature = 1.0; }, std::move(divergence));
 }
 
-AcceptanceRule q_drawn_top_k_rule() {
-  return reported_q_rule("q-drawn-top-k", [](SamplingOptions& s) { s.top_k = 0; });
+AcceptanceRule q_drawn_top_k_rule(std::shared_ptr<QDivergence> divergence) {
+  return reported_q_rule("q-drawn-top-k", [](SamplingOptions& s) { s.top_k = 0; }, std::move(divergence));
 }
 
 AcceptanceRule replacement_from_p_rule() {

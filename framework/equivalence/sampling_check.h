@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,14 @@ namespace speclab {
 //                          DraftBlock::logits (model drafters fill it when sampling); throws
 //                          Error(kConfig, field "negative_controls") at a step whose draft has
 //                          tokens but no logits.
+// Mean TV distance between the drawn and the reported q over the draft rows a drafter-side rule saw.
+struct QDivergence {
+  double tv_sum = 0.0;
+  int64_t rows = 0;
+  double mean() const { return rows > 0 ? tv_sum / static_cast<double>(rows) : 0.0; }
+};
 AcceptanceRule always_accept_rule();
-AcceptanceRule top_p_on_p_only_rule();
+AcceptanceRule top_p_on_p_only_rule(std::shared_ptr<QDivergence> divergence = {});
 // The realistic bug classes of issue 14, through the engine (framework/verify/faulty_acceptance.h
 // and framework/equivalence/verifier_check.h describe each):
 //   replacement_from_p_rule:     the recovered token drawn from p_i instead of norm(max(0, p_i − q_i));
@@ -59,10 +66,13 @@ AcceptanceRule top_p_on_p_only_rule();
 //                                truncated, unnormalised q instead is refused by the host's q
 //                                validation, framework/draft/draft_block_check.h).
 // The last two need DraftBlock::logits and throw as top_p_on_p_only_rule does.
+// The drafter-side rules (top_p_on_p_only, q_at_temperature_1, q_drawn_top_k) add, when given a
+// QDivergence, the TV distance between the q each draft token was drawn from and the q handed to
+// the verifier, per draft row: how large the planted bug is on the rows the engine visited.
 AcceptanceRule replacement_from_p_rule();
 AcceptanceRule bonus_from_previous_row_rule();
-AcceptanceRule q_at_temperature_1_rule();
-AcceptanceRule q_drawn_top_k_rule();
+AcceptanceRule q_at_temperature_1_rule(std::shared_ptr<QDivergence> divergence = {});
+AcceptanceRule q_drawn_top_k_rule(std::shared_ptr<QDivergence> divergence = {});
 
 // A draw that stopped early (EOS or a stop string with DrawPlan::stop_active) is padded with
 // this token up to m: "ended" is one more category of the two-sample tests.

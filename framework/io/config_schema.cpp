@@ -200,6 +200,8 @@ const Table<EquivalenceOptions>& equivalence_table() {
       field("alpha", {}, &Q::alpha),
       field("control_alpha", {}, &Q::control_alpha),
       field("negative_controls", {}, &Q::negative_controls),
+      field("controls", {}, &Q::controls),
+      field("eos_and_stop", {}, &Q::eos_and_stop),
       field("numerical_margin", {}, &Q::numerical_margin),
       field("contexts", {}, &Q::contexts),
       field("verifier", {}, &Q::verifier),

@@ -116,6 +116,12 @@ struct EquivalenceOptions {
   double alpha = 0.001;                   // family-wise significance level (Holm-corrected)
   double control_alpha = 1e-6;            // negative controls must be rejected below this
   bool negative_controls = true;
+  // The negative controls run through the engine (framework/equivalence/engine_controls.h),
+  // when negative_controls is true. Empty (the default): all of them.
+  std::vector<std::string> controls;
+  // Sampling draws end at EOS and at generation.stop strings (an ended draw is padded with an
+  // "ended" category); only the two-sample tests run then. false: ignore_eos, no stop strings.
+  bool eos_and_stop = false;
   double numerical_margin = 0.0;          // 0 = the documented default tolerance
   int64_t contexts = 1;                   // fixed contexts (prompts) for the sampling check
   bool verifier = true;                   // Monte-Carlo check of the real verifier (verifier_check.h)

@@ -32,6 +32,7 @@
 #include "framework/core/error.h"
 #include "framework/core/rng.h"
 #include "framework/draft/registry.h"
+#include "framework/equivalence/engine_controls.h"
 #include "framework/equivalence/equivalence_hdf5.h"
 #include "experiments/app/equivalence_runner.h"
 #include "framework/equivalence/model_taps.h"
@@ -164,6 +165,7 @@ ExperimentConfig stories_config(int64_t samples, double t, double top_p, int64_t
   eq.gammas = {gamma};
   eq.contexts = 1;
   eq.verifier = false;  // tests/stats/test_verifier_check.cpp; the end-to-end test turns it on
+  eq.controls = {"always_accept", "top_p_on_p_only"};  // the realistic ones: "realistic controls" below
   c.equivalence = eq;
   return c;
 }
@@ -605,18 +607,21 @@ TEST_CASE("sampling on stories260K at N = 20000: the lossless engine passes and 
     CHECK(r.family_size == 4);  // m >= 2 only: joint 2, marginal 2, exact 2 (speculative, AR); m = 1 apart
     CHECK(r.sampling_pass);
     // Negative controls: rejected by the same tests at the same N, p < 1e-6 after Bonferroni.
-    REQUIRE(c.always_accept.applicable);
-    CHECK(c.always_accept.caught);
-    CHECK(c.always_accept.min_p * static_cast<double>(c.always_accept.tests) < 1e-6);
-    CHECK(c.always_accept.power_n > 0);
-    CHECK(c.always_accept.power_n <= 20000);
+    REQUIRE(c.controls.size() == 2);
+    const ControlOutcome& aa = *c.control("always_accept");
+    const ControlOutcome& tp = *c.control("top_p_on_p_only");
+    REQUIRE(aa.applicable);
+    CHECK(aa.caught);
+    CHECK(aa.min_p * static_cast<double>(aa.tests) < 1e-6);
+    CHECK(aa.power_n > 0);
+    CHECK(aa.power_n <= 20000);
     if (cell.top_p < 1.0) {
-      REQUIRE(c.top_p_on_p_only.applicable);
-      CHECK(c.top_p_on_p_only.caught);
-      CHECK(c.top_p_on_p_only.min_p * static_cast<double>(c.top_p_on_p_only.tests) < 1e-6);
-      CHECK(c.top_p_on_p_only.power_n > 0);
+      REQUIRE(tp.applicable);
+      CHECK(tp.caught);
+      CHECK(tp.min_p * static_cast<double>(tp.tests) < 1e-6);
+      CHECK(tp.power_n > 0);
     } else {
-      CHECK_FALSE(c.top_p_on_p_only.applicable);
+      CHECK_FALSE(tp.applicable);
     }
     CHECK(r.controls_pass);
     CHECK(r.pass());
@@ -629,6 +634,70 @@ TEST_CASE("sampling on stories260K at N = 20000: the lossless engine passes and 
     for (const TestRow& t : r.tests)
       if (t.test.subject == "always_accept" && t.test.test == "joint" && t.test.m == 1) CHECK(t.test.stats.p_value > 1e-6);
   }
+}
+
+// Issue 14, items 2 and 3 through `speclab check` itself: the realistic controls are keys of the
+// `equivalence` section and run through the real engine. stories260K, "The little dog was happy.
+// The little dog" (open-ended and repetitive), layer_skip 3/5, gamma 2, T = 0.7, top_k = 5,
+// positions up to gamma + 2 = 4 (a whole first block: drafts, recovered and bonus tokens).
+TEST_CASE("realistic controls through speclab check: each is caught, the lossless engine passes",
+          "[equivalence][sampling][controls]") {
+  c10::InferenceMode guard;
+  stories();
+  ExperimentConfig cfg = stories_config(8000, 0.7, 1.0, 5, 2);
+  cfg.prompts.inline_prompts[0].text = "The little dog was happy. The little dog";
+  cfg.equivalence->positions = {2, 3, 4};
+  cfg.equivalence->controls = engine_control_names();
+  const EquivalenceReport r = run_equivalence(cfg);
+  INFO(format_equivalence_report(r));
+  REQUIRE(r.cells.size() == 1);
+  const SamplingCell& c = r.cells[0];
+  REQUIRE(c.controls.size() == 6);
+  CHECK(r.sampling_pass);
+  CHECK(c.detectable_tv > 0.0);
+  CHECK(c.detectable_tv < 0.1);
+  for (const char* name : {"always_accept", "replacement_from_p", "bonus_from_row_k-1", "q_at_temperature_1"}) {
+    INFO(name);
+    const ControlOutcome& o = *c.control(name);
+    CHECK(o.applicable);
+    CHECK(o.caught);
+    CHECK(o.power_n > 0);
+    WARN("speclab check control " << name << " (stories260K, layer_skip 3/5, gamma 2, T=0.7 top_k=5, positions "
+                                  "2..4): caught at N = " << o.power_n << ", q TV " << o.q_tv);
+  }
+  // q drawn from the top-5 but reported in full: applicable when the truncation matters on the
+  // visited rows (q TV >= 0.015), and then it must be caught.
+  const ControlOutcome& qk = *c.control("q_drawn_top_k");
+  CHECK(qk.ran);
+  CHECK(qk.q_tv > 0.0);
+  if (qk.applicable) CHECK(qk.caught);
+  WARN("q_drawn_top_k: q TV " << qk.q_tv << ", " << (qk.caught ? "caught at N = " + std::to_string(qk.power_n) : qk.note));
+  CHECK_FALSE(c.control("top_p_on_p_only")->applicable);  // top_p = 1
+  CHECK_THAT(c.control("top_p_on_p_only")->note, Contains("top_p = 1"));
+  CHECK(r.controls_pass);
+  CHECK(r.pass());
+
+  // The bonus control needs the bonus among the recorded positions: at gamma 4 (bonus at 6) it
+  // is not applicable, and says why. EOS and the stop string "happy" active (the context's own
+  // continuation, so many draws stop within the recorded positions): draws that stop are
+  // padded with "ended", only the two-sample tests run, and the lossless engine still passes.
+  cfg = stories_config(2000, 0.7, 1.0, 5, 4);
+  cfg.prompts.inline_prompts[0].text = "The little dog was happy. The little dog";
+  cfg.equivalence->positions = {2, 3, 4};
+  cfg.equivalence->controls = {"bonus_from_row_k-1", "always_accept"};
+  cfg.equivalence->eos_and_stop = true;
+  cfg.generation.stop = {"happy"};
+  const EquivalenceReport e = run_equivalence(cfg);
+  INFO(format_equivalence_report(e));
+  REQUIRE(e.cells.size() == 1);
+  CHECK_FALSE(e.cells[0].control("bonus_from_row_k-1")->applicable);
+  CHECK_THAT(e.cells[0].control("bonus_from_row_k-1")->note, Contains("gamma + 2 = 6"));
+  CHECK(e.cells[0].control("always_accept")->caught);
+  bool ended = false;
+  for (const TestRow& t : e.tests) CHECK(t.test.test != "exact");
+  for (const FrequencyRow& f : e.frequencies) ended = ended || f.token == kEndedDraw;
+  CHECK(ended);  // some draws stopped within 4 tokens
+  CHECK(e.sampling_pass);
 }
 
 TEST_CASE("draws and statistics are a pure function of the seed", "[equivalence][sampling]") {
@@ -686,8 +755,11 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
   r.control_alpha = 1e-6;
   r.groups.resize(1);
   r.cells.resize(1);
-  r.cells[0].always_accept.applicable = true;
-  r.cells[0].always_accept.caught = true;
+  r.control_names = {"always_accept"};
+  r.cells[0].controls.resize(1);
+  r.cells[0].controls[0].name = "always_accept";
+  r.cells[0].controls[0].applicable = true;
+  r.cells[0].controls[0].caught = true;
   auto row = [](const char* subject, double p, int64_t cell) {
     TestRow t;
     t.cell = cell;
@@ -748,7 +820,7 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
     CHECK_THAT(q.notes[0], Contains("cell 0") && Contains("proposed no tokens"));
   }
   r.tests[0].test.stats.p_value = 0.001;  // 3 x 0.001 < 0.01
-  r.cells[0].always_accept.caught = false;
+  r.cells[0].controls[0].caught = false;
   finalize_sampling_verdict(r);
   CHECK_FALSE(r.sampling_pass);
   CHECK_FALSE(r.cells[0].pass);
@@ -829,11 +901,11 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   CHECK(r.verifier_controls.size() == 5);
   CHECK(r.cells.size() == 2);
   CHECK(r.cells[1].drafter == "prompt_lookup");
-  CHECK(r.cells[1].top_p_on_p_only.note.find("no draft logits") != std::string::npos);
+  CHECK(r.cells[1].control("top_p_on_p_only")->note.find("no draft logits") != std::string::npos);
   CHECK(r.sampling_pass);
   CHECK(r.greedy_pass);
   CHECK(r.analytic_pass);
-  CHECK(r.cells[0].always_accept.caught);
+  CHECK(r.cells[0].control("always_accept")->caught);
   CHECK_FALSE(r.frequencies.empty());
   const std::string text = format_equivalence_report(r);
   CHECK_THAT(text, Contains("Holm-Bonferroni"));
@@ -892,7 +964,8 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
          "generation:\n  max_new_tokens: 16\n"
          "sampling: {seed: 7}\n"
          "equivalence:\n  samples: 1000\n  positions: [1, 2]\n  temperatures: [1.0]\n  top_ps: [1.0]\n"
-         "  top_ks: [0]\n  gammas: [2]\n  contexts: 1\n  verifier: false\n";
+         "  top_ks: [0]\n  gammas: [2]\n  contexts: 1\n  verifier: false\n"
+         "  controls: [always_accept, top_p_on_p_only]\n";
   }
   const std::string out = (dir / "cli.h5").string();
   fs::remove(out);
@@ -908,6 +981,8 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   CHECK(run_cli("check '" + yaml + "' --out '" + out + "' --overwrite --set 'equivalence.temperatures=[0]'", &log) == 2);
   CHECK_THAT(log, Contains("temperature"));
   CHECK(run_cli("check '" + (dir / "missing.yaml").string() + "'", &log) == 2);
+  CHECK(run_cli("check '" + yaml + "' --out '" + out + "' --overwrite --set 'equivalence.controls=[always_acept]'", &log) == 2);
+  CHECK_THAT(log, Contains("equivalence.controls") && Contains("always_acept") && Contains("replacement_from_p"));
   // A finding, not a crash: at N = 1000 the top-p-on-p-only control (top_p = 0.9) is not caught
   // (it needs a few thousand draws here), so the check has no demonstrated power: exit 1, and
   // the results are still written.

@@ -1,0 +1,60 @@
+#include "framework/equivalence/engine_controls.h"
+
+#include <algorithm>
+
+#include "framework/core/error.h"
+
+namespace speclab {
+
+const std::vector<std::string>& engine_control_names() {
+  static const std::vector<std::string> names = {"always_accept",      "top_p_on_p_only",    "replacement_from_p",
+                                                 "bonus_from_row_k-1", "q_at_temperature_1", "q_drawn_top_k"};
+  return names;
+}
+
+bool is_engine_control(const std::string& name) {
+  const auto& n = engine_control_names();
+  return std::find(n.begin(), n.end(), name) != n.end();
+}
+
+std::string engine_control_list() {
+  std::string known;
+  for (const std::string& n : engine_control_names()) known += (known.empty() ? "" : ", ") + n;
+  return known;
+}
+
+std::string engine_control_skip_reason(const std::string& name, const SamplingOptions& s, bool model_drafter, int gamma,
+                                       int m_max) {
+  const bool drafter_side = name == "top_p_on_p_only" || name == "q_at_temperature_1" || name == "q_drawn_top_k";
+  if (name == "top_p_on_p_only" && s.top_p >= 1.0) return "top_p = 1: nothing to apply";
+  if (name == "q_at_temperature_1" && s.temperature == 1.0) return "temperature 1: q at temperature 1 is the right q";
+  if (name == "q_drawn_top_k" && s.top_k <= 0) return "top_k = 0: the drafter draws from the full q";
+  if (drafter_side && !model_drafter) return "the drafter has no draft logits (not a model drafter)";
+  if (name == "bonus_from_row_k-1" && gamma + 2 > m_max)
+    return "the bonus of a full first block is position gamma + 2 = " + std::to_string(gamma + 2) +
+           ", beyond the recorded positions (max " + std::to_string(m_max) + ")";
+  return "";
+}
+
+EngineControl make_engine_control(const std::string& name) {
+  EngineControl c;
+  c.name = name;
+  if (name == "always_accept") {
+    c.rule = always_accept_rule();
+  } else if (name == "replacement_from_p") {
+    c.rule = replacement_from_p_rule();
+  } else if (name == "bonus_from_row_k-1") {
+    c.rule = bonus_from_previous_row_rule();
+  } else if (name == "top_p_on_p_only" || name == "q_at_temperature_1" || name == "q_drawn_top_k") {
+    c.divergence = std::make_shared<QDivergence>();
+    c.rule = name == "top_p_on_p_only"      ? top_p_on_p_only_rule(c.divergence)
+             : name == "q_at_temperature_1" ? q_at_temperature_1_rule(c.divergence)
+                                            : q_drawn_top_k_rule(c.divergence);
+  } else {
+    throw Error(ErrorKind::kConfig, "expected one of " + engine_control_list() + ", found '" + name + "'", "equivalence",
+                "controls");
+  }
+  return c;
+}
+
+}  // namespace speclab
