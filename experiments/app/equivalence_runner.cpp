@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -40,6 +41,32 @@ uint64_t stream_id(std::initializer_list<int64_t> parts) {
     h = splitmix64(st);
   }
   return h;
+}
+
+// The (p, q) logit rows a drafter without a model of its own (eagle, a plugin) hands the
+// verifier: one speculative step on `context` at temperature 1 (the first token sampled from the
+// prefill, then the drafter's first draft row), captured by the acceptance rule, which then
+// applies the lossless rule. Both rows are at the prefix context + [first token]. nullopt when
+// the drafter supplied no draft logits at that step (a deterministic drafter, or no draft).
+std::optional<LogitPair> drafter_step_rows(const Model& model, const TokenDecoder& tok, const TokenList& context,
+                                           Drafter& drafter, const DrafterOptions& dopts, KvTarget kv,
+                                           uint64_t seed) {
+  std::optional<LogitPair> got;
+  AcceptanceRule capture{[&](const VerifyInputs& in) {
+                           if (!got && !in.draft->tokens.empty() && !in.draft->logits.empty())
+                             got = LogitPair{std::vector<float>(in.target_logits, in.target_logits + in.vocab),
+                                             in.draft->logits[0]};
+                           return lossless_acceptance(in);
+                         },
+                         false};
+  GenerationOptions gen;
+  gen.max_new_tokens = 2 + std::max(1, dopts.num_speculative_tokens);
+  gen.ignore_eos = true;
+  SamplingOptions s;
+  s.temperature = 1.0;
+  s.seed = seed;
+  generate_speculative(model, tok, context, gen, s, drafter, dopts, kv, {}, capture);
+  return got;
 }
 
 DrafterOptions with_gamma(DrafterOptions o, int gamma) {
@@ -110,6 +137,14 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
   std::vector<Drafter*> drafters;
   for (const DrafterEntry& d : cfg.drafters) drafters.push_back(&parts.add_drafter(d.options));
   const KvTarget kvt = parts.kv_target();
+  // Which drafters hand the verifier draft logits (model drafters; eagle and plugins that fill
+  // DraftBlock::logits under sampling): the analytic and verifier rows and the drafter-side
+  // controls need them.
+  std::vector<bool> has_logits(drafters.size(), false);
+  for (size_t i = 0; i < drafters.size(); ++i)
+    has_logits[i] = model_drafter(*drafters[i]) != nullptr ||
+                    (!ids.empty() && drafter_step_rows(model, tok, ids[0], *drafters[i], cfg.drafters[i].options, kvt,
+                                                       cfg.sampling.seed));
 
   // 1. Greedy exactness.
   if (eq.greedy) {
@@ -146,12 +181,21 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
     rep.ran_analytic = eq.analytic;
     struct Draft {
       std::string label;
-      const Model* model = nullptr;
+      const Model* model = nullptr;  // a model drafter's model, or
       std::vector<int64_t> layers;
+      size_t engine = SIZE_MAX;      // another drafter (index into drafters), through the engine
     };
     std::vector<Draft> drafts;
-    for (size_t i = 0; i < drafters.size(); ++i)
-      if (const ModelDrafter* md = model_drafter(*drafters[i])) drafts.push_back({cfg.drafters[i].label, &md->model(), md->layers()});
+    for (size_t i = 0; i < drafters.size(); ++i) {
+      if (const ModelDrafter* md = model_drafter(*drafters[i])) {
+        drafts.push_back({cfg.drafters[i].label, &md->model(), md->layers()});
+      } else if (has_logits[i]) {
+        Draft x;  // a drafter with draft logits of its own (eagle, a plugin): its rows via the engine
+        x.label = cfg.drafters[i].label;
+        x.engine = i;
+        drafts.push_back(std::move(x));
+      }
+    }
     if (drafts.empty()) {  // no model drafter configured: a layer_skip draft of the first half
       Draft x;
       x.model = &model;
@@ -178,16 +222,28 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
         TokenList context = ids[p];
         context.insert(context.end(), cont.begin(), cont.begin() + off);
         if (static_cast<int64_t>(context.size()) >= mc.max_position_embeddings) continue;
-        const std::vector<float> tl = next_token_logits(model, context);
+        const std::vector<float> tl_model = next_token_logits(model, context);
         for (const Draft& d : drafts) {
-          const std::vector<float> dl = next_token_logits(*d.model, context, d.layers);
+          std::vector<float> tl = tl_model, dl;
+          int64_t context_len = static_cast<int64_t>(context.size());
+          if (d.engine != SIZE_MAX) {  // the rows after one sampled token (drafter_step_rows)
+            const std::optional<LogitPair> rows =
+                drafter_step_rows(model, tok, context, *drafters[d.engine], cfg.drafters[d.engine].options, kvt,
+                                  stream_id({static_cast<int64_t>(p), off, static_cast<int64_t>(d.engine), 7}));
+            if (!rows) continue;  // no draft at this context
+            tl = rows->target;
+            dl = rows->draft;
+            context_len += 1;
+          } else {
+            dl = next_token_logits(*d.model, context, d.layers);
+          }
           if (eq.verifier) verifier_pairs[d.label].push_back({tl, dl});
           if (!eq.analytic) continue;
           for (const SamplingCombo& c : sweep) {
             AnalyticRow row;
             row.prompt = static_cast<int64_t>(p);
             row.prompt_id = prompts[p].id;
-            row.context_len = static_cast<int64_t>(context.size());
+            row.context_len = context_len;
             row.draft = d.label;
             row.sampling = c.s;
             row.errors = analytic_step_errors(tl.data(), dl.data(), mc.vocab_size, c.s);
@@ -330,11 +386,11 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
             const size_t nc = rep.control_names.size();
             std::vector<Draws> controls(nc);
             std::vector<bool> ran(nc, false);
-            const bool has_logits = model_drafter(*drafters[di]) != nullptr;
+
             for (size_t k = 0; k < nc; ++k) {
               ControlOutcome o;
               o.name = rep.control_names[k];
-              o.note = engine_control_skip_reason(o.name, s, has_logits, gamma, m_max);
+              o.note = engine_control_skip_reason(o.name, s, has_logits[di], gamma, m_max);
               if (o.note.empty()) {
                 const EngineControl ctl = make_engine_control(o.name);
                 plan.stream = stream_id({ci, static_cast<int64_t>(si), static_cast<int64_t>(di), gamma,

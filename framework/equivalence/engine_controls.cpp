@@ -29,7 +29,7 @@ std::string engine_control_skip_reason(const std::string& name, const SamplingOp
   if (name == "top_p_on_p_only" && s.top_p >= 1.0) return "top_p = 1: nothing to apply";
   if (name == "q_at_temperature_1" && s.temperature == 1.0) return "temperature 1: q at temperature 1 is the right q";
   if (name == "q_drawn_top_k" && s.top_k <= 0) return "top_k = 0: the drafter draws from the full q";
-  if (drafter_side && !model_drafter) return "the drafter has no draft logits (not a model drafter)";
+  if (drafter_side && !model_drafter) return "the drafter supplies no draft logits (a deterministic drafter: no q to misreport)";
   if (name == "bonus_from_row_k-1" && gamma + 2 > m_max)
     return "the bonus of a full first block is position gamma + 2 = " + std::to_string(gamma + 2) +
            ", beyond the recorded positions (max " + std::to_string(m_max) + ")";

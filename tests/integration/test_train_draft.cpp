@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "experiments/app/draft_training.h"
+#include "experiments/app/equivalence_runner.h"
 #include "experiments/app/session_parts.h"
 #include "framework/draft/builtin/eagle_packed.h"
 #include "framework/kv/kv_cache_manager.h"
@@ -311,4 +312,49 @@ TEST_CASE("the shipped SmolLM2 EAGLE head: made for this target, greedy output e
   CHECK(spec.tokens == ar.tokens);
   INFO("accepted " << accepted << " of " << drafted);
   CHECK(accepted >= drafted / 10);  // 30 of 125 here, alpha 0.34 on MT-bench; an untrained head gives ~0
+}
+
+// speclab check on the eagle drafter uses the eagle head's own (p, q) rows for the analytic
+// check and the verifier check [2b] (through the engine: one step at temperature 1, rows after
+// the first sampled token), not a stand-in layer_skip draft (issue 14).
+TEST_CASE("speclab check on eagle: the analytic and verifier rows are the eagle head's own", "[train][eagle][equivalence]") {
+  const TrainDraftConfig a = load_train_config(write_config("eq", 60).string());
+  train_draft(a, false);
+  ExperimentConfig c;
+  c.name = "eagle_check";
+  c.source_path = "test_train_draft";
+  c.models.target.path = "stories260K";
+  c.prompts.chat = "off";
+  c.prompts.inline_prompts = {{"dog", "", "The little dog was happy. The little dog"}, {"lily", "", "Lily went to"}};
+  DrafterEntry d;
+  d.label = "eagle";
+  d.options.name = "eagle";
+  d.options.draft_model = a.output.path;
+  d.options.num_speculative_tokens = 4;
+  c.drafters = {d};
+  c.generation.max_new_tokens = 16;
+  EquivalenceOptions eq;
+  eq.greedy = false;
+  eq.sampling = false;
+  eq.analytic = true;
+  eq.verifier = true;
+  eq.verifier_samples = 20000;
+  eq.verifier_gammas = {2};
+  eq.temperatures = {1.0};
+  eq.top_ps = {1.0};
+  eq.top_ks = {40};
+  c.equivalence = eq;
+  const EquivalenceReport r = run_equivalence(c);
+  INFO(format_equivalence_report(r));
+  REQUIRE(r.analytic.size() == 2 * 3);  // prompts x context lengths, one draft, one setting
+  for (const AnalyticRow& row : r.analytic) {
+    CHECK(row.draft == "eagle");
+    CHECK(row.errors.lossless < 1e-6);
+    CHECK(row.errors.always_accept > 1e-3);  // a real q, not p
+  }
+  REQUIRE(r.verifier.size() == 1);
+  CHECK(r.verifier[0].draft == "eagle");
+  CHECK(r.verifier[0].verdict.tested > 0);
+  for (const VerifierControlRow& ctl : r.verifier_controls) CHECK(ctl.draft == "eagle");
+  CHECK(r.pass());
 }

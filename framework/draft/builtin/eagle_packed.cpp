@@ -21,15 +21,22 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, do
   }
 }
 
-// HF rotate_half RoPE of one head vector x [hd] at position pos.
-void rope(float* x, int64_t hd, const std::vector<double>& inv_freq, int64_t pos) {
+// cos and sin of the RoPE angles at position pos: cs, sn [hd / 2].
+void rope_angles(const std::vector<double>& inv_freq, int64_t pos, float* cs, float* sn) {
+  for (size_t j = 0; j < inv_freq.size(); ++j) {
+    const double a = static_cast<double>(pos) * inv_freq[j];
+    cs[j] = static_cast<float>(std::cos(a));
+    sn[j] = static_cast<float>(std::sin(a));
+  }
+}
+
+// HF rotate_half RoPE of one head vector x [hd] with the angles of rope_angles.
+void rope(float* x, int64_t hd, const float* cs, const float* sn) {
   const int64_t half = hd / 2;
   for (int64_t j = 0; j < half; ++j) {
-    const double a = static_cast<double>(pos) * inv_freq[static_cast<size_t>(j)];
-    const float c = static_cast<float>(std::cos(a)), s = static_cast<float>(std::sin(a));
     const float x0 = x[j], x1 = x[j + half];
-    x[j] = x0 * c - x1 * s;
-    x[j + half] = x1 * c + x0 * s;
+    x[j] = x0 * cs[j] - x1 * sn[j];
+    x[j + half] = x1 * cs[j] + x0 * sn[j];
   }
 }
 
@@ -77,9 +84,11 @@ void PackedEagleHead::step(const float* features, const int64_t* next, int64_t n
   float* kc = kv.k_cache[0].data_ptr<float>();  // [slots, KVH, hd]
   float* vc = kv.v_cache[0].data_ptr<float>();
   const int64_t* ws = kv.write_slots.data_ptr<int64_t>();
+  std::vector<float> cs(static_cast<size_t>(hd / 2)), sn(cs.size());  // once per row, shared by its heads
   for (int64_t i = 0; i < n; ++i) {
     float* row = &qkv_out_[static_cast<size_t>(i * (qd + 2 * kvd))];
-    for (int64_t a = 0; a < H + KVH; ++a) rope(row + a * hd, hd, inv_freq_, pos + i);
+    rope_angles(inv_freq_, pos + i, cs.data(), sn.data());
+    for (int64_t a = 0; a < H + KVH; ++a) rope(row + a * hd, hd, cs.data(), sn.data());
     std::memcpy(kc + ws[i] * kvd, row + qd, sizeof(float) * kvd);
     std::memcpy(vc + ws[i] * kvd, row + qd + kvd, sizeof(float) * kvd);
   }
