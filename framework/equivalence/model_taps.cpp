@@ -33,13 +33,18 @@ std::vector<int64_t> to_vector(const at::Tensor& tokens) {
 
 at::Tensor PrefillMemo::forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                                 const ForwardOptions& opts) const {
-  if (!opts.layers.empty() || !opts.hidden_layers.empty() || !starts_at_zero(positions)) return inner_.forward(tokens, positions, kv, opts);
+  if (!opts.layers.empty() || !starts_at_zero(positions)) return inner_.forward(tokens, positions, kv, opts);
   std::vector<int64_t> ids = to_vector(tokens);
-  if (!tokens_.empty() && ids == tokens_ && opts.logits_last_n == last_n_ &&
+  if (!tokens_.empty() && ids == tokens_ && opts.logits_last_n == last_n_ && opts.hidden_layers == hidden_layers_ &&
       kv.write_slots.size(0) == static_cast<int64_t>(ids.size())) {
     // k_cache: [n_layers, n_slots, kvh, d]; k_: [n_layers, n, kvh, d]
     kv.k_cache.index_copy_(1, kv.write_slots, k_);
     kv.v_cache.index_copy_(1, kv.write_slots, v_);
+    if (!hidden_layers_.empty()) {
+      SPECLAB_CHECK(opts.hidden_out != nullptr, "ForwardOptions::hidden_out must be set with hidden_layers");
+      opts.hidden_out->clear();
+      for (const at::Tensor& h : hidden_) opts.hidden_out->push_back(h.clone());
+    }
     ++hits_;
     return logits_.clone();
   }
@@ -48,6 +53,10 @@ at::Tensor PrefillMemo::forward(const at::Tensor& tokens, const at::Tensor& posi
   k_ = kv.k_cache.index_select(1, kv.write_slots);
   v_ = kv.v_cache.index_select(1, kv.write_slots);
   logits_ = out.clone();
+  hidden_layers_ = opts.hidden_layers;
+  hidden_.clear();
+  if (!hidden_layers_.empty())
+    for (const at::Tensor& h : *opts.hidden_out) hidden_.push_back(h.clone());
   tokens_ = std::move(ids);
   last_n_ = opts.logits_last_n;
   ++misses_;

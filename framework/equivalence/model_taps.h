@@ -52,9 +52,10 @@ class PrefillMemo : public Model {
   const ModelConfig& config() const override { return inner_.config(); }
   uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
   std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return inner_.pack_matrix(w); }
-  // A call with positions starting at 0, ascending by 1, no layer subset and no hidden states
-  // asked for is a prefill: it is answered from the memo when tokens and logits_last_n match the
-  // remembered ones, and otherwise run and remembered (replacing the previous memo).
+  // A call with positions starting at 0, ascending by 1 and no layer subset is a prefill: it is
+  // answered from the memo when tokens, logits_last_n and hidden_layers match the remembered
+  // ones (the hidden states asked for, e.g. by the eagle drafter, are remembered too), and
+  // otherwise run and remembered (replacing the previous memo).
   // kv.k_cache/v_cache must be [n_layers, n_slots, n_kv_heads, head_dim] as documented in
   // framework/core/kv_view.h.
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
@@ -69,6 +70,8 @@ class PrefillMemo : public Model {
   mutable int64_t last_n_ = -1;          // its logits_last_n
   mutable at::Tensor k_, v_;             // [n_layers, n, n_kv_heads, head_dim]
   mutable at::Tensor logits_;            // [n_out, vocab]
+  mutable std::vector<int64_t> hidden_layers_;  // the hidden states asked for, and
+  mutable std::vector<at::Tensor> hidden_;      // [hidden_layers_.size()] of [n, hidden]
   mutable int64_t hits_ = 0, misses_ = 0;
 };
 

@@ -388,10 +388,34 @@ TEST_CASE("PrefillMemo is bit-identical to the model it wraps", "[equivalence][t
   const KvView a = kv.view_at(s1.id(), 0, n), b = kv.view_at(s2.id(), 0, n);
   CHECK(at::equal(a.k_cache.index_select(1, a.write_slots), b.k_cache.index_select(1, b.write_slots)));
   CHECK(at::equal(a.v_cache.index_select(1, a.write_slots), b.v_cache.index_select(1, b.write_slots)));
+  // Hidden states asked for (the eagle drafter asks for the last layer's) are remembered too: the
+  // first such call is computed, the second answered from the memo, both equal the model's.
+  {
+    ForwardOptions fo{{}, 1};
+    fo.hidden_layers = {s.model->config().num_hidden_layers - 1};
+    std::vector<at::Tensor> h[3];
+    at::Tensor lh[3];
+    for (int r = 0; r < 3; ++r) {
+      KvCacheManager kvh(kv_options_for(s.model->config(), 64));
+      const PoolId ph = kvh.add_pool(s.model->config().kv_geometry());
+      KvSequence sh(kvh, ph);
+      kvh.reserve(sh.id(), n);
+      fo.hidden_out = &h[r];
+      lh[r] = (r == 0 ? static_cast<const Model&>(*s.model) : static_cast<const Model&>(memo))
+                  .forward(toks, at::arange(n, at::kLong), kvh.view(sh.id(), n), fo);
+      REQUIRE(h[r].size() == 1);
+    }
+    CHECK(memo.misses() == 2);  // the first call with hidden layers
+    CHECK(memo.hits() == 4);    // the second
+    for (int r = 1; r < 3; ++r) {
+      CHECK(at::equal(h[0][0], h[r][0]));
+      CHECK(at::equal(lh[0], lh[r]));
+    }
+  }
   // A different prompt is computed, not answered from the memo.
   const TokenList other = s.info.tokenizer->encode("The little dog", true);
   GenerationResult c = generate_ar(memo, *s.info.tokenizer, other, gen, samp);
-  CHECK(memo.misses() == 2);
+  CHECK(memo.misses() == 3);
   CHECK(c.tokens == generate_ar(*s.model, *s.info.tokenizer, other, gen, samp).tokens);
 }
 
