@@ -363,7 +363,7 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
     os << buf;
     auto describe = [](const ControlOutcome& o) {
       std::string tv = std::isnan(o.q_tv) ? "" : ", q TV " + fmt("%.3g", o.q_tv);
-      if (!o.applicable) return "n/a (" + o.note + tv + ")";
+      if (!o.applicable) return "n/a (" + o.note + (o.note.find("TV") == std::string::npos ? tv : "") + ")";
       return fmt("%.3g", o.min_p) + " / " + (o.caught ? "caught" : "MISSED") + " / " +
              (o.power_n > 0 ? std::to_string(o.power_n) : std::string("-")) + tv;
     };
