@@ -4,7 +4,7 @@ JOBS     ?= $(shell nproc)
 CMAKE_ARGS ?=
 SPECLAB  := $(BUILD)/speclab
 
-.PHONY: all setup configure build build-cli test demo demo-smollm2 bench clean bad-inputs crash-safety kill-test draft-model plugins qwen-pair demo-pair
+.PHONY: all setup configure build build-cli test demo demo-smollm2 bench clean bad-inputs crash-safety kill-test draft-model medusa-model plugins qwen-pair demo-pair
 
 all: build
 
@@ -70,6 +70,15 @@ draft-model: build
 	@test -f $(EAGLE_DRAFT) || $(SPECLAB) train-draft configs/train/eagle_smollm2.yaml \
 	  $$(test -f $(basename $(EAGLE_DRAFT)).ckpt.safetensors && echo --resume)
 	@echo "eagle draft: $(EAGLE_DRAFT)"
+
+# Medusa heads for SmolLM2 (configs/train/medusa_smollm2.yaml; docs/train-draft.md): their own
+# 1,200 training prompts (about 30 min of target answers on 2 cores, cached), then a few minutes
+# of training. The `medusa` drafter reads them from this path, else the copy in assets/drafts/.
+MEDUSA_DRAFT := .cache/drafts/SmolLM2-135M-Instruct.Q4_1.medusa.safetensors
+medusa-model: build
+	@test -f $(MEDUSA_DRAFT) || $(SPECLAB) train-draft configs/train/medusa_smollm2.yaml \
+	  $$(test -f $(basename $(MEDUSA_DRAFT)).ckpt.safetensors && echo --resume)
+	@echo "medusa draft: $(MEDUSA_DRAFT)"
 
 # The example drafter plugins (docs/plugins.md), built out of tree against this build:
 # $(BUILD)/plugins/example_drafter/repeat_last_n.so and $(BUILD)/plugins/sampling_drafter/

@@ -15,6 +15,7 @@
 #include "framework/engine/ar_decode.h"
 #include "framework/io/prompt_loader.h"
 #include "framework/io/train_log.h"
+#include "framework/train/medusa_trainer.h"
 #include "models/loaders/dequant.h"
 #include "models/loaders/safetensors.h"
 #include "models/model_loader.h"
@@ -77,8 +78,15 @@ void write_tensors(const std::string& path, const std::map<std::string, at::Tens
   fs::rename(tmp, path);  // a checkpoint is never half written
 }
 
-// The target's frozen tensors: embeddings, final norm, full LM head (float32).
-void set_target_tensors(EagleHead& head, const LoadedModel& target) {
+// The target's frozen tensors a draft reuses (float32).
+struct TargetTensors {
+  ModelConfig config;
+  at::Tensor embed;       // [V, d]
+  at::Tensor final_norm;  // [d]
+  at::Tensor lm_head;     // [V, d] (the embeddings when tied)
+};
+
+TargetTensors target_tensors(const LoadedModel& target) {
   LoadedModel m = load_model(target.origin);
   auto take = [&](const std::string& name) {
     auto it = m.weights.find(name);
@@ -86,24 +94,40 @@ void set_target_tensors(EagleHead& head, const LoadedModel& target) {
     unpack_to_f32(it->second, name);
     return to_tensor(it->second);
   };
-  head.target = m.config;
-  head.embed = take("model.embed_tokens.weight");
-  head.final_norm = take("model.norm.weight");
-  head.lm_head = m.config.tie_word_embeddings ? head.embed : take("lm_head.weight");
+  TargetTensors t;
+  t.config = m.config;
+  t.embed = take("model.embed_tokens.weight");
+  t.final_norm = take("model.norm.weight");
+  t.lm_head = m.config.tie_word_embeddings ? t.embed : take("lm_head.weight");
+  return t;
 }
 
-// Keeps the lm_head rows of the top_n most frequent target top-1 tokens (all when top_n is 0).
-void reduce_head(EagleHead& head, const at::Tensor& top1 /*[N]*/, int64_t top_n) {
-  const int64_t V = head.target.vocab_size;
-  if (top_n <= 0 || top_n >= V) {
-    head.vocab_ids = at::arange(V, at::kLong);
-    return;
-  }
-  const at::Tensor counts = at::bincount(top1, {}, V);
+void set_frozen(EagleHead& head, const TargetTensors& t) {
+  head.target = t.config;
+  head.embed = t.embed;
+  head.final_norm = t.final_norm;
+  head.lm_head = t.lm_head;
+}
+
+void set_frozen(MedusaHeads& heads, const TargetTensors& t) {
+  heads.target = t.config;
+  heads.final_norm = t.final_norm;
+  heads.lm_head = t.lm_head;
+}
+
+// The target token ids a reduced head keeps: the top_n most frequent target top-1 tokens,
+// ascending (all ids when top_n is 0 or covers the vocabulary).
+at::Tensor head_vocab_ids(const at::Tensor& top1 /*[N]*/, int64_t vocab, int64_t top_n) {
+  if (top_n <= 0 || top_n >= vocab) return at::arange(vocab, at::kLong);
+  const at::Tensor counts = at::bincount(top1, {}, vocab);
   // Stable: by count descending, ties by id; then the kept ids ascending.
   const at::Tensor order = std::get<1>(at::sort(counts, /*stable=*/true, 0, /*descending=*/true));
-  head.vocab_ids = std::get<0>(at::sort(order.narrow(0, 0, top_n)));
-  head.lm_head = head.lm_head.index_select(0, head.vocab_ids).contiguous();
+  return std::get<0>(at::sort(order.narrow(0, 0, top_n)));
+}
+
+// The LM head rows of `ids` (the whole head when it keeps every id).
+at::Tensor head_rows(const at::Tensor& lm_head /*[V, d]*/, const at::Tensor& ids /*[V']*/) {
+  return ids.size(0) < lm_head.size(0) ? lm_head.index_select(0, ids).contiguous() : lm_head;
 }
 
 struct Sample {
@@ -167,7 +191,7 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
 
 // Stage 2: teacher forcing; features and top-1 of every position.
 std::map<std::string, at::Tensor> teacher_force(const std::vector<Sample>& samples, const LoadedTarget& target,
-                                                const EagleHead& head, const TrainDraftProgress& progress) {
+                                                const TargetTensors& frozen, const TrainDraftProgress& progress) {
   at::NoGradGuard no_grad;
   const Model& model = *target.model;
   const int64_t last = model.config().num_hidden_layers - 1;
@@ -185,7 +209,7 @@ std::map<std::string, at::Tensor> teacher_force(const std::vector<Sample>& sampl
     fo.hidden_layers = {last};
     fo.hidden_out = &hidden;
     const at::Tensor logits = model.forward(token_tensor(seq), at::arange(n, at::kLong), kv.view(s.id(), n), fo);
-    feats.push_back(eagle_features(head, hidden[0]));
+    feats.push_back(target_features(hidden[0], frozen.final_norm, frozen.config.rms_norm_eps));
     toks.push_back(token_tensor(seq));
     top1.push_back(logits.argmax(-1));
     offsets.push_back(offsets.back() + static_cast<float>(n));
@@ -201,20 +225,20 @@ std::map<std::string, at::Tensor> teacher_force(const std::vector<Sample>& sampl
 }
 
 // Splits the cached tensors into training and validation sequences.
-void split_data(const std::map<std::string, at::Tensor>& d, EagleTrainData& train, EagleTrainData& val) {
+void split_data(const std::map<std::string, at::Tensor>& d, DraftTrainData& train, DraftTrainData& val) {
   const at::Tensor off = d.at("offsets").to(at::kLong), is_val = d.at("validation");
   const at::Tensor tokens = d.at("tokens").to(at::kLong), top1 = d.at("top1").to(at::kLong);
   std::vector<int64_t> rows[2];
-  for (EagleTrainData* e : {&train, &val}) e->offsets = {0};
+  for (DraftTrainData* e : {&train, &val}) e->offsets = {0};
   for (int64_t s = 0; s < is_val.size(0); ++s) {
     const int v = is_val[s].item<float>() > 0.5f ? 1 : 0;
     const int64_t a = off[s].item<int64_t>(), b = off[s + 1].item<int64_t>();
     for (int64_t r = a; r < b; ++r) rows[v].push_back(r);
-    EagleTrainData& e = v ? val : train;
+    DraftTrainData& e = v ? val : train;
     e.offsets.push_back(e.offsets.back() + (b - a));
   }
   for (int v = 0; v < 2; ++v) {
-    EagleTrainData& e = v ? val : train;
+    DraftTrainData& e = v ? val : train;
     const at::Tensor idx = at::tensor(rows[v], at::kLong);
     e.features = d.at("features").index_select(0, idx);
     e.tokens = tokens.index_select(0, idx);
@@ -275,8 +299,8 @@ std::string target_weights_hash(const LoadedModel& target) {
   return memo[key] = f.hex();
 }
 
-std::string default_eagle_path(const LoadedModel& target) {
-  const std::string file = fs::path(target.source).stem().string() + ".eagle.safetensors";
+std::string default_draft_path(const LoadedModel& target, const std::string& architecture) {
+  const std::string file = fs::path(target.source).stem().string() + "." + architecture + ".safetensors";
   const std::string trained = std::string(SPECLAB_SOURCE_DIR) + "/.cache/drafts/" + file;
   const std::string shipped = std::string(SPECLAB_SOURCE_DIR) + "/assets/drafts/" + file;
   return fs::exists(trained) || !fs::exists(shipped) ? trained : shipped;
@@ -289,8 +313,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     throw Error(ErrorKind::kIo, "--resume: no checkpoint to resume from", c.output.checkpoint);
   auto target = load_target(c.target);
   const std::string hash = target_weights_hash(target->info);
-  EagleHead head = init_eagle_head(target->model->config(), c.train.seed);
-  set_target_tensors(head, target->info);
+  const TargetTensors frozen = target_tensors(target->info);
 
   ExperimentConfig pc;
   pc.source_path = c.source_path;
@@ -304,23 +327,42 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     data = read_tensors(features_path, nullptr);
   } else {
     const auto samples = target_answers(c, *target, prompts, c.data.cache_dir + "/answers-" + key + ".jsonl", progress);
-    data = teacher_force(samples, *target, head, progress);
+    data = teacher_force(samples, *target, frozen, progress);
     write_tensors(features_path, data, {{"target_weights_hash", hash}});
   }
-  EagleTrainData train, val;
+  DraftTrainData train, val;
   split_data(data, train, val);
   if (val.n_sequences() < 1)
     throw Error(ErrorKind::kConfig, "no validation prompt: use more prompts or a larger validation_fraction",
                 c.source_path, "data.validation_fraction");
-  reduce_head(head, train.target_top1, c.head.vocab_top_n);
+  const at::Tensor vocab_ids = head_vocab_ids(train.target_top1, frozen.config.vocab_size, c.head.vocab_top_n);
 
   TrainDraftResult r;
   r.data_seconds = since(t_data);
   r.train_pairs = train.n_pairs();
   r.validation_pairs = val.n_pairs();
   const auto t_train = Clock::now();
-  EagleTrainer trainer(head, train, val, c.train);
-  const std::map<std::string, std::string> meta = {{"speclab.draft", "eagle"},
+  // The draft's trainer and its trained tensors (by safetensors name).
+  EagleHead eagle;
+  MedusaHeads medusa;
+  std::unique_ptr<DraftTrainer> trainer;
+  std::map<std::string, at::Tensor*> trained;
+  if (c.architecture == "medusa") {
+    medusa = init_medusa_heads(frozen.config, c.head.medusa_heads);
+    set_frozen(medusa, frozen);
+    medusa.vocab_ids = vocab_ids;
+    medusa.lm_head = head_rows(frozen.lm_head, vocab_ids);
+    trainer = std::make_unique<MedusaTrainer>(medusa, train, val, c.train);
+    trained = medusa.trained();
+  } else {
+    eagle = init_eagle_head(frozen.config, c.train.seed);
+    set_frozen(eagle, frozen);
+    eagle.vocab_ids = vocab_ids;
+    eagle.lm_head = head_rows(frozen.lm_head, vocab_ids);
+    trainer = std::make_unique<EagleTrainer>(eagle, train, val, c.train);
+    trained = eagle.trained();
+  }
+  const std::map<std::string, std::string> meta = {{"speclab.draft", c.architecture},
                                                    {"target_weights_hash", hash},
                                                    {"target", fs::path(target->info.source).filename().string()},
                                                    {"training_config", c.resolved_yaml}};
@@ -331,7 +373,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     const auto state = read_tensors(c.output.checkpoint, &ck_meta);
     if (ck_meta["target_weights_hash"] != hash || ck_meta["training_config"] != c.resolved_yaml)
       throw Error(ErrorKind::kBadInput, "the checkpoint belongs to another target or training config", c.output.checkpoint);
-    trainer.load_state(state, c.output.checkpoint);
+    trainer->load_state(state, c.output.checkpoint);
     log = log_from_state(state);
     auto w = state.find("log.wall_seconds");
     if (w != state.end()) prior_seconds = w->second.item<double>();
@@ -340,15 +382,15 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   log.target_weights_hash = hash;
   auto save = [&] {
     log.wall_seconds = prior_seconds + since(t_train);
-    auto state = trainer.state();
+    auto state = trainer->state();
     log_into_state(log, state);
     state["log.wall_seconds"] = at::full({1}, log.wall_seconds, at::kFloat);
     write_tensors(c.output.checkpoint, state, meta);
     write_train_log(c.output.log, log);
   };
   double agreement = log.agreement.empty() ? 0.0 : log.agreement.back();
-  while (trainer.steps_done() < c.train.steps) {
-    const TrainStepLog s = trainer.step();
+  while (trainer->steps_done() < c.train.steps) {
+    const TrainStepLog s = trainer->step();
     log.step.push_back(static_cast<double>(s.step));
     log.loss.push_back(s.loss);
     log.feature_loss.push_back(s.feature_loss);
@@ -356,7 +398,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     log.lr.push_back(s.lr);
     double a = NAN;
     if (s.step % c.train.eval_every == 0 || s.step == c.train.steps) {
-      a = agreement = trainer.validation_agreement();
+      a = agreement = trainer->validation_agreement();
       log.eval_step.push_back(static_cast<double>(s.step));
       log.agreement.push_back(a);
     }
@@ -365,57 +407,96 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     if ((c.train.checkpoint_every > 0 && s.step % c.train.checkpoint_every == 0) || s.step == c.train.steps || stop)
       save();
     if (stop) {
-      r.steps = trainer.steps_done();
+      r.steps = trainer->steps_done();
       r.train_seconds = since(t_train);
       r.validation_agreement = agreement;
       return r;
     }
   }
   if (log.agreement.empty()) {  // resumed at the end
-    agreement = trainer.validation_agreement();
+    agreement = trainer->validation_agreement();
   }
+  if (c.architecture == "medusa") r.head_agreements = static_cast<MedusaTrainer&>(*trainer).head_agreements();
   std::map<std::string, at::Tensor> out;
-  for (const auto& kv : head.trained()) out[kv.first] = *kv.second;
-  out["vocab_ids"] = head.vocab_ids.to(at::kFloat);
+  for (const auto& kv : trained) out[kv.first] = *kv.second;
+  out["vocab_ids"] = vocab_ids.to(at::kFloat);
   write_tensors(c.output.path, out, meta, c.output.dtype);
   r.path = c.output.path;
   r.train_seconds = since(t_train);
   r.validation_agreement = agreement;
-  r.steps = trainer.steps_done();
+  r.steps = trainer->steps_done();
   return r;
 }
 
-std::shared_ptr<EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target) {
+namespace {
+
+// The tensors of a draft of `architecture` trained for `target`, after the metadata checks;
+// vocab_ids (int64) checked against the target's vocabulary.
+std::map<std::string, at::Tensor> read_draft(const std::string& path, const std::string& architecture,
+                                             const LoadedModel& target, const ModelConfig& config, at::Tensor& vocab_ids) {
   std::map<std::string, std::string> meta;
-  const auto tensors = read_tensors(path, &meta);
-  if (meta["speclab.draft"] != "eagle")
-    throw Error(ErrorKind::kBadInput, "not an eagle draft (no speclab.draft=eagle in its metadata)", path);
+  auto tensors = read_tensors(path, &meta);
+  if (meta["speclab.draft"] != architecture)
+    throw Error(ErrorKind::kBadInput,
+                "not " + std::string(architecture == "eagle" ? "an " : "a ") + architecture + " draft (no speclab.draft=" +
+                    architecture + " in its metadata" + (meta["speclab.draft"].empty() ? "" : "; it is " + meta["speclab.draft"]) + ")",
+                path);
   const std::string hash = target_weights_hash(target);
   if (meta["target_weights_hash"] != hash)
     throw Error(ErrorKind::kConfig,
-                "this eagle draft was trained for " + meta["target"] + " (weights " + meta["target_weights_hash"] +
+                "this " + architecture + " draft was trained for " + meta["target"] + " (weights " + meta["target_weights_hash"] +
                     "), not for the target " + fs::path(target.source).filename().string() + " (weights " + hash + ")",
                 path, "drafter.draft_model");
-  auto head = std::make_shared<EagleHead>();
-  set_target_tensors(*head, target);
-  for (auto& kv : head->trained()) {
-    auto it = tensors.find(kv.first);
-    if (it == tensors.end()) throw Error(ErrorKind::kBadInput, "the draft lacks tensor " + kv.first, path);
-    *kv.second = it->second;
-  }
   auto ids = tensors.find("vocab_ids");
   if (ids == tensors.end()) throw Error(ErrorKind::kBadInput, "the draft lacks tensor vocab_ids", path);
-  head->vocab_ids = ids->second.to(at::kLong);
-  if (head->vocab_ids.dim() != 1 || head->vocab_ids.numel() < 1 || head->vocab_ids.min().item<int64_t>() < 0 ||
-      head->vocab_ids.max().item<int64_t>() >= head->target.vocab_size)
+  vocab_ids = ids->second.to(at::kLong);
+  if (vocab_ids.dim() != 1 || vocab_ids.numel() < 1 || vocab_ids.min().item<int64_t>() < 0 ||
+      vocab_ids.max().item<int64_t>() >= config.vocab_size)
     throw Error(ErrorKind::kBadInput, "vocab_ids must be target token ids", path);
-  if (head->vocab_ids.size(0) < head->target.vocab_size)
-    head->lm_head = head->lm_head.index_select(0, head->vocab_ids).contiguous();
-  const EagleHead fresh = init_eagle_head(head->target, 0);
-  for (const auto& kv : fresh.trained())
-    if ((*head->trained().at(kv.first)).sizes() != kv.second->sizes())
+  return tensors;
+}
+
+// Sets each trained tensor from `tensors`, checking it against the fresh draft's shape.
+void take_trained(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, at::Tensor*>& trained,
+                  const std::map<std::string, const at::Tensor*>& fresh, const std::string& path) {
+  for (const auto& kv : trained) {
+    auto it = tensors.find(kv.first);
+    if (it == tensors.end()) throw Error(ErrorKind::kBadInput, "the draft lacks tensor " + kv.first, path);
+    if (it->second.sizes() != fresh.at(kv.first)->sizes())
       throw Error(ErrorKind::kBadInput, "tensor " + kv.first + " does not fit the target's shapes", path);
+    *kv.second = it->second;
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target) {
+  const TargetTensors frozen = target_tensors(target);
+  at::Tensor ids;
+  const auto tensors = read_draft(path, "eagle", target, frozen.config, ids);
+  auto head = std::make_shared<EagleHead>();
+  set_frozen(*head, frozen);
+  const EagleHead fresh = init_eagle_head(frozen.config, 0);
+  take_trained(tensors, head->trained(), fresh.trained(), path);
+  head->vocab_ids = ids;
+  head->lm_head = head_rows(frozen.lm_head, ids);
   return head;
+}
+
+std::shared_ptr<MedusaHeads> load_medusa_heads(const std::string& path, const LoadedModel& target) {
+  const TargetTensors frozen = target_tensors(target);
+  at::Tensor ids;
+  const auto tensors = read_draft(path, "medusa", target, frozen.config, ids);
+  int64_t k = 0;
+  while (tensors.count("heads." + std::to_string(k) + ".weight")) ++k;
+  if (k < 1) throw Error(ErrorKind::kBadInput, "the draft has no medusa head (heads.0.weight)", path);
+  auto heads = std::make_shared<MedusaHeads>(init_medusa_heads(frozen.config, k));
+  set_frozen(*heads, frozen);
+  const MedusaHeads fresh = init_medusa_heads(frozen.config, k);
+  take_trained(tensors, heads->trained(), fresh.trained(), path);
+  heads->vocab_ids = ids;
+  heads->lm_head = head_rows(frozen.lm_head, ids);
+  return heads;
 }
 
 }  // namespace speclab

@@ -10,9 +10,9 @@
 //   2. prompt + answer teacher-forced through the target: features (eagle_features of the last
 //      layer) and top-1 tokens of every position, cached in <cache_dir>/features-<key>.safetensors;
 //      every K-th prompt (K = round(1 / validation_fraction)) is held apart for validation;
-//   3. EagleTrainer for train.steps; checkpoints (config.output.checkpoint) every
+//   3. the architecture's trainer (EagleTrainer, MedusaTrainer) for train.steps; checkpoints (config.output.checkpoint) every
 //      checkpoint_every steps and at the end; resume continues from the checkpoint;
-//   4. the draft: config.output.path (safetensors, float32) with metadata speclab.draft=eagle,
+//   4. the draft: config.output.path (safetensors) with metadata speclab.draft=<architecture>,
 //      target_weights_hash, target (file name), training_config (the canonical YAML); the log
 //      (config.output.log, framework/io/train_log.h).
 #pragma once
@@ -23,9 +23,11 @@
 
 #include "experiments/app/loaded_target.h"
 #include "framework/draft/builtin/eagle_head.h"
+#include "framework/draft/builtin/medusa_heads.h"
 #include "framework/draft/drafter.h"
 #include "framework/io/train_config.h"
 #include "framework/train/eagle_trainer.h"
+#include "framework/train/draft_trainer.h"
 
 namespace speclab {
 
@@ -42,7 +44,8 @@ struct TrainDraftProgress {
 struct TrainDraftResult {
   std::string path;
   double data_seconds = 0.0, train_seconds = 0.0;
-  double validation_agreement = 0.0;
+  double validation_agreement = 0.0;     // of the first drafted token
+  std::vector<double> head_agreements;   // medusa: per head k = 1..K (MedusaTrainer::head_agreements)
   int64_t train_pairs = 0, validation_pairs = 0, steps = 0;
 };
 
@@ -57,9 +60,13 @@ TrainDraftResult train_draft(const TrainDraftConfig& config, bool resume, const 
 // Error(kBadInput, path) when it is not an eagle draft.
 std::shared_ptr<EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target);
 
-// The default draft path for a target, in the checkout: .cache/drafts/<model file stem>.eagle.safetensors
-// (what `make draft-model` / train-draft write) when it exists, else the draft the repository
-// ships, assets/drafts/<stem>.eagle.safetensors, when that exists, else the .cache path.
-std::string default_eagle_path(const LoadedModel& target);
+// The medusa heads in `path`, as load_eagle_head (Error(kBadInput, path) when not a medusa draft).
+std::shared_ptr<MedusaHeads> load_medusa_heads(const std::string& path, const LoadedModel& target);
+
+// The default draft path of an architecture (eagle, medusa) for a target, in the checkout:
+// .cache/drafts/<model file stem>.<architecture>.safetensors (what `make draft-model` /
+// train-draft write) when it exists, else the draft the repository ships,
+// assets/drafts/<stem>.<architecture>.safetensors, when that exists, else the .cache path.
+std::string default_draft_path(const LoadedModel& target, const std::string& architecture);
 
 }  // namespace speclab

@@ -5,6 +5,7 @@
 #include "framework/core/error.h"
 #include "experiments/app/draft_training.h"
 #include "framework/draft/builtin/eagle_drafter.h"
+#include "framework/draft/builtin/medusa_drafter.h"
 #include "framework/draft/builtin/model_drafter.h"
 #include "models/model_loader.h"
 
@@ -53,12 +54,17 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
     if (target != nullptr) check_same_vocabulary(loaded, *target);
     return ModelDrafter::separate(build_model(loaded, src, o.draft_vocab), env);
   });
-  // eagle: a head trained by `speclab train-draft` for this target; draft_model names its file
-  // (default: default_eagle_path(target)).
+  // eagle and medusa: a draft trained by `speclab train-draft` for this target; draft_model names
+  // its file (default: default_draft_path(target, name)).
   r.add("eagle", [target](const DrafterOptions& o, const DrafterEnv& env) -> std::unique_ptr<Drafter> {
     if (target == nullptr) throw Error(ErrorKind::kConfig, "eagle needs the loaded target", "drafter", "name");
-    const std::string path = o.draft_model.empty() ? default_eagle_path(*target) : o.draft_model;
+    const std::string path = o.draft_model.empty() ? default_draft_path(*target, "eagle") : o.draft_model;
     return std::make_unique<EagleDrafter>(load_eagle_head(path, *target), env);
+  });
+  r.add("medusa", [target](const DrafterOptions& o, const DrafterEnv& env) -> std::unique_ptr<Drafter> {
+    if (target == nullptr) throw Error(ErrorKind::kConfig, "medusa needs the loaded target", "drafter", "name");
+    const std::string path = o.draft_model.empty() ? default_draft_path(*target, "medusa") : o.draft_model;
+    return std::make_unique<MedusaDrafter>(load_medusa_heads(path, *target), env);
   });
   return r;
 }

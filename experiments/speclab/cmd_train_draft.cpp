@@ -47,6 +47,11 @@ int cmd_train_draft(const std::vector<std::string>& args) {
               "training %.1f s\n",
               r.path.c_str(), static_cast<long long>(r.steps), static_cast<long long>(r.train_pairs),
               r.validation_agreement, static_cast<long long>(r.validation_pairs), r.data_seconds, r.train_seconds);
+  if (!r.head_agreements.empty()) {
+    std::printf("validation top-1 agreement by medusa head (head k drafts the k-th token):");
+    for (size_t k = 0; k < r.head_agreements.size(); ++k) std::printf(" %zu: %.3f", k + 1, r.head_agreements[k]);
+    std::printf("\n");
+  }
   return kExitOk;
 }
 

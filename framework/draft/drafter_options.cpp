@@ -31,7 +31,7 @@ void DrafterOptions::validate() const {
 }
 
 const std::vector<std::string>& builtin_drafter_names() {
-  static const std::vector<std::string> names = {"prompt_lookup", "layer_skip", "draft_model", "eagle"};
+  static const std::vector<std::string> names = {"prompt_lookup", "layer_skip", "draft_model", "eagle", "medusa"};
   return names;
 }
 

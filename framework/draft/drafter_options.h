@@ -26,8 +26,9 @@ struct DrafterOptions {
   // `draft_layers_first` layers when the list is empty.
   std::vector<int64_t> draft_layers;
   int64_t draft_layers_first = 0;
-  // draft_model: a model path or named entry (+ format); eagle: the trained head (.safetensors from
-  // `speclab train-draft`; default .cache/drafts/<target file stem>.eagle.safetensors)
+  // draft_model: a model path or named entry (+ format); eagle, medusa: the trained draft
+  // (.safetensors from `speclab train-draft`; default .cache/drafts/<target file
+  // stem>.<eagle|medusa>.safetensors, else the one shipped under assets/drafts/)
   std::string draft_model;
   std::string draft_model_format = "auto";
   // draft_model: compute the draft's LM head over only its N most frequent tokens (FR-Spec, Zhao
@@ -43,7 +44,8 @@ struct DrafterOptions {
   void validate() const;
 };
 
-// The built-in drafter names, in registration order: prompt_lookup, layer_skip, draft_model, eagle. The
+// The built-in drafter names, in registration order: prompt_lookup, layer_skip, draft_model, eagle,
+// medusa. The
 // one list (config validation reads it; the application's registry registers exactly these).
 const std::vector<std::string>& builtin_drafter_names();
 

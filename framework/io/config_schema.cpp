@@ -372,12 +372,12 @@ std::string unknown_sweep_key_message(const std::string& written) {
 
 // ---- locating a key path in a tree --------------------------------------------------------------
 
-YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::string& path) {
+YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::string& path, const Schema* schema) {
   std::vector<std::string> segs = split_key(path);
   YAML::Node cur = root;
   YAML::Node key;
   std::string written;
-  const Schema* schema = &top_schema();
+  if (!schema) schema = &top_schema();
   size_t i = 0;
   for (; i < segs.size(); ++i) {
     size_t idx = 0;

@@ -38,8 +38,10 @@ std::string unknown_sweep_key_message(const std::string& written);
 
 // The node at a canonical key path ("drafters[1].num_speculative_tokens", "sweep.drafter.gamma")
 // as written in the tree (aliases followed), or the deepest node that exists on the way; its
-// path has the keys spelled as written.
-YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::string& path);
+// path has the keys spelled as written. `schema`: the file's keys (default: `speclab run`'s,
+// top_schema()).
+YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::string& path,
+                 const Schema* schema = nullptr);
 
 // ---- the loader's shared steps ----------------------------------------------------------------
 

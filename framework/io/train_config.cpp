@@ -22,14 +22,14 @@ const Table<DraftDataOptions>& data_table() {
   return t;
 }
 
-const Table<EagleHeadOptions>& head_table() {
-  using H = EagleHeadOptions;
-  static const Table<H> t("head", {field("vocab_top_n", {}, &H::vocab_top_n)});
+const Table<DraftHeadOptions>& head_table() {
+  using H = DraftHeadOptions;
+  static const Table<H> t("head", {field("vocab_top_n", {}, &H::vocab_top_n), field("medusa_heads", {}, &H::medusa_heads)});
   return t;
 }
 
-const Table<EagleTrainOptions>& train_table() {
-  using T = EagleTrainOptions;
+const Table<DraftTrainOptions>& train_table() {
+  using T = DraftTrainOptions;
   static const Table<T> t("train", {
       field("steps", {}, &T::steps),
       field("batch_tokens", {}, &T::batch_tokens),
@@ -39,6 +39,7 @@ const Table<EagleTrainOptions>& train_table() {
       field("grad_clip", {}, &T::grad_clip),
       field("token_loss_weight", {}, &T::token_loss_weight),
       field("feature_noise", {}, &T::feature_noise),
+      field("medusa_decay", {}, &T::medusa_decay),
       field("eval_every", {}, &T::eval_every),
       field("checkpoint_every", {}, &T::checkpoint_every),
       field("seed", {}, &T::seed),
@@ -90,8 +91,8 @@ std::string replace_extension(const std::string& path, const std::string& suffix
 
 void TrainDraftConfig::validate() const {
   auto bad = [](const std::string& key, const std::string& msg) { throw Error(ErrorKind::kConfig, msg, "", key); };
-  if (architecture != "eagle")
-    bad("architecture", "expected eagle (medusa and a distilled draft model are not built yet), found '" + architecture + "'");
+  if (architecture != "eagle" && architecture != "medusa")
+    bad("architecture", "expected eagle or medusa (a distilled draft model is not built yet), found '" + architecture + "'");
   data.prompts.validate();
   std::vector<std::string> files = data.prompts.files;
   for (const PromptSource& s : data.prompts.sources) files.push_back(s.file);
@@ -104,6 +105,10 @@ void TrainDraftConfig::validate() const {
   if (!(data.validation_fraction > 0 && data.validation_fraction < 1))
     bad("data.validation_fraction", "expected a fraction in (0, 1), found " + config::to_text(data.validation_fraction));
   if (head.vocab_top_n < 0) bad("head.vocab_top_n", "expected 0 (the full head) or a positive count");
+  if (head.medusa_heads < 1 || head.medusa_heads > 16)
+    bad("head.medusa_heads", "expected 1 to 16 heads, found " + std::to_string(head.medusa_heads));
+  if (!(train.medusa_decay > 0 && train.medusa_decay <= 1))
+    bad("train.medusa_decay", "expected a decay in (0, 1], found " + config::to_text(train.medusa_decay));
   if (train.steps < 1) bad("train.steps", "expected at least 1 step");
   if (train.batch_tokens < 1) bad("train.batch_tokens", "expected at least 1");
   if (!(train.lr > 0 && train.lr < 1)) bad("train.lr", "expected a learning rate in (0, 1), found " + config::to_text(train.lr));
@@ -136,7 +141,7 @@ TrainDraftConfig load_train_config(const std::string& path, const std::vector<st
     cfg.validate();
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kConfig) throw;
-    const YamlValue at = locate(root, origin, e.field());
+    const YamlValue at = locate(root, origin, e.field(), &train_top_table().schema());
     throw Error(ErrorKind::kConfig, e.message(), at.where(), at.path);
   }
   return cfg;

@@ -4,9 +4,11 @@
 //   target:  a model source (as models.target of `speclab run`)
 //   data:    prompts (the `prompts` section of `speclab run`), answer_tokens, max_prompt_tokens,
 //            validation_fraction, cache_dir
-//   head:    vocab_top_n (0 = the target's full LM head; N = its N most frequent tokens)
+//   architecture: eagle | medusa
+//   head:    vocab_top_n (0 = the target's full LM head; N = its N most frequent tokens),
+//            medusa_heads
 //   train:   steps, batch_tokens, lr, warmup, weight_decay, grad_clip, token_loss_weight,
-//            feature_noise, eval_every, checkpoint_every, seed
+//            feature_noise, medusa_decay, eval_every, checkpoint_every, seed
 //   output:  path (.safetensors), log (.h5), checkpoint (.safetensors), dtype
 #pragma once
 
@@ -26,11 +28,12 @@ struct DraftDataOptions {
   std::string cache_dir = ".cache/draft_data";  // answers and features, keyed by target + data
 };
 
-struct EagleHeadOptions {
-  int64_t vocab_top_n = 0;  // 0: the full LM head; N: the N most frequent target tokens (FR-Spec)
+struct DraftHeadOptions {
+  int64_t vocab_top_n = 0;   // 0: the full LM head; N: the N most frequent target tokens (FR-Spec)
+  int64_t medusa_heads = 4;  // architecture medusa: K heads, drafting up to K tokens per step
 };
 
-struct EagleTrainOptions {
+struct DraftTrainOptions {
   int64_t steps = 1000;
   int64_t batch_tokens = 1024;  // training pairs per step (whole sequences, at least one)
   double lr = 1e-3;
@@ -41,6 +44,7 @@ struct EagleTrainOptions {
   // Uniform noise U(-a, a) added to the input features, a = feature_noise x the training features'
   // RMS (EAGLE's data augmentation: the head learns to draft from its own imperfect features).
   double feature_noise = 0.0;
+  double medusa_decay = 0.8;    // architecture medusa: head k's loss weight is medusa_decay^k (the paper's 0.8)
   int64_t eval_every = 50;      // validation agreement every N steps (and at the end)
   int64_t checkpoint_every = 100;  // 0 = only at the end
   uint64_t seed = 1;
@@ -55,10 +59,10 @@ struct TrainDraftOutput {
 
 struct TrainDraftConfig {
   ModelSource target;
-  std::string architecture = "eagle";
+  std::string architecture = "eagle";  // eagle | medusa
   DraftDataOptions data;
-  EagleHeadOptions head;
-  EagleTrainOptions train;
+  DraftHeadOptions head;
+  DraftTrainOptions train;
   TrainDraftOutput output;
 
   std::string source_path;    // the YAML file

@@ -285,7 +285,7 @@ TEST_CASE("drafter bad input gives clear errors", "[spec][bad-input]") {
   auto reg = drafter_registry();
   DrafterOptions o;
   o.name = "nope";
-  CHECK_THROWS_WITH(reg.create(o, env), Catch::Contains("known drafters: draft_model, eagle, layer_skip, prompt_lookup"));
+  CHECK_THROWS_WITH(reg.create(o, env), Catch::Contains("known drafters: draft_model, eagle, layer_skip, medusa, prompt_lookup"));
   o.name = "layer_skip";
   o.draft_layers = {0, 9};
   CHECK_THROWS_WITH(reg.create(o, env), Catch::Contains("layer 9 is out of range"));

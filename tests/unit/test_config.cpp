@@ -70,7 +70,7 @@ TEST_CASE("every shipped training config (configs/train) parses and validates", 
     if (e.path().extension() != ".yaml") continue;
     INFO(e.path().string());
     const TrainDraftConfig c = load_train_config(e.path().string());
-    CHECK(c.architecture == "eagle");
+    CHECK((c.architecture == "eagle" || c.architecture == "medusa"));
     CHECK_FALSE(c.resolved_yaml.empty());
     ExperimentConfig pc;
     pc.source_path = c.source_path;
@@ -78,7 +78,7 @@ TEST_CASE("every shipped training config (configs/train) parses and validates", 
     CHECK_FALSE(load_prompts(pc).empty());
     ++n;
   }
-  CHECK(n >= 2);
+  CHECK(n >= 4);
 }
 
 TEST_CASE("a training config: unknown keys and bad values name the file, line and key", "[config][train]") {
@@ -92,7 +92,11 @@ TEST_CASE("a training config: unknown keys and bad values name the file, line an
   CHECK_NOTHROW(load(base));
   CHECK_THROWS_WITH(load(base + "train: {stepz: 3}\n"), Catch::Contains("t.yaml:3") && Catch::Contains("stepz"));
   CHECK_THROWS_WITH(load(base + "train: {lr: 2}\n"), Catch::Contains("train.lr") && Catch::Contains("(0, 1)"));
-  CHECK_THROWS_WITH(load(base + "architecture: medusa\n"), Catch::Contains("architecture"));
+  CHECK_THROWS_WITH(load(base + "architecture: draft_model\n"),
+                    Catch::Contains("t.yaml:3") && Catch::Contains("architecture") && Catch::Contains("eagle or medusa"));
+  CHECK_NOTHROW(load(base + "architecture: medusa\n"));
+  CHECK_THROWS_WITH(load(base + "head: {medusa_heads: 0}\n"), Catch::Contains("head.medusa_heads"));
+  CHECK_THROWS_WITH(load(base + "train: {medusa_decay: 1.5}\n"), Catch::Contains("train.medusa_decay"));
   CHECK_THROWS_WITH(load("target: {path: stories260K}\ndata: {prompts: {files: [humaneval.jsonl.gz]}}\n"),
                     Catch::Contains("evaluation set") && Catch::Contains("HumanEval"));
 }

@@ -7,6 +7,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/model.h"
+#include "framework/draft/builtin/head_token.h"
 
 namespace speclab {
 
@@ -85,7 +86,6 @@ DraftBlock EagleDrafter::propose(const DraftContext& ctx, int max_k) {
   head_len_ = T - 1;
   f = f.narrow(0, n_new - 1, 1);
 
-  const SamplingOptions& s = *ctx.sampling;
   const int64_t vocab = head_->target.vocab_size;
   DraftBlock b;
   int64_t pos = head_len_;
@@ -101,34 +101,8 @@ DraftBlock EagleDrafter::propose(const DraftContext& ctx, int max_k) {
       logits = eagle_logits(*head_, f)[0].contiguous();  // [V']
       lp = logits.data_ptr<float>();
     }
-    const int64_t* ids = head_->vocab_ids.data_ptr<int64_t>();
-    Token x;
-    float conf = 1.0f;
-    if (s.greedy()) {
-      // The full vocabulary's argmax (ties: the lowest token id) over the head's rows.
-      int64_t best = 0;
-      for (int64_t j = 1; j < hv; ++j)
-        if (lp[j] > lp[best] || (lp[j] == lp[best] && ids[j] < ids[best])) best = j;
-      x = static_cast<Token>(ids[best]);
-      if (ctx.min_confidence > 0.0) {  // its probability at temperature 1 over the head's rows
-        double z = 0.0;
-        for (int64_t j = 0; j < hv; ++j) z += std::exp(static_cast<double>(lp[j] - lp[best]));
-        conf = static_cast<float>(1.0 / z);
-        if (conf < ctx.min_confidence) break;
-      }
-    } else {
-      full_logits_.assign(static_cast<size_t>(vocab), -INFINITY);
-      for (int64_t j = 0; j < hv; ++j) full_logits_[static_cast<size_t>(ids[j])] = lp[j];
-      std::vector<float> q;
-      logits_to_probs(full_logits_.data(), vocab, s, q);
-      x = sample(q, *ctx.rng);
-      conf = *std::max_element(q.begin(), q.end());
-      if (ctx.min_confidence > 0.0 && conf < ctx.min_confidence) break;
-      b.probs.push_back(std::move(q));
-      b.logits.push_back(full_logits_);
-    }
-    b.tokens.push_back(x);
-    b.confidence.push_back(conf);
+    if (!append_head_token(lp, head_->vocab_ids.data_ptr<int64_t>(), hv, vocab, ctx, b, full_logits_)) break;
+    const Token x = b.tokens.back();
     if (i + 1 == max_k) break;
     f = run_head(f, at::full({1}, static_cast<int64_t>(x), at::kLong), pos++);
   }

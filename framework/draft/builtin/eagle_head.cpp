@@ -81,8 +81,12 @@ EagleHead init_eagle_head(const ModelConfig& c, uint64_t seed) {
   return h;
 }
 
+at::Tensor target_features(const at::Tensor& hidden, const at::Tensor& final_norm, double eps) {
+  return rms_norm(hidden, final_norm, eps);
+}
+
 at::Tensor eagle_features(const EagleHead& head, const at::Tensor& hidden) {
-  return rms_norm(hidden, head.final_norm, head.target.rms_norm_eps);
+  return target_features(hidden, head.final_norm, head.target.rms_norm_eps);
 }
 
 at::Tensor eagle_input(const EagleHead& head, const at::Tensor& features, const at::Tensor& next_tokens) {

@@ -56,7 +56,11 @@ struct EagleHead {
 // bias 0): deterministic given the seed. Frozen tensors are left undefined.
 EagleHead init_eagle_head(const ModelConfig& target, uint64_t seed);
 
-// The target's features from its last layer's residual stream: RMSNorm(h) * final_norm.
+// The target's features f from its last layer's residual stream: RMSNorm(h) * final_norm (the
+// target's final norm weight [d] and epsilon). Every drafter on target features uses this.
+at::Tensor target_features(const at::Tensor& hidden /*[n, d]*/, const at::Tensor& final_norm /*[d]*/,
+                           double eps);  // -> [n, d]
+// target_features with the head's frozen final norm.
 at::Tensor eagle_features(const EagleHead& head, const at::Tensor& hidden /*[n, d]*/);  // -> [n, d]
 
 // The head's layer input x = fc([f ; E[next]]).

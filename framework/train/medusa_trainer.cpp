@@ -1,0 +1,91 @@
+#include "framework/train/medusa_trainer.h"
+
+#include <ATen/core/Reduction.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <utility>
+
+#include "framework/core/error.h"
+
+namespace speclab {
+
+MedusaTrainer::MedusaTrainer(MedusaHeads& heads, const DraftTrainData& train, const DraftTrainData& validation,
+                             const DraftTrainOptions& options)
+    : heads_(heads), train_(train), val_(validation), o_(options), adam_(heads.trained()) {
+  check_train_data(train_, heads_.target.hidden_size, "training data");
+  check_train_data(val_, heads_.target.hidden_size, "validation data");
+  head_index_ = at::full({heads_.target.vocab_size}, -100, at::kLong);
+  head_index_.index_put_({heads_.vocab_ids}, at::arange(heads_.head_vocab(), at::kLong));
+  for (auto& kv : heads_.trained()) kv.second->requires_grad_(true);
+}
+
+at::Tensor MedusaTrainer::head_targets(const DraftTrainData& d, const PairRows& p, int64_t k) const {
+  const at::Tensor at_k = p.in_rows + k;
+  const at::Tensor inside = at_k.lt(p.seq_end);
+  const at::Tensor rows = at::where(inside, at_k, p.in_rows);  // any valid row where masked out
+  const at::Tensor t = head_index_.index_select(0, d.target_top1.index_select(0, rows));
+  return at::where(inside, t, at::full_like(t, -100));
+}
+
+TrainStepLog MedusaTrainer::step() {
+  Rng rng = batch_rng(o_.seed, step_);
+  const PairRows p = pairs_of(train_, draw_sequences(train_, o_.batch_tokens, rng));
+  const at::Tensor f = train_.features.index_select(0, p.in_rows);
+  at::Tensor loss = at::zeros({}, at::kFloat);
+  for (int64_t k = 1; k <= heads_.n_heads(); ++k) {
+    const at::Tensor target = head_targets(train_, p, k);
+    if (!target.ge(0).any().item<bool>()) continue;
+    const at::Tensor ce = at::cross_entropy_loss(medusa_logits(heads_, k, f), target, {}, at::Reduction::Mean, -100);
+    loss = loss + std::pow(o_.medusa_decay, static_cast<double>(k)) * ce;
+  }
+  auto params = heads_.trained();
+  for (auto& kv : params) kv.second->mutable_grad() = at::Tensor();
+  if (loss.requires_grad()) loss.backward();
+
+  ++step_;
+  const double lr = scheduled_lr(o_, step_);
+  adam_.update(params, lr, step_, o_.grad_clip, o_.weight_decay);
+  TrainStepLog log;
+  log.step = step_;
+  log.token_loss = log.loss = loss.item<double>();
+  log.lr = lr;
+  log.pairs = p.in_rows.size(0);
+  return log;
+}
+
+std::vector<double> MedusaTrainer::head_agreements() const {
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> agree(static_cast<size_t>(heads_.n_heads()), 0), total(agree.size(), 0);
+  const int64_t chunk = 16;
+  for (int64_t s0 = 0; s0 < val_.n_sequences(); s0 += chunk) {
+    std::vector<int64_t> seqs;
+    for (int64_t s = s0; s < std::min(val_.n_sequences(), s0 + chunk); ++s) seqs.push_back(s);
+    const PairRows p = pairs_of(val_, seqs);
+    if (p.in_rows.numel() == 0) continue;
+    const at::Tensor f = val_.features.index_select(0, p.in_rows);
+    for (int64_t k = 1; k <= heads_.n_heads(); ++k) {
+      const at::Tensor at_k = p.in_rows + k;
+      const at::Tensor inside = at_k.lt(p.seq_end);
+      const at::Tensor rows = at::where(inside, at_k, p.in_rows);
+      const at::Tensor top = heads_.vocab_ids.index_select(0, medusa_logits(heads_, k, f).argmax(-1));
+      const size_t i = static_cast<size_t>(k - 1);
+      agree[i] += top.eq(val_.target_top1.index_select(0, rows)).logical_and(inside).sum().item<int64_t>();
+      total[i] += inside.sum().item<int64_t>();
+    }
+  }
+  std::vector<double> out;
+  for (size_t i = 0; i < agree.size(); ++i)
+    out.push_back(total[i] ? static_cast<double>(agree[i]) / static_cast<double>(total[i]) : 0.0);
+  return out;
+}
+
+double MedusaTrainer::validation_agreement() const { return head_agreements()[0]; }
+
+std::map<std::string, at::Tensor> MedusaTrainer::state() const { return training_state(std::as_const(heads_).trained(), adam_, step_); }
+
+void MedusaTrainer::load_state(const std::map<std::string, at::Tensor>& state, const std::string& what) {
+  step_ = load_training_state(state, heads_.trained(), adam_, what);
+}
+
+}  // namespace speclab

@@ -1,0 +1,55 @@
+#include "framework/train/train_data.h"
+
+#include <algorithm>
+
+#include "framework/core/error.h"
+
+namespace speclab {
+
+int64_t DraftTrainData::n_pairs() const {
+  int64_t n = 0;
+  for (int64_t s = 0; s + 1 < static_cast<int64_t>(offsets.size()); ++s) n += std::max<int64_t>(0, offsets[s + 1] - offsets[s] - 1);
+  return n;
+}
+
+void check_train_data(const DraftTrainData& d, int64_t hidden, const std::string& what) {
+  if (d.n_sequences() < 1 || d.n_pairs() < 1)
+    throw Error(ErrorKind::kBadInput, "expected at least one sequence of two or more tokens", what);
+  const int64_t n = d.offsets.back();
+  if (d.features.dim() != 2 || d.features.size(0) != n || d.features.size(1) != hidden || d.tokens.numel() != n ||
+      d.target_top1.numel() != n)
+    throw Error(ErrorKind::kBadInput, "features, tokens and target_top1 disagree with the offsets or the target", what);
+}
+
+Rng batch_rng(uint64_t seed, int64_t step) { return Rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) + 1); }
+
+std::vector<int64_t> draw_sequences(const DraftTrainData& d, int64_t batch_tokens, Rng& rng) {
+  std::vector<int64_t> seqs;
+  int64_t pairs = 0;
+  const int64_t S = d.n_sequences();
+  std::vector<char> used(static_cast<size_t>(S), 0);
+  while (pairs < batch_tokens && static_cast<int64_t>(seqs.size()) < S) {
+    int64_t s = static_cast<int64_t>(rng.uniform() * static_cast<double>(S)) % S;
+    while (used[static_cast<size_t>(s)]) s = (s + 1) % S;
+    used[static_cast<size_t>(s)] = 1;
+    seqs.push_back(s);
+    pairs += d.offsets[s + 1] - d.offsets[s] - 1;
+  }
+  return seqs;
+}
+
+PairRows pairs_of(const DraftTrainData& d, const std::vector<int64_t>& seqs) {
+  std::vector<int64_t> rows, pos, seg, end;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int64_t a = d.offsets[seqs[s]], b = d.offsets[seqs[s] + 1];
+    for (int64_t i = a; i + 1 < b; ++i) {
+      rows.push_back(i);
+      pos.push_back(i - a);
+      seg.push_back(static_cast<int64_t>(s));
+      end.push_back(b);
+    }
+  }
+  return {at::tensor(rows, at::kLong), at::tensor(pos, at::kLong), at::tensor(seg, at::kLong), at::tensor(end, at::kLong)};
+}
+
+}  // namespace speclab
