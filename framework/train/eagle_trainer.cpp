@@ -17,8 +17,7 @@ EagleTrainer::EagleTrainer(EagleHead& head, const DraftTrainData& train, const D
   check_train_data(train_, head_.target.hidden_size, "training data");
   check_train_data(val_, head_.target.hidden_size, "validation data");
   feature_rms_ = train_.features.pow(2).mean().sqrt().item<double>();
-  head_index_ = at::full({head_.target.vocab_size}, -100, at::kLong);
-  head_index_.index_put_({head_.vocab_ids}, at::arange(head_.head_vocab(), at::kLong));
+  head_index_ = head_row_index(head_.vocab_ids, head_.target.vocab_size);
   for (auto& kv : head_.trained()) kv.second->requires_grad_(true);
 }
 

@@ -15,15 +15,24 @@ MedusaTrainer::MedusaTrainer(MedusaHeads& heads, const DraftTrainData& train, co
     : heads_(heads), train_(train), val_(validation), o_(options), adam_(heads.trained()) {
   check_train_data(train_, heads_.target.hidden_size, "training data");
   check_train_data(val_, heads_.target.hidden_size, "validation data");
-  head_index_ = at::full({heads_.target.vocab_size}, -100, at::kLong);
-  head_index_.index_put_({heads_.vocab_ids}, at::arange(heads_.head_vocab(), at::kLong));
+  head_index_ = head_row_index(heads_.vocab_ids, heads_.target.vocab_size);
   for (auto& kv : heads_.trained()) kv.second->requires_grad_(true);
 }
 
-at::Tensor MedusaTrainer::head_targets(const DraftTrainData& d, const PairRows& p, int64_t k) const {
+namespace {
+
+// Rows i + k of the pairs p where i + k is inside i's sequence (`inside`), row i elsewhere.
+at::Tensor rows_ahead(const PairRows& p, int64_t k, at::Tensor& inside) {
   const at::Tensor at_k = p.in_rows + k;
-  const at::Tensor inside = at_k.lt(p.seq_end);
-  const at::Tensor rows = at::where(inside, at_k, p.in_rows);  // any valid row where masked out
+  inside = at_k.lt(p.seq_end);
+  return at::where(inside, at_k, p.in_rows);
+}
+
+}  // namespace
+
+at::Tensor MedusaTrainer::head_targets(const DraftTrainData& d, const PairRows& p, int64_t k) const {
+  at::Tensor inside;
+  const at::Tensor rows = rows_ahead(p, k, inside);
   const at::Tensor t = head_index_.index_select(0, d.target_top1.index_select(0, rows));
   return at::where(inside, t, at::full_like(t, -100));
 }
@@ -65,9 +74,8 @@ std::vector<double> MedusaTrainer::head_agreements() const {
     if (p.in_rows.numel() == 0) continue;
     const at::Tensor f = val_.features.index_select(0, p.in_rows);
     for (int64_t k = 1; k <= heads_.n_heads(); ++k) {
-      const at::Tensor at_k = p.in_rows + k;
-      const at::Tensor inside = at_k.lt(p.seq_end);
-      const at::Tensor rows = at::where(inside, at_k, p.in_rows);
+      at::Tensor inside;
+      const at::Tensor rows = rows_ahead(p, k, inside);
       const at::Tensor top = heads_.vocab_ids.index_select(0, medusa_logits(heads_, k, f).argmax(-1));
       const size_t i = static_cast<size_t>(k - 1);
       agree[i] += top.eq(val_.target_top1.index_select(0, rows)).logical_and(inside).sum().item<int64_t>();

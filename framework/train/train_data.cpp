@@ -38,6 +38,12 @@ std::vector<int64_t> draw_sequences(const DraftTrainData& d, int64_t batch_token
   return seqs;
 }
 
+at::Tensor head_row_index(const at::Tensor& vocab_ids, int64_t vocab) {
+  at::Tensor index = at::full({vocab}, -100, at::kLong);
+  index.index_put_({vocab_ids}, at::arange(vocab_ids.size(0), at::kLong));
+  return index;
+}
+
 PairRows pairs_of(const DraftTrainData& d, const std::vector<int64_t>& seqs) {
   std::vector<int64_t> rows, pos, seg, end;
   for (size_t s = 0; s < seqs.size(); ++s) {

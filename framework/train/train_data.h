@@ -39,6 +39,10 @@ Rng batch_rng(uint64_t seed, int64_t step);
 // The batch's sequence indices, drawn from rng as the header describes.
 std::vector<int64_t> draw_sequences(const DraftTrainData& d, int64_t batch_tokens, Rng& rng);
 
+// Target token id -> row of a head over `vocab_ids` ([V'] int64), -100 (cross-entropy's ignore
+// index) for ids outside it: [vocab] int64.
+at::Tensor head_row_index(const at::Tensor& vocab_ids, int64_t vocab);
+
 // The pair rows of sequences `seqs`: position i of each sequence [a, b) for i in [a, b - 1).
 struct PairRows {
   at::Tensor in_rows;    // [n] int64 row i
