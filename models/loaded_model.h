@@ -25,6 +25,9 @@ struct LoadedModel {
   uint64_t file_bytes = 0;               // bytes of weight data on disk
   bool add_bos = true;                   // prepend tokenizer->bos_id() when encoding a prompt
   ModelSource origin;                    // the resolved source: load_model(origin) loads it again
+  // A synthetic model (models/loaders/synthetic.h): `weights` is empty and the model draws
+  // random weights of the config's shapes on its own device.
+  bool random_weights = false;
 };
 
 // Whether a `chat` setting ("on", "off" or "auto") applies the model's chat template: "on", or

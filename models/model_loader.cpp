@@ -9,6 +9,7 @@
 #include "models/loaders/gguf_model.h"
 #include "models/loaders/hf_model.h"
 #include "models/loaders/llama2c.h"
+#include "models/loaders/synthetic.h"
 
 #ifndef SPECLAB_SOURCE_DIR
 #define SPECLAB_SOURCE_DIR "."
@@ -86,6 +87,13 @@ ModelSource resolve_model_source(const ModelSource& in) {
                   "model", "format");
     s.format = format;
   };
+  if (is_synthetic_path(in.path)) {
+    if (in.format != "auto" && in.format != "random")
+      throw Error(ErrorKind::kConfig, "a random:<shape> model has format random; found '" + in.format + "'", "model",
+                  "format");
+    s.format = "random";
+    return s;
+  }
   if (const NamedModel* entry = find_named_model(in.path)) {
     named(entry->format);
     const std::string root = std::string(entry->root) == "shared" ? shared_dir : models_dir;
@@ -104,6 +112,11 @@ ModelSource resolve_model_source(const ModelSource& in) {
 LoadedModel load_model(const ModelSource& source) {
   source.validate();
   const ModelSource s = resolve_model_source(source);
+  if (s.format == "random") {
+    LoadedModel m = load_synthetic(s.path);
+    m.origin = s;
+    return m;
+  }
   if (!exists(s.path)) throw Error(ErrorKind::kIo, "no such file or directory", s.path);
   LoadedModel m;
   if (s.format == "gguf") {

@@ -324,7 +324,7 @@ void check_model_source(const ModelSource& src, const std::string& key, const Sw
     src.validate();
     const ModelSource r = resolve_model_source(src);
     std::error_code ec;
-    if (!fs::exists(r.path, ec)) throw Error(ErrorKind::kIo, "expected an existing model file or directory, found none at " + r.path, "", "path");
+    if (r.format != "random" && !fs::exists(r.path, ec)) throw Error(ErrorKind::kIo, "expected an existing model file or directory, found none at " + r.path, "", "path");
   } catch (const Error& e) {
     const std::string at = point.values.empty() ? "" : " (sweep point #" + std::to_string(point.index) + ": " + point_label(point.values) + ")";
     const std::string where = e.file().empty() || e.file() == "model" ? "" : e.file() + ": ";

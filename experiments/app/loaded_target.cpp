@@ -8,7 +8,8 @@
 namespace speclab {
 
 std::unique_ptr<Model> build_model(LoadedModel& loaded, const ModelSource& source, int64_t head_vocab) {
-  return std::make_unique<LlamaModel>(loaded, parse_activations(source.activations, "activations"), head_vocab);
+  return std::make_unique<LlamaModel>(loaded, parse_activations(source.activations, "activations"), head_vocab,
+                                      Placement{source.device, source.dtype});
 }
 
 std::unique_ptr<LoadedTarget> load_target(const ModelSource& source) {
@@ -21,7 +22,7 @@ std::unique_ptr<LoadedTarget> load_target(const ModelSource& source) {
 }
 
 LoadedTarget& TargetCache::get(const ModelSource& s) {
-  const std::string key = s.path + "\n" + s.format + "\n" + s.tokenizer + "\n" + s.weights + "\n" + s.activations;
+  const std::string key = s.path + "\n" + s.format + "\n" + s.tokenizer + "\n" + s.weights + "\n" + s.activations + "\n" + s.device + "\n" + s.dtype;
   auto it = targets_.find(key);
   if (it == targets_.end()) it = targets_.emplace(key, load_target(s)).first;
   return *it->second;

@@ -50,6 +50,10 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
     ModelSource src;
     src.path = o.draft_model;
     src.format = o.draft_model_format;
+    if (env.target != nullptr) {  // the draft runs beside its target: same device and dtype
+      src.device = env.target->config().device;
+      src.dtype = env.target->config().dtype;
+    }
     LoadedModel loaded = load_model(src);
     if (target != nullptr) check_same_vocabulary(loaded, *target);
     return ModelDrafter::separate(build_model(loaded, src, o.draft_vocab), env);

@@ -25,6 +25,9 @@ void ModelArgs::add_to(po::options_description& desc) {
        "native (GGUF Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K matrices stay quantized) | f32 (dequantize everything at load)")
       ("activations", po::value(&activations)->default_value(activations),
        "auto | int8 (activation rows quantized to int8 against packed weights, the default) | f32")
+      ("device", po::value(&device)->default_value(device), "cpu | cuda | cuda:N (weights, K/V and activations live there)")
+      ("dtype", po::value(&dtype)->default_value(dtype),
+       "auto (CPU: as --weights says; CUDA: bfloat16) | float32 | bfloat16 | float16 (weights dequantized to it at load)")
       ("threads", po::value(&threads)->default_value(threads), "CPU threads for the model kernels (0 = all cores)");
 }
 
@@ -35,6 +38,8 @@ ModelSource ModelArgs::source() const {
   s.tokenizer = tokenizer;
   s.weights = weights;
   s.activations = activations;
+  s.device = device;
+  s.dtype = dtype;
   return s;
 }
 

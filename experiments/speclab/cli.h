@@ -28,6 +28,8 @@ struct ModelArgs {
   std::string tokenizer;
   std::string weights = "native";  // ModelSource::weights
   std::string activations = "auto";  // ModelSource::activations
+  std::string device = "cpu";        // ModelSource::device
+  std::string dtype = "auto";        // ModelSource::dtype
   int threads = 0;                 // 0 = libtorch default
 
   void add_to(po::options_description& desc);

@@ -43,12 +43,14 @@ std::string git_head() {
 int cmd_check(const std::vector<std::string>& args) {
   std::string config_path, output;
   std::vector<std::string> overrides;
+  std::string device;
   bool overwrite = false, quiet = false;
   int threads = 0;
   po::options_description desc("speclab check");
   desc.add_options()
       ("config", po::value(&config_path), "experiment YAML with an `equivalence` section (positional)")
       ("set", po::value(&overrides)->multitoken(), "override a config key: key=value (repeatable)")
+      ("device", po::value(&device), "cpu | cuda | cuda:N: shorthand for --set models.target.device=...")
       ("out,o", po::value(&output), "HDF5 output path (default: the config's output.path)")
       ("overwrite", po::bool_switch(&overwrite),
        "replace an existing output file (an experiment file of `speclab run` keeps its runs and gets its "
@@ -62,6 +64,7 @@ int cmd_check(const std::vector<std::string>& args) {
   if (config_path.empty()) throw Error(ErrorKind::kConfig, "expected a config file, found none", "command line", "CONFIG");
   set_threads(threads);
 
+  if (!device.empty()) overrides.push_back("models.target.device=" + device);
   ExperimentConfig config = load_experiment_config(config_path, overrides);
   if (!output.empty()) config.output.path = output;
   config.output.validate();

@@ -176,12 +176,14 @@ std::string git_revision() {
 int cmd_run(const std::vector<std::string>& args) {
   std::string config_path, output, report_dir, shard_text;
   std::vector<std::string> overrides;
+  std::string device;
   bool resume = false, overwrite = false, no_report = false;
   int threads = 0;
   po::options_description desc("speclab run");
   desc.add_options()
       ("config", po::value(&config_path), "experiment YAML (positional)")
       ("set", po::value(&overrides)->composing(), "override a config key: --set key=value (repeatable)")
+      ("device", po::value(&device), "cpu | cuda | cuda:N: shorthand for --set models.target.device=...")
       ("output,o", po::value(&output), "HDF5 output path (default: the config's output.path)")
       ("resume", po::bool_switch(&resume), "continue an interrupted run: skip the prompt-runs already in the file")
       ("overwrite", po::bool_switch(&overwrite), "replace an existing output file")
@@ -200,6 +202,7 @@ int cmd_run(const std::vector<std::string>& args) {
   const ShardSpec shard = shard_text.empty() ? ShardSpec{} : parse_shard(shard_text);
   set_threads(threads);
 
+  if (!device.empty()) overrides.push_back("models.target.device=" + device);
   ExperimentConfig config = load_experiment_config(config_path, overrides);
   if (!output.empty()) config.output.path = output;
   // A report directory that cannot be made is found now, not after the whole run (after the

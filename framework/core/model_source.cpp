@@ -6,13 +6,26 @@ namespace speclab {
 
 void ModelSource::validate() const {
   if (path.empty()) throw Error(ErrorKind::kConfig, "expected a model path or named entry, found nothing", "model", "path");
-  if (format != "auto" && format != "gguf" && format != "safetensors" && format != "llama2c")
+  if (format != "auto" && format != "gguf" && format != "safetensors" && format != "llama2c" && format != "random")
     throw Error(ErrorKind::kConfig,
-                "expected one of auto, gguf, safetensors, llama2c; found '" + format + "'", "model", "format");
+                "expected one of auto, gguf, safetensors, llama2c, random; found '" + format + "'", "model", "format");
   if (weights != "native" && weights != "f32")
     throw Error(ErrorKind::kConfig, "expected native or f32, found '" + weights + "'", "model", "weights");
   if (activations != "auto" && activations != "f32" && activations != "int8")
     throw Error(ErrorKind::kConfig, "expected auto, f32 or int8, found '" + activations + "'", "model", "activations");
+  if (!valid_device(device))
+    throw Error(ErrorKind::kConfig, "expected cpu, cuda or cuda:N, found '" + device + "'", "model", "device");
+  if (dtype != "auto" && dtype != "float32" && dtype != "bfloat16" && dtype != "float16")
+    throw Error(ErrorKind::kConfig, "expected auto, float32, bfloat16 or float16, found '" + dtype + "'", "model",
+                "dtype");
+}
+
+bool valid_device(const std::string& d) {
+  if (d == "cpu" || d == "cuda") return true;
+  if (d.size() < 6 || d.compare(0, 5, "cuda:") != 0 || d.size() > 8) return false;
+  for (size_t i = 5; i < d.size(); ++i)
+    if (d[i] < '0' || d[i] > '9') return false;
+  return true;
 }
 
 const std::vector<NamedModel>& named_models() {

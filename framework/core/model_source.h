@@ -10,7 +10,7 @@ namespace speclab {
 
 struct ModelSource {
   std::string path;
-  std::string format = "auto";
+  std::string format = "auto";  // auto | gguf | safetensors | llama2c | random (path random:<shape>)
   std::string tokenizer;  // llama2.c only: tokenizer.bin (default: tokenizer.bin beside the model)
   // "native": GGUF Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K matrices stay in their quantized blocks and the model computes
   // with them directly (llama.cpp's precision for weights); "f32": every tensor is dequantized to
@@ -20,9 +20,18 @@ struct ModelSource {
   // integer dot products, as llama.cpp), "f32" (float32 rows against the decoded blocks), or
   // "auto" (int8; float32 weights always compute in float32).
   std::string activations = "auto";
+  // Where the model runs: "cpu", "cuda" or "cuda:N" (weights, K/V and activations live there).
+  std::string device = "cpu";
+  // The dtype of weights, activations and K/V: "auto" (on the CPU: the weights as the file holds
+  // them, as `weights` says; on CUDA: bfloat16), or "float32", "bfloat16", "float16", to which
+  // quantized weights are dequantized at load (on the CPU this runs the libtorch-op backend).
+  std::string dtype = "auto";
 
-  void validate() const;  // throws Error(kConfig) on an empty path, unknown format, weights or activations
+  void validate() const;  // throws Error(kConfig) on an empty path, unknown format, weights, activations, device or dtype
 };
+
+// Whether `d` names a device: "cpu", "cuda" or "cuda:N" (N up to three digits).
+bool valid_device(const std::string& d);
 
 // A named entry: a short name for a model that scripts/setup.sh installs under .cache/models (or
 // that ../shared holds). models/model_loader.h resolves it to a file; the config loader keeps it

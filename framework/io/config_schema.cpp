@@ -90,6 +90,8 @@ const Table<ModelSource>& source_table() {
       field("tokenizer", {}, &S::tokenizer, path()),
       field("weights", {}, &S::weights, one_of({"native", "f32"})),
       field("activations", {}, &S::activations, one_of({"auto", "f32", "int8"})),
+      field("device", {}, &S::device),
+      field("dtype", {}, &S::dtype, one_of({"auto", "float32", "bfloat16", "float16"})),
   });
   return t;
 }

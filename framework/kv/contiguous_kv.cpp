@@ -1,12 +1,13 @@
 #include "framework/kv/contiguous_kv.h"
 
 #include "framework/core/error.h"
+#include "framework/kv/kv_storage.h"
 
 namespace speclab {
 
 ContiguousKv::ContiguousKv(const KvGeometry& g, int64_t capacity) : capacity_(capacity) {
   SPECLAB_CHECK(capacity > 0, "capacity must be positive");
-  k_ = at::zeros({g.n_layers, capacity, g.n_kv_heads, g.head_dim}, at::kFloat);
+  k_ = at::zeros({g.n_layers, capacity, g.n_kv_heads, g.head_dim}, kv_storage_options(g));
   v_ = at::zeros_like(k_);
 }
 

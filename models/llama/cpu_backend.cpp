@@ -171,7 +171,8 @@ class CpuOps {
 
 bool LlamaModel::can_run_cpu(const KvView& kv) const {
   auto ok = [](const at::Tensor& t) { return t.defined() && t.device().is_cpu() && t.is_contiguous(); };
-  return ok(kv.k_cache) && ok(kv.v_cache) && kv.k_cache.scalar_type() == at::kFloat &&
+  return placement_.device.is_cpu() && placement_.dtype == at::kFloat && ok(kv.k_cache) && ok(kv.v_cache) &&
+         kv.k_cache.scalar_type() == at::kFloat &&
          kv.v_cache.scalar_type() == at::kFloat && w_.final_norm.device().is_cpu() &&
          (w_.embed.is_packed() || w_.embed.f32.device().is_cpu());
 }

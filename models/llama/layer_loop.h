@@ -39,11 +39,12 @@
 
 namespace speclab {
 
-// x: [n, hidden], the residual stream after layer `l`: copied into every opts.hidden_out entry
-// that asks for l.
+// x: [n, hidden], the residual stream after layer `l`: copied, as float32 on the CPU, into every
+// opts.hidden_out entry that asks for l.
 inline void keep_hidden(const ForwardOptions& opts, int64_t l, const at::Tensor& x) {
   for (size_t i = 0; i < opts.hidden_layers.size(); ++i)
-    if (opts.hidden_layers[i] == l) (*opts.hidden_out)[i] = x.clone();
+    if (opts.hidden_layers[i] == l)
+      (*opts.hidden_out)[i] = x.to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true);
 }
 
 // Runs `layers` (ascending indices into w.layers) on n tokens and returns the logits of the last

@@ -15,6 +15,7 @@
 #include "framework/core/error.h"
 #include "models/llama/gemv.h"
 #include "models/loaders/dequant.h"
+#include "models/llama/placement.h"
 
 namespace speclab {
 
@@ -39,13 +40,7 @@ void limit_blas_threads() {
 
 }  // namespace
 
-LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t head_vocab)
-    : config_(loaded.config), activations_(activations) {
-  SPECLAB_CHECK(head_vocab >= 0, "head_vocab must be >= 0");
-  validate_weights(config_, loaded.weights, loaded.source);
-  limit_blas_threads();
-  c10::InferenceMode guard;
-  WeightMap& w = loaded.weights;
+void LlamaModel::take_weights(WeightMap& w) {
   const ModelConfig& c = config_;
   w_.embed = take_matrix(w, "model.embed_tokens.weight");
   w_.final_norm = take_vector(w, "model.norm.weight");
@@ -67,6 +62,22 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
     w_.layers.push_back(std::move(L));
   }
   w.clear();
+}
+
+LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t head_vocab, const Placement& placement)
+    : config_(loaded.config), placement_(resolve_placement(placement)), activations_(activations) {
+  SPECLAB_CHECK(head_vocab >= 0, "head_vocab must be >= 0");
+  config_.device = placement_.device_name;
+  config_.dtype = placement_.dtype_name;
+  limit_blas_threads();
+  c10::InferenceMode guard;
+  const ModelConfig& c = config_;
+  if (loaded.random_weights) {
+    w_ = random_weights(c, placement_, /*seed=*/0);
+  } else {
+    validate_weights(config_, loaded.weights, loaded.source);
+    take_weights(loaded.weights);
+  }
   if (head_vocab > 0 && head_vocab < c.vocab_size) {
     const std::vector<int64_t> ids = frequent_head_ids(*loaded.tokenizer, c.vocab_size, head_vocab);
     head_ids_ = at::tensor(ids, at::kLong);
@@ -74,13 +85,15 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
   }
   // The VNNI int8 kernels read their own layout (qgemm_x8.h): a second copy of the matrices,
   // made once here (the ggml blocks stay for embedding lookups and the other ISAs and paths).
-  if (activations_ == Activations::kInt8) {
+  if (activations_ == Activations::kInt8 && !placement_.dense) {
     add_x8_repack(w_.lm_head);
     for (LlamaLayer& L : w_.layers)
       for (WeightMatrix* m : {&L.w_qkv, &L.w_o, &L.w_gate_up, &L.w_down}) add_x8_repack(*m);
   }
 
-  auto bytes = [](const at::Tensor& t) { return t.defined() ? static_cast<uint64_t>(t.numel()) * 4 : 0; };
+  if (placement_.dense && !loaded.random_weights)
+    place_weights(w_, placement_, c.tie_word_embeddings && !head_ids_.defined());
+  auto bytes = [](const at::Tensor& t) { return t.defined() ? static_cast<uint64_t>(t.numel() * t.element_size()) : 0; };
   weight_bytes_ = w_.embed.bytes() + bytes(w_.final_norm) + (c.tie_word_embeddings ? 0 : w_.lm_head.bytes());
   for (const auto& L : w_.layers)
     weight_bytes_ += bytes(L.attn_norm) + bytes(L.mlp_norm) + L.w_qkv.bytes() + bytes(L.b_qkv) + L.w_o.bytes() +
@@ -94,7 +107,8 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
   for (const std::string& k : kinds) ++counts[k];
   for (const auto& [name, k] : counts)
     weight_storage_ += (weight_storage_.empty() ? "" : ", ") + name + " x " + std::to_string(k);
-  weight_storage_ += " matrices, float32 norms";
+  weight_storage_ += std::string(" matrices, ") + placement_.dtype_name + " norms";
+  if (!placement_.device.is_cpu()) weight_storage_ += " on " + placement_.device_name;
 
   // RoPE tables computed in float32 exactly like run.c / HF: freq_i = 1 / theta^(2i/d), angle = pos * freq_i.
   const int64_t half = c.head_dim / 2;
@@ -109,8 +123,12 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
       sin_t[pos * half + i] = std::sin(angle);
     }
   }
-  w_.rope_cos = at::from_blob(cos_t.data(), {c.max_position_embeddings, half}, at::kFloat).clone();
-  w_.rope_sin = at::from_blob(sin_t.data(), {c.max_position_embeddings, half}, at::kFloat).clone();
+  w_.rope_cos = at::from_blob(cos_t.data(), {c.max_position_embeddings, half}, at::kFloat).to(placement_.device);
+  w_.rope_sin = at::from_blob(sin_t.data(), {c.max_position_embeddings, half}, at::kFloat).to(placement_.device);
+  if (placement_.device.is_cpu()) {  // to() on the same device aliases the vectors' storage
+    w_.rope_cos = w_.rope_cos.clone();
+    w_.rope_sin = w_.rope_sin.clone();
+  }
 }
 
 namespace {
@@ -139,12 +157,19 @@ class LlamaPackedMatrix : public PackedMatrix {
 }  // namespace
 
 std::shared_ptr<const PackedMatrix> LlamaModel::pack_matrix(const at::Tensor& w) const {
-  if (!w_.final_norm.device().is_cpu()) return nullptr;
+  if (!placement_.device.is_cpu()) return nullptr;
   c10::InferenceMode guard;
   return std::make_shared<LlamaPackedMatrix>(pack_f32_matrix(w, activations_), activations_);
 }
 
-int64_t LlamaModel::row_exact_batch() const { return w_.final_norm.device().is_cpu() ? kMaxRowExact : 0; }
+int64_t LlamaModel::row_exact_batch() const {
+  if (placement_.device.is_cpu()) return placement_.dtype == at::kFloat ? kMaxRowExact : 0;
+#ifdef SPECLAB_HAVE_CUDA
+  return kCudaPadRows;
+#else
+  return 0;
+#endif
+}
 
 std::vector<int64_t> LlamaModel::layers_to_run(const ForwardOptions& opts) const {
   if (opts.layers.empty()) {
@@ -178,6 +203,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, const at::Tensor& posit
   prepare_hidden(opts);
   at::Tensor logits = !opts.aten_reference && can_run_cpu(kv) ? forward_cpu(tokens, positions, kv, opts)
                                                               : forward_aten(tokens, positions, kv, opts);
+  if (!logits.device().is_cpu() || logits.scalar_type() != at::kFloat) logits = logits.to(at::kCPU, at::kFloat);
   if (!head_ids_.defined()) return logits;
   // [k, head ids] -> [k, vocab], -inf for the tokens the head leaves out.
   at::Tensor full = at::full({logits.size(0), config_.vocab_size}, -std::numeric_limits<float>::infinity(),

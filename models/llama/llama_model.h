@@ -15,9 +15,12 @@
 
 #include "framework/core/model.h"
 #include "models/llama/llama_weights.h"
+#include "models/llama/placement.h"
 #include "models/loaded_model.h"
 
 namespace speclab {
+
+struct CudaGraphCache;  // aten_backend.cpp
 
 // The token ids a reduced LM head keeps (FR-Spec, Zhao et al. 2025: "the N most frequent"): the
 // n lowest ids below `vocab`, since byte-level BPE and SentencePiece ids follow merge order, i.e.
@@ -31,7 +34,9 @@ class LlamaModel : public Model {
   // `activations`: how activations meet packed weights (llama_weights.h). `head_vocab` > 0 (and
   // below the vocabulary): the LM head keeps only the rows of frequent_head_ids(head_vocab), and
   // forward() returns -inf logits for every other token (a draft's reduced head, FR-Spec).
-  explicit LlamaModel(LoadedModel& loaded, Activations activations = Activations::kInt8, int64_t head_vocab = 0);
+  // `placement`: the device and dtype (placement.h); config().device and ::dtype report it.
+  explicit LlamaModel(LoadedModel& loaded, Activations activations = Activations::kInt8, int64_t head_vocab = 0,
+                      const Placement& placement = {});
 
   const ModelConfig& config() const override { return config_; }
   // Runs the layer loop (layer_loop.h) on the backend of the KV storage's device: the CPU
@@ -42,13 +47,27 @@ class LlamaModel : public Model {
   uint64_t weight_bytes() const override { return weight_bytes_; }
   std::string weight_storage() const override { return weight_storage_; }
   Activations activations() const { return activations_; }
-  // kMaxRowExact (32) for host weights: the CPU backend's matmuls (gemv.h, qgemm.h), attention
+  // kMaxRowExact (32) on the CPU backend: its matmuls (gemv.h, qgemm.h), attention
   // (attention_cpu.h) and row operations compute each row independently of the batch.
+  // kCudaPadRows (16) on CUDA with SpecLab's attention kernel: every call of up to that many
+  // rows is padded to exactly that many, so that each library op sees one shape whatever n, and
+  // the attention kernel (framework/cuda/paged_attention.h) is batch-invariant by design.
+  // 0 elsewhere (dense 16-bit weights on the CPU).
   int64_t row_exact_batch() const override;
+  // Rows a CUDA forward of up to this many tokens is padded to (row_exact_batch()).
+  static constexpr int64_t kCudaPadRows = 16;
+  // CUDA forwards of up to this many rows (after padding) replay captured CUDA graphs, one per
+  // (layers, cache storage, rows, 256-position context bucket), unless SPECLAB_CUDA_GRAPHS=0 or
+  // hidden states are asked for. A replay computes the same bits as the eager calls.
+  static constexpr int64_t kCudaGraphRows = 64;
+  // Whether this model's CUDA forwards replay graphs (a CUDA libtorch, on CUDA, not turned off).
+  bool uses_cuda_graphs() const;
   // pack_f32_matrix(w, activations()) behind linear(): Q8_0 against int8 activations.
   std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override;
 
  private:
+  // Moves the loader's weights into w_ (packed blocks stay packed; q/k/v and gate/up stacked).
+  void take_weights(WeightMap& w);
   // opts.layers, or every layer when it is empty; throws on an index out of range.
   std::vector<int64_t> layers_to_run(const ForwardOptions& opts) const;
   // Checks opts.hidden_layers against the layers that run and sizes *opts.hidden_out.
@@ -60,13 +79,20 @@ class LlamaModel : public Model {
                          const ForwardOptions& opts) const;
   at::Tensor forward_aten(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                           const ForwardOptions& opts) const;
+  // forward_aten's captured path: t, p, ws [rows] host int64 (tokens, positions, write slots,
+  // padded); returns the host float32 logits of rows [n - n_out, n). CUDA libtorch builds only.
+  at::Tensor forward_graphed(const at::Tensor& t, const at::Tensor& p, const at::Tensor& ws, const KvView& kv,
+                             const ForwardOptions& opts, int64_t n, int64_t n_out, int64_t rows_out) const;
 
   ModelConfig config_;
+  ResolvedPlacement placement_;
   LlamaWeights w_;
   at::Tensor head_ids_;  // [rows of w_.lm_head] int64 token ids, or undefined (the whole vocabulary)
   Activations activations_;
   uint64_t weight_bytes_ = 0;
   std::string weight_storage_;
+  // Captured forwards (an execution cache, no sequence state): made on first use.
+  mutable std::shared_ptr<CudaGraphCache> cuda_graphs_;
 };
 
 }  // namespace speclab

@@ -37,7 +37,14 @@ HostTensor take_host(WeightMap& w, const std::string& name) {
 }
 
 // The storage kind of a matrix without parts: "float32" or the ggml type.
-std::string kind_of(const WeightMatrix& m) { return m.is_packed() ? ggml_type_name(m.type) : "float32"; }
+std::string kind_of(const WeightMatrix& m) {
+  if (m.is_packed()) return ggml_type_name(m.type);
+  switch (m.f32.scalar_type()) {
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: return "float32";
+  }
+}
 
 // One matrix without parts: y [n, m.out].
 void linear_block(const WeightMatrix& m, const float* x, const float* bias, float* y, int64_t n, Activations act) {

@@ -21,6 +21,8 @@ EagleDrafter::EagleDrafter(std::shared_ptr<const EagleHead> head, const DrafterE
   kv_ = env.kv;
   KvGeometry g = t.kv_geometry();
   g.n_layers = 1;
+  g.device = "cpu";  // the head runs on the CPU whatever the target's device
+  g.dtype = "float32";
   pool_ = kv_->add_pool(g);
   packed_ = PackedEagleHead::make(*head_, *env.target);
 }

@@ -1,0 +1,228 @@
+// Placement (models/llama/placement.h): models on a device and in a dtype, and synthetic models.
+//
+// On every machine: the dense CPU paths against the native one (float32 bit for bit, bfloat16
+// within rounding), synthetic models, the KV storage following the model, and the errors for a
+// device this build or machine lacks. Where a CUDA device is present (the lent GPU machine; see
+// docs/gpu.md): stories260K on CUDA against the CPU, the batch invariance that makes a
+// verification row equal to an AR step there, and greedy speculative decoding token-identical to
+// AR on the device. Without one, those cases say so in one line and return.
+#include "tests/torch_catch.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <cstdio>
+#include <string>
+
+#include "experiments/app/loaded_target.h"
+#include "experiments/app/session_parts.h"
+#include "framework/core/error.h"
+#include "framework/engine/ar_decode.h"
+#include "framework/engine/spec_decode.h"
+#include "framework/kv/contiguous_kv.h"
+#include "framework/kv/kv_storage.h"
+#include "models/llama/placement.h"
+
+using namespace speclab;
+
+namespace {
+
+ModelSource stories_source(const std::string& device = "cpu", const std::string& dtype = "auto") {
+  ModelSource s;
+  s.path = "stories260K";
+  s.device = device;
+  s.dtype = dtype;
+  return s;
+}
+
+// [n, vocab] float32 logits of every position of `ids` in one forward, on a fresh cache.
+at::Tensor logits_of(const Model& m, const TokenList& ids) {
+  c10::InferenceMode guard;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  ContiguousKv kv(m.config().kv_geometry(), n);
+  return m.forward(token_tensor(ids), at::arange(n, at::kLong), kv.append_view(n));
+}
+
+// Row i of the logits computed one token at a time (AR steps), [n, vocab].
+at::Tensor stepwise_logits(const Model& m, const TokenList& ids) {
+  c10::InferenceMode guard;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  ContiguousKv kv(m.config().kv_geometry(), n);
+  std::vector<at::Tensor> rows;
+  for (int64_t i = 0; i < n; ++i) {
+    rows.push_back(m.forward(token_tensor({ids[i]}), at::tensor({i}, at::kLong), kv.append_view(1)));
+    kv.commit(1);
+  }
+  return at::cat(rows, 0);
+}
+
+// The prompt's first `prefix` tokens in one forward, then the rest as one n-row pass on top.
+at::Tensor split_logits(const Model& m, const TokenList& ids, int64_t prefix) {
+  c10::InferenceMode guard;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  ContiguousKv kv(m.config().kv_geometry(), n);
+  const TokenList head(ids.begin(), ids.begin() + prefix), tail(ids.begin() + prefix, ids.end());
+  at::Tensor a = m.forward(token_tensor(head), at::arange(prefix, at::kLong), kv.append_view(prefix));
+  kv.commit(prefix);
+  at::Tensor b = m.forward(token_tensor(tail), at::arange(prefix, n, at::kLong), kv.append_view(n - prefix));
+  return at::cat({a, b}, 0);
+}
+
+bool cuda_or_say(const char* what) {
+  if (cuda_device_available()) return true;
+  WARN("skipped (" << what << "): no CUDA device in this process (CPU libtorch or no GPU)");
+  return false;
+}
+
+const TokenList kPrompt = {1, 403, 261, 426, 301, 1078 % 512, 280, 269, 306, 395, 295, 262, 370};
+
+}  // namespace
+
+TEST_CASE("dense float32 on the CPU computes what the native path does, bit for bit", "[device]") {
+  auto native = load_target(stories_source());
+  auto dense = load_target(stories_source("cpu", "float32"));
+  CHECK(dense->model->config().dtype == "float32");
+  CHECK(dense->model->row_exact_batch() == native->model->row_exact_batch());
+  CHECK(at::equal(logits_of(*native->model, kPrompt), logits_of(*dense->model, kPrompt)));
+}
+
+TEST_CASE("bfloat16 on the CPU tracks float32 within bfloat16 rounding, its K/V stored in bfloat16", "[device]") {
+  auto f32 = load_target(stories_source());
+  auto bf16 = load_target(stories_source("cpu", "bfloat16"));
+  const ModelConfig& c = bf16->model->config();
+  CHECK(c.dtype == "bfloat16");
+  CHECK(c.kv_geometry().element_bytes() == 2);
+  CHECK(kv_storage_options(c.kv_geometry()).dtype() == at::kBFloat16);
+  CHECK(bf16->model->row_exact_batch() == 0);  // library matmuls: no per-row promise
+  CHECK(bf16->model->weight_storage().find("bfloat16") != std::string::npos);
+  const at::Tensor a = logits_of(*f32->model, kPrompt), b = logits_of(*bf16->model, kPrompt);
+  REQUIRE(b.scalar_type() == at::kFloat);
+  REQUIRE(b.sizes() == a.sizes());
+  const double spread = a.std().item<double>();
+  const double err = (a - b).abs().max().item<double>();
+  INFO("max |f32 - bf16| = " << err << ", logit std " << spread);
+  CHECK(err < 0.1 * spread);
+  // Negative control: the same bound fails for the logits of another prompt.
+  TokenList other = kPrompt;
+  std::reverse(other.begin() + 1, other.end());
+  CHECK_FALSE((a - logits_of(*bf16->model, other)).abs().max().item<double>() < 0.1 * spread);
+  // The argmax of the last position (the next greedy token) agrees.
+  CHECK(a[-1].argmax().item<int64_t>() == b[-1].argmax().item<int64_t>());
+}
+
+TEST_CASE("synthetic random:<shape> models load without a file and run", "[device]") {
+  ModelSource s;
+  s.path = "random:tiny";
+  auto t = load_target(s);
+  CHECK(t->info.format == "random");
+  CHECK(t->model->config().num_hidden_layers == 2);
+  const at::Tensor l = logits_of(*t->model, {1, 5, 9, 200});
+  CHECK(l.sizes() == at::IntArrayRef({4, 512}));
+  CHECK(at::isfinite(l).all().item<bool>());
+  CHECK(at::equal(l, stepwise_logits(*t->model, {1, 5, 9, 200})));  // the CPU backend's row exactness
+  s.path = "random:llama-13b";
+  try {
+    load_target(s);
+    FAIL("an unknown shape must be refused");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kConfig);
+    CHECK(std::string(e.what()).find("llama-7b") != std::string::npos);
+  }
+}
+
+TEST_CASE("device and dtype are validated, and CUDA is refused cleanly where there is none", "[device]") {
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda0", "CUDA"}) {
+    ModelSource s = stories_source(bad);
+    CHECK_THROWS_AS(s.validate(), Error);
+  }
+  CHECK_THROWS_AS(stories_source("cpu", "fp8").validate(), Error);
+  CHECK_NOTHROW(stories_source("cuda:1", "float16").validate());
+  if (cuda_device_available()) {
+    WARN("skipped (the refusal): this process has a CUDA device");
+    return;
+  }
+  try {
+    load_target(stories_source("cuda"));
+    FAIL("device cuda must be refused without CUDA");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kConfig);
+    CHECK(e.field() == "device");
+  }
+#ifdef SPECLAB_CLI
+  const std::string cmd = std::string(SPECLAB_CLI) + " generate --model stories260K --device cuda -n 2 " +
+                          "--prompt 'Once' > /dev/null 2>&1";
+  const int status = std::system(cmd.c_str());
+  CHECK(WEXITSTATUS(status) == 2);
+#endif
+}
+
+TEST_CASE("CUDA: stories260K in float32 matches the CPU", "[device][cuda]") {
+  if (!cuda_or_say("CUDA float32 against the CPU")) return;
+  auto cpu = load_target(stories_source());
+  auto gpu = load_target(stories_source("cuda", "float32"));
+  CHECK(gpu->model->config().device == "cuda:0");
+  const at::Tensor a = logits_of(*cpu->model, kPrompt), b = logits_of(*gpu->model, kPrompt);
+  REQUIRE(b.device().is_cpu());
+  const double err = (a - b).abs().max().item<double>();
+  INFO("max |cpu - cuda| = " << err);
+  CHECK(err < 1e-3 * (1.0 + a.abs().max().item<double>()));
+}
+
+TEST_CASE("CUDA: a row of an n-row pass is bit-identical to the same row as an AR step", "[device][cuda]") {
+  if (!cuda_or_say("CUDA batch invariance")) return;
+  for (const char* dtype : {"bfloat16", "float16", "float32"}) {
+    for (const char* path : {"stories260K", "random:tiny"}) {
+      ModelSource s = stories_source("cuda", dtype);
+      s.path = path;
+      auto t = load_target(s);
+      const Model& m = *t->model;
+      REQUIRE(m.row_exact_batch() >= 9);
+      const at::Tensor steps = stepwise_logits(m, kPrompt);
+      for (int64_t prefix : {1, 4, 8}) {
+        INFO(path << " " << dtype << ", verification of " << (kPrompt.size() - prefix) << " rows after " << prefix);
+        CHECK(at::equal(split_logits(m, kPrompt, prefix), steps));
+      }
+      // Asking for hidden states runs the calls eagerly (no CUDA graph): the same bits.
+      c10::InferenceMode guard;
+      const int64_t n = static_cast<int64_t>(kPrompt.size());
+      ContiguousKv kv(m.config().kv_geometry(), n);
+      std::vector<at::Tensor> hidden;
+      ForwardOptions eager;
+      eager.hidden_layers = {0};
+      eager.hidden_out = &hidden;
+      const at::Tensor first = m.forward(token_tensor({kPrompt[0]}), at::tensor({int64_t(0)}, at::kLong),
+                                         kv.append_view(1), eager);
+      CHECK(at::equal(first, steps.narrow(0, 0, 1)));
+      CHECK(hidden.at(0).sizes() == at::IntArrayRef({1, m.config().hidden_size}));
+    }
+  }
+  // Negative control: the comparison sees a difference that rounding makes (float16 vs bfloat16).
+  ModelSource h = stories_source("cuda", "float16"), b = stories_source("cuda", "bfloat16");
+  CHECK_FALSE(at::equal(stepwise_logits(*load_target(h)->model, kPrompt),
+                        stepwise_logits(*load_target(b)->model, kPrompt)));
+}
+
+TEST_CASE("CUDA: greedy speculative decoding is token-identical to AR on the device", "[device][cuda]") {
+  if (!cuda_or_say("CUDA greedy speculative decoding")) return;
+  for (const char* dtype : {"bfloat16", "float32"}) {
+    auto t = load_target(stories_source("cuda", dtype));
+    SessionParts parts(*t, kv_options_for(t->model->config(), 4096));
+    for (const char* name : {"prompt_lookup", "layer_skip", "draft_model"}) {
+      DrafterOptions o;
+      o.name = name;
+      o.num_speculative_tokens = 4;
+      if (std::string(name) == "layer_skip") o.draft_layers = {0, 1, 2};
+      if (std::string(name) == "draft_model") o.draft_model = "stories260K";
+      Drafter& d = parts.add_drafter(o);
+      const TokenList ids = t->info.tokenizer->encode("The little dog was happy. The little dog", true);
+      GenerationOptions gen;
+      gen.max_new_tokens = 48;
+      const SamplingOptions greedy;
+      const KvTarget kv = parts.kv_target();
+      const SpecResult spec = generate_speculative(*t->model, *t->info.tokenizer, ids, gen, greedy, d, o, kv);
+      const GenerationResult ar = generate_ar(*t->model, *t->info.tokenizer, ids, gen, greedy, KvMode::kCached, {}, kv);
+      INFO(name << " on cuda " << dtype);
+      CHECK(spec.tokens == ar.tokens);
+      CHECK(spec.tokens.size() == 48);
+    }
+  }
+}
