@@ -26,7 +26,7 @@ std::string human_bytes(double b) {
 }
 
 void print_model_info(const LoadedTarget& m, std::ostream& os) {
-  const ModelConfig& c = m.info.config;
+  const ModelConfig& c = m.model->config();  // the loader's config plus where the model runs
   os << "model:        " << m.info.source << " (" << m.info.format << ", loaded in " << m.load_seconds << " s)\n"
      << "architecture: " << c.architecture << ", " << c.num_hidden_layers << " layers, hidden " << c.hidden_size
      << ", heads " << c.num_attention_heads << "/" << c.num_key_value_heads << " (q/kv), head_dim " << c.head_dim
@@ -36,9 +36,11 @@ void print_model_info(const LoadedTarget& m, std::ostream& os) {
      << " of tensor data\n"
      << "weights:      " << human_bytes(static_cast<double>(m.model->weight_bytes())) << " in memory (" << m.model->weight_storage() << ")\n"
      << "KV per token: 2 * " << c.num_hidden_layers << " layers * " << c.num_key_value_heads << " kv_heads * "
-     << c.head_dim << " head_dim * 4 bytes = " << c.kv_bytes_per_token(4) << " bytes ("
-     << human_bytes(static_cast<double>(c.kv_bytes_per_token(4)) * c.max_position_embeddings)
-     << " for the full context)\n";
+     << c.head_dim << " head_dim * " << c.kv_geometry().element_bytes() << " bytes (" << c.dtype
+     << ") = " << c.kv_bytes_per_token(c.kv_geometry().element_bytes()) << " bytes ("
+     << human_bytes(static_cast<double>(c.kv_bytes_per_token(c.kv_geometry().element_bytes())) *
+                    c.max_position_embeddings)
+     << " for the full context, on " << c.device << ")\n";
 }
 
 void print_timing(const GenerationResult& r, const char* mode) {
