@@ -21,8 +21,13 @@
 #include "framework/kv/contiguous_kv.h"
 #include "framework/kv/kv_storage.h"
 #include "models/llama/placement.h"
+#include "tests/bad_inputs/cli_process.h"
+
+#include <nlohmann/json.hpp>
 
 using namespace speclab;
+using speclab::testing::RunResult;
+using speclab::testing::run_cli;
 
 namespace {
 
@@ -127,6 +132,33 @@ TEST_CASE("synthetic random:<shape> models load without a file and run", "[devic
     CHECK(e.kind() == ErrorKind::kConfig);
     CHECK(std::string(e.what()).find("llama-7b") != std::string::npos);
   }
+}
+
+TEST_CASE("speclab bench on synthetic shapes: decode, verification and the speculative step's engine share",
+          "[device][bench]") {
+  // The paths `speclab bench --device cuda --model random:llama-7b --draft-model random:llama-1b`
+  // takes on the GPU (docs/gpu.md), on the CPU at the tiny shape: figures present and sane.
+  const RunResult r = run_cli({"bench", "--model", "random:tiny", "--contexts", "16", "32", "--steps", "3",
+                               "--naive-steps", "1", "--prefill", "8", "--verify-context", "16", "--draft-model",
+                               "random:tiny", "--spec-steps", "4", "--llama-cpp", "off", "--json"});
+  INFO(testing::describe(r));
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  CHECK(j.at("device") == "cpu");
+  CHECK(j.at("decode_tok_s").at("16").get<double>() > 0);
+  CHECK(j.at("verify_cost").at("1").get<double>() == 1.0);
+  CHECK(j.at("verify_cost").contains("17"));
+  const nlohmann::json& spec = j.at("spec");
+  CHECK(spec.at("alpha").get<double>() == 1.0);  // the draft is the target itself: every draft accepted
+  CHECK(spec.at("outside_share").get<double>() >= 0.0);
+  CHECK(spec.at("outside_share").get<double>() < 1.0);
+  CHECK(spec.at("step_ms").get<double>() >=
+        spec.at("target_ms").get<double>() + spec.at("draft_ms").get<double>() - 1e-9);
+  // A draft of another vocabulary is refused with exit code 2.
+  const RunResult bad = run_cli({"bench", "--model", "random:tiny", "--contexts", "16", "--steps", "2",
+                                 "--draft-model", "smollm2-135m-instruct", "--llama-cpp", "off"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("vocabulary") != std::string::npos);
 }
 
 TEST_CASE("device and dtype are validated, and CUDA is refused cleanly where there is none", "[device]") {
