@@ -31,6 +31,7 @@
 #include "framework/kv/contiguous_kv.h"
 #include "experiments/app/loaded_target.h"
 #include "models/llama/gemv.h"
+#include "models/llama/llama_model.h"
 #include "models/model_loader.h"
 #include "models/loaders/export.h"
 
@@ -413,7 +414,14 @@ int cmd_bench(const std::vector<std::string>& args) {
   report["weight_storage"] = model.weight_storage();
   report["load_seconds"] = m.load_seconds;
   report["kernel_isa"] = kernel_isa_name(kernel_isa());
-  say("model load: %.2f s; kernels: %s (SPECLAB_KERNEL_ISA caps it)\n", m.load_seconds, kernel_isa_name(kernel_isa()));
+  if (on_device) {
+    const auto* llama = dynamic_cast<const LlamaModel*>(&model);
+    const bool graphs = llama != nullptr && llama->uses_cuda_graphs();
+    say("model load: %.2f s; CUDA graphs %s\n", m.load_seconds,
+        graphs ? "on (forwards of up to 64 rows replay captured graphs)" : "off (SPECLAB_CUDA_GRAPHS=0)");
+    report["cuda_graphs"] = graphs;
+  } else
+    say("model load: %.2f s; kernels: %s (SPECLAB_KERNEL_ISA caps it)\n", m.load_seconds, kernel_isa_name(kernel_isa()));
 
   // Tokenizer: prose (pre-tokens repeat, so the per-word cache is used as in real prompts) and
   // one long word (no cache hits; linear vs quadratic shows in the 2x ratio).
