@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include "framework/core/dtype.h"
 #include "framework/core/error.h"
 #include "models/loaders/dequant.h"
 
@@ -18,13 +19,6 @@ bool cuda_hooks_available() {
   if (at::detail::getCUDAHooks().hasCUDA()) return true;
   if (dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_GLOBAL) == nullptr) return false;
   return at::detail::getCUDAHooks().hasCUDA();
-}
-
-at::ScalarType parse_dtype(const std::string& d) {
-  if (d == "float32") return at::kFloat;
-  if (d == "bfloat16") return at::kBFloat16;
-  if (d == "float16") return at::kHalf;
-  throw Error(ErrorKind::kConfig, "expected auto, float32, bfloat16 or float16, found '" + d + "'", "model", "dtype");
 }
 
 at::Tensor place(const at::Tensor& t, const ResolvedPlacement& p, at::ScalarType dtype) {
@@ -58,7 +52,7 @@ ResolvedPlacement resolve_placement(const Placement& in) {
   if (in.device == "cpu") {
     r.device = at::kCPU;
     r.dense = in.dtype != "auto";
-    r.dtype = in.dtype == "auto" ? at::kFloat : parse_dtype(in.dtype);
+    r.dtype = in.dtype == "auto" ? at::kFloat : dtype_from_name(in.dtype);
   } else {
     if (in.device != "cuda" && in.device.compare(0, 5, "cuda:") != 0)
       throw Error(ErrorKind::kConfig, "expected cpu, cuda or cuda:N, found '" + in.device + "'", "model", "device");
@@ -76,7 +70,7 @@ ResolvedPlacement resolve_placement(const Placement& in) {
                   "model", "device");
     r.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
     r.dense = true;
-    r.dtype = in.dtype == "auto" ? at::kBFloat16 : parse_dtype(in.dtype);
+    r.dtype = in.dtype == "auto" ? at::kBFloat16 : dtype_from_name(in.dtype);
   }
   r.device_name = r.device.is_cpu() ? "cpu" : "cuda:" + std::to_string(r.device.index());
   r.dtype_name = dtype_name(r.dtype);
