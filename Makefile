@@ -4,7 +4,7 @@ JOBS     ?= $(shell nproc)
 CMAKE_ARGS ?=
 SPECLAB  := $(BUILD)/speclab
 
-.PHONY: all setup configure build build-cli test demo demo-smollm2 bench clean bad-inputs crash-safety kill-test draft-model medusa-model plugins qwen-pair demo-pair
+.PHONY: all setup configure build build-cli test demo demo-smollm2 bench clean bad-inputs crash-safety kill-test draft-model medusa-model distilled-model plugins qwen-pair demo-pair
 
 all: build
 
@@ -79,6 +79,16 @@ medusa-model: build
 	@test -f $(MEDUSA_DRAFT) || $(SPECLAB) train-draft configs/train/medusa_smollm2.yaml \
 	  $$(test -f $(basename $(MEDUSA_DRAFT)).ckpt.safetensors && echo --resume)
 	@echo "medusa draft: $(MEDUSA_DRAFT)"
+
+# A distilled draft model for SmolLM2 (configs/train/draft_model_smollm2.yaml; docs/train-draft.md):
+# two decoder layers started from the target's first and last, distilled with the KL to the
+# target on medusa-model's cached answers and features (made here if absent). The draft_model
+# drafter runs it: --drafter draft_model --draft-model $(DISTILLED_DRAFT).
+DISTILLED_DRAFT := .cache/drafts/SmolLM2-135M-Instruct.Q4_1.draft_model.safetensors
+distilled-model: build
+	@test -f $(DISTILLED_DRAFT) || $(SPECLAB) train-draft configs/train/draft_model_smollm2.yaml \
+	  $$(test -f $(basename $(DISTILLED_DRAFT)).ckpt.safetensors && echo --resume)
+	@echo "distilled draft model: $(DISTILLED_DRAFT)"
 
 # The example drafter plugins (docs/plugins.md), built out of tree against this build:
 # $(BUILD)/plugins/example_drafter/repeat_last_n.so and $(BUILD)/plugins/sampling_drafter/

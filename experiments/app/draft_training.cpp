@@ -15,8 +15,11 @@
 #include "framework/engine/ar_decode.h"
 #include "framework/io/prompt_loader.h"
 #include "framework/io/train_log.h"
+#include "framework/train/distill_trainer.h"
 #include "framework/train/medusa_trainer.h"
+#include "framework/train/small_draft.h"
 #include "models/loaders/dequant.h"
+#include "models/llama/llama_model.h"
 #include "models/loaders/safetensors.h"
 #include "models/model_loader.h"
 
@@ -78,15 +81,18 @@ void write_tensors(const std::string& path, const std::map<std::string, at::Tens
   fs::rename(tmp, path);  // a checkpoint is never half written
 }
 
-// The target's frozen tensors a draft reuses (float32).
+// The target's frozen tensors a draft reuses (float32), and the tensors of the target layers a
+// distilled draft starts from.
 struct TargetTensors {
   ModelConfig config;
   at::Tensor embed;       // [V, d]
   at::Tensor final_norm;  // [d]
   at::Tensor lm_head;     // [V, d] (the embeddings when tied)
+  std::map<std::string, at::Tensor> layers;  // "model.layers.<l>.*" of the layers asked for, and
+                                             // "model.norm.weight" when any
 };
 
-TargetTensors target_tensors(const LoadedModel& target) {
+TargetTensors target_tensors(const LoadedModel& target, const std::vector<int64_t>& layers = {}) {
   LoadedModel m = load_model(target.origin);
   auto take = [&](const std::string& name) {
     auto it = m.weights.find(name);
@@ -99,6 +105,17 @@ TargetTensors target_tensors(const LoadedModel& target) {
   t.embed = take("model.embed_tokens.weight");
   t.final_norm = take("model.norm.weight");
   t.lm_head = m.config.tie_word_embeddings ? t.embed : take("lm_head.weight");
+  for (int64_t l : layers) {
+    if (l >= m.config.num_hidden_layers)
+      throw Error(ErrorKind::kConfig,
+                  "layer " + std::to_string(l) + " is out of range: the target has layers 0.." +
+                      std::to_string(m.config.num_hidden_layers - 1),
+                  target.source, "head.draft_layers");
+    const std::string prefix = "model.layers." + std::to_string(l) + ".";
+    for (auto& kv : m.weights)
+      if (kv.first.compare(0, prefix.size(), prefix) == 0) t.layers[kv.first] = take(kv.first);
+  }
+  if (!layers.empty()) t.layers["model.norm.weight"] = t.final_norm;
   return t;
 }
 
@@ -299,6 +316,10 @@ std::string target_weights_hash(const LoadedModel& target) {
   return memo[key] = f.hex();
 }
 
+bool is_trained_draft_file(const std::string& path) {
+  return fs::path(path).extension() == ".safetensors" && fs::is_regular_file(path);
+}
+
 std::string default_draft_path(const LoadedModel& target, const std::string& architecture) {
   const std::string file = fs::path(target.source).stem().string() + "." + architecture + ".safetensors";
   const std::string trained = std::string(SPECLAB_SOURCE_DIR) + "/.cache/drafts/" + file;
@@ -313,7 +334,8 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     throw Error(ErrorKind::kIo, "--resume: no checkpoint to resume from", c.output.checkpoint);
   auto target = load_target(c.target);
   const std::string hash = target_weights_hash(target->info);
-  const TargetTensors frozen = target_tensors(target->info);
+  const bool distill = c.architecture == "draft_model";
+  const TargetTensors frozen = target_tensors(target->info, distill ? c.head.draft_layers : std::vector<int64_t>{});
 
   ExperimentConfig pc;
   pc.source_path = c.source_path;
@@ -335,7 +357,12 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   if (val.n_sequences() < 1)
     throw Error(ErrorKind::kConfig, "no validation prompt: use more prompts or a larger validation_fraction",
                 c.source_path, "data.validation_fraction");
-  const at::Tensor vocab_ids = head_vocab_ids(train.target_top1, frozen.config.vocab_size, c.head.vocab_top_n);
+  // A distilled draft's reduced head keeps the rows its drafter's draft_vocab keeps.
+  const at::Tensor vocab_ids =
+      distill ? at::tensor(frequent_head_ids(*target->info.tokenizer, frozen.config.vocab_size,
+                                             c.head.vocab_top_n > 0 ? c.head.vocab_top_n : frozen.config.vocab_size),
+                           at::kLong)
+              : head_vocab_ids(train.target_top1, frozen.config.vocab_size, c.head.vocab_top_n);
 
   TrainDraftResult r;
   r.data_seconds = since(t_data);
@@ -345,9 +372,17 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   // The draft's trainer and its trained tensors (by safetensors name).
   EagleHead eagle;
   MedusaHeads medusa;
+  SmallDraft small;
   std::unique_ptr<DraftTrainer> trainer;
   std::map<std::string, at::Tensor*> trained;
-  if (c.architecture == "medusa") {
+  if (distill) {
+    small = init_small_draft(frozen.config, frozen.layers, c.head.draft_layers);
+    small.embed = frozen.embed;
+    small.vocab_ids = vocab_ids;
+    small.lm_head = head_rows(frozen.lm_head, vocab_ids);
+    trainer = std::make_unique<DistillTrainer>(small, train, val, c.train);
+    trained = small.trained();
+  } else if (c.architecture == "medusa") {
     medusa = init_medusa_heads(frozen.config, c.head.medusa_heads);
     set_frozen(medusa, frozen);
     medusa.vocab_ids = vocab_ids;
@@ -362,10 +397,16 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     trainer = std::make_unique<EagleTrainer>(eagle, train, val, c.train);
     trained = eagle.trained();
   }
-  const std::map<std::string, std::string> meta = {{"speclab.draft", c.architecture},
-                                                   {"target_weights_hash", hash},
-                                                   {"target", fs::path(target->info.source).filename().string()},
-                                                   {"training_config", c.resolved_yaml}};
+  std::string layer_list;
+  for (int64_t l : c.head.draft_layers) layer_list += (layer_list.empty() ? "" : ",") + std::to_string(l);
+  std::map<std::string, std::string> meta = {{"speclab.draft", c.architecture},
+                                             {"target_weights_hash", hash},
+                                             {"target", fs::path(target->info.source).filename().string()},
+                                             {"training_config", c.resolved_yaml}};
+  if (distill) {
+    meta["draft_layers"] = layer_list;
+    meta["draft_vocab"] = std::to_string(c.head.vocab_top_n);
+  }
   TrainLog log;
   double prior_seconds = 0.0;
   if (resume) {
@@ -433,9 +474,11 @@ namespace {
 // The tensors of a draft of `architecture` trained for `target`, after the metadata checks;
 // vocab_ids (int64) checked against the target's vocabulary.
 std::map<std::string, at::Tensor> read_draft(const std::string& path, const std::string& architecture,
-                                             const LoadedModel& target, const ModelConfig& config, at::Tensor& vocab_ids) {
+                                             const LoadedModel& target, const ModelConfig& config, at::Tensor& vocab_ids,
+                                             std::map<std::string, std::string>* meta_out = nullptr) {
   std::map<std::string, std::string> meta;
   auto tensors = read_tensors(path, &meta);
+  if (meta_out) *meta_out = meta;
   if (meta["speclab.draft"] != architecture)
     throw Error(ErrorKind::kBadInput,
                 "not " + std::string(architecture == "eagle" ? "an " : "a ") + architecture + " draft (no speclab.draft=" +
@@ -497,6 +540,48 @@ std::shared_ptr<MedusaHeads> load_medusa_heads(const std::string& path, const Lo
   heads->vocab_ids = ids;
   heads->lm_head = head_rows(frozen.lm_head, ids);
   return heads;
+}
+
+DistilledDraft load_distilled_draft(const std::string& path, const LoadedModel& target) {
+  LoadedModel m = load_model(target.origin);  // the embeddings and LM head as the target stores them
+  at::Tensor ids;
+  std::map<std::string, std::string> meta;
+  const auto tensors = read_draft(path, "draft_model", target, m.config, ids, &meta);
+  int64_t k = 0;
+  while (tensors.count("model.layers." + std::to_string(k) + ".input_layernorm.weight")) ++k;
+  if (k < 1) throw Error(ErrorKind::kBadInput, "the draft has no layer (model.layers.0.*)", path);
+  // The target's shapes with k layers; the trained tensors replace the target's layers and norm.
+  const bool packed = [&] {
+    auto it = m.weights.find("model.layers.0.self_attn.q_proj.weight");
+    return it != m.weights.end() && it->second.is_packed();
+  }();
+  for (auto it = m.weights.begin(); it != m.weights.end();)
+    it = it->first.compare(0, 13, "model.layers.") == 0 ? m.weights.erase(it) : std::next(it);
+  m.config.num_hidden_layers = k;
+  const std::map<std::string, std::vector<int64_t>> shapes = expected_weight_shapes(m.config);
+  for (const auto& [name, shape] : shapes) {
+    if (name == "model.embed_tokens.weight" || name == "lm_head.weight") continue;
+    auto it = tensors.find(name);
+    if (it == tensors.end()) throw Error(ErrorKind::kBadInput, "the draft lacks tensor " + name, path);
+    if (std::vector<int64_t>(it->second.sizes().begin(), it->second.sizes().end()) != shape)
+      throw Error(ErrorKind::kBadInput, "tensor " + name + " does not fit the target's shapes", path);
+    HostTensor h = to_host(it->second);
+    // Matrices run on the target's int8 kernels when the target's own are packed: Q8_0.
+    if (packed && shape.size() == 2 && shape[1] % 32 == 0) {
+      h.packed = quantize(GgmlType::Q8_0, h.data.data(), h.data.size(), name);
+      h.storage_type = static_cast<uint32_t>(GgmlType::Q8_0);
+      h.data.clear();
+    }
+    m.weights[name] = std::move(h);
+  }
+  validate_weights(m.config, m.weights, path);
+  m.source = path;
+  m.origin.path = path;
+  m.storage_types = (packed ? "Q8_0 (distilled layers), " : "F32 (distilled layers), ") + m.storage_types;
+  DistilledDraft d;
+  d.model = std::move(m);
+  d.head_vocab = meta["draft_vocab"].empty() ? 0 : std::stoll(meta["draft_vocab"]);
+  return d;
 }
 
 }  // namespace speclab

@@ -10,7 +10,7 @@
 //   2. prompt + answer teacher-forced through the target: features (eagle_features of the last
 //      layer) and top-1 tokens of every position, cached in <cache_dir>/features-<key>.safetensors;
 //      every K-th prompt (K = round(1 / validation_fraction)) is held apart for validation;
-//   3. the architecture's trainer (EagleTrainer, MedusaTrainer) for train.steps; checkpoints (config.output.checkpoint) every
+//   3. the architecture's trainer (EagleTrainer, MedusaTrainer, DistillTrainer) for train.steps; checkpoints (config.output.checkpoint) every
 //      checkpoint_every steps and at the end; resume continues from the checkpoint;
 //   4. the draft: config.output.path (safetensors) with metadata speclab.draft=<architecture>,
 //      target_weights_hash, target (file name), training_config (the canonical YAML); the log
@@ -62,6 +62,22 @@ std::shared_ptr<EagleHead> load_eagle_head(const std::string& path, const Loaded
 
 // The medusa heads in `path`, as load_eagle_head (Error(kBadInput, path) when not a medusa draft).
 std::shared_ptr<MedusaHeads> load_medusa_heads(const std::string& path, const LoadedModel& target);
+
+// A distilled draft model (architecture draft_model) in `path`, trained for `target`: the target's
+// tokenizer, chat template, embeddings and LM head (as the target stores them) with the draft's
+// k trained layers and final norm; its matrices are quantized to Q8_0 when the target's are
+// packed (so they run on the same int8 kernels), float32 otherwise. head_vocab: the reduced head
+// it was trained with (0: the full head), the default draft_vocab of its drafter. Errors as
+// load_eagle_head (Error(kBadInput, path) when it is not a draft_model draft).
+struct DistilledDraft {
+  LoadedModel model;
+  int64_t head_vocab = 0;
+};
+DistilledDraft load_distilled_draft(const std::string& path, const LoadedModel& target);
+
+// Whether `path` is a file written by `speclab train-draft` (a .safetensors file, not a model
+// directory or another format).
+bool is_trained_draft_file(const std::string& path);
 
 // The default draft path of an architecture (eagle, medusa) for a target, in the checkout:
 // .cache/drafts/<model file stem>.<architecture>.safetensors (what `make draft-model` /

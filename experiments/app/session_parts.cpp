@@ -47,12 +47,17 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
   r.add("draft_model", [target](const DrafterOptions& o, const DrafterEnv& env) -> std::unique_ptr<Drafter> {
     if (o.draft_model.empty())
       throw Error(ErrorKind::kConfig, "expected a draft model path or named entry", "drafter", "draft_model");
+    const std::string& path = o.draft_model;
     ModelSource src;
-    src.path = o.draft_model;
+    src.path = path;
     src.format = o.draft_model_format;
     if (env.target != nullptr) {  // the draft runs beside its target: same device and dtype
       src.device = env.target->config().device;
       src.dtype = env.target->config().dtype;
+    }
+    if (target != nullptr && is_trained_draft_file(path)) {  // distilled by `speclab train-draft`
+      DistilledDraft d = load_distilled_draft(path, *target);
+      return ModelDrafter::separate(build_model(d.model, src, o.draft_vocab > 0 ? o.draft_vocab : d.head_vocab), env);
     }
     LoadedModel loaded = load_model(src);
     if (target != nullptr) check_same_vocabulary(loaded, *target);

@@ -35,10 +35,14 @@ int cmd_train_draft(const std::vector<std::string>& args) {
   progress.step = [&](const TrainStepLog& s, double agreement, int64_t total) {
     if (!std::isnan(agreement)) last_agreement = agreement;
     if (quiet) return;
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "\rstep %lld/%lld  loss %.4f (feature %.4f, token %.3f)  val top-1 %.3f   ",
-                  static_cast<long long>(s.step), static_cast<long long>(total), s.loss, s.feature_loss, s.token_loss,
-                  last_agreement);
+    char parts[80] = "";  // what the loss is made of: eagle's two terms, medusa's CE, draft_model's KL
+    if (c.architecture == "eagle")
+      std::snprintf(parts, sizeof parts, " (feature %.4f, token %.3f)", s.feature_loss, s.token_loss);
+    else
+      std::snprintf(parts, sizeof parts, c.architecture == "medusa" ? " (cross-entropy)" : " (KL to the target)");
+    char buf[240];
+    std::snprintf(buf, sizeof buf, "\rstep %lld/%lld  loss %.4f%s  val top-1 %.3f   ", static_cast<long long>(s.step),
+                  static_cast<long long>(total), s.loss, parts, last_agreement);
     std::cerr << buf << std::flush;
   };
   const TrainDraftResult r = train_draft(c, resume, progress, stop_after);

@@ -24,7 +24,8 @@ const Table<DraftDataOptions>& data_table() {
 
 const Table<DraftHeadOptions>& head_table() {
   using H = DraftHeadOptions;
-  static const Table<H> t("head", {field("vocab_top_n", {}, &H::vocab_top_n), field("medusa_heads", {}, &H::medusa_heads)});
+  static const Table<H> t("head", {field("vocab_top_n", {}, &H::vocab_top_n), field("medusa_heads", {}, &H::medusa_heads),
+                                   field("draft_layers", {}, &H::draft_layers, layer_list())});
   return t;
 }
 
@@ -91,8 +92,8 @@ std::string replace_extension(const std::string& path, const std::string& suffix
 
 void TrainDraftConfig::validate() const {
   auto bad = [](const std::string& key, const std::string& msg) { throw Error(ErrorKind::kConfig, msg, "", key); };
-  if (architecture != "eagle" && architecture != "medusa")
-    bad("architecture", "expected eagle or medusa (a distilled draft model is not built yet), found '" + architecture + "'");
+  if (architecture != "eagle" && architecture != "medusa" && architecture != "draft_model")
+    bad("architecture", "expected eagle, medusa or draft_model, found '" + architecture + "'");
   data.prompts.validate();
   std::vector<std::string> files = data.prompts.files;
   for (const PromptSource& s : data.prompts.sources) files.push_back(s.file);
@@ -107,6 +108,10 @@ void TrainDraftConfig::validate() const {
   if (head.vocab_top_n < 0) bad("head.vocab_top_n", "expected 0 (the full head) or a positive count");
   if (head.medusa_heads < 1 || head.medusa_heads > 16)
     bad("head.medusa_heads", "expected 1 to 16 heads, found " + std::to_string(head.medusa_heads));
+  if (architecture == "draft_model" && (head.draft_layers.empty() || head.draft_layers.size() > 8))
+    bad("head.draft_layers", "expected 1 to 8 target layer indices (the distilled draft's layers start as copies of them)");
+  for (int64_t l : head.draft_layers)
+    if (l < 0) bad("head.draft_layers", "expected layer indices >= 0, found " + std::to_string(l));
   if (!(train.medusa_decay > 0 && train.medusa_decay <= 1))
     bad("train.medusa_decay", "expected a decay in (0, 1], found " + config::to_text(train.medusa_decay));
   if (train.steps < 1) bad("train.steps", "expected at least 1 step");

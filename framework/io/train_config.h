@@ -4,9 +4,9 @@
 //   target:  a model source (as models.target of `speclab run`)
 //   data:    prompts (the `prompts` section of `speclab run`), answer_tokens, max_prompt_tokens,
 //            validation_fraction, cache_dir
-//   architecture: eagle | medusa
+//   architecture: eagle | medusa | draft_model
 //   head:    vocab_top_n (0 = the target's full LM head; N = its N most frequent tokens),
-//            medusa_heads
+//            medusa_heads, draft_layers
 //   train:   steps, batch_tokens, lr, warmup, weight_decay, grad_clip, token_loss_weight,
 //            feature_noise, medusa_decay, eval_every, checkpoint_every, seed
 //   output:  path (.safetensors), log (.h5), checkpoint (.safetensors), dtype
@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "framework/core/model_source.h"
 #include "framework/io/experiment_config.h"
@@ -31,6 +32,9 @@ struct DraftDataOptions {
 struct DraftHeadOptions {
   int64_t vocab_top_n = 0;   // 0: the full LM head; N: the N most frequent target tokens (FR-Spec)
   int64_t medusa_heads = 4;  // architecture medusa: K heads, drafting up to K tokens per step
+  // architecture draft_model: the distilled draft has one decoder layer per entry, starting as a
+  // copy of that target layer (1 to 8 entries, e.g. [0, 29]: the target's first and last).
+  std::vector<int64_t> draft_layers;
 };
 
 struct DraftTrainOptions {
@@ -59,7 +63,7 @@ struct TrainDraftOutput {
 
 struct TrainDraftConfig {
   ModelSource target;
-  std::string architecture = "eagle";  // eagle | medusa
+  std::string architecture = "eagle";  // eagle | medusa | draft_model
   DraftDataOptions data;
   DraftHeadOptions head;
   DraftTrainOptions train;

@@ -65,6 +65,16 @@ void AdamW::load(const std::map<std::string, at::Tensor>& state, const std::stri
   for (auto& kv : v_) kv.second.copy_(checkpoint_tensor(state, "adam_v." + kv.first, kv.second, what));
 }
 
+double backward_and_update(const at::Tensor& loss, const std::map<std::string, at::Tensor*>& params, AdamW& adam,
+                           const DraftTrainOptions& o, int64_t& step) {
+  for (auto& kv : params) kv.second->mutable_grad() = at::Tensor();
+  if (loss.requires_grad()) loss.backward();
+  ++step;
+  const double lr = scheduled_lr(o, step);
+  adam.update(params, lr, step, o.grad_clip, o.weight_decay);
+  return lr;
+}
+
 std::map<std::string, at::Tensor> training_state(const std::map<std::string, const at::Tensor*>& trained,
                                                  const AdamW& adam, int64_t step) {
   std::map<std::string, at::Tensor> out;

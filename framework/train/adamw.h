@@ -38,6 +38,12 @@ class AdamW {
   std::map<std::string, at::Tensor> m_, v_;
 };
 
+// One optimizer step of a trainer: clears the gradients of `params`, backpropagates `loss` (when
+// it needs a gradient), increments `step` and updates `params` with `adam` at the schedule's
+// learning rate for it. Returns that learning rate.
+double backward_and_update(const at::Tensor& loss /*[] scalar*/, const std::map<std::string, at::Tensor*>& params,
+                           AdamW& adam, const DraftTrainOptions& o, int64_t& step);
+
 // A trainer's checkpoint state: its trained tensors (by name), the moments (AdamW::save) and
 // "step" ([1]); float32 copies.
 std::map<std::string, at::Tensor> training_state(const std::map<std::string, const at::Tensor*>& trained,

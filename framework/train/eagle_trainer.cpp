@@ -44,13 +44,7 @@ TrainStepLog EagleTrainer::step() {
                                                                     at::Reduction::Mean, -100)
                                            : at::zeros({}, at::kFloat);
   const at::Tensor loss = feature_loss + o_.token_loss_weight * token_loss;
-  auto params = head_.trained();
-  for (auto& kv : params) kv.second->mutable_grad() = at::Tensor();
-  loss.backward();
-
-  ++step_;
-  const double lr = scheduled_lr(o_, step_);
-  adam_.update(params, lr, step_, o_.grad_clip, o_.weight_decay);
+  const double lr = backward_and_update(loss, head_.trained(), adam_, o_, step_);
   TrainStepLog log;
   log.step = step_;
   log.feature_loss = feature_loss.item<double>();

@@ -48,13 +48,7 @@ TrainStepLog MedusaTrainer::step() {
     const at::Tensor ce = at::cross_entropy_loss(medusa_logits(heads_, k, f), target, {}, at::Reduction::Mean, -100);
     loss = loss + std::pow(o_.medusa_decay, static_cast<double>(k)) * ce;
   }
-  auto params = heads_.trained();
-  for (auto& kv : params) kv.second->mutable_grad() = at::Tensor();
-  if (loss.requires_grad()) loss.backward();
-
-  ++step_;
-  const double lr = scheduled_lr(o_, step_);
-  adam_.update(params, lr, step_, o_.grad_clip, o_.weight_decay);
+  const double lr = backward_and_update(loss, heads_.trained(), adam_, o_, step_);
   TrainStepLog log;
   log.step = step_;
   log.token_loss = log.loss = loss.item<double>();

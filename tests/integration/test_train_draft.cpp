@@ -1,5 +1,6 @@
-// speclab train-draft and the eagle drafter on the real stories260K model: a tiny EAGLE head
-// trained for a few hundred steps (seconds), with feature noise on. Checks: the loss falls,
+// speclab train-draft and the eagle, medusa and distilled draft_model drafters on the real
+// stories260K model: a tiny EAGLE head trained for a few hundred steps (seconds), with feature
+// noise on. Checks: the loss falls,
 // training is deterministic given a seed (same bytes twice), an interrupted run resumed gives the
 // uninterrupted result, a corrupt checkpoint and a draft for another target are refused,
 // evaluation sets are refused as training prompts, greedy eagle decoding is token-identical to
@@ -24,6 +25,7 @@
 #include "framework/kv/kv_cache_manager.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/io/train_log.h"
+#include "framework/train/small_draft.h"
 #include "models/loaders/safetensors.h"
 #include "models/model_loader.h"
 #include "tests/support/catch_error.h"
@@ -59,7 +61,7 @@ fs::path write_config(const std::string& name, int steps, const std::string& pro
     << "architecture: " << architecture << "\n"
     << "data:\n  prompts: {files: [" << prompts_file << "], chat: off}\n"
     << "  answer_tokens: 24\n  validation_fraction: 0.2\n  cache_dir: cache\n"
-    << "head: {vocab_top_n: 0, medusa_heads: 3}\n"
+    << "head: {vocab_top_n: 0, medusa_heads: 3" << (architecture == "draft_model" ? ", draft_layers: [0, 4]" : "") << "}\n"
     << "train: {steps: " << steps << ", batch_tokens: 256, lr: 0.003, warmup: 10, eval_every: 50, "
     << "checkpoint_every: 0, seed: 7, feature_noise: 0.05}\n"
     << "output: {path: " << name << ".safetensors, dtype: float32}\n";
@@ -75,6 +77,44 @@ GenerationResult run_counting(Session& s, const Request& r, int64_t& accepted, i
     drafted += st.drafted;
   }
   return s.end();
+}
+
+// Another target: `target`'s file with one weight byte changed, copied to kDir/name.
+LoadedModel other_target(const LoadedModel& target, const std::string& name) {
+  const fs::path other = kDir / name;
+  fs::copy_file(target.origin.path, other, fs::copy_options::overwrite_existing);
+  {
+    std::fstream f(other, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    f.put('\x11');
+  }
+  ModelSource osrc = target.origin;
+  osrc.path = other.string();
+  return load_model(osrc);
+}
+
+// Three story openings, 48 tokens each, with drafter `d`: greedy speculative output equals AR
+// (CHECKed), and a sampled run at T 0.8 goes through the engine's q checks. Adds the greedy
+// runs' accepted and drafted tokens to the counters.
+void greedy_equals_ar(const LoadedTarget& target, SessionParts& parts, Drafter& d, const DrafterOptions& o,
+                      int64_t& accepted, int64_t& drafted) {
+  for (const char* text : {"Once upon a time", "The dog ran to", "Lily and Ben"}) {
+    const TokenList ids = target.info.tokenizer->encode(text, true);
+    GenerationOptions gen;
+    gen.max_new_tokens = 48;
+    Request greedy{ids, {&d, o}, gen, {}};
+    Session s(*target.model, *target.info.tokenizer, parts.kv_target());
+    const GenerationResult spec = run_counting(s, greedy, accepted, drafted);
+    const GenerationResult ar = generate_ar(*target.model, *target.info.tokenizer, ids, gen, SamplingOptions{},
+                                            KvMode::kCached, {}, parts.kv_target());
+    CHECK(spec.tokens == ar.tokens);
+    Request sampled = greedy;
+    sampled.sampling.temperature = 0.8;
+    sampled.sampling.seed = 3;
+    s.begin(sampled);  // the engine checks every q row (>= 0, sums to 1)
+    while (!s.done()) s.step();
+    CHECK(s.end().tokens.size() > 0);
+  }
 }
 
 double mean(const std::vector<double>& v, size_t a, size_t b) {
@@ -137,17 +177,7 @@ TEST_CASE("the eagle drafter: greedy output equals AR; a draft for another targe
   src.path = "stories260K";
   auto target = load_target(src);
 
-  // Another target: the same file with one weight byte changed.
-  const fs::path other = kDir / "stories260K_other.bin";
-  fs::copy_file(target->info.origin.path, other, fs::copy_options::overwrite_existing);
-  {
-    std::fstream f(other, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(1000);
-    f.put('\x11');
-  }
-  ModelSource osrc = target->info.origin;
-  osrc.path = other.string();
-  const LoadedModel other_model = load_model(osrc);
+  const LoadedModel other_model = other_target(target->info, "stories260K_other.bin");
   const Error e = test::catch_error([&] { load_eagle_head(a.output.path, other_model); });
   CHECK(e.kind() == ErrorKind::kConfig);
   CHECK_THAT(e.what(), Catch::Contains("trained for stories260K.bin") && Catch::Contains("not for the target"));
@@ -324,9 +354,9 @@ TEST_CASE("the shipped SmolLM2 EAGLE head and Medusa heads: made for this target
 // speclab check on the drafters on target features (eagle, medusa) uses the trained draft's own
 // (p, q) rows for the analytic check and the verifier check [2b] (through the engine: one step at
 // temperature 1, rows after the first sampled token), not a stand-in layer_skip draft (issue 14).
-TEST_CASE("speclab check on eagle and medusa: the analytic and verifier rows are the trained draft's own",
-          "[train][eagle][medusa][equivalence]") {
-  const std::string arch = GENERATE(as<std::string>{}, "eagle", "medusa");
+TEST_CASE("speclab check on eagle, medusa and the distilled draft: the analytic and verifier rows are the trained "
+          "draft's own", "[train][eagle][medusa][distill][equivalence]") {
+  const std::string arch = GENERATE(as<std::string>{}, "eagle", "medusa", "draft_model");
   INFO(arch);
   const TrainDraftConfig a = load_train_config(write_config("eq_" + arch, 60, "prompts.jsonl", arch).string());
   train_draft(a, false);
@@ -473,25 +503,107 @@ TEST_CASE("the medusa drafter: head k's tokens and q are the heads' own; greedy 
     o.num_speculative_tokens = 3;
     Drafter& d = parts.add_drafter(o);
     int64_t accepted = 0, drafted = 0;
-    for (const char* text : {"Once upon a time", "The dog ran to", "Lily and Ben"}) {
-      const TokenList ids = target8->info.tokenizer->encode(text, true);
-      GenerationOptions gen;
-      gen.max_new_tokens = 48;
-      Request greedy{ids, {&d, o}, gen, {}};
-      Session s(*target8->model, *target8->info.tokenizer, parts.kv_target());
-      const GenerationResult spec = run_counting(s, greedy, accepted, drafted);
-      const GenerationResult ar = generate_ar(*target8->model, *target8->info.tokenizer, ids, gen, SamplingOptions{},
-                                              KvMode::kCached, {}, parts.kv_target());
-      CHECK(spec.tokens == ar.tokens);
-      Request sampled = greedy;
-      sampled.sampling.temperature = 0.8;
-      sampled.sampling.seed = 3;
-      s.begin(sampled);
-      while (!s.done()) s.step();
-      CHECK(s.end().tokens.size() > 0);
-    }
+    greedy_equals_ar(*target8, parts, d, o, accepted, drafted);
     CHECK(parts.kv().bytes_used() == 0);
     INFO("accepted " << accepted << " of " << drafted);
     CHECK(accepted > drafted / 10);
+  }
+}
+
+TEST_CASE("train-draft draft_model: a distilled 2-layer draft; the runtime model computes the training forward; "
+          "greedy output equals AR", "[train][distill]") {
+  const TrainDraftConfig c = load_train_config(write_config("dm", 160, "prompts.jsonl", "draft_model").string());
+  const TrainDraftResult r = train_draft(c, false);
+  const TrainLog log = read_train_log(c.output.log);
+  REQUIRE(log.loss.size() == 160);
+  CHECK(mean(log.loss, 140, 160) < 0.5 * mean(log.loss, 0, 20));  // the KL to the target falls
+  CHECK(log.feature_loss == std::vector<double>(160, 0.0));
+  INFO("validation agreement " << r.validation_agreement);
+  CHECK(r.validation_agreement > 0.4);
+  const SafetensorsFile file = SafetensorsFile::open(c.output.path);
+  CHECK(file.metadata().at("speclab.draft") == "draft_model");
+  CHECK(file.metadata().at("draft_layers") == "0,4");
+  CHECK(file.info("model.layers.1.mlp.down_proj.weight").shape == std::vector<int64_t>{64, 172});
+  CHECK_FALSE(file.contains("model.layers.2.input_layernorm.weight"));
+  const std::string first = read_bytes(c.output.path);
+  fs::remove(c.output.path);
+  train_draft(c, false, {}, 70);  // interrupted after 70 steps
+  train_draft(c, true);
+  CHECK(read_bytes(c.output.path) == first);
+
+  ModelSource src;
+  src.path = "stories260K";
+  src.activations = "f32";
+  auto target = load_target(src);
+
+  SECTION("the draft as a runtime model computes SmallDraft's libtorch forward") {
+    c10::InferenceMode guard;
+    DistilledDraft dd = load_distilled_draft(c.output.path, target->info);
+    REQUIRE(dd.model.config.num_hidden_layers == 2);
+    ModelSource dsrc;
+    dsrc.path = c.output.path;
+    dsrc.activations = "f32";
+    std::unique_ptr<Model> runtime = build_model(dd.model, dsrc);
+    // The same weights on libtorch ops: the trained tensors, the target's embeddings as the head.
+    std::map<std::string, at::Tensor> w;
+    for (const auto& kv : file.tensors()) {
+      const HostTensor h = file.read(kv.first);
+      w[kv.first] = at::tensor(h.data, at::kFloat).view(h.shape);
+    }
+    LoadedModel t = load_model(target->info.origin);
+    const HostTensor& e = t.weights.at("model.embed_tokens.weight");
+    SmallDraft ref = init_small_draft(t.config, w, {0, 1});
+    ref.embed = at::tensor(e.data, at::kFloat).view(e.shape);
+    ref.lm_head = t.config.tie_word_embeddings ? ref.embed : [&] {
+      const HostTensor& l = t.weights.at("lm_head.weight");
+      return at::tensor(l.data, at::kFloat).view(l.shape);
+    }();
+    const TokenList ids = target->info.tokenizer->encode("Once upon a time, a little dog", true);
+    const int64_t n = static_cast<int64_t>(ids.size());
+    KvOptions kvo;
+    kvo.budget_bytes = 16 << 20;
+    KvCacheManager kv(kvo);
+    const SeqId seq = kv.create(kv.add_pool(runtime->config().kv_geometry()));
+    kv.reserve(seq, n);
+    ForwardOptions fo;
+    fo.logits_last_n = n;
+    const at::Tensor got = runtime->forward(token_tensor(ids), at::arange(n, at::kLong), kv.view_at(seq, 0, n), fo);
+    const at::Tensor want =
+        small_draft_logits_packed(ref, token_tensor(ids), at::arange(n, at::kLong), at::zeros({n}, at::kLong));
+    const double scale = want.abs().max().item<double>();
+    INFO("max |runtime - libtorch| " << (got - want).abs().max().item<double>() << " of " << scale);
+    CHECK((got - want).abs().max().item<double>() < 1e-4 * scale);
+    // Negative control: positions spaced by 2 (RoPE distances doubled) must not pass.
+    const at::Tensor shifted =
+        small_draft_logits_packed(ref, token_tensor(ids), at::arange(0, 2 * n, 2, at::kLong), at::zeros({n}, at::kLong));
+    CHECK((got - shifted).abs().max().item<double>() > 1e-2 * scale);
+  }
+
+  SECTION("draft_model with the distilled file: greedy equals AR; another target's draft is refused") {
+    ModelSource src8;
+    src8.path = "stories260K";
+    auto target8 = load_target(src8);
+    KvOptions kvo;
+    kvo.budget_bytes = 64 << 20;
+    SessionParts parts(*target8, kvo);
+    DrafterOptions o;
+    o.name = "draft_model";
+    o.draft_model = c.output.path;
+    o.num_speculative_tokens = 4;
+    Drafter& d = parts.add_drafter(o);
+    int64_t accepted = 0, drafted = 0;
+    greedy_equals_ar(*target8, parts, d, o, accepted, drafted);
+    INFO("accepted " << accepted << " of " << drafted);
+    CHECK(accepted > drafted / 4);
+
+    const LoadedModel other_model = other_target(target8->info, "stories260K_other_dm.bin");
+    const Error e = test::catch_error([&] { load_distilled_draft(c.output.path, other_model); });
+    CHECK(e.kind() == ErrorKind::kConfig);
+    CHECK_THAT(e.what(), Catch::Contains("trained for stories260K.bin") && Catch::Contains("not for the target"));
+    // An eagle draft is not a draft model.
+    const TrainDraftConfig ec = load_train_config(write_config("dm_eagle", 5).string());
+    train_draft(ec, false);
+    const Error ne = test::catch_error([&] { load_distilled_draft(ec.output.path, target8->info); });
+    CHECK_THAT(ne.what(), Catch::Contains("not a draft_model draft") && Catch::Contains("it is eagle"));
   }
 }

@@ -70,7 +70,8 @@ TEST_CASE("every shipped training config (configs/train) parses and validates", 
     if (e.path().extension() != ".yaml") continue;
     INFO(e.path().string());
     const TrainDraftConfig c = load_train_config(e.path().string());
-    CHECK((c.architecture == "eagle" || c.architecture == "medusa"));
+    CHECK((c.architecture == "eagle" || c.architecture == "medusa" || c.architecture == "draft_model"));
+    if (c.architecture == "draft_model") CHECK_FALSE(c.head.draft_layers.empty());
     CHECK_FALSE(c.resolved_yaml.empty());
     ExperimentConfig pc;
     pc.source_path = c.source_path;
@@ -78,7 +79,7 @@ TEST_CASE("every shipped training config (configs/train) parses and validates", 
     CHECK_FALSE(load_prompts(pc).empty());
     ++n;
   }
-  CHECK(n >= 4);
+  CHECK(n >= 6);
 }
 
 TEST_CASE("a training config: unknown keys and bad values name the file, line and key", "[config][train]") {
@@ -92,8 +93,14 @@ TEST_CASE("a training config: unknown keys and bad values name the file, line an
   CHECK_NOTHROW(load(base));
   CHECK_THROWS_WITH(load(base + "train: {stepz: 3}\n"), Catch::Contains("t.yaml:3") && Catch::Contains("stepz"));
   CHECK_THROWS_WITH(load(base + "train: {lr: 2}\n"), Catch::Contains("train.lr") && Catch::Contains("(0, 1)"));
-  CHECK_THROWS_WITH(load(base + "architecture: draft_model\n"),
-                    Catch::Contains("t.yaml:3") && Catch::Contains("architecture") && Catch::Contains("eagle or medusa"));
+  CHECK_THROWS_WITH(load(base + "architecture: lstm\n"),
+                    Catch::Contains("t.yaml:3") && Catch::Contains("architecture") &&
+                        Catch::Contains("eagle, medusa or draft_model"));
+  // A distilled draft model needs the target layers its layers start from.
+  CHECK_THROWS_WITH(load(base + "architecture: draft_model\n"), Catch::Contains("head.draft_layers"));
+  CHECK_THROWS_WITH(load(base + "architecture: draft_model\nhead: {draft_layers: [0, -1]}\n"),
+                    Catch::Contains("head.draft_layers"));
+  CHECK_NOTHROW(load(base + "architecture: draft_model\nhead: {draft_layers: \"0-1\"}\n"));
   CHECK_NOTHROW(load(base + "architecture: medusa\n"));
   CHECK_THROWS_WITH(load(base + "head: {medusa_heads: 0}\n"), Catch::Contains("head.medusa_heads"));
   CHECK_THROWS_WITH(load(base + "train: {medusa_decay: 1.5}\n"), Catch::Contains("train.medusa_decay"));

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "framework/core/model_config.h"
+#include "framework/draft/builtin/decoder_layer.h"
 
 namespace speclab {
 
@@ -33,12 +34,7 @@ struct EagleHead {
   // Trained (float32):
   at::Tensor fc_weight;          // [d, 2d]
   at::Tensor fc_bias;            // [d]
-  at::Tensor input_norm;         // [d]
-  at::Tensor q_proj, k_proj, v_proj;  // [H*hd, d], [KVH*hd, d], [KVH*hd, d]
-  at::Tensor o_proj;             // [d, H*hd]
-  at::Tensor post_norm;          // [d]
-  at::Tensor gate_proj, up_proj;  // [I, d]
-  at::Tensor down_proj;          // [d, I]
+  DecoderLayerWeights layer;     // the decoder layer (decoder_layer.h), without biases
 
   // Frozen, from the target (float32):
   at::Tensor embed;       // [V, d] the target's token embeddings
@@ -67,12 +63,8 @@ at::Tensor eagle_features(const EagleHead& head, const at::Tensor& hidden /*[n, 
 at::Tensor eagle_input(const EagleHead& head, const at::Tensor& features /*[n, d]*/,
                        const at::Tensor& next_tokens /*[n] int64*/);  // -> [n, d]
 
-// q, k, v of the layer for x at `positions` (RoPE applied to q and k).
-struct EagleQkv {
-  at::Tensor q;  // [n, H, hd]
-  at::Tensor k;  // [n, KVH, hd]
-  at::Tensor v;  // [n, KVH, hd]
-};
+// q, k, v of the layer for x at `positions` (RoPE applied to q and k): decoder_qkv.
+using EagleQkv = LayerQkv;
 EagleQkv eagle_qkv(const EagleHead& head, const at::Tensor& x /*[n, d]*/, const at::Tensor& positions /*[n] int64*/);
 
 // The rest of the layer: attention of q over (k_ctx, v_ctx) where allowed[i][j], then the MLP.

@@ -47,10 +47,10 @@ std::unique_ptr<PackedEagleHead> PackedEagleHead::make(const EagleHead& h, const
   p->head_ = &h;
   p->fc_ = target.pack_matrix(h.fc_weight);
   if (!p->fc_) return nullptr;
-  p->qkv_ = target.pack_matrix(at::cat({h.q_proj, h.k_proj, h.v_proj}, 0));
-  p->o_ = target.pack_matrix(h.o_proj);
-  p->gate_up_ = target.pack_matrix(at::cat({h.gate_proj, h.up_proj}, 0));
-  p->down_ = target.pack_matrix(h.down_proj);
+  p->qkv_ = target.pack_matrix(at::cat({h.layer.q_proj, h.layer.k_proj, h.layer.v_proj}, 0));
+  p->o_ = target.pack_matrix(h.layer.o_proj);
+  p->gate_up_ = target.pack_matrix(at::cat({h.layer.gate_proj, h.layer.up_proj}, 0));
+  p->down_ = target.pack_matrix(h.layer.down_proj);
   p->lm_ = target.pack_matrix(h.lm_head);
   for (const auto& m : {p->qkv_, p->o_, p->gate_up_, p->down_, p->lm_})
     SPECLAB_CHECK(m != nullptr, "eagle: the target packed one matrix and not another");
@@ -79,7 +79,7 @@ void PackedEagleHead::step(const float* features, const int64_t* next, int64_t n
   }
   fc_->multiply(in_.data(), h.fc_bias.data_ptr<float>(), x_.data(), n);
   // q, k, v of N1 x; RoPE; K/V into the write slots.
-  rms_norm(x_.data(), h.input_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
+  rms_norm(x_.data(), h.layer.input_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
   qkv_->multiply(xn_.data(), nullptr, qkv_out_.data(), n);
   float* kc = kv.k_cache[0].data_ptr<float>();  // [slots, KVH, hd]
   float* vc = kv.v_cache[0].data_ptr<float>();
@@ -128,7 +128,7 @@ void PackedEagleHead::step(const float* features, const int64_t* next, int64_t n
   // h = x + o(att); f^ = h + down(silu(gate(N2 h)) * up(N2 h))
   o_->multiply(att_.data(), nullptr, h_.data(), n);
   for (int64_t k = 0; k < n * d; ++k) h_[static_cast<size_t>(k)] += x_[static_cast<size_t>(k)];
-  rms_norm(h_.data(), h.post_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
+  rms_norm(h_.data(), h.layer.post_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
   gate_up_->multiply(xn_.data(), nullptr, gu_.data(), n);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < I; ++j) {
