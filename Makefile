@@ -93,7 +93,7 @@ distilled-model: build
 # The example drafter plugins (docs/plugins.md), built out of tree against this build:
 # $(BUILD)/plugins/example_drafter/repeat_last_n.so and $(BUILD)/plugins/sampling_drafter/
 # first_layers.so + first_layers_biased.so (configs/equivalence_plugin.yaml uses these two).
-PLUGINS := example_drafter sampling_drafter
+PLUGINS := example_drafter sampling_drafter medusa_drafter
 plugins: $(BUILD)/CMakeCache.txt
 	@for p in $(PLUGINS); do \
 	  cmake -S experiments/plugins/$$p -B $(BUILD)/plugins/$$p -DSpecLab_DIR=$(abspath $(BUILD)) && \

@@ -73,6 +73,16 @@ class Model {
   // blocks against int8 activations where the model runs those, else float32). nullptr: the model
   // has no such kernels, and the caller computes with libtorch ops.
   virtual std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const { return nullptr; }
+
+  // The model's output head, for drafters that work on its hidden states (Medusa, EAGLE; also
+  // across the plugin boundary, framework/draft/host_api.h). Both take and return host float32
+  // rows and use the model's own weights and kernels; undefined when the model has no such head.
+  //   final_norm: the final RMSNorm of rows of its last layer's residual stream
+  //               (ForwardOptions::hidden_layers): the features its LM head reads.
+  //   lm_head:    the LM head on feature rows, logits as forward() returns them (a reduced head
+  //               gives -inf for the tokens it leaves out).
+  virtual at::Tensor final_norm(const at::Tensor& hidden /*[n, hidden]*/) const { return {}; }  // -> [n, hidden]
+  virtual at::Tensor lm_head(const at::Tensor& features /*[n, hidden]*/) const { return {}; }  // -> [n, vocab]
 };
 
 }  // namespace speclab

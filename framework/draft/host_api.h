@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SPECLAB_HOST_API_VERSION 1
+#define SPECLAB_HOST_API_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -120,6 +120,18 @@ typedef struct SpeclabHostApi {
      when the drafter is destroyed. */
   int (*seq_create)(SpeclabHost* host, int64_t* seq, char* error, size_t error_len);
   int (*seq_release)(SpeclabHost* host, int64_t seq, char* error, size_t error_len);
+
+  /* ---- version 2: the target's output head (Model::final_norm, Model::lm_head) ----
+     For drafters that work on the target's hidden states (Medusa, EAGLE), which a drafter
+     receives by overriding Drafter::target_hidden_layers() and observe_target_hidden(). Both
+     return SPECLAB_E_CONFIG when the host has no target model or the model has no such head. */
+  /* out[n, hidden_size] = the target's final RMSNorm of rows[n, hidden_size] of its last layer's
+     residual stream: the features its LM head reads. */
+  int (*final_norm)(SpeclabHost* host, const float* rows, int64_t n, float* out, char* error, size_t error_len);
+  /* logits[n, vocab] = the target's LM head on features[n, hidden_size], with the target's own
+     weights and kernels (-inf for tokens a reduced head leaves out). */
+  int (*lm_head)(SpeclabHost* host, const float* features, int64_t n, float* logits, char* error,
+                 size_t error_len);
 } SpeclabHostApi;
 
 #ifdef __cplusplus

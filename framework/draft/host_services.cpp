@@ -285,6 +285,36 @@ int host_seq_release(SpeclabHost* h, int64_t seq, char* error, size_t error_len)
   });
 }
 
+// final_norm / lm_head: one call of the target's output head on [n, hidden] host rows.
+template <typename F>
+int head_call(SpeclabHost* h, const char* function, const float* rows, int64_t n, float* out, char* error,
+              size_t error_len, F&& apply) {
+  return answer(error, error_len, [&] {
+    HostServices& host = host_of(h, function);
+    const Model& model = target_of(host, function);
+    require(rows != nullptr, function, "rows", "[n, hidden_size] rows");
+    require(out != nullptr, function, "out", "an output buffer");
+    if (n < 1) bad(function, "n", "expected at least 1 row, found " + std::to_string(n));
+    const int64_t d = model.config().hidden_size;
+    const at::Tensor x = at::from_blob(const_cast<float*>(rows), {n, d}, at::kFloat);
+    const at::Tensor y = apply(model, x);
+    if (!y.defined())
+      throw Error(ErrorKind::kConfig, "the target model has no output head to call", function);
+    const at::Tensor c = y.to(at::kCPU, at::kFloat).contiguous();
+    std::memcpy(out, c.data_ptr<float>(), sizeof(float) * static_cast<size_t>(c.numel()));
+  });
+}
+
+int host_final_norm(SpeclabHost* h, const float* rows, int64_t n, float* out, char* error, size_t error_len) {
+  return head_call(h, "final_norm", rows, n, out, error, error_len,
+                   [](const Model& m, const at::Tensor& x) { return m.final_norm(x); });
+}
+
+int host_lm_head(SpeclabHost* h, const float* features, int64_t n, float* logits, char* error, size_t error_len) {
+  return head_call(h, "lm_head", features, n, logits, error, error_len,
+                   [](const Model& m, const at::Tensor& x) { return m.lm_head(x); });
+}
+
 }  // namespace
 
 HostServices::HostServices(const DrafterEnv& env) : env_(env) {
@@ -310,6 +340,8 @@ HostServices::HostServices(const DrafterEnv& env) : env_(env) {
   api_.kv_truncate = &host_kv_truncate;
   api_.seq_create = &host_seq_create;
   api_.seq_release = &host_seq_release;
+  api_.final_norm = &host_final_norm;
+  api_.lm_head = &host_lm_head;
 }
 
 HostServices::~HostServices() {

@@ -74,6 +74,17 @@ class PluginDrafter final : public Drafter {
     guarded("end", [&] { inner_->end(seq); });
   }
 
+  // A plugin that reads the target's hidden states (an out-of-tree Medusa or EAGLE) gets them as
+  // a built-in does.
+  std::vector<int64_t> target_hidden_layers() const override {
+    return guarded("target_hidden_layers", [&] { return inner_->target_hidden_layers(); });
+  }
+
+  void observe_target_hidden(SeqId seq, const std::vector<const float*>& hidden, int64_t n, int64_t d,
+                             int64_t first_pos) override {
+    guarded("observe_target_hidden", [&] { inner_->observe_target_hidden(seq, hidden, n, d, first_pos); });
+  }
+
  private:
   // Runs a call into the plugin; an exception that is not a speclab::Error (the plugin cannot
   // normally build one without linking SpecLab) becomes one naming the plugin and the method.

@@ -35,6 +35,8 @@ class LogitsRecorder : public Model {
   std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return inner_.pack_matrix(w); }
   int64_t row_exact_batch() const override { return inner_.row_exact_batch(); }
   std::string weight_storage() const override { return inner_.weight_storage(); }
+  at::Tensor final_norm(const at::Tensor& hidden) const override { return inner_.final_norm(hidden); }
+  at::Tensor lm_head(const at::Tensor& features) const override { return inner_.lm_head(features); }
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                      const ForwardOptions& opts = {}) const override;
 
@@ -56,6 +58,8 @@ class PrefillMemo : public Model {
   std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return inner_.pack_matrix(w); }
   int64_t row_exact_batch() const override { return inner_.row_exact_batch(); }
   std::string weight_storage() const override { return inner_.weight_storage(); }
+  at::Tensor final_norm(const at::Tensor& hidden) const override { return inner_.final_norm(hidden); }
+  at::Tensor lm_head(const at::Tensor& features) const override { return inner_.lm_head(features); }
   // A call with positions starting at 0, ascending by 1 and no layer subset is a prefill: it is
   // answered from the memo when tokens, logits_last_n and hidden_layers match the remembered
   // ones (the hidden states asked for, e.g. by the eagle drafter, are remembered too), and

@@ -204,11 +204,38 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, const at::Tensor& posit
   at::Tensor logits = !opts.aten_reference && can_run_cpu(kv) ? forward_cpu(tokens, positions, kv, opts)
                                                               : forward_aten(tokens, positions, kv, opts);
   if (!logits.device().is_cpu() || logits.scalar_type() != at::kFloat) logits = logits.to(at::kCPU, at::kFloat);
+  return full_vocab(logits);
+}
+
+at::Tensor LlamaModel::full_vocab(const at::Tensor& logits) const {
   if (!head_ids_.defined()) return logits;
-  // [k, head ids] -> [k, vocab], -inf for the tokens the head leaves out.
   at::Tensor full = at::full({logits.size(0), config_.vocab_size}, -std::numeric_limits<float>::infinity(),
                              logits.options());
   return full.index_copy_(1, head_ids_.to(logits.device()), logits);
+}
+
+at::Tensor LlamaModel::final_norm(const at::Tensor& hidden) const {
+  c10::InferenceMode guard;
+  SPECLAB_CHECK(hidden.dim() == 2 && hidden.size(1) == config_.hidden_size, "final_norm: rows must be [n, hidden]");
+  const at::Tensor x = hidden.to(at::kCPU, at::kFloat);
+  const at::Tensor w = w_.final_norm.to(at::kCPU, at::kFloat);
+  return x * at::rsqrt(x.pow(2).mean(-1, true) + config_.rms_norm_eps) * w;
+}
+
+at::Tensor LlamaModel::lm_head(const at::Tensor& features) const {
+  c10::InferenceMode guard;
+  SPECLAB_CHECK(features.dim() == 2 && features.size(1) == config_.hidden_size, "lm_head: rows must be [n, hidden]");
+  const int64_t n = features.size(0);
+  at::Tensor logits;
+  if (placement_.dense) {  // dense weights in the placement's device and dtype
+    const at::Tensor& w = w_.lm_head.f32;
+    logits = at::linear(features.to(w.options()), w).to(at::kCPU, at::kFloat);
+  } else {
+    const at::Tensor x = features.to(at::kCPU, at::kFloat).contiguous();
+    logits = at::empty({n, w_.lm_head.out}, at::kFloat);
+    speclab::linear(w_.lm_head, x.data_ptr<float>(), nullptr, logits.data_ptr<float>(), n, activations_);
+  }
+  return full_vocab(logits);
 }
 
 std::vector<int64_t> frequent_head_ids(const Tokenizer& tok, int64_t vocab, int64_t n) {

@@ -64,6 +64,10 @@ class LlamaModel : public Model {
   bool uses_cuda_graphs() const;
   // pack_f32_matrix(w, activations()) behind linear(): Q8_0 against int8 activations.
   std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override;
+  // The final RMSNorm (libtorch ops, float32) and the LM head (the CPU kernels with this model's
+  // activations on the CPU; libtorch ops in the placement's dtype on a device).
+  at::Tensor final_norm(const at::Tensor& hidden) const override;
+  at::Tensor lm_head(const at::Tensor& features) const override;
 
  private:
   // Moves the loader's weights into w_ (packed blocks stay packed; q/k/v and gate/up stacked).
@@ -77,6 +81,8 @@ class LlamaModel : public Model {
   // The two backends' entry points; arguments as forward().
   at::Tensor forward_cpu(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                          const ForwardOptions& opts) const;
+  // [k, head ids] -> [k, vocab] with -inf for the tokens a reduced head leaves out (no-op otherwise).
+  at::Tensor full_vocab(const at::Tensor& logits) const;
   at::Tensor forward_aten(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                           const ForwardOptions& opts) const;
   // forward_aten's captured path: t, p, ws [rows] host int64 (tokens, positions, write slots,

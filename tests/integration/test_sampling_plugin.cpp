@@ -260,6 +260,42 @@ TEST_CASE("the host table answers misuse with codes and keeps out of the target'
   CHECK_THAT(std::string(t.error), Catch::Contains("this host has no"));
 }
 
+TEST_CASE("final_norm() and lm_head() (table version 2) are the target's own output head", "[plugins][host]") {
+  c10::InferenceMode guard;
+  TargetKv t(kPrompt);
+  const SpeclabHostApi& api = t.api;
+  const ModelConfig& c = t.s.model->config();
+  REQUIRE(api.version >= 2);
+  // The last layer's residual stream of a two-token pass, and that pass's logits.
+  const int64_t n0 = static_cast<int64_t>(kPrompt.size()), last = c.num_hidden_layers - 1;
+  t.kv.reserve(t.seq.id(), 2);
+  ForwardOptions fo;
+  fo.hidden_layers = {last};
+  std::vector<at::Tensor> hs;
+  fo.hidden_out = &hs;
+  const at::Tensor logits = t.s.model->forward(at::tensor(std::vector<int64_t>{425, 281}, at::kLong),
+                                               at::arange(n0, n0 + 2, at::kLong), t.kv.view_at(t.seq.id(), n0, 2), fo);
+  const std::vector<float> hidden = row(hs[0]);
+  std::vector<float> features(2 * c.hidden_size), out(2 * c.vocab_size);
+  REQUIRE(api.final_norm(api.host, hidden.data(), 2, features.data(), t.error, sizeof t.error) == SPECLAB_OK);
+  REQUIRE(api.lm_head(api.host, features.data(), 2, out.data(), t.error, sizeof t.error) == SPECLAB_OK);
+  // The forward's logits up to the summation order of the norm (float32 stories260K).
+  const at::Tensor got = at::tensor(out).view({2, c.vocab_size});
+  const double scale = logits.abs().max().item<double>();
+  CHECK((got - logits).abs().max().item<double>() < 1e-4 * scale);
+  // Negative control: the LM head on the un-normalised rows is far off.
+  std::vector<float> raw(2 * c.vocab_size);
+  REQUIRE(api.lm_head(api.host, hidden.data(), 2, raw.data(), t.error, sizeof t.error) == SPECLAB_OK);
+  CHECK((at::tensor(raw).view({2, c.vocab_size}) - logits).abs().max().item<double>() > 1e-2 * scale);
+  // Misuse: codes and one-line messages.
+  CHECK(api.final_norm(api.host, nullptr, 2, features.data(), t.error, sizeof t.error) == SPECLAB_E_BAD_INPUT);
+  CHECK_THAT(std::string(t.error), Catch::Contains("final_norm") && Catch::Contains("rows"));
+  CHECK(api.lm_head(api.host, features.data(), 0, out.data(), t.error, sizeof t.error) == SPECLAB_E_BAD_INPUT);
+  HostServices bare{DrafterEnv{nullptr, nullptr, -1, c.vocab_size}};
+  CHECK(bare.api()->lm_head(bare.api()->host, features.data(), 1, out.data(), t.error, sizeof t.error) ==
+        SPECLAB_E_CONFIG);
+}
+
 TEST_CASE("uniform() is the drafter's stream, probs() and argmax() the engine's functions", "[plugins][host]") {
   c10::InferenceMode guard;
   TargetKv t(kPrompt);
