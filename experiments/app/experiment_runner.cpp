@@ -417,11 +417,16 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   std::unique_ptr<Hdf5Recorder> recorder;
   std::set<RunKey> done_keys;
   std::map<RunKey, TokenList> ar_tokens;  // key with method "ar"
+  // The summary, built as prompt-runs are recorded (resumed ones first, in run_id order) rather
+  // than from a read of the whole file at the end: the end of a long sweep then needs no memory
+  // that grows with the file. Its runs are the file's, so it is summarize() of the file.
+  SummaryBuilder summary(methods);
   if (resuming) {
     // Read-only first: a mismatch must leave the file untouched.
     ExperimentData have = read_experiment(path);
     check_same_experiment(path, have, config, points.front().config, options.shard, precs, prrecs, methods);
     for (RunRecord& r : have.runs) {
+      summary.add(r);
       done_keys.insert(r.key);
       if (r.key.method == kArMethod) ar_tokens[r.key] = std::move(r.tokens);
     }
@@ -518,6 +523,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
     recorder->append(rec);
     ev.commit_seconds = since(t_commit);
     ev.commit_cpu_seconds = thread_cpu_seconds() - cpu_commit;
+    summary.add(rec);
     done_keys.insert(rec.key);
     ++recorded;
     ++ev.done;
@@ -576,18 +582,17 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   }
   out.runs_recorded = recorded;
   out.runs_resumed = ev.resumed;
+  out.points = precs;
   if (!finished) {
     recorder->set_root_attribute("end_time", iso8601_now());
     recorder->set_root_attribute("status", "interrupted");
     out.interrupted = true;
-    out.data = recorder->read();
     return out;
   }
 
-  // 4. Summary from the file's records (identical for resumed and uninterrupted runs). The
+  // 4. The summary of the file's records (identical for resumed and uninterrupted runs). The
   // status becomes "complete" last, so a file that says complete holds the summary too.
-  out.data = recorder->read();
-  out.summary = summarize(out.data);
+  out.summary = summary.finish(precs);
   recorder->write_summary(out.summary);
   recorder->set_root_attribute("end_time", iso8601_now());
   recorder->set_root_attribute("status", "complete");

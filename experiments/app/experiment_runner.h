@@ -76,11 +76,12 @@ struct RunnerOptions {
 
 struct ExperimentOutcome {
   std::string output_path;
-  ExperimentData data;        // every complete prompt-run, read back from the file
-  ExperimentSummary summary;  // summarize(data), also written to /summary
+  std::vector<PointRecord> points;  // the sweep points
+  ExperimentSummary summary;  // summarize() of the file's prompt-runs (built as they are recorded,
+                              // SummaryBuilder), also written to /summary; read_experiment() reads them
   int64_t runs_recorded = 0;  // by this session
   int64_t runs_resumed = 0;   // found complete in the file
-  bool interrupted = false;   // stopped by stop_requested; data holds the runs so far, summary empty
+  bool interrupted = false;   // stopped by stop_requested; summary empty
 };
 
 // Checks `path` for `mode` without changing anything. Throws Error(kConfig, ..., path,

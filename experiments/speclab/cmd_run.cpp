@@ -241,7 +241,7 @@ int cmd_run(const std::vector<std::string>& args) {
 
   std::printf("\nsummary: %s (%lld prompt-runs recorded now, %lld resumed)\n", out.output_path.c_str(),
               static_cast<long long>(out.runs_recorded), static_cast<long long>(out.runs_resumed));
-  print_summary(out.summary, out.data.points);
+  print_summary(out.summary, out.points);
 
   if (no_report) return kExitOk;
   if (report_dir.empty()) report_dir = default_report_dir(out.output_path);

@@ -18,78 +18,7 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double ratio(double num, double den) { return den > 0.0 ? num / den : kNaN; }
 
-struct PairKey {
-  int64_t prompt, repeat;
-  bool operator<(const PairKey& o) const { return std::tie(prompt, repeat) < std::tie(o.prompt, o.repeat); }
-};
-
-// Summarises the speculative runs `spec` of one (point, method[, category]) against the ar runs
-// of the same point (`ar` by (prompt, repeat)).
-MethodSummary summarize_runs(const std::vector<const RunRecord*>& spec, const std::map<PairKey, const RunRecord*>& ar) {
-  MethodSummary m;
-  int64_t examined = 0, emitted = 0;
-  double accept_prob_sum = 0.0;
-  int64_t accept_prob_n = 0;
-  double draft_total = 0.0;
-  std::vector<int64_t> pos_trials, pos_hits;
-  double ar_decode = 0.0;
-  int64_t ar_decode_forwards = 0;
-  for (const RunRecord* r : spec) {
-    ++m.n_runs;
-    m.draft_seconds += r->draft_seconds;
-    m.verify_seconds += r->verify_seconds;
-    m.accept_seconds += r->accept_seconds;
-    m.kv_seconds += r->kv_seconds;
-    m.other_seconds += r->other_seconds;
-    if (r->lossless >= 0) {
-      ++m.lossless_checked;
-      if (r->lossless == 0) ++m.lossless_failed;
-    }
-    for (const StepRecord& s : r->steps) {
-      ++m.n_steps;
-      m.drafted += s.drafted;
-      m.accepted += s.accepted;
-      emitted += s.accepted + 1;
-      examined += std::min(s.accepted + 1, s.drafted);
-      draft_total += s.draft_seconds;
-      if (static_cast<int64_t>(pos_trials.size()) < s.drafted) {
-        pos_trials.resize(static_cast<size_t>(s.drafted), 0);
-        pos_hits.resize(static_cast<size_t>(s.drafted), 0);
-      }
-      for (int32_t i = 0; i < s.drafted && i <= s.accepted; ++i) {
-        ++pos_trials[static_cast<size_t>(i)];
-        if (i < s.accepted) ++pos_hits[static_cast<size_t>(i)];
-      }
-      for (float a : s.accept_prob)
-        if (!std::isnan(a)) {
-          accept_prob_sum += a;
-          ++accept_prob_n;
-        }
-    }
-    auto it = ar.find({r->key.prompt, r->key.repeat});
-    if (it != ar.end()) {
-      // Decode phase: the prefill is the same single forward over the prompt for both methods.
-      m.spec_wall_seconds += r->wall_seconds - r->prefill_seconds;
-      m.ar_wall_seconds += it->second->wall_seconds - it->second->prefill_seconds;
-      ar_decode += it->second->decode_seconds;
-      ar_decode_forwards += std::max<int64_t>(0, it->second->target_forwards - 1);
-    }
-  }
-  m.alpha = wilson_interval(m.accepted, examined);
-  for (size_t i = 0; i < pos_trials.size(); ++i)
-    m.positions.push_back({static_cast<int64_t>(i), wilson_interval(pos_hits[i], pos_trials[i])});
-  m.accepted_fraction = ratio(static_cast<double>(m.accepted), static_cast<double>(m.drafted));
-  m.mean_accept_prob = ratio(accept_prob_sum, static_cast<double>(accept_prob_n));
-  m.tau = ratio(static_cast<double>(emitted), static_cast<double>(m.n_steps));
-  m.draft_seconds_per_token = ratio(draft_total, static_cast<double>(m.drafted));
-  m.ar_seconds_per_token = ratio(ar_decode, static_cast<double>(ar_decode_forwards));
-  m.cost_ratio = ratio(m.draft_seconds_per_token, m.ar_seconds_per_token);
-  m.speedup = ratio(m.ar_wall_seconds, m.spec_wall_seconds);
-  m.lossless = m.lossless_checked == 0 ? -1 : (m.lossless_failed == 0 ? 1 : 0);
-  return m;
-}
-
-void finish(MethodSummary& m) {
+void add_prediction(MethodSummary& m) {
   m.predicted_speedup = leviathan_speedup(m.alpha.rate, m.gamma, m.cost_ratio);
   m.efficiency = ratio(m.speedup, m.predicted_speedup);
 }
@@ -150,50 +79,144 @@ double leviathan_speedup(double alpha, int64_t gamma, double c) {
   return sum / (static_cast<double>(gamma) * c + 1.0);
 }
 
-ExperimentSummary summarize(const ExperimentData& data) {
-  ExperimentSummary out;
-  std::set<std::string> categories;
-  for (const RunRecord& r : data.runs) categories.insert(r.category);
-  std::vector<std::string> methods = data.methods;
-  for (const RunRecord& r : data.runs)
-    if (std::find(methods.begin(), methods.end(), r.key.method) == methods.end()) methods.push_back(r.key.method);
-  std::set<int64_t> points;
-  for (const PointRecord& p : data.points) points.insert(p.index);
-  for (const RunRecord& r : data.runs) points.insert(r.key.point);
+struct SummaryBuilder::Acc {
+  MethodSummary m;
+  bool labeled = false;
+  int64_t examined = 0, emitted = 0, accept_prob_n = 0, ar_decode_forwards = 0;
+  double accept_prob_sum = 0.0, draft_total = 0.0, ar_decode = 0.0;
+  std::vector<int64_t> pos_trials, pos_hits;
 
-  for (int64_t point : points) {
-    std::map<PairKey, const RunRecord*> ar;
-    for (const RunRecord& r : data.runs)
-      if (r.key.point == point && r.key.method == kArMethod) ar[{r.key.prompt, r.key.repeat}] = &r;
-    for (const std::string& method : methods) {
-      if (method == kArMethod) continue;
-      std::vector<const RunRecord*> spec;
-      for (const RunRecord& r : data.runs)
-        if (r.key.point == point && r.key.method == method) spec.push_back(&r);
-      if (spec.empty()) continue;
-      auto label = [&](MethodSummary& m, const std::string& category) {
-        m.point = point;
-        m.category = category;
-        m.method = method;
-        m.drafter = spec.front()->drafter;
-        m.gamma = spec.front()->gamma;
-        finish(m);
-      };
-      MethodSummary all = summarize_runs(spec, ar);
-      label(all, "");
-      out.overall.push_back(std::move(all));
-      for (const std::string& cat : categories) {
-        std::vector<const RunRecord*> sub;
-        for (const RunRecord* r : spec)
-          if (r->category == cat) sub.push_back(r);
-        if (sub.empty()) continue;
-        MethodSummary m = summarize_runs(sub, ar);
-        label(m, cat);
-        out.by_category.push_back(std::move(m));
+  void add(const RunRecord& r) {
+    if (!labeled) {
+      m.drafter = r.drafter;
+      m.gamma = r.gamma;
+      labeled = true;
+    }
+    ++m.n_runs;
+    m.draft_seconds += r.draft_seconds;
+    m.verify_seconds += r.verify_seconds;
+    m.accept_seconds += r.accept_seconds;
+    m.kv_seconds += r.kv_seconds;
+    m.other_seconds += r.other_seconds;
+    if (r.lossless >= 0) {
+      ++m.lossless_checked;
+      if (r.lossless == 0) ++m.lossless_failed;
+    }
+    for (const StepRecord& s : r.steps) {
+      ++m.n_steps;
+      m.drafted += s.drafted;
+      m.accepted += s.accepted;
+      emitted += s.accepted + 1;
+      examined += std::min(s.accepted + 1, s.drafted);
+      draft_total += s.draft_seconds;
+      if (static_cast<int64_t>(pos_trials.size()) < s.drafted) {
+        pos_trials.resize(static_cast<size_t>(s.drafted), 0);
+        pos_hits.resize(static_cast<size_t>(s.drafted), 0);
       }
+      for (int32_t i = 0; i < s.drafted && i <= s.accepted; ++i) {
+        ++pos_trials[static_cast<size_t>(i)];
+        if (i < s.accepted) ++pos_hits[static_cast<size_t>(i)];
+      }
+      for (float a : s.accept_prob)
+        if (!std::isnan(a)) {
+          accept_prob_sum += a;
+          ++accept_prob_n;
+        }
     }
   }
+
+  MethodSummary result() const {
+    MethodSummary out = m;
+    out.alpha = wilson_interval(m.accepted, examined);
+    for (size_t i = 0; i < pos_trials.size(); ++i)
+      out.positions.push_back({static_cast<int64_t>(i), wilson_interval(pos_hits[i], pos_trials[i])});
+    out.accepted_fraction = ratio(static_cast<double>(m.accepted), static_cast<double>(m.drafted));
+    out.mean_accept_prob = ratio(accept_prob_sum, static_cast<double>(accept_prob_n));
+    out.tau = ratio(static_cast<double>(emitted), static_cast<double>(m.n_steps));
+    out.draft_seconds_per_token = ratio(draft_total, static_cast<double>(m.drafted));
+    out.ar_seconds_per_token = ratio(ar_decode, static_cast<double>(ar_decode_forwards));
+    out.cost_ratio = ratio(out.draft_seconds_per_token, out.ar_seconds_per_token);
+    out.speedup = ratio(m.ar_wall_seconds, m.spec_wall_seconds);
+    out.lossless = m.lossless_checked == 0 ? -1 : (m.lossless_failed == 0 ? 1 : 0);
+    add_prediction(out);
+    return out;
+  }
+};
+
+SummaryBuilder::SummaryBuilder(std::vector<std::string> methods) : methods_(std::move(methods)) {}
+
+SummaryBuilder::~SummaryBuilder() = default;
+
+void SummaryBuilder::pair(const std::vector<Acc*>& accs, double spec_decode_wall, const ArRun& ar) {
+  // Decode phase: the prefill is the same single forward over the prompt for both methods.
+  for (Acc* a : accs) {
+    a->m.spec_wall_seconds += spec_decode_wall;
+    a->m.ar_wall_seconds += ar.decode_wall;
+    a->ar_decode += ar.decode_seconds;
+    a->ar_decode_forwards += ar.forwards;
+  }
+}
+
+void SummaryBuilder::add(const RunRecord& r) {
+  points_.insert(r.key.point);
+  categories_.insert(r.category);
+  if (std::find(methods_.begin(), methods_.end(), r.key.method) == methods_.end()) methods_.push_back(r.key.method);
+  const Group g{r.key.point, r.key.prompt, r.key.repeat};
+  if (r.key.method == kArMethod) {
+    ArRun& ar = ar_[g];
+    ar.decode_wall = r.wall_seconds - r.prefill_seconds;
+    ar.decode_seconds = r.decode_seconds;
+    ar.forwards = std::max<int64_t>(0, r.target_forwards - 1);
+    auto it = pending_.find(g);
+    if (it != pending_.end()) {
+      for (const Pending& p : it->second) pair(p.accs, p.decode_wall, ar);
+      pending_.erase(it);
+    }
+    return;
+  }
+  std::vector<Acc*> accs;
+  for (auto key : {std::make_tuple(r.key.point, r.key.method, 0, std::string()),
+                   std::make_tuple(r.key.point, r.key.method, 1, r.category)}) {
+    std::unique_ptr<Acc>& a = accs_[key];
+    if (!a) a = std::make_unique<Acc>();
+    a->add(r);
+    accs.push_back(a.get());
+  }
+  const double decode_wall = r.wall_seconds - r.prefill_seconds;
+  auto ar = ar_.find(g);
+  if (ar != ar_.end())
+    pair(accs, decode_wall, ar->second);
+  else
+    pending_[g].push_back({accs, decode_wall});
+}
+
+ExperimentSummary SummaryBuilder::finish(const std::vector<PointRecord>& points) const {
+  std::set<int64_t> all = points_;
+  for (const PointRecord& p : points) all.insert(p.index);
+  ExperimentSummary out;
+  auto emit = [&](std::vector<MethodSummary>& rows, int64_t point, const std::string& method, int by,
+                  const std::string& category) {
+    auto it = accs_.find(std::make_tuple(point, method, by, category));
+    if (it == accs_.end()) return;
+    MethodSummary m = it->second->result();
+    m.point = point;
+    m.method = method;
+    m.category = category;
+    rows.push_back(std::move(m));
+  };
+  for (int64_t point : all)
+    for (const std::string& method : methods_) {
+      if (method == kArMethod) continue;
+      emit(out.overall, point, method, 0, "");
+      for (const std::string& cat : categories_) emit(out.by_category, point, method, 1, cat);
+    }
   return out;
+}
+
+ExperimentSummary summarize(const ExperimentData& data) {
+  SummaryBuilder b(data.methods);
+  for (const RunRecord& r : data.runs) b.add(r);
+  return b.finish(data.points);
 }
 
 std::string format_summary_table(const std::vector<MethodSummary>& rows, const std::vector<PointRecord>& points) {

@@ -27,7 +27,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "framework/io/experiment_records.h"
@@ -87,6 +91,43 @@ struct ExperimentSummary {
 };
 
 ExperimentSummary summarize(const ExperimentData& data);
+
+// The same summary built one prompt-run at a time, in bounded memory: what `speclab run` keeps
+// while it records, so that the end of a sweep of 10^5 prompt-runs does not read them all back
+// (docs/hdf5-schema.md). add() takes runs in run_id order (summarize() feeds data.runs); a
+// speculative run whose ar run comes later is paired when it comes. Keeps per (point, method,
+// category) sums, and per ar run 4 numbers.
+class SummaryBuilder {
+ public:
+  // methods: ExperimentData::methods ("ar" first, then the drafter labels).
+  explicit SummaryBuilder(std::vector<std::string> methods);
+  ~SummaryBuilder();
+  void add(const RunRecord& run);
+  // points: ExperimentData::points (points without runs give no rows).
+  ExperimentSummary finish(const std::vector<PointRecord>& points) const;
+
+  struct Acc;  // the sums of one (point, method[, category]) (experiment_summary.cpp)
+
+ private:
+  struct ArRun {
+    double decode_wall = 0.0, decode_seconds = 0.0;  // wall - prefill; decode_seconds
+    int64_t forwards = 0;                            // target_forwards - 1 (>= 0)
+  };
+  struct Pending {  // a speculative run waiting for its ar run
+    std::vector<Acc*> accs;
+    double decode_wall = 0.0;
+  };
+  using Group = std::tuple<int64_t, int64_t, int64_t>;  // point, prompt, repeat
+  void pair(const std::vector<Acc*>& accs, double spec_decode_wall, const ArRun& ar);
+
+  std::vector<std::string> methods_;
+  std::set<int64_t> points_;
+  std::set<std::string> categories_;
+  // (point, method, 0, "") overall; (point, method, 1, category) by category.
+  std::map<std::tuple<int64_t, std::string, int, std::string>, std::unique_ptr<Acc>> accs_;
+  std::map<Group, ArRun> ar_;
+  std::map<Group, std::vector<Pending>> pending_;
+};
 
 // A summary table as aligned text, one row per entry of `rows` (summary.overall or
 // summary.by_category), columns: point, [category,] drafter, gamma, alpha [95% CI], tau, c,

@@ -92,9 +92,8 @@ RunRecord run(int64_t prompt, const std::string& method, const std::string& cate
   return r;
 }
 
-}  // namespace
-
-TEST_CASE("summarize: acceptance, positions, tau, cost ratio, speedup and categories by hand", "[summary]") {
+// Two AR runs, then the speculative runs of the same two prompts (categories x and y).
+ExperimentData hand_data() {
   ExperimentData d;
   d.points = {{0, {}, ""}};
   d.methods = {"ar", "pl"};
@@ -114,7 +113,13 @@ TEST_CASE("summarize: acceptance, positions, tau, cost ratio, speedup and catego
   s1.lossless = 0;
   d.runs.push_back(s0);
   d.runs.push_back(s1);
+  return d;
+}
 
+}  // namespace
+
+TEST_CASE("summarize: acceptance, positions, tau, cost ratio, speedup and categories by hand", "[summary]") {
+  const ExperimentData d = hand_data();
   const ExperimentSummary sum = summarize(d);
   REQUIRE(sum.overall.size() == 1);
   const MethodSummary& m = sum.overall[0];
@@ -172,4 +177,29 @@ TEST_CASE("summarize: a run without its AR partner gives no speedup", "[summary]
   CHECK(std::isnan(sum.overall[0].speedup));
   CHECK(std::isnan(sum.overall[0].cost_ratio));
   CHECK(sum.overall[0].alpha.rate == 1.0);
+}
+
+TEST_CASE("SummaryBuilder: speculative runs recorded before their AR runs are paired when these come", "[summary]") {
+  const ExperimentData d = hand_data();
+  const ExperimentSummary want = summarize(d);
+  SummaryBuilder b(d.methods);
+  for (size_t i : {2, 3, 0, 1}) b.add(d.runs[i]);  // the speculative runs first
+  const ExperimentSummary got = b.finish(d.points);
+  REQUIRE(got.overall.size() == 1);
+  REQUIRE(got.by_category.size() == 2);
+  for (const auto& [g, w] : {std::make_pair(got.overall[0], want.overall[0]),
+                             std::make_pair(got.by_category[1], want.by_category[1])}) {
+    CHECK(g.category == w.category);
+    CHECK(g.speedup == Approx(w.speedup));
+    CHECK(g.cost_ratio == Approx(w.cost_ratio));
+    CHECK(g.alpha.rate == w.alpha.rate);
+    CHECK(g.tau == w.tau);
+    CHECK(g.lossless == w.lossless);
+  }
+  CHECK(got.overall[0].speedup == Approx(4.0 / 2.5));
+  // Without the AR runs there is nothing to pair: no speedup (the check can fail).
+  SummaryBuilder spec_only(d.methods);
+  spec_only.add(d.runs[2]);
+  spec_only.add(d.runs[3]);
+  CHECK(std::isnan(spec_only.finish(d.points).overall[0].speedup));
 }
