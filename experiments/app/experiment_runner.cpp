@@ -344,10 +344,19 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
     for (size_t d = 0; d < pt.config.drafters.size(); ++d) {
       const DrafterOptions& o = pt.config.drafters[d].options;
       if (!o.plugin.empty() || o.draft_model.empty()) continue;
+      const std::string key = "drafters[" + std::to_string(d) + "]";
+      // A file `speclab train-draft` wrote (eagle, medusa, a distilled draft_model) is not a model
+      // source of its own: it must exist; its drafter checks the rest against the target.
+      if (fs::path(o.draft_model).extension() == ".safetensors" && !fs::is_directory(o.draft_model)) {
+        std::error_code ec;
+        if (!fs::is_regular_file(o.draft_model, ec))
+          throw Error(ErrorKind::kIo, "expected the trained draft written by speclab train-draft, found no file at " +
+                                          o.draft_model, config.source_path, key + ".draft_model");
+        continue;
+      }
       ModelSource ds;
       ds.path = o.draft_model;
       ds.format = o.draft_model_format;
-      const std::string key = "drafters[" + std::to_string(d) + "]";
       try {
         check_model_source(ds, key, pt, config);
       } catch (const Error& e) {
