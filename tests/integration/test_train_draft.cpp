@@ -19,6 +19,7 @@
 
 #include "experiments/app/draft_training.h"
 #include "experiments/app/equivalence_runner.h"
+#include "experiments/app/experiment_runner.h"
 #include "experiments/app/session_parts.h"
 #include "framework/draft/builtin/eagle_packed.h"
 #include "framework/draft/builtin/medusa_drafter.h"
@@ -601,6 +602,32 @@ TEST_CASE("train-draft draft_model: a distilled 2-layer draft; the runtime model
     const Error e = test::catch_error([&] { load_distilled_draft(c.output.path, other_model); });
     CHECK(e.kind() == ErrorKind::kConfig);
     CHECK_THAT(e.what(), Catch::Contains("trained for stories260K.bin") && Catch::Contains("not for the target"));
+    // `speclab run` with the file as a drafter's draft_model: recorded, lossless; a missing file
+    // is refused before anything runs, naming the key.
+    ExperimentConfig rc;
+    rc.name = "distilled_run";
+    rc.source_path = (kDir / "distilled_run.yaml").string();
+    rc.models.target.path = "stories260K";
+    rc.prompts.chat = "off";
+    rc.prompts.inline_prompts = {{"dog", "", "The little dog"}};
+    DrafterEntry de;
+    de.label = "distilled";
+    de.options = o;
+    rc.drafters = {de};
+    rc.generation.max_new_tokens = 24;
+    rc.warmup = 0;
+    rc.output.path = (kDir / "distilled_run.h5").string();
+    fs::remove(rc.output.path);
+    const ExperimentOutcome out = run_experiment(rc, {});
+    REQUIRE(out.summary.overall.size() == 1);
+    CHECK(out.summary.overall[0].method == "distilled");
+    CHECK(out.summary.overall[0].lossless == 1);
+    rc.drafters[0].options.draft_model = (kDir / "no_such_draft.safetensors").string();
+    rc.output.path = (kDir / "distilled_run_missing.h5").string();
+    const Error missing = test::catch_error([&] { run_experiment(rc, {}); });
+    CHECK(missing.field() == "drafters[0].draft_model");
+    CHECK_FALSE(fs::exists(rc.output.path));
+
     // An eagle draft is not a draft model.
     const TrainDraftConfig ec = load_train_config(write_config("dm_eagle", 5).string());
     train_draft(ec, false);
