@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -459,14 +460,21 @@ def write_train_report(path: str, out: str) -> None:
         t = {k: np.asarray(f["train"][k][()], dtype=float) for k in ("step", "loss", "feature_loss", "token_loss", "lr")}
         v = {k: np.asarray(f["validation"][k][()], dtype=float) for k in ("step", "agreement")}
         attrs = {k: (f.attrs[k].decode() if isinstance(f.attrs[k], bytes) else f.attrs[k]) for k in f.attrs}
+    # The loss terms each architecture logs (docs/train-draft.md): eagle's two, medusa's
+    # cross-entropy, the distilled draft model's KL (both in token_loss).
+    m = re.search(r"^architecture:\s*(\w+)", str(attrs.get("config_yaml", "")), re.MULTILINE)
+    architecture = m.group(1) if m else "eagle"
+    curves = {"eagle": (("loss", "loss (feature + w * token)"), ("feature_loss", "feature loss (smooth L1)"),
+                        ("token_loss", "token loss (cross-entropy)")),
+              "medusa": (("loss", "loss (sum over heads of decay^k * cross-entropy)"),),
+              "draft_model": (("loss", "loss (KL from the target's next-token distribution)"),)}
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for key, label in (("loss", "loss (feature + w * token)"), ("feature_loss", "feature loss (smooth L1)"),
-                       ("token_loss", "token loss (cross-entropy)")):
+    for key, label in curves.get(architecture, curves["eagle"]):
         ax.plot(t["step"], t[key], label=label, linewidth=1)
     ax.set_yscale("log")
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss (nats / smooth-L1 units, log scale)")
-    ax.set_title("Draft training loss per step")
+    ax.set_ylabel("loss (nats / smooth-L1 units, log scale)" if architecture == "eagle" else "loss (nats, log scale)")
+    ax.set_title(f"Draft training loss per step ({architecture})")
     ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(out, "training_loss.png"), dpi=110)
@@ -485,6 +493,7 @@ def write_train_report(path: str, out: str) -> None:
     last = slice(max(0, n - 10), n)
     md = [f"# Draft training report: {os.path.basename(path)}\n",
           md_table(["figure", "value"], [
+              ["architecture", architecture],
               ["optimizer steps", str(n)],
               ["loss, mean of the first / last 10 steps",
                f"{fmt(np.mean(t['loss'][first]))} / {fmt(np.mean(t['loss'][last]))}" if n else "-"],
