@@ -527,6 +527,10 @@ TEST_CASE("train-draft draft_model: a distilled 2-layer draft; the runtime model
   CHECK(file.metadata().at("draft_layers") == "0,4");
   CHECK(file.info("model.layers.1.mlp.down_proj.weight").shape == std::vector<int64_t>{64, 172});
   CHECK_FALSE(file.contains("model.layers.2.input_layernorm.weight"));
+  // `speclab report` on its log names the architecture (and plots its KL, not eagle's terms).
+  const fs::path rep = kDir / "dm_report";
+  REQUIRE(std::system((std::string(SPECLAB_CLI) + " report '" + c.output.log + "' --out '" + rep.string() + "'").c_str()) == 0);
+  CHECK_THAT(read_bytes(rep / "report.md"), Catch::Contains("| architecture | draft_model |"));
   const std::string first = read_bytes(c.output.path);
   fs::remove(c.output.path);
   train_draft(c, false, {}, 70);  // interrupted after 70 steps
