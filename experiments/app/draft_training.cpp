@@ -579,8 +579,18 @@ DistilledDraft load_distilled_draft(const std::string& path, const LoadedModel& 
   m.origin.path = path;
   m.storage_types = (packed ? "Q8_0 (distilled layers), " : "F32 (distilled layers), ") + m.storage_types;
   DistilledDraft d;
+  try {
+    d.head_vocab = meta["draft_vocab"].empty() ? 0 : std::stoll(meta["draft_vocab"]);
+  } catch (const std::exception&) {
+    throw Error(ErrorKind::kBadInput, "metadata draft_vocab: expected an integer, found '" + meta["draft_vocab"] + "'", path);
+  }
+  // The head it was trained with is the one its drafter rebuilds (frequent_head_ids).
+  const int64_t rows = d.head_vocab > 0 ? d.head_vocab : m.config.vocab_size;
+  const std::vector<int64_t> want = frequent_head_ids(*m.tokenizer, m.config.vocab_size, rows);
+  if (ids.numel() != static_cast<int64_t>(want.size()) ||
+      !at::equal(ids, at::tensor(want, at::kLong)))
+    throw Error(ErrorKind::kBadInput, "vocab_ids do not match the head of draft_vocab " + std::to_string(d.head_vocab), path);
   d.model = std::move(m);
-  d.head_vocab = meta["draft_vocab"].empty() ? 0 : std::stoll(meta["draft_vocab"]);
   return d;
 }
 

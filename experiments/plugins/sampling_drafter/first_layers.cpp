@@ -20,6 +20,7 @@
 // Options: params.layers, an integer in [1, the target's layer count]; default half of the
 // layers (at least 1).
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <exception>
 #include <stdexcept>
@@ -144,9 +145,9 @@ void write_error(char* error, size_t error_len, const std::string& message) {
 speclab::Drafter* create(const speclab::DrafterOptions* options, const SpeclabHostApi* host, char* error,
                          size_t error_len) {
   try {
-    if (host->size < sizeof(SpeclabHostApi) || host->model.n_layers <= 0 || host->model.vocab_size <= 0) {
-      write_error(error, error_len, "needs a host with the target model (host services table version " +
-                                        std::to_string(SPECLAB_HOST_API_VERSION) + " or later)");
+    // Version 1 of the table is enough: every function this plugin calls sits before final_norm.
+    if (host->size < offsetof(SpeclabHostApi, final_norm) || host->model.n_layers <= 0 || host->model.vocab_size <= 0) {
+      write_error(error, error_len, "needs a host with the target model (host services table version 1 or later)");
       return nullptr;
     }
     const int64_t n = host->model.n_layers;
