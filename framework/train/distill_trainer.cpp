@@ -39,18 +39,13 @@ TrainStepLog DistillTrainer::step() {
 double DistillTrainer::validation_agreement() const {
   at::NoGradGuard no_grad;
   int64_t agree = 0, total = 0;
-  const int64_t chunk = 8;
-  for (int64_t s0 = 0; s0 < val_.n_sequences(); s0 += chunk) {
-    std::vector<int64_t> seqs;
-    for (int64_t s = s0; s < std::min(val_.n_sequences(), s0 + chunk); ++s) seqs.push_back(s);
-    const PairRows p = pairs_of(val_, seqs);
-    if (p.in_rows.numel() == 0) continue;
+  for_each_pair_chunk(val_, 8, [&](const PairRows& p) {
     const at::Tensor logits =
         small_draft_logits_packed(draft_, val_.tokens.index_select(0, p.in_rows), p.positions, p.segments);
     const at::Tensor top = draft_.vocab_ids.index_select(0, logits.argmax(-1));
     agree += top.eq(val_.target_top1.index_select(0, p.in_rows)).sum().item<int64_t>();
     total += p.in_rows.numel();
-  }
+  });
   return total ? static_cast<double>(agree) / static_cast<double>(total) : 0.0;
 }
 

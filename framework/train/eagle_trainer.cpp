@@ -58,19 +58,14 @@ TrainStepLog EagleTrainer::step() {
 double EagleTrainer::validation_agreement() const {
   at::NoGradGuard no_grad;
   int64_t agree = 0, total = 0;
-  const int64_t chunk = 16;
-  for (int64_t s0 = 0; s0 < val_.n_sequences(); s0 += chunk) {
-    std::vector<int64_t> seqs;
-    for (int64_t s = s0; s < std::min(val_.n_sequences(), s0 + chunk); ++s) seqs.push_back(s);
-    const PairRows p = pairs_of(val_, seqs);
-    if (p.in_rows.numel() == 0) continue;
+  for_each_pair_chunk(val_, 16, [&](const PairRows& p) {
     const at::Tensor next = p.in_rows + 1;
     const at::Tensor pred = eagle_forward_packed(head_, val_.features.index_select(0, p.in_rows),
                                                  val_.tokens.index_select(0, next), p.positions, p.segments);
     const at::Tensor top = head_.vocab_ids.index_select(0, eagle_logits(head_, pred).argmax(-1));
     agree += top.eq(val_.target_top1.index_select(0, next)).sum().item<int64_t>();
     total += p.in_rows.numel();
-  }
+  });
   return total ? static_cast<double>(agree) / static_cast<double>(total) : 0.0;
 }
 

@@ -60,12 +60,7 @@ TrainStepLog MedusaTrainer::step() {
 std::vector<double> MedusaTrainer::head_agreements() const {
   at::NoGradGuard no_grad;
   std::vector<int64_t> agree(static_cast<size_t>(heads_.n_heads()), 0), total(agree.size(), 0);
-  const int64_t chunk = 16;
-  for (int64_t s0 = 0; s0 < val_.n_sequences(); s0 += chunk) {
-    std::vector<int64_t> seqs;
-    for (int64_t s = s0; s < std::min(val_.n_sequences(), s0 + chunk); ++s) seqs.push_back(s);
-    const PairRows p = pairs_of(val_, seqs);
-    if (p.in_rows.numel() == 0) continue;
+  for_each_pair_chunk(val_, 16, [&](const PairRows& p) {
     const at::Tensor f = val_.features.index_select(0, p.in_rows);
     for (int64_t k = 1; k <= heads_.n_heads(); ++k) {
       at::Tensor inside;
@@ -75,7 +70,7 @@ std::vector<double> MedusaTrainer::head_agreements() const {
       agree[i] += top.eq(val_.target_top1.index_select(0, rows)).logical_and(inside).sum().item<int64_t>();
       total[i] += inside.sum().item<int64_t>();
     }
-  }
+  });
   std::vector<double> out;
   for (size_t i = 0; i < agree.size(); ++i)
     out.push_back(total[i] ? static_cast<double>(agree[i]) / static_cast<double>(total[i]) : 0.0);

@@ -58,4 +58,13 @@ PairRows pairs_of(const DraftTrainData& d, const std::vector<int64_t>& seqs) {
   return {at::tensor(rows, at::kLong), at::tensor(pos, at::kLong), at::tensor(seg, at::kLong), at::tensor(end, at::kLong)};
 }
 
+void for_each_pair_chunk(const DraftTrainData& d, int64_t chunk, const std::function<void(const PairRows&)>& f) {
+  for (int64_t s0 = 0; s0 < d.n_sequences(); s0 += chunk) {
+    std::vector<int64_t> seqs;
+    for (int64_t s = s0; s < std::min(d.n_sequences(), s0 + chunk); ++s) seqs.push_back(s);
+    const PairRows p = pairs_of(d, seqs);
+    if (p.in_rows.numel() > 0) f(p);
+  }
+}
+
 }  // namespace speclab

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,5 +52,9 @@ struct PairRows {
   at::Tensor seq_end;    // [n] int64 b, the end row of i's sequence
 };
 PairRows pairs_of(const DraftTrainData& d, const std::vector<int64_t>& seqs);
+
+// Calls f(pairs_of(d, seqs)) for the sequences of d in order, `chunk` at a time (a chunk without
+// pairs is skipped): how the trainers evaluate, in bounded memory.
+void for_each_pair_chunk(const DraftTrainData& d, int64_t chunk, const std::function<void(const PairRows&)>& f);
 
 }  // namespace speclab
