@@ -136,6 +136,18 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
   SessionParts parts(*target, cfg.kv);
   std::vector<Drafter*> drafters;
   for (const DrafterEntry& d : cfg.drafters) drafters.push_back(&parts.add_drafter(d.options));
+  // Every check begins many sequences on few prompts: drafters may keep their prompt state (a
+  // draft model's prefill) as the target's prefill is memoized (PrefillMemo, below). Released
+  // before `parts` goes.
+  struct PromptReuse {
+    const std::vector<Drafter*>& d;
+    explicit PromptReuse(const std::vector<Drafter*>& x) : d(x) {
+      for (Drafter* p : d) p->reuse_prompt_state(true);
+    }
+    ~PromptReuse() {
+      for (Drafter* p : d) p->reuse_prompt_state(false);
+    }
+  } prompt_reuse(drafters);
   const KvTarget kvt = parts.kv_target();
   // Which drafters hand the verifier draft logits (model drafters; eagle and plugins that fill
   // DraftBlock::logits under sampling): the analytic and verifier rows and the drafter-side

@@ -67,6 +67,12 @@ class Drafter {
   virtual DraftBlock propose(const DraftContext& ctx, int max_k) = 0;
   virtual void accept(SeqId seq, int n_accepted) = 0;
   virtual void end(SeqId seq) {}
+  // Prompt reuse, optional: the equivalence checks begin thousands of sequences on one prompt.
+  // With it on, a drafter may keep what begin() computed for the last prompt (a draft model's
+  // prefilled KV) and start a later sequence on an equal prompt from a copy of it; that
+  // sequence must then behave exactly as after a fresh begin(). Off releases whatever was kept.
+  // The default keeps nothing.
+  virtual void reuse_prompt_state(bool on) {}
 
   // Target hidden states (EAGLE-style drafters read the target's last-layer features). The
   // target layers whose residual stream (ForwardOptions::hidden_layers) this drafter reads from

@@ -113,6 +113,67 @@ TEST_CASE("greedy speculative decoding is token-identical to AR for every drafte
   }
 }
 
+TEST_CASE("a draft model begun from its kept prompt state drafts exactly as after a fresh begin", "[spec][reuse]") {
+  Stories& s = stories();
+  KvOptions kvo;
+  kvo.budget_bytes = 64 << 20;
+  KvCacheManager kv(kvo);
+  const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
+  DrafterEnv env{s.model.get(), &kv, pool, s.model->config().vocab_size};
+  DrafterOptions o;
+  o.name = "draft_model";
+  o.draft_model = stories_path();
+  o.draft_vocab = 300;  // q differs from p, so the draws and the acceptances vary
+  o.num_speculative_tokens = 4;
+  auto drafter = drafter_registry().create(o, env);
+  const TokenList ids = s.info.tokenizer->encode(reference_prompts().at(0), true);
+  GenerationOptions gen;
+  gen.max_new_tokens = 24;
+  gen.ignore_eos = true;
+  auto run = [&](uint64_t seed) {
+    SamplingOptions t1;
+    t1.temperature = 1.0;
+    t1.seed = seed;
+    return generate_speculative(*s.model, *s.info.tokenizer, ids, gen, t1, *drafter, o, {&kv, pool});
+  };
+  auto same = [](const SpecResult& a, const SpecResult& b) {
+    REQUIRE(a.tokens == b.tokens);
+    REQUIRE(a.steps.size() == b.steps.size());
+    for (size_t i = 0; i < a.steps.size(); ++i) {
+      CHECK(a.steps[i].accepted == b.steps[i].accepted);
+      CHECK(a.steps[i].q == b.steps[i].q);  // the draft's probabilities, bit for bit
+      CHECK(a.steps[i].p == b.steps[i].p);
+    }
+  };
+  std::vector<SpecResult> fresh;
+  for (uint64_t seed : {1, 2, 3}) fresh.push_back(run(seed));
+  CHECK(kv.bytes_used() == 0);
+  drafter->reuse_prompt_state(true);
+  const SpecResult first = run(1);  // prefills and keeps the prompt
+  same(first, fresh[0]);
+  const int64_t kept = kv.bytes_used();
+  CHECK(kept > 0);  // the kept prompt sequence
+  for (uint64_t seed : {1, 2, 3}) {
+    INFO("seed " << seed << ", begun from the kept prompt");
+    same(run(seed), fresh[seed - 1]);
+    CHECK(kv.bytes_used() == kept);  // each forked sequence released, the prompt still kept
+  }
+  drafter->reuse_prompt_state(false);
+  CHECK(kv.bytes_used() == 0);
+  // Negative control: a different prompt is not answered from the kept one.
+  drafter->reuse_prompt_state(true);
+  (void)run(1);
+  const TokenList other = s.info.tokenizer->encode(reference_prompts().at(1), true);
+  SamplingOptions t1;
+  t1.temperature = 1.0;
+  t1.seed = 1;
+  const SpecResult b = generate_speculative(*s.model, *s.info.tokenizer, other, gen, t1, *drafter, o, {&kv, pool});
+  drafter->reuse_prompt_state(false);
+  const SpecResult b_fresh = generate_speculative(*s.model, *s.info.tokenizer, other, gen, t1, *drafter, o, {&kv, pool});
+  same(b, b_fresh);
+  CHECK(kv.bytes_used() == 0);
+}
+
 TEST_CASE("a reduced LM head keeps its tokens' logits bit for bit and gives -inf to the rest", "[spec][draft_vocab]") {
   Stories& s = stories();
   const int64_t V = s.model->config().vocab_size;

@@ -43,12 +43,42 @@ std::unique_ptr<ModelDrafter> ModelDrafter::layer_skip(const DrafterEnv& env, st
 }
 
 void ModelDrafter::begin(SeqId seq, const TokenList& prompt) {
-  if (pool_ >= 0) {
-    if (dseq_ >= 0) (void)kv_->release(dseq_);
-    dseq_ = kv_->create(pool_);
-  } else {
+  if (pool_ < 0) {
     dseq_ = seq;
+    return;
   }
+  if (dseq_ >= 0) (void)kv_->release(dseq_);
+  dseq_ = -1;
+  if (keep_prompt_ && prompt_seq_ >= 0 && prompt == prompt_tokens_) {
+    dseq_ = kv_->fork(prompt_seq_);  // the prompt's committed blocks, shared (copy-on-write)
+    return;
+  }
+  dseq_ = kv_->create(pool_);
+  // The prompt in one forward (positions 0..P-1); propose() then feeds only what follows it.
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (n > 0) {
+    kv_->reserve(dseq_, n);
+    ForwardOptions fo;
+    fo.logits_last_n = 1;
+    (void)model_->forward(token_tensor(prompt), at::arange(n, at::kLong), kv_->view_at(dseq_, 0, n), fo);
+    SPECLAB_CHECK(kv_->commit(dseq_, n) == KvStatus::kOk, "draft prompt commit");
+  }
+  if (keep_prompt_) {
+    release_prompt();
+    prompt_seq_ = kv_->fork(dseq_);
+    prompt_tokens_ = prompt;
+  }
+}
+
+void ModelDrafter::reuse_prompt_state(bool on) {
+  keep_prompt_ = on && pool_ >= 0;
+  if (!keep_prompt_) release_prompt();
+}
+
+void ModelDrafter::release_prompt() {
+  if (prompt_seq_ >= 0) (void)kv_->release(prompt_seq_);
+  prompt_seq_ = -1;
+  prompt_tokens_.clear();
 }
 
 DraftBlock ModelDrafter::propose(const DraftContext& ctx, int max_k) {

@@ -1,9 +1,12 @@
 // Model-based drafters: an autoregressive draft from a model.
 //
 //   draft_model  a separate small model (same vocabulary as the target) with its own sequence in
-//                its own pool of the shared KvCacheManager. Before drafting it feeds, in one
-//                forward, every context token it has not seen yet (its cache is truncated to the
-//                accepted prefix after each step).
+//                its own pool of the shared KvCacheManager. begin() prefills the prompt in one
+//                forward; before drafting it feeds, in one forward, every context token it has
+//                not seen yet (its cache is truncated to the accepted prefix after each step).
+//                With reuse_prompt_state(true) it keeps the last prompt's prefilled sequence
+//                and begins a sequence on the same prompt as a fork of it (shared blocks,
+//                copy-on-write): the same K/V, so the same drafts, without the prefill.
 //   layer_skip   self-speculation: the target itself running only a subset of its layers
 //                (the first k, or an explicit ascending list). It shares the target's KV
 //                sequence: for context positions it reads the K/V the target's verification
@@ -39,6 +42,7 @@ class ModelDrafter : public Drafter {
   DraftBlock propose(const DraftContext& ctx, int max_k) override;
   void accept(SeqId seq, int n_accepted) override;
   void end(SeqId seq) override;
+  void reuse_prompt_state(bool on) override;
 
   // The draft's model (the target itself for layer_skip) and the layers it runs (empty = all):
   // what the equivalence checks read to compute the exact draft distribution q.
@@ -56,6 +60,10 @@ class ModelDrafter : public Drafter {
   std::vector<int64_t> layers_;  // empty = all
   SeqId dseq_ = -1;             // the sequence the draft writes to
   int64_t context_at_propose_ = 0;  // tokens->size() when the last block was proposed
+  bool keep_prompt_ = false;        // reuse_prompt_state(true)
+  SeqId prompt_seq_ = -1;           // the kept prefilled prompt (draft_model), or -1
+  TokenList prompt_tokens_;         // its tokens
+  void release_prompt();
   std::vector<float> scratch_;
 };
 
