@@ -281,16 +281,23 @@ std::string iso8601_now() {
   return buf;
 }
 
-void check_output_path(const std::string& path, OutputMode mode) {
+void ensure_output_directory(const std::string& path) {
   if (path.empty()) throw Error(ErrorKind::kConfig, "expected an output path, found an empty one", path, "output.path");
   const fs::path p(path);
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   std::error_code ec;
+  if (!fs::exists(dir, ec)) fs::create_directories(dir, ec);
   if (!fs::is_directory(dir, ec))
     throw Error(ErrorKind::kIo,
-                "expected an existing directory for the output file " + path + ", found " +
-                    (fs::exists(dir, ec) ? "a non-directory" : "no such directory"),
+                "expected a directory for the output file " + path + " (made when missing), found " +
+                    (fs::exists(dir, ec) ? "a non-directory" : "none, and it could not be made"),
                 dir.string(), "output.path");
+}
+
+void check_output_path(const std::string& path, OutputMode mode) {
+  ensure_output_directory(path);
+  const fs::path p(path);
+  std::error_code ec;
   if (fs::exists(p, ec)) {
     if (fs::is_directory(p, ec))
       throw Error(ErrorKind::kConfig, "expected an output file path, found a directory", path, "output.path");
@@ -311,7 +318,7 @@ void check_output_path(const std::string& path, OutputMode mode) {
     throw Error(ErrorKind::kIo,
                 "expected a writable directory for the output file, cannot create " + probe + ": " +
                     std::strerror(errno),
-                dir.string(), "output.path");
+                (p.has_parent_path() ? p.parent_path() : fs::path(".")).string(), "output.path");
   ::close(fd);
   if (!had_probe) ::unlink(probe.c_str());
 }

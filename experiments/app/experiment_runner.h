@@ -84,12 +84,17 @@ struct ExperimentOutcome {
   bool interrupted = false;   // stopped by stop_requested; summary empty
 };
 
-// Checks `path` for `mode` without changing anything. Throws Error(kConfig, ..., path,
-// "output.path") when the file exists and mode is kCreate, Error(kIo, ..., <dir>,
-// "output.path") when its directory does not exist, is not a directory or cannot be written
+// Checks `path` for `mode`, changing nothing but a missing directory (ensure_output_directory
+// makes it). Throws Error(kConfig, ..., path, "output.path") when the file exists and mode is
+// kCreate, Error(kIo, ..., <dir>, "output.path") when its directory cannot be made, is not a directory or cannot be written
 // (probed by creating and removing `<path>.partial`), Error(kIo, ..., path, "output.path") when
 // the file exists but is read-only.
 void check_output_path(const std::string& path, OutputMode mode);
+
+// Makes the output file's directory when it is missing (like mkdir -p), so that a fresh clone's
+// `results/` needs no setup. Throws Error(kConfig, ..., "output.path") for an empty path,
+// Error(kIo, ..., dir, "output.path") when the directory cannot be made or is a non-directory.
+void ensure_output_directory(const std::string& path);
 
 // Runs the experiment into config.output.path. Throws speclab::Error on bad input (config,
 // prompts, output path, models) before the output file is created or modified.

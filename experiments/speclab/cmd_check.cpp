@@ -14,6 +14,7 @@
 #include "framework/core/error.h"
 #include "framework/equivalence/equivalence_hdf5.h"
 #include "experiments/app/equivalence_runner.h"
+#include "experiments/app/experiment_runner.h"
 #include "framework/io/experiment_config.h"
 
 namespace speclab::cli {
@@ -73,6 +74,7 @@ int cmd_check(const std::vector<std::string>& args) {
   if (!overwrite && std::filesystem::exists(config.output.path, ec))
     throw Error(ErrorKind::kConfig, "expected no file at the output path, found one (pass --overwrite to replace it)",
                 config.output.path, "output.path");
+  ensure_output_directory(config.output.path);  // before the checks, not after them
 
   EquivalenceRunOptions options;
   if (!quiet)
