@@ -26,8 +26,9 @@ constexpr int64_t kMaxRowExact = 32;
 void gemm_small_f32(const float* w, const float* x, const float* bias, float* y, int64_t n, int64_t out, int64_t in);
 
 // Instruction sets the kernels dispatch on. By default the best the CPU has; tests and
-// benchmarks lower the cap to run every path this CPU can run. kAvx512Vnni adds the int8
-// kernels on repacked weights (qgemm_x8.h); every other kernel runs as under kAvx512 there.
+// benchmarks lower the cap to run every path this CPU can run. Int8 activations on repacked
+// weights (qgemm_x8.h) run AVX2 kernels from kAvx2 up, vpdpbusd ones under kAvx512Vnni (same
+// results); every other kernel runs under kAvx512Vnni as under kAvx512.
 enum class KernelIsa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
 constexpr KernelIsa kKernelIsaMax = KernelIsa::kAvx512Vnni;  // the default cap
 KernelIsa best_kernel_isa();            // the best this CPU supports (AVX2 needs FMA and F16C too)

@@ -83,7 +83,7 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
     head_ids_ = at::tensor(ids, at::kLong);
     w_.lm_head = select_rows(w_.lm_head, head_ids_);
   }
-  // The VNNI int8 kernels read their own layout (qgemm_x8.h): a second copy of the matrices,
+  // The int8 kernels read their own layout (qgemm_x8.h): a second copy of the matrices,
   // made once here (the ggml blocks stay for embedding lookups and the other ISAs and paths).
   if (activations_ == Activations::kInt8 && !placement_.dense) {
     add_x8_repack(w_.lm_head);

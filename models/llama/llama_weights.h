@@ -31,7 +31,7 @@ struct WeightMatrix {
   uint32_t type = 0;  // ggml type id of `packed`
   int64_t out = 0, in = 0;
   std::vector<WeightMatrix> parts;  // non-empty: a stack of differently typed parts (f32/packed unset)
-  at::Tensor x8;      // [x8_bytes] uint8: `packed` repacked for the VNNI int8 kernels (qgemm_x8.h), or undefined
+  at::Tensor x8;      // [x8_bytes] uint8: `packed` repacked for the int8 kernels (qgemm_x8.h), or undefined
 
   bool is_packed() const { return packed.defined(); }
   uint64_t bytes() const;
@@ -47,9 +47,10 @@ at::Tensor take_vector(WeightMap& w, const std::string& name);
 // else a matrix of parts.
 WeightMatrix stack(std::vector<WeightMatrix> parts);
 
-// Adds the repacked copy (WeightMatrix::x8) to w and to each of its parts whose type the VNNI
-// int8 kernels take, when this CPU can run them (x8_cpu_supported()); a no-op elsewhere. linear()
-// uses it for int8 activations while kernel_isa() is kAvx512Vnni, else the ggml blocks.
+// Adds the repacked copy (WeightMatrix::x8) to w and to each of its parts whose type the
+// repacked int8 kernels take, when this CPU can run them (x8_cpu_supported(): AVX2); a no-op
+// elsewhere. linear() uses it for int8 activations while x8_active() (kernel_isa() is not
+// kScalar), else the ggml blocks.
 void add_x8_repack(WeightMatrix& w);
 
 // The matrix of w's rows `rows` ([k] int64, in that order): [k, w.in], same storage type. w must

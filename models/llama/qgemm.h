@@ -19,9 +19,10 @@
 //
 // ISA: an AVX2 kernel (vpmaddubsw with the sign trick, vpmaddwd, 8-lane float accumulators) and
 // a scalar one; kernel_isa() (models/llama/gemv.h) picks. AVX-512 CPUs without VNNI run the AVX2
-// kernels. With AVX-512 VNNI, models run qgemm_x8.h's kernels on weights repacked in groups of 8
-// rows instead (same integers, another float summation order); these remain the kernels for
-// other ISAs and the reference the repacked ones are tested against.
+// kernels. Models run qgemm_x8.h's kernels on weights repacked in groups of 8 rows instead
+// wherever the ISA is AVX2 or better (same integers, another float summation order, 2 to 4 times
+// faster); these remain the scalar path, the kernels of matrices that were not repacked, and
+// the reference the repacked ones are tested against.
 //
 // Row identity: each (weight row, activation row) output is accumulated block by block in the
 // same order whatever the number of rows n and however rows are grouped or split over threads,

@@ -179,7 +179,8 @@ void repack_group_block(GgmlType t, const RowBlock* rows, uint8_t* dst) {
 
 // ---- the kernels -----------------------------------------------------------------------------
 
-#define SPECLAB_X8_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+// Helpers both ISAs' kernels inline (AVX2 is a subset of either kernel target).
+#define SPECLAB_X8_AVX2 __attribute__((target("avx2,fma,f16c"), always_inline))
 
 // Views of one activation row's quantized data (QuantizedRows layout).
 struct XRow {
@@ -197,15 +198,72 @@ XRow x_row(const QuantizedRows& xq, int64_t j) {
           k ? xq.bsum16.data() + j * (xq.in / 16) : nullptr, k ? xq.bsum32.data() + j * (xq.in / 32) : nullptr};
 }
 
-SPECLAB_X8_TARGET inline __m256i bcast4(const void* p) {
+SPECLAB_X8_AVX2 inline __m256i bcast4(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
 }
 
-// sum over groups g of u_g . x[4g..4g+3] for 8 rows, groups [g0, g0 + 4) and [g0 + 4, g0 + 8)
-// as two independent chains, then added (one fixed order).
-SPECLAB_X8_TARGET inline __m256i dot8(const __m256i (&W)[8], const int8_t* x) {
+// Prefetches the `bytes` bytes at p (one hint per 64-byte line): the kernels call it for the block
+// kX8PrefetchBlocks ahead of the one they decode. Each block is read front to back (the layout
+// keeps every block's data in reading order: a Q6_K layout that read its low and high bits as two
+// streams 1 KiB apart ran at a third of the memory bandwidth), so this only runs a little ahead of
+// the hardware prefetchers (SmolLM2 decode: within noise to +10%).
+constexpr int64_t kX8PrefetchBlocks = 2;
+SPECLAB_X8_AVX2 inline void prefetch_block(const uint8_t* p, int64_t bytes) {
+  for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p + at), _MM_HINT_T0);
+}
+
+// The 8 group vectors of a 128-byte nibble interleave.
+SPECLAB_X8_AVX2 inline void nibbles(const uint8_t* qs, __m256i (&W)[8]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int v = 0; v < 4; ++v) {
+    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * v));
+    W[v] = _mm256_and_si256(l, low4);
+    W[v + 4] = _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
+  }
+}
+
+// Bits [bit, bit + width) of every byte of v moved to bit 4 (masked by `mask`), for shifts whose
+// 16-bit lanes do not carry another byte's bits into bits 4..5 (|4 - bit| <= 4).
+SPECLAB_X8_AVX2 inline __m256i to_bit4(__m256i v, int bit, __m256i mask) {
+  const __m256i s = bit <= 4 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(4 - bit)) : _mm256_srl_epi16(v, _mm_cvtsi32_si128(bit - 4));
+  return _mm256_and_si256(s, mask);
+}
+
+// W[0..7] of a 32-element-block type (Q8_0: the stored bytes u = w + 128).
+template <GgmlType T>
+SPECLAB_X8_AVX2 inline void load_weights32(const uint8_t* gb, __m256i (&W)[16]) {
+  if constexpr (T == GgmlType::Q8_0) {
+    for (int g = 0; g < 8; ++g) W[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + 16 + 32 * g));
+  } else {
+    __m256i V[8];
+    nibbles(gb + (T == GgmlType::Q4_0 ? 16 : T == GgmlType::Q4_1 ? 32 : 48), V);
+    for (int g = 0; g < 8; ++g) W[g] = V[g];
+    if constexpr (T == GgmlType::Q5_0) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + 16));
+      const __m256i bit4 = _mm256_set1_epi8(0x10);
+      for (int g = 0; g < 8; ++g) W[g] = _mm256_or_si256(W[g], to_bit4(qh, g, bit4));
+    }
+  }
+}
+
+using RangeFn = void (*)(const uint8_t*, int64_t, int64_t, const QuantizedRows&, const float*, float*, int64_t,
+                         int64_t, int64_t);
+
+// AVX-512 VNNI: vpdpbusd sums 4 unsigned-by-signed byte products per int32 lane, vpdpwssd 2
+// int16 products.
+namespace vnni {
+#define X8_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+#define X8_INLINE __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"), always_inline)) inline
+
+template <GgmlType T>
+X8_INLINE void weights32(const uint8_t* gb, __m256i (&W)[16]) {
+  load_weights32<T>(gb, W);
+}
+
+// Groups [g0, g0 + 4) and [g0 + 4, g0 + 8) as two independent chains, then added.
+X8_INLINE __m256i dot8_vnni(const __m256i* W, const int8_t* x) {
   __m256i a = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W[0], bcast4(x));
   __m256i b = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W[1], bcast4(x + 4));
   a = _mm256_dpbusd_epi32(a, W[2], bcast4(x + 8));
@@ -217,237 +275,135 @@ SPECLAB_X8_TARGET inline __m256i dot8(const __m256i (&W)[8], const int8_t* x) {
   return _mm256_add_epi32(a, b);
 }
 
-// Prefetches the `bytes` bytes at p (one hint per 64-byte line): the kernels call it for the block
-// kX8PrefetchBlocks ahead of the one they decode. Each block is read front to back (the layout
-// keeps every block's data in reading order: a Q6_K layout that read its low and high bits as two
-// streams 1 KiB apart ran at a third of the memory bandwidth), so this only runs a little ahead of
-// the hardware prefetchers (SmolLM2 decode: within noise to +10%).
-constexpr int64_t kX8PrefetchBlocks = 2;
-SPECLAB_X8_TARGET inline void prefetch_block(const uint8_t* p, int64_t bytes) {
-  for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p + at), _MM_HINT_T0);
-}
-
-// The 8 group vectors of a 128-byte nibble interleave.
-SPECLAB_X8_TARGET inline void nibbles(const uint8_t* qs, __m256i (&W)[8]) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  for (int v = 0; v < 4; ++v) {
-    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * v));
-    W[v] = _mm256_and_si256(l, low4);
-    W[v + 4] = _mm256_and_si256(_mm256_srli_epi16(l, 4), low4);
-  }
-}
-
-// Bits [bit, bit + width) of every byte of v moved to bit 4 (masked by `mask`), for shifts whose
-// 16-bit lanes do not carry another byte's bits into bits 4..5 (|4 - bit| <= 4).
-SPECLAB_X8_TARGET inline __m256i to_bit4(__m256i v, int bit, __m256i mask) {
-  const __m256i s = bit <= 4 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(4 - bit)) : _mm256_srl_epi16(v, _mm_cvtsi32_si128(bit - 4));
-  return _mm256_and_si256(s, mask);
-}
-
 template <GgmlType T>
-SPECLAB_X8_TARGET inline void weights32(const uint8_t* gb, __m256i (&W)[8]) {
+X8_INLINE __m256i dot8(const __m256i (&W)[16], const int8_t* x) {
+  return dot8_vnni(W, x);
+}
+
+X8_INLINE __m256i q4k_scale(const uint8_t* gb, int t) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb + 32 + 8 * t)));
+}
+
+X8_INLINE __m256i q4k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i sc) {
+  return _mm256_mullo_epi32(dot8_vnni(W, x), sc);
+}
+
+X8_INLINE __m256i dpwssd(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
+
+X8_INLINE void q6k_scales(__m256i S, __m256i& s_lo, __m256i& s_hi) {
+  s_lo = _mm256_srai_epi32(_mm256_slli_epi32(S, 16), 16);
+  s_hi = _mm256_srai_epi32(S, 16);
+}
+
+X8_INLINE __m256i q6k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i s_lo, __m256i s_hi) {
+  __m256i lo = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W[0], bcast4(x));
+  __m256i hi = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W[4], bcast4(x + 16));
+  lo = _mm256_dpbusd_epi32(lo, W[1], bcast4(x + 4));
+  hi = _mm256_dpbusd_epi32(hi, W[5], bcast4(x + 20));
+  lo = _mm256_dpbusd_epi32(lo, W[2], bcast4(x + 8));
+  hi = _mm256_dpbusd_epi32(hi, W[6], bcast4(x + 24));
+  lo = _mm256_dpbusd_epi32(lo, W[3], bcast4(x + 12));
+  hi = _mm256_dpbusd_epi32(hi, W[7], bcast4(x + 28));
+  return _mm256_add_epi32(_mm256_mullo_epi32(lo, s_lo), _mm256_mullo_epi32(hi, s_hi));
+}
+
+#include "models/llama/qgemm_x8_kernels.inc"
+#undef X8_INLINE
+#undef X8_TARGET
+}  // namespace vnni
+
+// AVX2 (also AVX-512 without VNNI): vpmaddubsw (pairs of unsigned-by-signed byte products, as
+// int16) summed in int16 while no sum can overflow, then vpmaddwd against ones or the scales.
+// Bounds, with activations in [-127, 127]: a product pair of u <= 15 is at most 3,810 in
+// magnitude, so 8 of them (30,480) fit int16; u <= 31 (Q5_0): 4 pairs (31,496); u <= 63 (Q6_K):
+// 2 pairs (32,004). Q8_0's u (<= 255) would saturate vpmaddubsw, so it is split into nibbles,
+// u = 16 h + l. Every sum is exact, so the integers equal vpdpbusd's.
+namespace avx2 {
+#define X8_TARGET __attribute__((target("avx2,fma,f16c")))
+#define X8_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+
+
+// Q8_0: W[0..7] the low nibbles of u, W[8..15] the high ones.
+template <GgmlType T>
+X8_INLINE void weights32(const uint8_t* gb, __m256i (&W)[16]) {
+  load_weights32<T>(gb, W);
   if constexpr (T == GgmlType::Q8_0) {
-    for (int g = 0; g < 8; ++g) W[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + 16 + 32 * g));
-  } else {
-    nibbles(gb + (T == GgmlType::Q4_0 ? 16 : T == GgmlType::Q4_1 ? 32 : 48), W);
-    if constexpr (T == GgmlType::Q5_0) {
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + 16));
-      const __m256i bit4 = _mm256_set1_epi8(0x10);
-      for (int g = 0; g < 8; ++g) W[g] = _mm256_or_si256(W[g], to_bit4(qh, g, bit4));
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int g = 0; g < 8; ++g) {
+      W[8 + g] = _mm256_and_si256(_mm256_srli_epi16(W[g], 4), low4);
+      W[g] = _mm256_and_si256(W[g], low4);
     }
   }
 }
 
-// One group of 8 weight rows x N activation rows of a 32-element-block type: out[j] lane r =
-// row r's output for activation row j (without bias).
-template <GgmlType T, int N>
-SPECLAB_X8_TARGET void group32(const uint8_t* gw, int64_t nb, const XRow* xr, __m256 (&out)[N]) {
-  constexpr int64_t bb = x8_block_bytes(T);
-  __m256 acc[N], macc[N];
-  for (int j = 0; j < N; ++j) acc[j] = macc[j] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* gb = gw + b * bb;
-    prefetch_block(gb + kX8PrefetchBlocks * bb, bb);
-    __m256i W[8];
-    weights32<T>(gb, W);
-    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
-    __m256 mv;  // the block offset m per row: w = d * u + m
-    if constexpr (T == GgmlType::Q4_1)
-      mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 16)));
-    else
-      mv = _mm256_mul_ps(dv, _mm256_set1_ps(T == GgmlType::Q4_0 ? -8.f : T == GgmlType::Q5_0 ? -16.f : -128.f));
-    for (int j = 0; j < N; ++j) {
-      const __m256i t = dot8(W, xr[j].q + 32 * b);
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dv, _mm256_set1_ps(xr[j].d[b])), acc[j]);
-      macc[j] = _mm256_fmadd_ps(mv, _mm256_set1_ps(xr[j].s[b]), macc[j]);
-    }
-  }
-  for (int j = 0; j < N; ++j) out[j] = _mm256_add_ps(acc[j], macc[j]);
+X8_INLINE __m256i mb(__m256i w, const int8_t* x) { return _mm256_maddubs_epi16(w, bcast4(x)); }
+
+// int16 sum of the 8 groups' pair products (u <= 15), in two chains.
+X8_INLINE __m256i sum8_16(const __m256i* W, const int8_t* x) {
+  __m256i a = _mm256_add_epi16(mb(W[0], x), mb(W[2], x + 8));
+  __m256i b = _mm256_add_epi16(mb(W[1], x + 4), mb(W[3], x + 12));
+  a = _mm256_add_epi16(a, _mm256_add_epi16(mb(W[4], x + 16), mb(W[6], x + 24)));
+  b = _mm256_add_epi16(b, _mm256_add_epi16(mb(W[5], x + 20), mb(W[7], x + 28)));
+  return _mm256_add_epi16(a, b);
 }
 
-// Q4_K: per super-block, isum = sum over sub-blocks t of sc[t] * (u . x), imin = sum of mn[t] *
-// (sum of x over sub-block t); y += (d dx) isum - (dmin dx) imin.
-template <int N>
-SPECLAB_X8_TARGET void group_q4k(const uint8_t* gw, int64_t nb, const XRow* xr, __m256 (&out)[N]) {
-  constexpr int64_t bb = x8_block_bytes(GgmlType::Q4_K);
-  __m256 acc[N];
-  for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* gb = gw + b * bb;
-    prefetch_block(gb + kX8PrefetchBlocks * bb, bb);
-    __m256i isum[N];
-    for (int j = 0; j < N; ++j) isum[j] = _mm256_setzero_si256();
-    for (int t = 0; t < 8; ++t) {
-      __m256i W[8];
-      nibbles(gb + 160 + 128 * t, W);
-      const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb + 32 + 8 * t)));
-      for (int j = 0; j < N; ++j)
-        isum[j] = _mm256_add_epi32(isum[j], _mm256_mullo_epi32(dot8(W, xr[j].q + 256 * b + 32 * t), sc));
-    }
-    __m256i M[4];  // int16 pairs (mn[2p], mn[2p + 1]) per row
-    for (int p = 0; p < 4; ++p)
-      M[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 96 + 16 * p)));
-    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
-    const __m256 dminv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 16)));
-    for (int j = 0; j < N; ++j) {
-      const int16_t* s32 = xr[j].b32 + 8 * b;
-      __m256i imin = _mm256_dpwssd_epi32(_mm256_setzero_si256(), M[0], bcast4(s32));
-      imin = _mm256_dpwssd_epi32(imin, M[1], bcast4(s32 + 2));
-      imin = _mm256_dpwssd_epi32(imin, M[2], bcast4(s32 + 4));
-      imin = _mm256_dpwssd_epi32(imin, M[3], bcast4(s32 + 6));
-      const __m256 dx = _mm256_set1_ps(xr[j].d[b]);
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dv, dx), acc[j]);
-      acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dminv, dx), acc[j]);
-    }
-  }
-  for (int j = 0; j < N; ++j) out[j] = acc[j];
-}
-
-// Q6_K: isum = sum over 16-element sub-blocks s of sc[s] * ((u - 32) . x), with the -32 applied
-// through the activation sums of 16 (one vpdpwssd per 32 elements); y += (d dx) isum.
-template <int N>
-SPECLAB_X8_TARGET void group_q6k(const uint8_t* gw, int64_t nb, const XRow* xr, __m256 (&out)[N]) {
-  constexpr int64_t bb = x8_block_bytes(GgmlType::Q6_K);
-  const __m256i top2 = _mm256_set1_epi8(0x30);
-  __m256 acc[N];
-  for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* gb = gw + b * bb;
-    prefetch_block(gb + kX8PrefetchBlocks * bb, bb);
-    __m256i isum[N];
-    for (int j = 0; j < N; ++j) isum[j] = _mm256_setzero_si256();
-    for (int c = 0; c < 8; ++c) {
-      __m256i W[8];
-      nibbles(gb + 144 + 192 * c, W);
-      const uint8_t* qh = gb + 144 + 192 * c + 128;
-      for (int h = 0; h < 2; ++h) {
-        const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
-        for (int v = 0; v < 4; ++v) W[4 * h + v] = _mm256_or_si256(W[4 * h + v], to_bit4(hv, 2 * v, top2));
-      }
-      // int16 pairs (sc[2c], sc[2c + 1]) per row; as int32 lanes; and times -32 for the offset.
-      const __m256i S = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 16 + 16 * c)));
-      const __m256i s_lo = _mm256_srai_epi32(_mm256_slli_epi32(S, 16), 16), s_hi = _mm256_srai_epi32(S, 16);
-      const __m256i s_off = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(S, 5));
-      for (int j = 0; j < N; ++j) {
-        const int8_t* x = xr[j].q + 256 * b + 32 * c;
-        __m256i lo = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W[0], bcast4(x));
-        __m256i hi = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W[4], bcast4(x + 16));
-        lo = _mm256_dpbusd_epi32(lo, W[1], bcast4(x + 4));
-        hi = _mm256_dpbusd_epi32(hi, W[5], bcast4(x + 20));
-        lo = _mm256_dpbusd_epi32(lo, W[2], bcast4(x + 8));
-        hi = _mm256_dpbusd_epi32(hi, W[6], bcast4(x + 24));
-        lo = _mm256_dpbusd_epi32(lo, W[3], bcast4(x + 12));
-        hi = _mm256_dpbusd_epi32(hi, W[7], bcast4(x + 28));
-        __m256i s = _mm256_dpwssd_epi32(isum[j], s_off, bcast4(xr[j].b16 + 16 * b + 2 * c));
-        s = _mm256_add_epi32(s, _mm256_mullo_epi32(lo, s_lo));
-        isum[j] = _mm256_add_epi32(s, _mm256_mullo_epi32(hi, s_hi));
-      }
-    }
-    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
-    for (int j = 0; j < N; ++j)
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dv, _mm256_set1_ps(xr[j].d[b])), acc[j]);
-  }
-  for (int j = 0; j < N; ++j) out[j] = acc[j];
-}
-
-template <GgmlType T, int N>
-SPECLAB_X8_TARGET void group_n(const uint8_t* gw, int64_t nb, const QuantizedRows& xq, int64_t j0, const float* bias,
-                               float* y, int64_t out, int64_t r0) {
-  XRow xr[N];
-  for (int j = 0; j < N; ++j) xr[j] = x_row(xq, j0 + j);
-  __m256 res[N];
-  if constexpr (T == GgmlType::Q4_K)
-    group_q4k<N>(gw, nb, xr, res);
-  else if constexpr (T == GgmlType::Q6_K)
-    group_q6k<N>(gw, nb, xr, res);
-  else
-    group32<T, N>(gw, nb, xr, res);
-  const int64_t rows = std::min<int64_t>(kX8Rows, out - r0);
-  alignas(32) float bv[8] = {};
-  for (int64_t r = 0; r < rows; ++r) bv[r] = bias ? bias[r0 + r] : 0.f;
-  const __m256 bias_v = _mm256_load_ps(bv);
-  for (int j = 0; j < N; ++j) {
-    const __m256 v = _mm256_add_ps(res[j], bias_v);
-    float* dst = y + (j0 + j) * out + r0;
-    if (rows == kX8Rows) {
-      _mm256_storeu_ps(dst, v);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, v);
-      std::copy(tmp, tmp + rows, dst);
-    }
-  }
-}
-
-// Groups [g0, g1) x every activation row, in ceil(n / 8) passes of equal size (n = 9: 5 + 4, not
-// 8 + 1; later passes read the group's weights from L1/L2).
 template <GgmlType T>
-void groups_range(const uint8_t* wx8, int64_t group_bytes, int64_t nb, const QuantizedRows& xq, const float* bias,
-                  float* y, int64_t out, int64_t g0, int64_t g1) {
-  for (int64_t g = g0; g < g1; ++g) {
-    const uint8_t* gw = wx8 + g * group_bytes;
-    const int64_t r0 = g * kX8Rows;
-    const int64_t passes = (xq.n + 7) / 8, per_pass = (xq.n + passes - 1) / passes;
-    for (int64_t j0 = 0; j0 < xq.n; j0 += per_pass) {
-      switch (std::min<int64_t>(per_pass, xq.n - j0)) {
-        case 1: group_n<T, 1>(gw, nb, xq, j0, bias, y, out, r0); break;
-        case 2: group_n<T, 2>(gw, nb, xq, j0, bias, y, out, r0); break;
-        case 3: group_n<T, 3>(gw, nb, xq, j0, bias, y, out, r0); break;
-        case 4: group_n<T, 4>(gw, nb, xq, j0, bias, y, out, r0); break;
-        case 5: group_n<T, 5>(gw, nb, xq, j0, bias, y, out, r0); break;
-        case 6: group_n<T, 6>(gw, nb, xq, j0, bias, y, out, r0); break;
-        case 7: group_n<T, 7>(gw, nb, xq, j0, bias, y, out, r0); break;
-        default: group_n<T, 8>(gw, nb, xq, j0, bias, y, out, r0); break;
-      }
-    }
+X8_INLINE __m256i dot8(const __m256i (&W)[16], const int8_t* x) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (T == GgmlType::Q8_0) {
+    const __m256i lo = _mm256_madd_epi16(sum8_16(W, x), ones);
+    return _mm256_add_epi32(lo, _mm256_madd_epi16(sum8_16(W + 8, x), _mm256_set1_epi16(16)));
+  } else if constexpr (T == GgmlType::Q5_0) {
+    const __m256i a = _mm256_add_epi16(_mm256_add_epi16(mb(W[0], x), mb(W[1], x + 4)),
+                                       _mm256_add_epi16(mb(W[2], x + 8), mb(W[3], x + 12)));
+    const __m256i b = _mm256_add_epi16(_mm256_add_epi16(mb(W[4], x + 16), mb(W[5], x + 20)),
+                                       _mm256_add_epi16(mb(W[6], x + 24), mb(W[7], x + 28)));
+    return _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(b, ones));
+  } else {
+    return _mm256_madd_epi16(sum8_16(W, x), ones);
   }
 }
 
-using RangeFn = void (*)(const uint8_t*, int64_t, int64_t, const QuantizedRows&, const float*, float*, int64_t,
-                         int64_t, int64_t);
-
-RangeFn pick(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_0: return groups_range<GgmlType::Q4_0>;
-    case GgmlType::Q4_1: return groups_range<GgmlType::Q4_1>;
-    case GgmlType::Q5_0: return groups_range<GgmlType::Q5_0>;
-    case GgmlType::Q8_0: return groups_range<GgmlType::Q8_0>;
-    case GgmlType::Q4_K: return groups_range<GgmlType::Q4_K>;
-    default: return groups_range<GgmlType::Q6_K>;
-  }
+// sc (<= 63) in both int16 halves of each row's lane: vpmaddwd then gives sc * (pair sum).
+X8_INLINE __m256i q4k_scale(const uint8_t* gb, int t) {
+  const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb + 32 + 8 * t)));
+  return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
 }
+
+X8_INLINE __m256i q4k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i sc) {
+  return _mm256_madd_epi16(sum8_16(W, x), sc);
+}
+
+X8_INLINE __m256i dpwssd(__m256i acc, __m256i a, __m256i b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+
+// S's low (high) int16 of each lane copied into both halves.
+X8_INLINE void q6k_scales(__m256i S, __m256i& s_lo, __m256i& s_hi) {
+  s_lo = _mm256_blend_epi16(S, _mm256_slli_epi32(S, 16), 0xAA);
+  s_hi = _mm256_blend_epi16(_mm256_srli_epi32(S, 16), S, 0xAA);
+}
+
+X8_INLINE __m256i q6k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i s_lo, __m256i s_hi) {
+  const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(mb(W[0], x), mb(W[1], x + 4)), s_lo),
+                                      _mm256_madd_epi16(_mm256_add_epi16(mb(W[2], x + 8), mb(W[3], x + 12)), s_lo));
+  const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(mb(W[4], x + 16), mb(W[5], x + 20)), s_hi),
+                                      _mm256_madd_epi16(_mm256_add_epi16(mb(W[6], x + 24), mb(W[7], x + 28)), s_hi));
+  return _mm256_add_epi32(lo, hi);
+}
+
+#include "models/llama/qgemm_x8_kernels.inc"
+#undef X8_INLINE
+#undef X8_TARGET
+}  // namespace avx2
 
 }  // namespace
 
 bool x8_cpu_supported() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f") &&
-                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vnni");
+  static const bool ok =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return ok;
 }
 
-bool x8_active() { return x8_cpu_supported() && kernel_isa() == KernelIsa::kAvx512Vnni; }
+bool x8_active() { return x8_cpu_supported() && kernel_isa() != KernelIsa::kScalar; }
 
 int64_t x8_bytes(uint32_t type_id, int64_t out, int64_t in) {
   const GgmlType t = checked_type(type_id);
@@ -483,14 +439,14 @@ void gemm_x8_int8_q(const uint8_t* wx8, uint32_t type_id, const QuantizedRows& x
                     int64_t out) {
   const GgmlType t = checked_type(type_id);
   if (!x8_active())
-    throw Error(ErrorKind::kUnsupported, "repacked int8 matmul needs AVX-512 VNNI, and the kernel ISA in effect is " +
+    throw Error(ErrorKind::kUnsupported, "repacked int8 matmul needs AVX2 (or AVX-512 VNNI), and the kernel ISA in effect is " +
                                              std::string(kernel_isa_name(kernel_isa())));
   if (xq.block != packed::block_elems(t) || xq.in % xq.block != 0)
     throw Error(ErrorKind::kBadInput, "activations quantized in blocks of " + std::to_string(xq.block) +
                                           " do not fit " + ggml_type_name(type_id) + " weights");
   const int64_t nb = xq.in / xq.block, group_bytes = nb * x8_block_bytes(t);
   const int64_t groups = (out + kX8Rows - 1) / kX8Rows;
-  const RangeFn fn = pick(t);
+  const RangeFn fn = kernel_isa() == KernelIsa::kAvx512Vnni ? vnni::pick(t) : avx2::pick(t);
   // ~16 KiB of weights per task.
   // Chunks of 16 to 256 KiB of weights, about 4 per thread: long contiguous runs keep the
   // hardware prefetchers streaming (2 KiB runs reached half the memory bandwidth of 256 KiB runs

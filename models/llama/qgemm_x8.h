@@ -1,5 +1,9 @@
-// Int8-activation matrix products over weights repacked in groups of 8 rows, for CPUs with
-// AVX-512 VNNI (vpdpbusd: 4 unsigned-by-signed byte products summed into an int32 lane).
+// Int8-activation matrix products over weights repacked in groups of 8 rows: the kernels every
+// CPU with AVX2 runs for int8 activations. Two sets over one layout (qgemm_x8_kernels.inc):
+// AVX-512 VNNI's vpdpbusd (4 unsigned-by-signed byte products summed into an int32 lane), and
+// AVX2's vpmaddubsw (2 products into an int16 lane, summed in int16 while no sum can overflow,
+// then vpmaddwd). Both compute the same integers and share the float steps, so their outputs are
+// equal bit for bit (test_qgemm checks it where a CPU has both).
 //
 // Why a second layout: in ggml's row-major blocks (qgemm.h) one weight row meets one activation
 // row in a horizontal dot product, so every activation row costs 3 AVX2 operations per 32 weights
@@ -8,6 +12,9 @@
 // register holds 4 consecutive weights of one of 8 rows, so one vpdpbusd applies 4 activation
 // bytes (broadcast) to 8 weight rows at once: 1 operation per 32 multiply-adds per activation
 // row, no horizontal sums, and the unpacking of the weights is shared by every activation row.
+// On AVX2 that is about 2 operations (vpmaddubsw, vpaddw; one vpmaddwd per 8 of them) where the
+// row-major kernels need about 6 per 32 multiply-adds: SmolLM2's matrices run 2 to 4 times faster
+// on one AVX2 core (build/kernel_bench).
 //
 // Layout: ceil(out / 8) groups of 8 consecutive rows (missing rows of the last group are zero),
 // each group the row's blocks in order, each block holding its 8 rows' data interleaved. The
@@ -33,10 +40,10 @@ namespace speclab {
 // Weight rows per repacked group: one 32-bit lane of a 256-bit register each.
 constexpr int64_t kX8Rows = 8;
 
-// Whether this CPU has what the kernels need (AVX-512 F, VL, BW and VNNI, plus AVX2/FMA/F16C),
-// whatever the ISA cap.
+// Whether this CPU has what the kernels need (AVX2, FMA, F16C), whatever the ISA cap.
 bool x8_cpu_supported();
-// Whether gemm_x8_int8 runs now: x8_cpu_supported() and kernel_isa() == kAvx512Vnni.
+// Whether gemm_x8_int8 runs now: x8_cpu_supported() and kernel_isa() is not kScalar. It runs
+// the VNNI kernels under kAvx512Vnni, the AVX2 ones otherwise.
 bool x8_active();
 
 // Bytes of the repacked form of an [out, in] matrix of `type_id` (int8_gemm_supports types; `in`

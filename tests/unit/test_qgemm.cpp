@@ -139,6 +139,15 @@ std::vector<KernelIsa> runnable_isas() {
   return isas;
 }
 
+// The ISAs that run the repacked kernels here: AVX2 (its kernels also serve AVX-512 without VNNI)
+// and AVX-512 VNNI, where this CPU has them.
+std::vector<KernelIsa> x8_isas() {
+  std::vector<KernelIsa> isas;
+  for (KernelIsa isa : runnable_isas())
+    if (isa == KernelIsa::kAvx2 || isa == KernelIsa::kAvx512Vnni) isas.push_back(isa);
+  return isas;
+}
+
 // Restores the default cap when a test ends, whatever happens.
 struct IsaCap {
   explicit IsaCap(KernelIsa isa) { set_kernel_isa_cap(isa); }
@@ -152,7 +161,7 @@ std::vector<float> int8_gemm(GgmlType t, const std::vector<uint8_t>& w, const st
   return y;
 }
 
-// The repacked VNNI kernel (qgemm_x8.h) on w, repacked here.
+// The repacked kernel (qgemm_x8.h) of the ISA in effect on w, repacked here.
 std::vector<float> x8_gemm(GgmlType t, const std::vector<uint8_t>& w, const std::vector<float>& x, const float* bias,
                            int64_t n, int64_t out, int64_t in) {
   std::vector<uint8_t> wx8(static_cast<size_t>(x8_bytes(id(t), out, in)));
@@ -382,7 +391,7 @@ TEST_CASE("int8 and float32 kernels on real GGUF weights stay within the int8 ro
         CHECK(compare(f32_gemm(t, w, x, nullptr, n, out, in), expected(wf, x, x, {}, n, out, in, 2e-5)) == "");
       }
       if (x8_cpu_supported()) {
-        INFO(name << " " << info.name << " " << ggml_type_name(info.type) << " repacked (VNNI)");
+        INFO(name << " " << info.name << " " << ggml_type_name(info.type) << " repacked");
         CHECK(compare(x8_gemm(t, w, x, nullptr, n, out, in), expected(wf, x, xr, {}, n, out, in, 1e-5)) == "");
       }
     }
@@ -390,19 +399,21 @@ TEST_CASE("int8 and float32 kernels on real GGUF weights stay within the int8 ro
   if (files == 0) WARN("no GGUF model in .cache/models: real-weight cases skipped");
 }
 
-// ---- the repacked 8-row kernels (qgemm_x8.h, AVX-512 VNNI) -------------------------------------
+// ---- the repacked 8-row kernels (qgemm_x8.h: AVX2 and AVX-512 VNNI) -----------------------------
 
-TEST_CASE("repacked VNNI kernels equal the scalar reference up to float summation order", "[qgemm][x8]") {
+TEST_CASE("repacked kernels equal the scalar reference up to float summation order, on each ISA", "[qgemm][x8]") {
   if (!x8_cpu_supported()) {
-    WARN("this CPU has no AVX-512 VNNI: the repacked-kernel cases are skipped");
+    WARN("this CPU has no AVX2: the repacked-kernel cases are skipped");
     return;
   }
   std::vector<float> bias(45);
   for (size_t r = 0; r < bias.size(); ++r) bias[r] = 0.01f * static_cast<float>(r);
+  for (KernelIsa isa : x8_isas())
   for (GgmlType t : kTypes)
     for (int64_t out : {8, 45}) {  // 45: a last group of 5 rows (padding)
       for (int64_t n : {1, 5, 11}) {
-        INFO(ggml_type_name(id(t)) << " out=" << out << " n=" << n);
+        IsaCap cap(isa);
+        INFO(kernel_isa_name(isa) << " " << ggml_type_name(id(t)) << " out=" << out << " n=" << n);
         const int64_t in = row_len(t);
         const auto x = activations(n, in, 11 + n);
         const auto w = random_weights(t, out, in, 400 + id(t));
@@ -416,25 +427,97 @@ TEST_CASE("repacked VNNI kernels equal the scalar reference up to float summatio
         CHECK(compare(y, expected(wf, x, xr, b, n, out, in, 1e-5)) == "");
       }
     }
-  // Another type, or the ISA capped below VNNI, is refused rather than computed wrong.
+  // Another type, or the ISA capped to scalar, is refused rather than computed wrong.
   std::vector<uint8_t> wx8(static_cast<size_t>(x8_bytes(id(GgmlType::Q4_1), 8, 64)));
   CHECK_THROWS_WITH(x8_bytes(id(GgmlType::Q2_K), 8, 256), Catch::Contains("Q2_K"));
   QuantizedRows xq;
   const auto x = activations(1, 64, 1);
   quantize_activations(id(GgmlType::Q4_1), x.data(), 1, 64, xq);
   float y[8];
-  IsaCap cap(KernelIsa::kAvx512);
-  CHECK_THROWS_WITH(gemm_x8_int8_q(wx8.data(), id(GgmlType::Q4_1), xq, nullptr, y, 8), Catch::Contains("VNNI"));
+  IsaCap cap(KernelIsa::kScalar);
+  CHECK_THROWS_WITH(gemm_x8_int8_q(wx8.data(), id(GgmlType::Q4_1), xq, nullptr, y, 8), Catch::Contains("AVX2"));
+}
+
+// The largest integers each type can hold, against activations of +-127 in every element: the
+// int16 partial sums of the AVX2 kernels are at their bounds (30,480 for 4-bit weights, 31,496 for
+// Q5_0, 32,004 for Q6_K; Q8_0's 255 split into nibbles). A saturated or overflowed sum would be
+// off by thousands of weight steps.
+TEST_CASE("repacked kernels at the integer extremes equal the scalar reference, on each ISA", "[qgemm][x8]") {
+  if (!x8_cpu_supported()) {
+    WARN("this CPU has no AVX2: the repacked-kernel extremes are skipped");
+    return;
+  }
+  const int64_t out = 16, n = 2;
+  for (KernelIsa isa : x8_isas())
+    for (GgmlType t : kTypes) {
+      IsaCap cap(isa);
+      INFO(kernel_isa_name(isa) << " " << ggml_type_name(id(t)));
+      const int64_t in = row_len(t);
+      auto w = random_weights(t, out, in, 77);
+      const size_t bb = ggml_type_traits(id(t))->type_size;
+      for (size_t at = 0; at < w.size(); at += bb) {
+        uint8_t* blk = w.data() + at;
+        switch (t) {
+          case GgmlType::Q4_0: std::fill(blk + 2, blk + 18, 0xFF); break;
+          case GgmlType::Q4_1: std::fill(blk + 4, blk + 20, 0xFF); break;
+          case GgmlType::Q5_0: std::fill(blk + 2, blk + 22, 0xFF); break;
+          case GgmlType::Q8_0: std::fill(blk + 2, blk + 34, 0x7F); break;  // w = 127: u = 255
+          case GgmlType::Q4_K: std::fill(blk + 4, blk + 144, 0xFF); break;  // scales and mins 63 too
+          default:  // Q6_K: u = 63 everywhere, scales -128
+            std::fill(blk, blk + 192, 0xFF);
+            std::fill(blk + 192, blk + 208, 0x80);
+            break;
+        }
+      }
+      std::vector<float> x(static_cast<size_t>(n * in), 1.0f);  // row 0: all q = 127
+      std::fill(x.begin() + in, x.end(), -1.0f);                 // row 1: all q = -127
+      QuantizedRows xq;
+      quantize_activations(id(t), x.data(), n, in, xq);
+      const auto wf = dequantized(t, w, out, in);
+      const auto xr = dequantized_acts(xq);
+      const auto y = x8_gemm(t, w, x, nullptr, n, out, in);
+      CHECK(compare(y, expected(wf, xr, xr, {}, n, out, in, 1e-5)) == "");
+    }
+}
+
+// The ISAs' kernels compute the same integers (AVX2 sums vpmaddubsw pairs where vpdpbusd sums
+// quads; no sum can overflow or saturate) and share every float step, so their outputs are equal
+// bit for bit. Runs where this CPU has AVX-512 VNNI; an AVX2-only CPU has one ISA to compare.
+TEST_CASE("repacked kernels: AVX2 and AVX-512 VNNI outputs are bit-identical", "[qgemm][x8]") {
+  if (best_kernel_isa() != KernelIsa::kAvx512Vnni) {
+    WARN("this CPU has no AVX-512 VNNI: only the AVX2 repacked kernels run here, nothing to compare");
+    return;
+  }
+  const int64_t out = 45;
+  std::vector<float> bias(out, 0.5f);
+  for (GgmlType t : kTypes)
+    for (int64_t n : {1, 7, 17}) {
+      INFO(ggml_type_name(id(t)) << " n=" << n);
+      const int64_t in = row_len(t);
+      // Extreme activations (every block holds +-127) and random ones.
+      auto x = activations(n, in, 29 + n);
+      for (int64_t i = 0; i < n * in; i += 7) x[static_cast<size_t>(i)] *= 40.f;
+      const auto w = random_weights(t, out, in, 700 + id(t));
+      std::vector<float> y2, y3;
+      {
+        IsaCap cap(KernelIsa::kAvx2);
+        y2 = x8_gemm(t, w, x, bias.data(), n, out, in);
+      }
+      y3 = x8_gemm(t, w, x, bias.data(), n, out, in);
+      CHECK(std::memcmp(y2.data(), y3.data(), y2.size() * sizeof(float)) == 0);
+    }
 }
 
 TEST_CASE("the repacked-kernel comparison rejects a wrong weight scale, a wrong min and a swapped group", "[qgemm][x8]") {
   if (!x8_cpu_supported()) {
-    WARN("this CPU has no AVX-512 VNNI: the repacked-kernel negative controls are skipped");
+    WARN("this CPU has no AVX2: the repacked-kernel negative controls are skipped");
     return;
   }
   const int64_t n = 2, out = 16;
+  for (KernelIsa isa : x8_isas())
   for (GgmlType t : kTypes) {
-    INFO(ggml_type_name(id(t)));
+    IsaCap cap(isa);
+    INFO(kernel_isa_name(isa) << " " << ggml_type_name(id(t)));
     const int64_t in = row_len(t);
     const auto x = activations(n, in, 3);
     const auto w = random_weights(t, out, in, 5);
@@ -467,14 +550,16 @@ TEST_CASE("the repacked-kernel comparison rejects a wrong weight scale, a wrong 
   }
 }
 
-TEST_CASE("repacked VNNI kernels: row i of an n-row call equals a 1-row call, n = 1..32, and 1 vs 2 threads", "[qgemm][x8]") {
+TEST_CASE("repacked kernels: row i of an n-row call equals a 1-row call, n = 1..32, and 1 vs 2 threads, each ISA", "[qgemm][x8]") {
   if (!x8_cpu_supported()) {
-    WARN("this CPU has no AVX-512 VNNI: the repacked-kernel row identity is skipped");
+    WARN("this CPU has no AVX2: the repacked-kernel row identity is skipped");
     return;
   }
   const int64_t out = 45, nmax = 32;
   std::vector<float> bias(out, 0.25f);
+  for (KernelIsa isa : x8_isas())
   for (GgmlType t : kTypes) {
+    IsaCap cap(isa);
     const int64_t in = row_len(t);
     const auto x = activations(nmax, in, 17);
     const auto w = random_weights(t, out, in, 300 + id(t));
@@ -492,7 +577,7 @@ TEST_CASE("repacked VNNI kernels: row i of an n-row call equals a 1-row call, n 
     set_compute_threads(2);
     const auto two = run(x.data(), nmax);
     set_compute_threads(threads);
-    INFO(ggml_type_name(id(t)));
+    INFO(kernel_isa_name(isa) << " " << ggml_type_name(id(t)));
     CHECK(mismatched == 0);
     CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
   }
