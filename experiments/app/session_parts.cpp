@@ -51,9 +51,13 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
     ModelSource src;
     src.path = path;
     src.format = o.draft_model_format;
-    if (env.target != nullptr) {  // the draft runs beside its target: same device and dtype
+    if (target != nullptr) {  // the draft runs as its target was asked to: device, dtype, weights, activations
+      src.device = target->origin.device;
+      src.dtype = target->origin.dtype;  // "auto" stays "auto": a native CPU target keeps a native draft
+      src.weights = target->origin.weights;
+      src.activations = target->origin.activations;
+    } else if (env.target != nullptr) {
       src.device = env.target->config().device;
-      src.dtype = env.target->config().dtype;
     }
     if (target != nullptr && is_trained_draft_file(path)) {  // distilled by `speclab train-draft`
       DistilledDraft d = load_distilled_draft(path, *target);
