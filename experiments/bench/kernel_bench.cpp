@@ -1,6 +1,6 @@
 // kernel_bench: packed-weight matmul speed with float32 activations (gemm_small_packed), int8
-// activations (gemm_packed_int8) and, on AVX-512 VNNI CPUs, int8 activations on repacked weights
-// (gemm_x8_int8), side by side, on SmolLM2-135M-sized (or Qwen-sized) matrices.
+// activations (gemm_packed_int8) and, on AVX2 and better, int8 activations on repacked weights
+// (gemm_x8_int8: what models run), side by side, on SmolLM2-135M-sized (or Qwen-sized) matrices.
 //
 //   build/kernel_bench [--threads 2] [--seconds 0.15]
 //
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   const int64_t ns[] = {1, 5, 9, 17, 32};
   std::printf("kernel_bench: %d threads, ISA %s, %.2f s per figure (%s of batches, %s time); GB/s = packed weight bytes / time\n",
               threads, kernel_isa_name(kernel_isa()), seconds, best ? "minimum" : "median", g_cpu_time ? "process CPU" : "wall");
-  const bool x8 = x8_active();  // the repacked VNNI kernels (qgemm_x8.h) as a third column
+  const bool x8 = x8_active();  // the repacked kernels (qgemm_x8.h) as a third column
   std::printf("%-5s %-21s %3s | %10s %7s | %10s %7s | %s%s\n", "type", "matrix", "n", "f32 us", "GB/s", "int8 us", "GB/s",
               "f32/int8", x8 ? " | x8 us    GB/s | int8/x8" : "");
   for (GgmlType t : types) {
