@@ -13,7 +13,7 @@ shift || true
 CONFIGS=("$@")
 [ ${#CONFIGS[@]} -gt 0 ] || CONFIGS=(configs/qwen_pair_demo.yaml configs/eagle_mt_bench.yaml)
 cd "$(dirname "$0")/.."
-mkdir -p results  # output.path of the demo configs; speclab run does not create directories
+mkdir -p results  # output.path of the demo configs (speclab run also makes it when missing)
 for CONFIG in "${CONFIGS[@]}"; do
   start=$(date +%s)
   "$SPECLAB" run "$CONFIG" --overwrite
