@@ -281,17 +281,23 @@ std::string iso8601_now() {
   return buf;
 }
 
-void ensure_output_directory(const std::string& path) {
-  if (path.empty()) throw Error(ErrorKind::kConfig, "expected an output path, found an empty one", path, "output.path");
+namespace {
+fs::path output_dir(const std::string& path) {
   const fs::path p(path);
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  return p.has_parent_path() ? p.parent_path() : fs::path(".");
+}
+}  // namespace
+
+void ensure_output_directory(const std::string& path, const std::string& field) {
+  if (path.empty()) throw Error(ErrorKind::kConfig, "expected an output path, found an empty one", path, field);
+  const fs::path dir = output_dir(path);
   std::error_code ec;
   if (!fs::exists(dir, ec)) fs::create_directories(dir, ec);
   if (!fs::is_directory(dir, ec))
     throw Error(ErrorKind::kIo,
                 "expected a directory for the output file " + path + " (made when missing), found " +
                     (fs::exists(dir, ec) ? "a non-directory" : "none, and it could not be made"),
-                dir.string(), "output.path");
+                dir.string(), field);
 }
 
 void check_output_path(const std::string& path, OutputMode mode) {
@@ -318,7 +324,7 @@ void check_output_path(const std::string& path, OutputMode mode) {
     throw Error(ErrorKind::kIo,
                 "expected a writable directory for the output file, cannot create " + probe + ": " +
                     std::strerror(errno),
-                (p.has_parent_path() ? p.parent_path() : fs::path(".")).string(), "output.path");
+                output_dir(path).string(), "output.path");
   ::close(fd);
   if (!had_probe) ::unlink(probe.c_str());
 }

@@ -92,9 +92,9 @@ struct ExperimentOutcome {
 void check_output_path(const std::string& path, OutputMode mode);
 
 // Makes the output file's directory when it is missing (like mkdir -p), so that a fresh clone's
-// `results/` needs no setup. Throws Error(kConfig, ..., "output.path") for an empty path,
-// Error(kIo, ..., dir, "output.path") when the directory cannot be made or is a non-directory.
-void ensure_output_directory(const std::string& path);
+// `results/` needs no setup (run, check, submit, merge). Throws Error(kConfig, ..., field) for an
+// empty path, Error(kIo, ..., dir, field) when the directory cannot be made or is a non-directory.
+void ensure_output_directory(const std::string& path, const std::string& field = "output.path");
 
 // Runs the experiment into config.output.path. Throws speclab::Error on bad input (config,
 // prompts, output path, models) before the output file is created or modified.

@@ -41,10 +41,7 @@ int cmd_merge(const std::vector<std::string>& args) {
   for (const std::string& s : shards)
     if (fs::equivalent(s, out, ec))
       throw Error(ErrorKind::kConfig, "expected an output file other than the shards, found a shard", out, "OUT.h5");
-  const fs::path dir = fs::path(out).has_parent_path() ? fs::path(out).parent_path() : fs::path(".");
-  if (!fs::is_directory(dir, ec))
-    throw Error(ErrorKind::kIo, "expected an existing directory for the output file, found none", dir.string(),
-                "OUT.h5");
+  ensure_output_directory(out, "OUT.h5");
 
   const ExperimentData merged = merge_shards(shards);
   const ExperimentSummary summary = summarize(merged);

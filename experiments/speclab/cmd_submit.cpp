@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/app/experiment_runner.h"
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
 #include "framework/io/experiment_config.h"
@@ -103,9 +104,7 @@ int cmd_submit(const std::vector<std::string>& args) {
   const std::string out = absolute(config.output.path);
   const fs::path out_path(out);
   std::error_code ec;
-  if (!fs::is_directory(out_path.parent_path(), ec))
-    throw Error(ErrorKind::kIo, "expected an existing directory for the output file, found none",
-                out_path.parent_path().string(), "output.path");
+  ensure_output_directory(out);
   const std::string dir = (out_path.parent_path() / (out_path.stem().string() + "_shards")).string();
   fs::create_directories(dir, ec);
   if (ec) throw Error(ErrorKind::kIo, "cannot create the shard directory: " + ec.message(), dir, "output.path");
