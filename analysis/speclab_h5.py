@@ -273,7 +273,7 @@ def compute_summary(exp: Experiment) -> dict:
                     key = (int(runs["prompt"][i]), int(runs["repeat"][i]))
                     if key in ar:
                         a = ar[key]
-                        # decode phase: prefill is the same forward for both methods
+                        # decode phase: prompt processing (the target's prefill, a draft model's) excluded
                         spec_wall += float(runs["wall_seconds"][i]) - float(runs["prefill_seconds"][i])
                         ar_wall += float(runs["wall_seconds"][a]) - float(runs["prefill_seconds"][a])
                         ar_decode += float(runs["decode_seconds"][a])

@@ -10,12 +10,15 @@ the 1.5B) divided by llama.cpp's plain AR decode rate on the 1.5B, on the same H
 2. llama.cpp (PyPI llama-cpp-python) on the same GGUF: each prompt rendered with the same ChatML
    template (its token count must equal SpecLab's), prefilled, then greedy single-token steps
    for as many tokens as SpecLab's AR run produced. Its greedy tokens are compared with SpecLab's.
-3. A table per prompt and the totals: decode tok/s = generated tokens / time after the prefill,
-   for SpecLab AR, SpecLab speculative and llama.cpp AR; the ratio speculative / llama.cpp AR.
+3. A table per prompt and the totals: decode tok/s = generated tokens / time after the prompt
+   processing (the target's prefill; for speculative also the draft model's prefill of the prompt,
+   as llama.cpp's speculative example counts it in its encode time), for SpecLab AR, SpecLab
+   speculative and llama.cpp AR; the ratio speculative / llama.cpp AR. Then the same ratio end to
+   end (prompt processing included on both sides).
 
 Usage (from the repository root, after `make qwen-pair` and a build):
     PYTHONPATH=<dir with llama_cpp> /usr/bin/python3 experiments/pair_vs_llamacpp.py \
-        [--speclab build/speclab] [--prompts 10] [--max-new 64] [--gamma 4] [--threads 2]
+        [--speclab build/speclab] [--prompts 10] [--max-new 64] [--gamma 2] [--threads 2]
 Needs h5py and numpy (Debian python3-h5py) and llama-cpp-python. Exit 2 on bad input.
 """
 import argparse
@@ -76,7 +79,7 @@ def main():
     ap.add_argument("--speclab", default=os.path.join(ROOT, "build/speclab"))
     ap.add_argument("--prompts", type=int, default=10)
     ap.add_argument("--max-new", type=int, default=64)
-    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--gamma", type=int, default=2)
     ap.add_argument("--draft-vocab", type=int, default=65536)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--datasets", default=os.path.join(ROOT, "..", "shared", "datasets"))
@@ -140,6 +143,7 @@ def main():
     print(hdr)
     print("-" * len(hdr))
     tot = {"ar": [0, 0.0], "spec": [0, 0.0], "lcpp": [0, 0.0]}
+    wall = {"spec": 0.0, "lcpp": 0.0, "draft_prefill": 0.0}  # end to end: prompt processing + decode
     agree_all = 0
     for p in sorted({k[0] for k in rows}):
         ar, sp = rows.get((p, "ar")), rows.get((p, "draft_model"))
@@ -151,6 +155,7 @@ def main():
             fail(f"prompt {prompts['id'][p]}: llama.cpp renders {len(ids)} prompt tokens, SpecLab {n_prompt}")
         n_gen = int(runs["n_generated"][ar])
         llm.reset()
+        t_pre = time.perf_counter()
         llm.eval(ids)
         tok = argmax_last()
         got = [tok]
@@ -160,7 +165,9 @@ def main():
             tok = argmax_last()
             got.append(tok)
         lcpp_s = time.perf_counter() - t0
-        # SpecLab's decode_seconds covers every token after the prefill's first one likewise.
+        lcpp_wall = time.perf_counter() - t_pre
+        # SpecLab's decode_seconds covers every token after the prefill's first one likewise (and
+        # after the draft model's own prefill of the prompt, which is prompt processing).
         ref = [int(t) for t in exp.run_tokens(ar)]
         same = 0
         while same < min(len(ref), len(got)) and ref[same] == got[same]:
@@ -174,6 +181,10 @@ def main():
             rates[key] = n / s
         tot["lcpp"][0] += n_gen - 1
         tot["lcpp"][1] += lcpp_s
+        wall["spec"] += float(runs["wall_seconds"][sp])
+        wall["lcpp"] += lcpp_wall
+        # the draft model's prefill: prompt processing beyond the target's (the ar run's) prefill
+        wall["draft_prefill"] += float(runs["prefill_seconds"][sp]) - float(runs["prefill_seconds"][ar])
         rates["lcpp"] = (n_gen - 1) / lcpp_s
         tau = int(runs["n_generated"][sp]) / max(1, int(runs["target_forwards"][sp]) - 1)
         print(f"{prompts['id'][p]:<16} {n_gen:>6} {rates['ar']:>11.2f} {rates['spec']:>13.2f} {rates['lcpp']:>13.2f} "
@@ -184,6 +195,9 @@ def main():
     print(f"\nSpecLab speculative / llama.cpp AR (decode tok/s, same prompts, one run): {r['spec'] / r['lcpp']:.2f}x"
           f"  (target >= 1.3x)")
     print(f"SpecLab AR / llama.cpp AR: {r['ar'] / r['lcpp']:.2f}x; speculative / SpecLab AR: {r['spec'] / r['ar']:.2f}x")
+    print(f"end to end (prompt processing + decode; SpecLab's includes the draft model's prefill, about "
+          f"{wall['draft_prefill']:.2f} s over all prompts): SpecLab speculative {wall['spec']:.2f} s, llama.cpp AR "
+          f"{wall['lcpp']:.2f} s -> {wall['lcpp'] / wall['spec']:.2f}x")
     print(f"greedy outputs identical to llama.cpp's on {agree_all} of {len(prompts['id'])} prompts"
           " (float32 vs llama.cpp's own rounding: divergence at a near-tie is not an error)")
 

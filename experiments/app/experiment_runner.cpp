@@ -189,7 +189,8 @@ void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, 
   rec.wall_seconds = since(t0);
   rec.n_prompt_tokens = static_cast<int64_t>(ids.size());
   rec.greedy = cfg.sampling.greedy() ? 1 : 0;
-  rec.prefill_seconds = s.prefill_seconds;
+  // Prompt processing of both models (the draft model's prefill runs in the drafter's begin()).
+  rec.prefill_seconds = s.prefill_seconds + s.draft_prefill_seconds;
   rec.decode_seconds = s.decode_seconds;
   rec.tokens = std::move(s.tokens);
   rec.text = std::move(s.text);

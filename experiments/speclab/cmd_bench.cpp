@@ -512,10 +512,13 @@ int cmd_bench(const std::vector<std::string>& args) {
   // Speculative steps with a draft model: how much of a step is the engine's own.
   SpecTiming spec;
   if (!draft_model.empty()) {
-    ModelSource ds;
+    // The draft runs as the target was asked to (device, dtype, weights, activations), as the
+    // draft_model drafter loads it: c.dtype is the resolved "float32", which would dequantize a
+    // native GGUF draft.
+    ModelSource ds = m.info.origin;
     ds.path = draft_model;
-    ds.device = c.device;
-    ds.dtype = c.dtype;
+    ds.format = "auto";
+    ds.tokenizer.clear();
     LoadedModel dl = load_model(ds);
     std::unique_ptr<Model> dm = build_model(dl, ds);
     const std::string dstorage = dm->weight_storage();

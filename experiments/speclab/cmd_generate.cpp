@@ -49,10 +49,12 @@ void print_timing(const GenerationResult& r, const char* mode) {
                "prompt tokens: %zu, new tokens: %zu, stop: %s, target forwards: %lld\n"
                "KV cache: peak %.2f MiB in use over all pools (draft included), %.2f MiB referenced by the "
                "target sequence\n"
-               "prefill: %.3f s (%.1f tok/s); decode: %.3f s (%.1f tok/s); mode: %s\n",
+               "prefill: %.3f s (%.1f tok/s); drafter begin (a draft model's prefill): %.3f s; decode: %.3f s "
+               "(%.1f tok/s); mode: %s\n",
                r.prompt.size(), r.tokens.size(), to_string(r.stop_reason), static_cast<long long>(r.forward_calls),
                r.kv_peak_bytes / 1048576.0, r.kv_seq_peak_bytes / 1048576.0,
-               r.prefill_seconds, r.prompt.size() / std::max(r.prefill_seconds, 1e-9), r.decode_seconds,
+               r.prefill_seconds, r.prompt.size() / std::max(r.prefill_seconds, 1e-9), r.draft_prefill_seconds,
+               r.decode_seconds,
                (n - 1) / std::max(r.decode_seconds, 1e-9), mode);
 }
 
@@ -118,16 +120,18 @@ int cmd_generate(const std::vector<std::string>& args) {
     const Method no_drafter;
     session.begin({ids, no_drafter, gen, samp});
     const SpecResult ar = run_to_end(session);
-    const double t_spec = r.prefill_seconds + r.decode_seconds, t_ar = ar.prefill_seconds + ar.decode_seconds;
+    const double t_spec = r.prefill_seconds + r.draft_prefill_seconds + r.decode_seconds,
+                 t_ar = ar.prefill_seconds + ar.decode_seconds;
     std::printf("drafter %s, gamma %d (%s): %zu steps, %zu target forwards, acceptance rate %.3f, mean accepted "
                 "length %.3f tokens/forward\n",
                 method.drafter->name().c_str(), method.options.num_speculative_tokens, method.options.schedule.c_str(),
                 r.steps.size(), static_cast<size_t>(r.forward_calls), r.acceptance_rate(), r.mean_accepted_length());
-    // Decode phase (prefill excluded), as `speclab run` reports it; the totals follow.
+    // Decode phase (prompt processing of both models excluded), as `speclab run` reports it; the
+    // totals follow.
     std::printf("decode time: speculative %.3f s (draft %.3f, verify %.3f, accept %.3f, kv %.3f), AR %.3f s -> "
-                "speedup %.2fx; with prefill %.3f s vs %.3f s -> %.2fx; %s\n",
+                "speedup %.2fx; with prefill (draft's %.3f s included) %.3f s vs %.3f s -> %.2fx; %s\n",
                 r.decode_seconds, r.draft_seconds, r.verify_seconds, r.accept_seconds, r.kv_seconds, ar.decode_seconds,
-                ar.decode_seconds / r.decode_seconds, t_spec, t_ar, t_ar / t_spec,
+                ar.decode_seconds / r.decode_seconds, r.draft_prefill_seconds, t_spec, t_ar, t_ar / t_spec,
                 ar.tokens == r.tokens ? "output identical to AR"
                                       : (samp.greedy() ? "OUTPUT DIFFERS FROM AR" : "sampled: outputs differ by design"));
   }

@@ -50,7 +50,11 @@ struct GenerationResult {
   std::string text;               // decoded new tokens (cut before a stop string)
   StopReason stop_reason = StopReason::kNone;
   double prefill_seconds = 0.0;   // first forward over the prompt (cached mode)
-  double decode_seconds = 0.0;    // everything after the prefill
+  // The drafter's begin() right after the prefill: a draft model's own prefill of the prompt, an
+  // EAGLE head's first features; 0 without a drafter. Prompt processing, as llama.cpp's
+  // speculative example counts the draft's prompt in its "encoded" time.
+  double draft_prefill_seconds = 0.0;
+  double decode_seconds = 0.0;    // everything after the prefill and the drafter's begin()
   int64_t forward_calls = 0;      // target forward passes
   int64_t kv_peak_bytes = 0;      // peak KvCacheManager::bytes_used() during the call (all pools)
   int64_t kv_seq_peak_bytes = 0;  // peak bytes referenced by the target's own sequence

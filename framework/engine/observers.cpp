@@ -16,6 +16,10 @@ void PhaseTimer::on_phase_end(Phase p) {
   step_seconds_[idx(p)] += dt;
   if (p == Phase::kPrefill) {
     prefill_seconds_ = dt;
+    draft_prefill_seconds_ = 0.0;
+    decode_start_ = now;
+  } else if (p == Phase::kDraftBegin) {
+    draft_prefill_seconds_ = dt;
     decode_start_ = now;
   }
 }
@@ -30,6 +34,7 @@ void PhaseTimer::on_step(SpecStep& r) {
 
 void PhaseTimer::on_end(GenerationResult& r) {
   r.prefill_seconds = prefill_seconds_;
+  r.draft_prefill_seconds = draft_prefill_seconds_;
   r.decode_seconds = std::chrono::duration<double>(Clock::now() - decode_start_).count();
   step_seconds_.fill(0.0);
 }

@@ -2,8 +2,8 @@
 //
 //   PhaseTimer      wall-clock seconds: per step (draft = propose, verify = the target forward,
 //                   accept = the rule, kv = reserve + commit/rollback + drafter accept) into each
-//                   SpecStep, and prefill / decode into the GenerationResult (decode = from the end
-//                   of the prefill to end(), drafter begin() included).
+//                   SpecStep, and prefill / draft prefill / decode into the GenerationResult
+//                   (draft prefill = the drafter's begin(); decode = from the end of both to end()).
 //   ProbabilityLog  p and q of every draft token into SpecStep::p / q, and the rule's
 //                   min(1, p/q) into accept_prob (NaN past the first rejection). Under greedy
 //                   decoding p is the plain softmax (temperature 1) of the draft token, computed
@@ -31,7 +31,7 @@ class PhaseTimer : public StepObserver {
   static constexpr size_t kPhases = 7;
   std::array<Clock::time_point, kPhases> start_{};
   std::array<double, kPhases> step_seconds_{};
-  double prefill_seconds_ = 0.0;
+  double prefill_seconds_ = 0.0, draft_prefill_seconds_ = 0.0;
   Clock::time_point decode_start_{};
 };
 

@@ -148,7 +148,7 @@ SummaryBuilder::SummaryBuilder(std::vector<std::string> methods) : methods_(std:
 SummaryBuilder::~SummaryBuilder() = default;
 
 void SummaryBuilder::pair(const std::vector<Acc*>& accs, double spec_decode_wall, const ArRun& ar) {
-  // Decode phase: the prefill is the same single forward over the prompt for both methods.
+  // Decode phase: prompt processing (the target's prefill, a draft model's prefill) excluded.
   for (Acc* a : accs) {
     a->m.spec_wall_seconds += spec_decode_wall;
     a->m.ar_wall_seconds += ar.decode_wall;

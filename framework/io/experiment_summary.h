@@ -17,9 +17,11 @@
 //             the AR time per token being the ar runs' decode_seconds / (target_forwards - 1).
 //   speedup   measured, decode phase: sum of ar (wall - prefill) seconds / sum of speculative
 //             (wall - prefill) seconds over the (prompt, repeat) pairs that both methods
-//             completed. The prefill is the same forward over the prompt in both methods and is
-//             outside what speculation (and the prediction) is about; end-to-end ratios follow
-//             from /runs wall_seconds.
+//             completed. Prefill is prompt processing: the target's forward over the prompt (the
+//             same in both methods) and, for a draft model, its own prefill of the prompt in the
+//             drafter's begin() (as llama.cpp's speculative example counts the draft's prompt in
+//             its encode time). It is outside what speculation (and the prediction, a per-token
+//             formula) is about; end-to-end ratios follow from /runs wall_seconds.
 //   predicted Leviathan et al. eq. (1) / Theorem 3.8: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)),
 //             evaluated as (sum_{i=0..gamma} alpha^i) / (gamma c + 1), which is exact at alpha = 1.
 //   efficiency = speedup / predicted.

@@ -5,7 +5,9 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "experiments/app/session_parts.h"
@@ -335,6 +337,40 @@ TEST_CASE("prompt lookup proposes the continuation of the latest earlier match",
   CHECK(PromptLookupDrafter::lookup(t, 3, 3, 3).empty());               // "1 5 6" never seen before
   CHECK(PromptLookupDrafter::lookup({1, 2, 3}, 1, 3, 4).empty());
   CHECK(PromptLookupDrafter::lookup({4, 4, 4}, 1, 1, 5) == TokenList{4});
+}
+
+// Prompt lookup whose begin() takes a known time, as a draft model's prefill of the prompt does.
+class SlowBeginDrafter : public PromptLookupDrafter {
+ public:
+  using PromptLookupDrafter::PromptLookupDrafter;
+  void begin(SeqId seq, const TokenList& prompt) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    PromptLookupDrafter::begin(seq, prompt);
+  }
+};
+
+TEST_CASE("the drafter's begin() is timed as prompt processing, apart from the decode phase", "[spec][timing]") {
+  // Each of prefill, draft prefill and decode is its own interval inside the call, so their sum
+  // fits in the call's wall time; with begin() counted in decode too, the sum would exceed it by
+  // the 150 ms sleep.
+  c10::InferenceMode guard;
+  Stories& s = stories();
+  DrafterOptions o;
+  o.name = "prompt_lookup";
+  SlowBeginDrafter drafter(o);
+  TokenList ids = s.info.tokenizer->encode("Once upon a time, there was a little girl", true);
+  GenerationOptions gen;
+  gen.max_new_tokens = 24;
+  const auto t0 = std::chrono::steady_clock::now();
+  const SpecResult r = generate_speculative(*s.model, *s.info.tokenizer, ids, gen, SamplingOptions{}, drafter, o);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r.draft_prefill_seconds >= 0.15);
+  CHECK(r.prefill_seconds > 0.0);
+  CHECK(r.decode_seconds > 0.0);
+  CHECK(r.prefill_seconds + r.draft_prefill_seconds + r.decode_seconds <= wall);
+  // Without a drafter there is no drafter prefill.
+  const GenerationResult ar = generate_ar(*s.model, *s.info.tokenizer, ids, gen, SamplingOptions{});
+  CHECK(ar.draft_prefill_seconds == 0.0);
 }
 
 TEST_CASE("drafter bad input gives clear errors", "[spec][bad-input]") {

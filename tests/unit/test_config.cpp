@@ -671,6 +671,8 @@ TEST_CASE("qwen_pair.yaml: HumanEval and MT-bench writing, reasoning, coding; th
   for (const auto& p : load_prompts(d)) ++per_category[p.category];
   CHECK(per_category == std::map<std::string, int>{{"humaneval", 3}, {"writing", 3}, {"reasoning", 3}, {"coding", 3}});
   CHECK(d.generation.max_new_tokens == 64);
+  REQUIRE(expand_sweep(d).size() == 1);  // gamma 2 (the config says why)
+  CHECK(expand_sweep(d)[0].config.drafters.at(0).options.num_speculative_tokens == 2);
   CHECK(drafter(d, "draft_model_v64k").options.draft_vocab == 65536);
   CHECK(drafter(d, "draft_model").options.draft_vocab == 0);
   CHECK_THAT(config_error("models: {target: {path: stories260K}}\n"
