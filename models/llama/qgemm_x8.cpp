@@ -419,20 +419,24 @@ void repack_x8(const uint8_t* w, uint32_t type_id, int64_t out, int64_t in, uint
   const int64_t be = packed::block_elems(t), nb = in / be, bb = x8_block_bytes(t);
   const int64_t row_bytes = static_cast<int64_t>(ggml_row_bytes(type_id, static_cast<uint64_t>(in), "repack_x8"));
   const int64_t groups = x8_bytes(type_id, out, in) / (nb * bb);
-  RowBlock rows[8];
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int r = 0; r < 8; ++r) {
-        const int64_t row = g * kX8Rows + r;
-        if (row < out) {
-          decode_row_block(t, w + row * row_bytes + b * packed::block_bytes(t), rows[r]);
-        } else {
-          rows[r] = RowBlock{};  // padding: zero scales and integers contribute 0
-          std::memset(rows[r].u, 0, sizeof rows[r].u);
-        }
-      }
-      repack_group_block(t, rows, dst + (g * nb + b) * bb);
-    }
+  // Groups are independent: spread over the compute threads (a model's load repacks every matrix).
+  parallel_chunks(groups, std::max<int64_t>(1, (int64_t(1) << 16) / (nb * bb)), compute_threads(),
+                  [&](int64_t g0, int64_t g1) {
+                    RowBlock rows[8];
+                    for (int64_t g = g0; g < g1; ++g)
+                      for (int64_t b = 0; b < nb; ++b) {
+                        for (int r = 0; r < 8; ++r) {
+                          const int64_t row = g * kX8Rows + r;
+                          if (row < out) {
+                            decode_row_block(t, w + row * row_bytes + b * packed::block_bytes(t), rows[r]);
+                          } else {
+                            rows[r] = RowBlock{};  // padding: zero scales and integers contribute 0
+                            std::memset(rows[r].u, 0, sizeof rows[r].u);
+                          }
+                        }
+                        repack_group_block(t, rows, dst + (g * nb + b) * bb);
+                      }
+                  });
 }
 
 void gemm_x8_int8_q(const uint8_t* wx8, uint32_t type_id, const QuantizedRows& xq, const float* bias, float* y,

@@ -51,7 +51,8 @@ bool x8_active();
 int64_t x8_bytes(uint32_t type_id, int64_t out, int64_t in);
 
 // Repacks w: [out rows of ggml_row_bytes(type, in) bytes] into dst: [x8_bytes(...)] bytes. Pure
-// data movement (no SIMD): any CPU can repack.
+// data movement (no SIMD): any CPU can repack. Groups are spread over compute_threads(), so it
+// must not be called from inside a parallel_chunks() job.
 void repack_x8(const uint8_t* w, uint32_t type_id, int64_t out, int64_t in, uint8_t* dst);
 
 // y = x W^T (+ b) on repacked weights. wx8: repack_x8's output; xq: activations quantized for
