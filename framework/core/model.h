@@ -58,6 +58,10 @@ class Model {
 
   // Bytes held by the weights in memory.
   virtual uint64_t weight_bytes() const = 0;
+  // Bytes of weights one decode step reads: weight_bytes() less what a step does not stream (an
+  // untied embedding table, of which a step reads only its tokens' rows). The bandwidth floor of
+  // `speclab bench` divides this by the memory bandwidth.
+  virtual uint64_t step_weight_bytes() const { return weight_bytes(); }
   // The largest forward, in new tokens, whose rows are each bit-identical to the same row
   // computed alone (same position, same cache contents): then a verification pass of up to this
   // many tokens computes exactly the logits AR decoding would, and greedy speculative output

@@ -32,6 +32,7 @@ class LogitsRecorder : public Model {
 
   const ModelConfig& config() const override { return inner_.config(); }
   uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
+  uint64_t step_weight_bytes() const override { return inner_.step_weight_bytes(); }
   std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return inner_.pack_matrix(w); }
   int64_t row_exact_batch() const override { return inner_.row_exact_batch(); }
   std::string weight_storage() const override { return inner_.weight_storage(); }
@@ -55,6 +56,7 @@ class PrefillMemo : public Model {
 
   const ModelConfig& config() const override { return inner_.config(); }
   uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
+  uint64_t step_weight_bytes() const override { return inner_.step_weight_bytes(); }
   std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return inner_.pack_matrix(w); }
   int64_t row_exact_batch() const override { return inner_.row_exact_batch(); }
   std::string weight_storage() const override { return inner_.weight_storage(); }

@@ -98,6 +98,8 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
   for (const auto& L : w_.layers)
     weight_bytes_ += bytes(L.attn_norm) + bytes(L.mlp_norm) + L.w_qkv.bytes() + bytes(L.b_qkv) + L.w_o.bytes() +
                      L.w_gate_up.bytes() + L.w_down.bytes();
+  // A tied table is the LM head too, streamed every step; an untied one is read row by row.
+  step_weight_bytes_ = weight_bytes_ - (c.tie_word_embeddings ? 0 : w_.embed.bytes());
   std::vector<std::string> kinds;
   w_.embed.count_kinds(kinds);
   if (!c.tie_word_embeddings) w_.lm_head.count_kinds(kinds);

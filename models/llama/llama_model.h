@@ -45,6 +45,7 @@ class LlamaModel : public Model {
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                      const ForwardOptions& opts = {}) const override;
   uint64_t weight_bytes() const override { return weight_bytes_; }
+  uint64_t step_weight_bytes() const override { return step_weight_bytes_; }
   std::string weight_storage() const override { return weight_storage_; }
   Activations activations() const { return activations_; }
   // kMaxRowExact (32) on the CPU backend: its matmuls (gemv.h, qgemm.h), attention
@@ -95,7 +96,7 @@ class LlamaModel : public Model {
   LlamaWeights w_;
   at::Tensor head_ids_;  // [rows of w_.lm_head] int64 token ids, or undefined (the whole vocabulary)
   Activations activations_;
-  uint64_t weight_bytes_ = 0;
+  uint64_t weight_bytes_ = 0, step_weight_bytes_ = 0;
   std::string weight_storage_;
   // Captured forwards (an execution cache, no sequence state): made on first use.
   mutable std::shared_ptr<CudaGraphCache> cuda_graphs_;

@@ -444,6 +444,22 @@ TEST_CASE("stories260K as HF safetensors in BF16 stays within bfloat16 error", "
   CHECK(d > 0.0);
 }
 
+TEST_CASE("a decode step's weight bytes leave out an untied embedding table, not a tied one", "[cross-format][bytes]") {
+  // The bench's bandwidth floor divides step_weight_bytes() by the memory bandwidth: an untied
+  // table (Qwen2.5-Coder-1.5B's, 130 MB) is read only at the step's token rows, a tied one is
+  // the LM head too and is streamed every step.
+  LoadedModel tied_m = stories();
+  REQUIRE(tied_m.config.tie_word_embeddings);
+  LoadedModel untied_m = stories();
+  untied_m.config.tie_word_embeddings = false;
+  untied_m.weights["lm_head.weight"] = untied_m.weights.at("model.embed_tokens.weight");
+  const uint64_t table = static_cast<uint64_t>(untied_m.weights.at("lm_head.weight").numel()) * sizeof(float);
+  LlamaModel tied(tied_m), untied(untied_m);
+  CHECK(tied.step_weight_bytes() == tied.weight_bytes());
+  CHECK(untied.weight_bytes() == tied.weight_bytes() + table);
+  CHECK(untied.step_weight_bytes() == tied.weight_bytes());
+}
+
 TEST_CASE("negative control: a GGUF written without the q/k RoPE permutation gives other logits",
           "[cross-format][negative]") {
   TempDir tmp("nopermute");
