@@ -56,3 +56,15 @@ TEST_CASE("parallel_chunks: empty ranges and zero chunk sizes", "[core][threads]
   const auto v = visits(10, 0, 2);
   CHECK(std::count(v.begin(), v.end(), 1) == 10);
 }
+
+TEST_CASE("compute_threads: --threads N sets it, 0 restores the machine's count (read once, stays the same)",
+          "[core][threads]") {
+  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  set_compute_threads(3);
+  CHECK(compute_threads() == 3);
+  set_compute_threads(0);
+  CHECK(compute_threads() == hw);
+  CHECK(compute_threads() == hw);  // the cached value, on a later call too
+  set_compute_threads(-1);
+  CHECK(compute_threads() == hw);
+}
