@@ -7,6 +7,17 @@
 
 namespace speclab {
 
+ModelSource draft_source_for(const LoadedModel& target, const std::string& path, const std::string& format) {
+  ModelSource src;
+  src.path = path;
+  src.format = format;
+  src.device = target.origin.device;
+  src.dtype = target.origin.dtype;
+  src.weights = target.origin.weights;
+  src.activations = target.origin.activations;
+  return src;
+}
+
 std::unique_ptr<Model> build_model(LoadedModel& loaded, const ModelSource& source, int64_t head_vocab) {
   return std::make_unique<LlamaModel>(loaded, parse_activations(source.activations, "activations"), head_vocab,
                                       Placement{source.device, source.dtype});

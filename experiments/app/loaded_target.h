@@ -29,6 +29,11 @@ std::unique_ptr<LoadedTarget> load_target(const ModelSource& source);
 // (a draft's, DrafterOptions::draft_vocab; models/llama/llama_model.h).
 std::unique_ptr<Model> build_model(LoadedModel& loaded, const ModelSource& source, int64_t head_vocab = 0);
 
+// The source of a draft model at `path` (format `format`) for `target`: the draft runs as its
+// target was asked to (device, dtype, weights, activations). "auto" dtype stays "auto", so a
+// native CPU target keeps a native draft (its resolved "float32" would dequantize it).
+ModelSource draft_source_for(const LoadedModel& target, const std::string& path, const std::string& format = "auto");
+
 // One LoadedTarget per distinct source (path, format, tokenizer, weights, activations), loaded on first use.
 class TargetCache {
  public:

@@ -49,15 +49,12 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
       throw Error(ErrorKind::kConfig, "expected a draft model path or named entry", "drafter", "draft_model");
     const std::string& path = o.draft_model;
     ModelSource src;
-    src.path = path;
-    src.format = o.draft_model_format;
-    if (target != nullptr) {  // the draft runs as its target was asked to: device, dtype, weights, activations
-      src.device = target->origin.device;
-      src.dtype = target->origin.dtype;  // "auto" stays "auto": a native CPU target keeps a native draft
-      src.weights = target->origin.weights;
-      src.activations = target->origin.activations;
-    } else if (env.target != nullptr) {
-      src.device = env.target->config().device;
+    if (target != nullptr) {
+      src = draft_source_for(*target, path, o.draft_model_format);
+    } else {
+      src.path = path;
+      src.format = o.draft_model_format;
+      if (env.target != nullptr) src.device = env.target->config().device;
     }
     if (target != nullptr && is_trained_draft_file(path)) {  // distilled by `speclab train-draft`
       DistilledDraft d = load_distilled_draft(path, *target);

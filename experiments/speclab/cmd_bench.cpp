@@ -514,13 +514,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   // Speculative steps with a draft model: how much of a step is the engine's own.
   SpecTiming spec;
   if (!draft_model.empty()) {
-    // The draft runs as the target was asked to (device, dtype, weights, activations), as the
-    // draft_model drafter loads it: c.dtype is the resolved "float32", which would dequantize a
-    // native GGUF draft.
-    ModelSource ds = m.info.origin;
-    ds.path = draft_model;
-    ds.format = "auto";
-    ds.tokenizer.clear();
+    const ModelSource ds = draft_source_for(m.info, draft_model);  // as the draft_model drafter loads it
     LoadedModel dl = load_model(ds);
     std::unique_ptr<Model> dm = build_model(dl, ds);
     const std::string dstorage = dm->weight_storage();
