@@ -192,7 +192,7 @@ at::Tensor Session::target_forward(Sequence& s, const at::Tensor& tokens, int64_
   if (Drafter* d = s.req.method.drafter) fo.hidden_layers = d->target_hidden_layers();
   s.hidden.clear();
   if (!fo.hidden_layers.empty()) fo.hidden_out = &s.hidden;
-  return target_.forward(tokens, at::arange(n, n + m, at::kLong), kv_.kv->view_at(s.id(), n, m), fo);
+  return target_.forward(tokens, position_tensor(n, m), kv_.kv->view_at(s.id(), n, m), fo);
 }
 
 void Session::pass_hidden(Sequence& s, int64_t first_pos) {

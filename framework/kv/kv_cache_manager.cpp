@@ -66,16 +66,17 @@ KvView KvCacheManager::view_at(SeqId seq, int64_t start, int64_t n_new) const {
   v.k_cache = s.k;
   v.v_cache = s.v;
   v.ctx_len = ctx;
-  std::vector<int64_t> write(static_cast<size_t>(n_new));
+  // Slot tensors are filled in place (a step makes several views; at::tensor costs more).
+  v.write_slots = at::empty({n_new}, at::kLong);
+  int64_t* write = v.write_slots.data_ptr<int64_t>();
   for (int64_t i = 0; i < n_new; ++i) write[i] = blocks_.slot(seq, len + i);
-  v.write_slots = at::tensor(write, at::kLong);
   v.read_base = blocks_.contiguous_base(seq, ctx);
   if (v.read_base < 0) {
     const auto& table = blocks_.block_table(seq);
     const int64_t bs = options_.block_size;
-    std::vector<int64_t> read(static_cast<size_t>(ctx));
+    v.read_slots = at::empty({ctx}, at::kLong);
+    int64_t* read = v.read_slots.data_ptr<int64_t>();
     for (int64_t p = 0; p < ctx; ++p) read[p] = table[p / bs] * bs + p % bs;
-    v.read_slots = at::tensor(read, at::kLong);
   }
   return v;
 }

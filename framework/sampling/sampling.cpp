@@ -334,6 +334,39 @@ double softmax_prob(const float* logits, int64_t vocab, int32_t token, int max_l
 
 int32_t argmax(const float* logits, int64_t vocab) {
   check_vocab(logits, vocab, "logits");
+#if defined(__SSE2__)
+  // Fast path (a greedy step scans 4 to 9 rows of 32k to 150k logits): the maximum and any NaN
+  // in 4-wide SSE, then the first index holding that maximum (+0 and -0 compare equal, as in the
+  // scalar loop). With a NaN the scalar loop below reports the first one.
+  {
+    __m128 mx = _mm_set1_ps(-std::numeric_limits<float>::infinity());
+    __m128 nan = _mm_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= vocab; i += 4) {
+      const __m128 v = _mm_loadu_ps(logits + i);
+      nan = _mm_or_ps(nan, _mm_cmpunord_ps(v, v));
+      mx = _mm_max_ps(mx, v);
+    }
+    alignas(16) float lanes[4];
+    _mm_store_ps(lanes, mx);
+    float m = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
+    bool any_nan = _mm_movemask_ps(nan) != 0;
+    for (; i < vocab; ++i) {
+      any_nan |= std::isnan(logits[i]);
+      m = std::max(m, logits[i]);
+    }
+    if (!any_nan) {
+      const __m128 target = _mm_set1_ps(m);
+      int64_t j = 0;
+      for (; j + 4 <= vocab; j += 4) {
+        const int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(logits + j), target));
+        if (hit != 0) return static_cast<int32_t>(j + __builtin_ctz(static_cast<unsigned>(hit)));
+      }
+      for (; j < vocab; ++j)
+        if (logits[j] == m) return static_cast<int32_t>(j);
+    }
+  }
+#endif
   int64_t best = 0;
   float best_v = logits[0];
   if (std::isnan(best_v)) bad_logit(0, best_v);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -204,6 +205,35 @@ TEST_CASE("greedy is one-hot at argmax, lowest index on ties", "[sampling]") {
   REQUIRE(argmax(std::vector<float>{-INFINITY, -INFINITY, -5.0f}.data(), 3) == 2);
   REQUIRE(argmax(std::vector<float>{7.0f}.data(), 1) == 0);
   REQUIRE_THROWS_AS(argmax(std::vector<float>{1.0f, NAN}.data(), 2), Error);
+}
+
+TEST_CASE("argmax equals a first-maximum scan at every length and tail, with ties, zeros and NaN", "[sampling]") {
+  // The vectorised argmax against the plain scan: the first index of the largest value.
+  const auto scan = [](const std::vector<float>& v) {
+    size_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i)
+      if (v[i] > v[best]) best = i;
+    return static_cast<int32_t>(best);
+  };
+  std::mt19937 gen(3);
+  for (size_t n : {1, 2, 3, 4, 5, 7, 8, 9, 31, 33, 49152, 151936}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      std::vector<float> v(n);
+      // Few distinct values, so the maximum repeats; trial 1 all -inf; trial 2 signed zeros.
+      for (float& x : v)
+        x = trial == 1   ? -INFINITY
+            : trial == 2 ? (gen() % 2 ? 0.0f : -0.0f)
+                         : static_cast<float>(static_cast<int>(gen() % 9) - 4);
+      if (trial == 3) v[gen() % n] = INFINITY;
+      if (trial == 4) v[n - 1] = 100.0f;  // the maximum in the tail
+      INFO("n = " << n << ", trial " << trial);
+      REQUIRE(argmax(v.data(), static_cast<int64_t>(n)) == scan(v));
+      if (trial == 5) {
+        v[n / 2] = NAN;
+        REQUIRE_THROWS_AS(argmax(v.data(), static_cast<int64_t>(n)), Error);
+      }
+    }
+  }
 }
 
 TEST_CASE("top-k keeps the k largest logits for k = 1..V", "[sampling]") {

@@ -60,7 +60,7 @@ void ModelDrafter::begin(SeqId seq, const TokenList& prompt) {
     kv_->reserve(dseq_, n);
     ForwardOptions fo;
     fo.logits_last_n = 1;
-    (void)model_->forward(token_tensor(prompt), at::arange(n, at::kLong), kv_->view_at(dseq_, 0, n), fo);
+    (void)model_->forward(token_tensor(prompt), position_tensor(0, n), kv_->view_at(dseq_, 0, n), fo);
     SPECLAB_CHECK(kv_->commit(dseq_, n) == KvStatus::kOk, "draft prompt commit");
   }
   if (keep_prompt_) {
@@ -102,7 +102,7 @@ DraftBlock ModelDrafter::propose(const DraftContext& ctx, int max_k) {
   int64_t pos = start;
   for (int i = 0; i < max_k; ++i) {
     const int64_t n = static_cast<int64_t>(feed.size());
-    at::Tensor logits = model_->forward(token_tensor(feed), at::arange(pos, pos + n, at::kLong),
+    at::Tensor logits = model_->forward(token_tensor(feed), position_tensor(pos, n),
                                         kv_->view_at(dseq_, pos, n), fo);
     if (own) SPECLAB_CHECK(kv_->commit(dseq_, n) == KvStatus::kOk, "draft commit");
     pos += n;
