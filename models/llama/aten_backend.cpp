@@ -9,10 +9,15 @@
 // (framework/cuda/paged_attention.h) and a call of up to LlamaModel::kCudaPadRows tokens runs as
 // exactly that many rows (the extra rows repeat the last token and are dropped), so that every
 // library op sees one shape: what makes a verification row bit-identical to an AR step there.
+// Its 16-bit matmuls of that many rows are SpecLab's skinny kernel (framework/cuda/skinny_gemm.h),
+// which streams each weight once and computes only the real rows.
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "framework/core/error.h"
 #include "models/llama/gemv.h"
@@ -21,6 +26,7 @@
 #ifdef SPECLAB_HAVE_CUDA
 #include "framework/cuda/fused_ops.h"
 #include "framework/cuda/paged_attention.h"
+#include "framework/cuda/skinny_gemm.h"
 #endif
 #ifdef SPECLAB_TORCH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
@@ -35,6 +41,18 @@
 namespace speclab {
 
 namespace {
+
+#ifdef SPECLAB_HAVE_CUDA
+// SPECLAB_CUDA_SKINNY=0 sends the 16-bit matmuls of up to kSkinnyMaxRows rows to cuBLAS instead of
+// SpecLab's skinny kernel (for comparisons; both are batch-invariant at the padded row count).
+bool skinny_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("SPECLAB_CUDA_SKINNY");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return on;
+}
+#endif
 
 class AtenOps {
  public:
@@ -106,7 +124,27 @@ class AtenOps {
   Rows linear(const WeightMatrix& w, const Rows& x, const at::Tensor& b) {
     const bool cpu_weights = w.is_packed() || !w.parts.empty() ||
                              (w.f32.device().is_cpu() && w.f32.is_contiguous() && w.f32.scalar_type() == at::kFloat);
-    if (!cpu_weights) return b.defined() ? at::linear(x, w.f32, b) : at::linear(x, w.f32);
+    if (!cpu_weights) {
+#ifdef SPECLAB_HAVE_CUDA
+      if (workspace_.defined() && skinny_enabled() && cuda::skinny_gemm_device_ok() && x.size(0) <= cuda::kSkinnyMaxRows && dt_ != cuda::DType::kF32 &&
+          w.f32.is_contiguous() && w.f32.scalar_type() == x.scalar_type() &&
+          (!b.defined() || (b.is_contiguous() && b.scalar_type() == x.scalar_type())) &&
+          cuda::skinny_gemm_supported(dt_, w.f32.data_ptr(), w.f32.data_ptr(), w.in)) {
+        // x is always a fresh or row-offset block here; copy it if it is not 16-byte aligned, so
+        // that the kernel's choice depends on the weights alone (the same for every call).
+        settle(x);
+        at::Tensor xc = x.contiguous();
+        if (!cuda::skinny_gemm_supported(dt_, xc.data_ptr(), w.f32.data_ptr(), w.in)) xc = xc.clone();
+        at::Tensor y = at::empty({xc.size(0), w.out}, xc.options());
+        // Rows n_real_.. are padding copies of the last real row (kCudaPadRows): not computed.
+        const int64_t n = std::min<int64_t>(n_real_, xc.size(0));
+        cuda::skinny_gemm(dt_, xc.data_ptr(), w.f32.data_ptr(), b.defined() ? b.data_ptr() : nullptr, y.data_ptr(),
+                          xc.size(0), n, w.in, w.out, current_stream());
+        return y;
+      }
+#endif
+      return b.defined() ? at::linear(x, w.f32, b) : at::linear(x, w.f32);
+    }
     at::Tensor xc = x.contiguous();
     at::Tensor y = at::empty({x.size(0), w.out}, x.options());
     speclab::linear(w, xc.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr, y.data_ptr<float>(),
@@ -256,7 +294,8 @@ class AtenOps {
 }  // namespace
 
 #ifdef SPECLAB_TORCH_CUDA
-// Captured forwards (CUDA graphs), one per (layers, cache storage, rows, context bucket): a decode
+// Captured forwards (CUDA graphs), one per (layers, cache storage, rows, real rows, context
+// bucket; the skinny matmul kernel skips the padding rows, so the real count is baked in): a decode
 // step or a verification pass replays ~10 library kernels per layer with one launch. The inputs
 // are static device buffers copied in before each replay; the attention grid is sized for the
 // bucket's end (the kernel's bits do not depend on it), so one graph serves 256 positions.
@@ -339,7 +378,8 @@ at::Tensor LlamaModel::forward_graphed(const at::Tensor& t, const at::Tensor& p,
   const std::vector<int64_t> layers = layers_to_run(opts);
   std::string key = std::to_string(reinterpret_cast<uintptr_t>(kv.k_cache.data_ptr())) + "/" +
                     std::to_string(reinterpret_cast<uintptr_t>(kv.v_cache.data_ptr())) + "/" +
-                    std::to_string(kv.k_cache.size(1)) + "/" + std::to_string(rows) + "/" + std::to_string(rows_out) +
+                    std::to_string(kv.k_cache.size(1)) + "/" + std::to_string(rows) + "/" + std::to_string(n) + "/" +
+                    std::to_string(rows_out) +
                     "/" + std::to_string(ctx_cap) + "/";
   for (int64_t l : layers) key += std::to_string(l) + ",";
   if (!cuda_graphs_) cuda_graphs_ = std::make_shared<CudaGraphCache>();
