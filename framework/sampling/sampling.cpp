@@ -334,7 +334,7 @@ double softmax_prob(const float* logits, int64_t vocab, int32_t token, int max_l
 
 int32_t argmax(const float* logits, int64_t vocab) {
   check_vocab(logits, vocab, "logits");
-#if defined(__SSE2__)
+#if defined(SPECLAB_X86) && defined(__SSE2__)
   // Fast path (a greedy step scans 4 to 9 rows of 32k to 150k logits): the maximum and any NaN
   // in 4-wide SSE, then the first index holding that maximum (+0 and -0 compare equal, as in the
   // scalar loop). With a NaN the scalar loop below reports the first one.

@@ -45,6 +45,9 @@ namespace {
 #ifdef SPECLAB_HAVE_CUDA
 // SPECLAB_CUDA_SKINNY=0 sends the 16-bit matmuls of up to kSkinnyMaxRows rows to cuBLAS instead of
 // SpecLab's skinny kernel (for comparisons; both are batch-invariant at the padded row count).
+static_assert(LlamaModel::kCudaPadRows <= cuda::kSkinnyMaxRows,
+              "a padded call must fit the skinny kernel, or every padded matmul falls back to cuBLAS");
+
 bool skinny_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("SPECLAB_CUDA_SKINNY");
@@ -126,19 +129,23 @@ class AtenOps {
                              (w.f32.device().is_cpu() && w.f32.is_contiguous() && w.f32.scalar_type() == at::kFloat);
     if (!cpu_weights) {
 #ifdef SPECLAB_HAVE_CUDA
-      if (workspace_.defined() && skinny_enabled() && cuda::skinny_gemm_device_ok() && x.size(0) <= cuda::kSkinnyMaxRows && dt_ != cuda::DType::kF32 &&
-          w.f32.is_contiguous() && w.f32.scalar_type() == x.scalar_type() &&
+      const cuda::DType xdt = x.scalar_type() == at::kHalf       ? cuda::DType::kF16
+                              : x.scalar_type() == at::kBFloat16 ? cuda::DType::kBF16
+                                                                 : cuda::DType::kF32;
+      if (workspace_.defined() && skinny_enabled() && cuda::skinny_gemm_device_ok() &&
+          x.size(0) <= cuda::kSkinnyMaxRows && xdt != cuda::DType::kF32 && w.f32.is_contiguous() &&
+          w.f32.scalar_type() == x.scalar_type() &&
           (!b.defined() || (b.is_contiguous() && b.scalar_type() == x.scalar_type())) &&
-          cuda::skinny_gemm_supported(dt_, w.f32.data_ptr(), w.f32.data_ptr(), w.in)) {
+          cuda::skinny_gemm_supported(xdt, w.f32.data_ptr(), w.f32.data_ptr(), w.in)) {
         // x is always a fresh or row-offset block here; copy it if it is not 16-byte aligned, so
         // that the kernel's choice depends on the weights alone (the same for every call).
         settle(x);
         at::Tensor xc = x.contiguous();
-        if (!cuda::skinny_gemm_supported(dt_, xc.data_ptr(), w.f32.data_ptr(), w.in)) xc = xc.clone();
+        if (!cuda::skinny_gemm_supported(xdt, xc.data_ptr(), w.f32.data_ptr(), w.in)) xc = xc.clone();
         at::Tensor y = at::empty({xc.size(0), w.out}, xc.options());
         // Rows n_real_.. are padding copies of the last real row (kCudaPadRows): not computed.
         const int64_t n = std::min<int64_t>(n_real_, xc.size(0));
-        cuda::skinny_gemm(dt_, xc.data_ptr(), w.f32.data_ptr(), b.defined() ? b.data_ptr() : nullptr, y.data_ptr(),
+        cuda::skinny_gemm(xdt, xc.data_ptr(), w.f32.data_ptr(), b.defined() ? b.data_ptr() : nullptr, y.data_ptr(),
                           xc.size(0), n, w.in, w.out, current_stream());
         return y;
       }
