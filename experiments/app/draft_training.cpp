@@ -213,7 +213,7 @@ std::map<std::string, at::Tensor> teacher_force(const std::vector<Sample>& sampl
   const Model& model = *target.model;
   const int64_t last = model.config().num_hidden_layers - 1;
   std::vector<at::Tensor> feats, toks, top1;
-  std::vector<float> offsets{0}, split;
+  std::vector<float> offsets{0}, split, prompt_lengths;
   for (size_t i = 0; i < samples.size(); ++i) {
     TokenList seq = samples[i].prompt;
     seq.insert(seq.end(), samples[i].answer.begin(), samples[i].answer.end());
@@ -231,6 +231,7 @@ std::map<std::string, at::Tensor> teacher_force(const std::vector<Sample>& sampl
     top1.push_back(logits.argmax(-1));
     offsets.push_back(offsets.back() + static_cast<float>(n));
     split.push_back(samples[i].validation ? 1.f : 0.f);
+    prompt_lengths.push_back(static_cast<float>(samples[i].prompt.size()));
     if (progress.stage && (i + 1) % 20 == 0)
       progress.stage("features " + std::to_string(i + 1) + "/" + std::to_string(samples.size()));
   }
@@ -238,7 +239,8 @@ std::map<std::string, at::Tensor> teacher_force(const std::vector<Sample>& sampl
           {"tokens", at::cat(toks).to(at::kFloat)},
           {"top1", at::cat(top1).to(at::kFloat)},
           {"offsets", at::tensor(offsets, at::kFloat)},
-          {"validation", at::tensor(split, at::kFloat)}};
+          {"validation", at::tensor(split, at::kFloat)},
+          {"prompt_lengths", at::tensor(prompt_lengths, at::kFloat)}};
 }
 
 // Splits the cached tensors into training and validation sequences.
@@ -246,6 +248,9 @@ void split_data(const std::map<std::string, at::Tensor>& d, DraftTrainData& trai
   const at::Tensor off = d.at("offsets").to(at::kLong), is_val = d.at("validation");
   const at::Tensor tokens = d.at("tokens").to(at::kLong), top1 = d.at("top1").to(at::kLong);
   std::vector<int64_t> rows[2];
+  // Caches written before prompt_lengths existed lack it: validation then counts every row.
+  const auto lengths = d.find("prompt_lengths");
+  const at::Tensor prompt_len = lengths == d.end() ? at::Tensor() : lengths->second.to(at::kLong);
   for (DraftTrainData* e : {&train, &val}) e->offsets = {0};
   for (int64_t s = 0; s < is_val.size(0); ++s) {
     const int v = is_val[s].item<float>() > 0.5f ? 1 : 0;
@@ -253,6 +258,7 @@ void split_data(const std::map<std::string, at::Tensor>& d, DraftTrainData& trai
     for (int64_t r = a; r < b; ++r) rows[v].push_back(r);
     DraftTrainData& e = v ? val : train;
     e.offsets.push_back(e.offsets.back() + (b - a));
+    if (prompt_len.defined()) e.prompt_lengths.push_back(prompt_len[s].item<int64_t>());
   }
   for (int v = 0; v < 2; ++v) {
     DraftTrainData& e = v ? val : train;
@@ -368,6 +374,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   r.data_seconds = since(t_data);
   r.train_pairs = train.n_pairs();
   r.validation_pairs = val.n_pairs();
+  r.agreement_on_answers = !val.prompt_lengths.empty();
   const auto t_train = Clock::now();
   // The draft's trainer and its trained tensors (by safetensors name).
   EagleHead eagle;

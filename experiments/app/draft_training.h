@@ -44,7 +44,8 @@ struct TrainDraftProgress {
 struct TrainDraftResult {
   std::string path;
   double data_seconds = 0.0, train_seconds = 0.0;
-  double validation_agreement = 0.0;     // of the first drafted token
+  double validation_agreement = 0.0;     // of the first drafted token, on pairs labelled by answer rows
+  bool agreement_on_answers = true;      // false: cached data without prompt lengths, every pair counted
   std::vector<double> head_agreements;   // medusa: per head k = 1..K (MedusaTrainer::head_agreements)
   int64_t train_pairs = 0, validation_pairs = 0, steps = 0;
 };

@@ -47,10 +47,12 @@ int cmd_train_draft(const std::vector<std::string>& args) {
   };
   const TrainDraftResult r = train_draft(c, resume, progress, stop_after);
   if (!quiet) std::cerr << "\n";
-  std::printf("wrote %s: %lld steps, %lld training pairs, validation top-1 agreement %.3f over %lld pairs; data %.1f s, "
-              "training %.1f s\n",
+  std::printf("wrote %s: %lld steps, %lld training pairs, validation top-1 agreement %.3f on %s of %lld validation "
+              "pairs%s; data %.1f s, training %.1f s\n",
               r.path.c_str(), static_cast<long long>(r.steps), static_cast<long long>(r.train_pairs),
-              r.validation_agreement, static_cast<long long>(r.validation_pairs), r.data_seconds, r.train_seconds);
+              r.validation_agreement, r.agreement_on_answers ? "the answer positions" : "every position",
+              static_cast<long long>(r.validation_pairs),
+              r.agreement_on_answers ? "" : " (cached data without prompt lengths)", r.data_seconds, r.train_seconds);
   if (!r.head_agreements.empty()) {
     std::printf("validation top-1 agreement by medusa head (head k drafts the k-th token):");
     for (size_t k = 0; k < r.head_agreements.size(); ++k) std::printf(" %zu: %.3f", k + 1, r.head_agreements[k]);

@@ -43,8 +43,9 @@ double DistillTrainer::validation_agreement() const {
     const at::Tensor logits =
         small_draft_logits_packed(draft_, val_.tokens.index_select(0, p.in_rows), p.positions, p.segments);
     const at::Tensor top = draft_.vocab_ids.index_select(0, logits.argmax(-1));
-    agree += top.eq(val_.target_top1.index_select(0, p.in_rows)).sum().item<int64_t>();
-    total += p.in_rows.numel();
+    const at::Tensor counted = answer_labels(p, p.in_rows);
+    agree += top.eq(val_.target_top1.index_select(0, p.in_rows)).logical_and(counted).sum().item<int64_t>();
+    total += counted.sum().item<int64_t>();
   });
   return total ? static_cast<double>(agree) / static_cast<double>(total) : 0.0;
 }

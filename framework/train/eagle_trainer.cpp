@@ -63,8 +63,9 @@ double EagleTrainer::validation_agreement() const {
     const at::Tensor pred = eagle_forward_packed(head_, val_.features.index_select(0, p.in_rows),
                                                  val_.tokens.index_select(0, next), p.positions, p.segments);
     const at::Tensor top = head_.vocab_ids.index_select(0, eagle_logits(head_, pred).argmax(-1));
-    agree += top.eq(val_.target_top1.index_select(0, next)).sum().item<int64_t>();
-    total += p.in_rows.numel();
+    const at::Tensor counted = answer_labels(p, next);
+    agree += top.eq(val_.target_top1.index_select(0, next)).logical_and(counted).sum().item<int64_t>();
+    total += counted.sum().item<int64_t>();
   });
   return total ? static_cast<double>(agree) / static_cast<double>(total) : 0.0;
 }

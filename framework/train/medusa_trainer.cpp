@@ -65,6 +65,7 @@ std::vector<double> MedusaTrainer::head_agreements() const {
     for (int64_t k = 1; k <= heads_.n_heads(); ++k) {
       at::Tensor inside;
       const at::Tensor rows = rows_ahead(p, k, inside);
+      inside = inside.logical_and(answer_labels(p, rows));
       const at::Tensor top = heads_.vocab_ids.index_select(0, medusa_logits(heads_, k, f).argmax(-1));
       const size_t i = static_cast<size_t>(k - 1);
       agree[i] += top.eq(val_.target_top1.index_select(0, rows)).logical_and(inside).sum().item<int64_t>();

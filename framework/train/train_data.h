@@ -25,13 +25,17 @@ struct DraftTrainData {
   at::Tensor tokens;            // [N] int64 the token at each position
   at::Tensor target_top1;       // [N] int64 the target's argmax at each position (predicts the next token)
   std::vector<int64_t> offsets;  // [S + 1] sequence s is rows [offsets[s], offsets[s + 1])
+  // [S] prompt tokens at the start of each sequence (the rest is the target's answer), or empty
+  // when unknown (data cached before the field existed: every row then counts as answer).
+  std::vector<int64_t> prompt_lengths;
 
   int64_t n_sequences() const { return static_cast<int64_t>(offsets.size()) - 1; }
   int64_t n_pairs() const;  // training pairs: sum over sequences of (length - 1)
 };
 
 // Throws Error(kBadInput, what) unless d has a sequence of two or more tokens and its tensors
-// agree with its offsets and with the target's hidden size.
+// agree with its offsets and with the target's hidden size (and prompt_lengths, when given, has
+// one length per sequence, none longer than its sequence).
 void check_train_data(const DraftTrainData& d, int64_t hidden, const std::string& what);
 
 // The Rng of step `step`'s batch (0-based).
@@ -50,7 +54,15 @@ struct PairRows {
   at::Tensor positions;  // [n] int64 i - a
   at::Tensor segments;   // [n] int64 index of the sequence in seqs
   at::Tensor seq_end;    // [n] int64 b, the end row of i's sequence
+  at::Tensor answer_row;  // [n] int64 a + the sequence's prompt length (a when unknown)
 };
+
+// Which pairs validation counts: those whose label, the target's top-1 at row label_rows[j],
+// sits at an answer row (>= p.answer_row). Those are the predictions a drafter makes at
+// inference: the target itself emits the first answer token from the prompt's last row, and
+// every draft after it is labelled by an answer row (EAGLE's pair i by row i + 1, Medusa head k
+// by row i + k, a draft model's by row i). label_rows: [n] int64; returns [n] bool.
+at::Tensor answer_labels(const PairRows& p, const at::Tensor& label_rows);
 PairRows pairs_of(const DraftTrainData& d, const std::vector<int64_t>& seqs);
 
 // Calls f(pairs_of(d, seqs)) for the sequences of d in order, `chunk` at a time (a chunk without

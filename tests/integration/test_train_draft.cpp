@@ -27,6 +27,7 @@
 #include "framework/engine/ar_decode.h"
 #include "framework/io/train_log.h"
 #include "framework/train/small_draft.h"
+#include "framework/train/train_data.h"
 #include "models/loaders/safetensors.h"
 #include "models/model_loader.h"
 #include "tests/support/catch_error.h"
@@ -124,6 +125,38 @@ double mean(const std::vector<double>& v, size_t a, size_t b) {
 }
 
 }  // namespace
+
+TEST_CASE("validation counts the pairs labelled by answer rows, where a drafter drafts", "[train]") {
+  // Two sequences: rows [0, 5) with a 2-token prompt, rows [5, 9) with a 3-token prompt.
+  DraftTrainData d;
+  d.offsets = {0, 5, 9};
+  d.features = at::zeros({9, 4});
+  d.tokens = at::arange(9, at::kLong);
+  d.target_top1 = at::arange(9, at::kLong);
+  d.prompt_lengths = {2, 3};
+  REQUIRE_NOTHROW(check_train_data(d, 4, "data"));
+  const PairRows p = pairs_of(d, {0, 1});
+  // Pairs i = 0..3 and 5..7; answers start at rows 2 and 8.
+  CHECK(p.answer_row.equal(at::tensor(std::vector<int64_t>{2, 2, 2, 2, 8, 8, 8}, at::kLong)));
+  const auto counted = [](const at::Tensor& m) {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < m.numel(); ++i) v.push_back(m[i].item<bool>() ? 1 : 0);
+    return v;
+  };
+  // A draft model's pair i is labelled by row i; EAGLE's by row i + 1.
+  CHECK(counted(answer_labels(p, p.in_rows)) == std::vector<int64_t>{0, 0, 1, 1, 0, 0, 0});
+  CHECK(counted(answer_labels(p, p.in_rows + 1)) == std::vector<int64_t>{0, 1, 1, 1, 0, 0, 1});
+  // Without prompt lengths (data cached before them) every pair counts.
+  DraftTrainData old = d;
+  old.prompt_lengths.clear();
+  CHECK(counted(answer_labels(pairs_of(old, {0, 1}), p.in_rows)) == std::vector<int64_t>(7, 1));
+  // One length per sequence, none past its sequence.
+  DraftTrainData bad = d;
+  bad.prompt_lengths = {2};
+  CHECK_THROWS_AS(check_train_data(bad, 4, "data"), Error);
+  bad.prompt_lengths = {2, 5};
+  CHECK_THROWS_AS(check_train_data(bad, 4, "data"), Error);
+}
 
 TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equals uninterrupted", "[train]") {
   fs::remove_all(kDir);
