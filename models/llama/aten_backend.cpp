@@ -45,6 +45,11 @@ namespace {
 #ifdef SPECLAB_HAVE_CUDA
 // SPECLAB_CUDA_SKINNY=0 sends the 16-bit matmuls of up to kSkinnyMaxRows rows to cuBLAS instead of
 // SpecLab's skinny kernel (for comparisons; both are batch-invariant at the padded row count).
+// The CUDA kernels' name for a storage dtype (the placement allows float32, float16, bfloat16).
+cuda::DType cuda_dtype(at::ScalarType st) {
+  return st == at::kHalf ? cuda::DType::kF16 : st == at::kBFloat16 ? cuda::DType::kBF16 : cuda::DType::kF32;
+}
+
 static_assert(LlamaModel::kCudaPadRows <= cuda::kSkinnyMaxRows,
               "a padded call must fit the skinny kernel, or every padded matmul falls back to cuBLAS");
 
@@ -76,7 +81,7 @@ class AtenOps {
     const at::Device dev = w.rope_cos.device();
     if (dev.is_cuda()) {
       const at::ScalarType st = w.final_norm.scalar_type();
-      dt_ = st == at::kFloat ? cuda::DType::kF32 : st == at::kHalf ? cuda::DType::kF16 : cuda::DType::kBF16;
+      dt_ = cuda_dtype(st);
       const int64_t H = c.num_attention_heads, D = c.head_dim;
       const size_t floats = cuda::paged_attention_workspace_floats(tokens.size(0), H, D, ctx);
       workspace_ = at::empty({static_cast<int64_t>(floats)}, at::TensorOptions().dtype(at::kFloat).device(dev));
@@ -129,9 +134,7 @@ class AtenOps {
                              (w.f32.device().is_cpu() && w.f32.is_contiguous() && w.f32.scalar_type() == at::kFloat);
     if (!cpu_weights) {
 #ifdef SPECLAB_HAVE_CUDA
-      const cuda::DType xdt = x.scalar_type() == at::kHalf       ? cuda::DType::kF16
-                              : x.scalar_type() == at::kBFloat16 ? cuda::DType::kBF16
-                                                                 : cuda::DType::kF32;
+      const cuda::DType xdt = cuda_dtype(x.scalar_type());
       if (workspace_.defined() && skinny_enabled() && cuda::skinny_gemm_device_ok() &&
           x.size(0) <= cuda::kSkinnyMaxRows && xdt != cuda::DType::kF32 && w.f32.is_contiguous() &&
           w.f32.scalar_type() == x.scalar_type() &&
@@ -191,9 +194,7 @@ class AtenOps {
     if (workspace_.defined()) {
       const at::Tensor qc = q_.defined() ? q_ : q.contiguous();
       at::Tensor out = at::empty({n, q_dim}, qkv.options());
-      const cuda::DType dt = qkv.scalar_type() == at::kFloat  ? cuda::DType::kF32
-                             : qkv.scalar_type() == at::kHalf ? cuda::DType::kF16
-                                                              : cuda::DType::kBF16;
+      const cuda::DType dt = cuda_dtype(qkv.scalar_type());
       cuda::paged_attention(dt, qc.data_ptr(), k_store.data_ptr(), v_store.data_ptr(),
                             read_slots_.defined() ? read_slots_.data_ptr<int64_t>() : nullptr, kv_.read_base,
                             positions_.data_ptr<int64_t>(), out.data_ptr(), workspace_.data_ptr<float>(), n, H, KVH, D,
