@@ -13,6 +13,7 @@ ModelSource draft_source_for(const LoadedModel& target, const std::string& path,
   src.format = format;
   src.device = target.origin.device;
   src.dtype = target.origin.dtype;
+  src.kv_dtype = target.origin.kv_dtype;
   src.weights = target.origin.weights;
   src.activations = target.origin.activations;
   return src;
@@ -20,7 +21,7 @@ ModelSource draft_source_for(const LoadedModel& target, const std::string& path,
 
 std::unique_ptr<Model> build_model(LoadedModel& loaded, const ModelSource& source, int64_t head_vocab) {
   return std::make_unique<LlamaModel>(loaded, parse_activations(source.activations, "activations"), head_vocab,
-                                      Placement{source.device, source.dtype});
+                                      Placement{source.device, source.dtype, source.kv_dtype});
 }
 
 std::unique_ptr<LoadedTarget> load_target(const ModelSource& source) {
@@ -33,7 +34,7 @@ std::unique_ptr<LoadedTarget> load_target(const ModelSource& source) {
 }
 
 LoadedTarget& TargetCache::get(const ModelSource& s) {
-  const std::string key = s.path + "\n" + s.format + "\n" + s.tokenizer + "\n" + s.weights + "\n" + s.activations + "\n" + s.device + "\n" + s.dtype;
+  const std::string key = s.path + "\n" + s.format + "\n" + s.tokenizer + "\n" + s.weights + "\n" + s.activations + "\n" + s.device + "\n" + s.dtype + "\n" + s.kv_dtype;
   auto it = targets_.find(key);
   if (it == targets_.end()) it = targets_.emplace(key, load_target(s)).first;
   return *it->second;

@@ -28,6 +28,9 @@ void ModelArgs::add_to(po::options_description& desc) {
       ("device", po::value(&device)->default_value(device), "cpu | cuda | cuda:N (weights, K/V and activations live there)")
       ("dtype", po::value(&dtype)->default_value(dtype),
        "auto (CPU: as --weights says; CUDA: bfloat16) | float32 | bfloat16 | float16 (weights dequantized to it at load)")
+      ("kv-dtype", po::value(&kv_dtype)->default_value(kv_dtype),
+       "auto (float16 for quantized GGUF weights on the CPU, as llama.cpp; else the model's dtype) | float32 | "
+       "float16 (the K/V cache; float16 halves the bytes attention reads)")
       ("threads", po::value(&threads)->default_value(threads), "CPU threads for the model kernels (0 = all cores)");
 }
 
@@ -40,6 +43,7 @@ ModelSource ModelArgs::source() const {
   s.activations = activations;
   s.device = device;
   s.dtype = dtype;
+  s.kv_dtype = kv_dtype;
   return s;
 }
 

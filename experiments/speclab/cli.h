@@ -30,6 +30,7 @@ struct ModelArgs {
   std::string activations = "auto";  // ModelSource::activations
   std::string device = "cpu";        // ModelSource::device
   std::string dtype = "auto";        // ModelSource::dtype
+  std::string kv_dtype = "auto";     // ModelSource::kv_dtype
   int threads = 0;                 // 0 = libtorch default
 
   void add_to(po::options_description& desc);

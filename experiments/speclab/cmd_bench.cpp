@@ -404,13 +404,15 @@ int cmd_bench(const std::vector<std::string>& args) {
   };
   nlohmann::json report;
   const int threads = compute_threads();
-  say("SpecLab bench — %s (%s), libtorch %s, %d threads, --weights %s --activations %s, device %s, dtype %s: %s "
-      "in memory (file: %s)\n",
+  say("SpecLab bench — %s (%s), libtorch %s, %d threads, --weights %s --activations %s, device %s, dtype %s, K/V %s: "
+      "%s in memory (file: %s)\n",
       m.info.source.c_str(), m.info.format.c_str(), SPECLAB_TORCH_VERSION, threads, margs.weights.c_str(),
-      margs.activations.c_str(), c.device.c_str(), c.dtype.c_str(), model.weight_storage().c_str(),
+      margs.activations.c_str(), c.device.c_str(), c.dtype.c_str(), c.kv_geometry().dtype.c_str(),
+      model.weight_storage().c_str(),
       m.info.storage_types.c_str());
   report["device"] = c.device;
   report["dtype"] = c.dtype;
+  report["kv_dtype"] = c.kv_geometry().dtype;
   report["model"] = m.info.source;
   report["threads"] = threads;
   report["weights"] = margs.weights;

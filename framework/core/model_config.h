@@ -28,10 +28,12 @@ struct ModelConfig {
   bool tie_word_embeddings = false;     // lm_head shares model.embed_tokens.weight
   bool attention_bias = false;          // q/k/v projections carry a bias (Qwen2)
   // Where the built model runs, set by the model from its ModelSource (never read from a file):
-  // "cpu" or "cuda[:N]", and the dtype of its activations and K/V: "float32", "bfloat16" or
-  // "float16". KV managers allocate their storage there (kv_geometry()).
+  // "cpu" or "cuda[:N]", the dtype of its activations ("float32", "bfloat16" or "float16") and
+  // that of its K/V cache (the same names; empty: as dtype). KV managers allocate their storage
+  // there (kv_geometry()).
   std::string device = "cpu";
   std::string dtype = "float32";
+  std::string kv_dtype;
 
   // Throws Error(kBadInput) naming `source` and the offending field when a value is
   // missing, non-positive or inconsistent (e.g. heads not divisible by kv heads).
@@ -40,7 +42,9 @@ struct ModelConfig {
   // Bytes of K and V per token over all layers: 2 · layers · kv_heads · head_dim · bytes.
   size_t kv_bytes_per_token(size_t bytes_per_element) const { return kv_geometry().bytes_per_token(bytes_per_element); }
   // The shape of this model's K/V (what a KV manager pool is sized by).
-  KvGeometry kv_geometry() const { return {num_hidden_layers, num_key_value_heads, head_dim, device, dtype}; }
+  KvGeometry kv_geometry() const {
+    return {num_hidden_layers, num_key_value_heads, head_dim, device, kv_dtype.empty() ? dtype : kv_dtype};
+  }
 };
 
 }  // namespace speclab

@@ -18,6 +18,9 @@ void ModelSource::validate() const {
   if (dtype != "auto" && dtype != "float32" && dtype != "bfloat16" && dtype != "float16")
     throw Error(ErrorKind::kConfig, "expected auto, float32, bfloat16 or float16, found '" + dtype + "'", "model",
                 "dtype");
+  if (kv_dtype != "auto" && kv_dtype != "float32" && kv_dtype != "float16")
+    throw Error(ErrorKind::kConfig, "expected auto, float32 or float16, found '" + kv_dtype + "'", "model",
+                "kv_dtype");
 }
 
 bool valid_device(const std::string& d) {

@@ -26,8 +26,15 @@ struct ModelSource {
   // them, as `weights` says; on CUDA: bfloat16), or "float32", "bfloat16", "float16", to which
   // quantized weights are dequantized at load (on the CPU this runs the libtorch-op backend).
   std::string dtype = "auto";
+  // The dtype of the K/V cache: "auto", "float32" or "float16". float16 halves the bytes attention
+  // reads per token; auto is float16 for quantized GGUF weights on the native CPU path (as
+  // llama.cpp's default cache) and the model's dtype otherwise. On CUDA the cache always holds the
+  // model's dtype.
+  std::string kv_dtype = "auto";
 
-  void validate() const;  // throws Error(kConfig) on an empty path, unknown format, weights, activations, device or dtype
+  // throws Error(kConfig) on an empty path, unknown format, weights, activations, device, dtype
+  // or kv_dtype
+  void validate() const;
 };
 
 // Whether `d` names a device: "cpu", "cuda" or "cuda:N" (N up to three digits).

@@ -179,9 +179,12 @@ class AtenOps {
     qkv.narrow(1, 0, q_dim).copy_(rope(qkv.narrow(1, 0, q_dim).view({n, H, D})).view({n, q_dim}));
     qkv.narrow(1, q_dim, kv_dim).copy_(rope(qkv.narrow(1, q_dim, kv_dim).view({n, KVH, D})).view({n, kv_dim}));
     // Padding rows repeat the last real row's token, position and slot: they write the same bits.
-    kv_.k_cache.select(0, layer).index_copy_(0, write_slots_, qkv.narrow(1, q_dim, kv_dim).reshape({n, KVH, D}));
+    // A cache in another dtype than the activations (kv_dtype) takes them rounded to its own.
+    const at::ScalarType kv_type = kv_.k_cache.scalar_type();
+    kv_.k_cache.select(0, layer).index_copy_(0, write_slots_,
+                                             qkv.narrow(1, q_dim, kv_dim).reshape({n, KVH, D}).to(kv_type));
     kv_.v_cache.select(0, layer).index_copy_(0, write_slots_,
-                                             qkv.narrow(1, q_dim + kv_dim, kv_dim).reshape({n, KVH, D}));
+                                             qkv.narrow(1, q_dim + kv_dim, kv_dim).reshape({n, KVH, D}).to(kv_type));
   }
 
   Rows attention(int64_t layer, const Rows& qkv) {

@@ -10,6 +10,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
+#include "models/llama/cpu_ops.h"
 #include "models/llama/gemv.h"
 #include "models/llama/packed_blocks_avx2.h"
 
@@ -306,8 +307,15 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
     const int64_t nk_all = std::min(kTile, j1 - t0);
     for (int64_t j = 0; j < nk_all; ++j) {
       const int64_t off = slot_of(a, t0 + j) * kv_dim;
-      std::memcpy(kbuf.data() + j * kv_dim, a.k + off, static_cast<size_t>(kv_dim) * sizeof(float));
-      std::memcpy(vbuf.data() + j * kv_dim, a.v + off, static_cast<size_t>(kv_dim) * sizeof(float));
+      if (a.f16) {  // widened while copied (exact)
+        load_f16(static_cast<const uint16_t*>(a.k) + off, kbuf.data() + j * kv_dim, kv_dim);
+        load_f16(static_cast<const uint16_t*>(a.v) + off, vbuf.data() + j * kv_dim, kv_dim);
+      } else {
+        std::memcpy(kbuf.data() + j * kv_dim, static_cast<const float*>(a.k) + off,
+                    static_cast<size_t>(kv_dim) * sizeof(float));
+        std::memcpy(vbuf.data() + j * kv_dim, static_cast<const float*>(a.v) + off,
+                    static_cast<size_t>(kv_dim) * sizeof(float));
+      }
     }
     for (int64_t g = 0; g < a.n_kv_heads; ++g) {
       for (int64_t j = 0; j < nk_all; ++j) {

@@ -1,4 +1,5 @@
-// attend_rows() — causal attention for n query rows over a paged float32 KV cache, on the CPU.
+// attend_rows() — causal attention for n query rows over a paged float32 or float16 KV cache, on
+// the CPU.
 //
 // One call computes softmax(q k^T * scale) v for every query row and head of one layer, reading
 // each K/V cache row once per call for all the query heads that share it (grouped-query
@@ -40,10 +41,13 @@ struct AttentionArgs {
   int64_t n_heads = 0;     // H, a multiple of n_kv_heads
   int64_t n_kv_heads = 0;  // KVH
   int64_t head_dim = 0;    // D
-  // One layer's caches: [n_slots, n_kv_heads * head_dim]; key j of kv head g is
-  // k + slot_of(j) * (n_kv_heads * head_dim) + g * head_dim.
-  const float* k = nullptr;
-  const float* v = nullptr;
+  // One layer's caches: [n_slots, n_kv_heads * head_dim] float32, or IEEE binary16 (uint16_t)
+  // when f16; key j of kv head g is k + slot_of(j) * (n_kv_heads * head_dim) + g * head_dim.
+  // binary16 elements are widened exactly to float32 as they are read, so a float16 cache gives
+  // the same bits as a float32 cache holding the same (binary16-representable) values.
+  const void* k = nullptr;
+  const void* v = nullptr;
+  bool f16 = false;
   // slot_of(j) = slots ? slots[j] : slot_base + j, for j < max(limits). slots: [ctx] or nullptr.
   const int64_t* slots = nullptr;
   int64_t slot_base = 0;

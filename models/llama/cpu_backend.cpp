@@ -1,5 +1,5 @@
-// The CPU backend of the layer loop (layer_loop.h): raw float32 buffers, gemv.h / qgemm.h
-// matmuls (through linear()), cpu_ops.h row operations, and attention_cpu.h's multi-row kernel
+// The CPU backend of the layer loop (layer_loop.h): raw float32 buffers (the K/V cache float32
+// or float16), gemv.h / qgemm.h matmuls (through linear()), cpu_ops.h row operations, and attention_cpu.h's multi-row kernel
 // over the paged cache. No libtorch op runs on this path. One decode step runs ~10 steps per layer; as libtorch
 // ops each would cost 5-10 µs of dispatch, more than the math.
 #include <c10/core/InferenceMode.h>
@@ -35,7 +35,7 @@ class CpuOps {
       : c_(c), w_(w), act_(act), tokens_(tokens), positions_(positions), write_slots_(write_slots),
         read_slots_(read_slots), read_base_(kv.read_base), n_(n), ctx_(kv.ctx_len),
         kv_dim_(c.num_key_value_heads * c.head_dim), layer_stride_(kv.k_cache.size(1) * kv_dim_),
-        k_base_(kv.k_cache.data_ptr<float>()), v_base_(kv.v_cache.data_ptr<float>()) {
+        kv_f16_(kv.k_cache.scalar_type() == at::kHalf), k_base_(kv.k_cache.data_ptr()), v_base_(kv.v_cache.data_ptr()) {
     const int64_t q_dim = c.num_attention_heads * c.head_dim;
     // One layer's temporaries: two norms, qkv, attention, output projection, gate/up, SwiGLU, down.
     limits_.resize(static_cast<size_t>(n));
@@ -77,15 +77,19 @@ class CpuOps {
     const int64_t q_dim = H * D;
     const float* cos_tab = w_.rope_cos.data_ptr<float>();
     const float* sin_tab = w_.rope_sin.data_ptr<float>();
-    float* k_layer = k_base_ + layer * layer_stride_;
-    float* v_layer = v_base_ + layer * layer_stride_;
     for (int64_t i = 0; i < n_; ++i) {
       float* row = qkv.data + i * qkv.cols;
       const float* cs = cos_tab + positions_[i] * half;
       const float* sn = sin_tab + positions_[i] * half;
       for (int64_t hh = 0; hh < H + KVH; ++hh) cpu::rope_head(row + hh * D, cs, sn, D);  // q heads, then k heads
-      std::copy(row + q_dim, row + q_dim + kv_dim_, k_layer + write_slots_[i] * kv_dim_);
-      std::copy(row + q_dim + kv_dim_, row + q_dim + 2 * kv_dim_, v_layer + write_slots_[i] * kv_dim_);
+      const int64_t at = layer * layer_stride_ + write_slots_[i] * kv_dim_;  // element offset in the cache
+      if (kv_f16_) {
+        cpu::store_f16(row + q_dim, static_cast<uint16_t*>(k_base_) + at, kv_dim_);
+        cpu::store_f16(row + q_dim + kv_dim_, static_cast<uint16_t*>(v_base_) + at, kv_dim_);
+      } else {
+        std::copy(row + q_dim, row + q_dim + kv_dim_, static_cast<float*>(k_base_) + at);
+        std::copy(row + q_dim + kv_dim_, row + q_dim + 2 * kv_dim_, static_cast<float*>(v_base_) + at);
+      }
     }
   }
 
@@ -101,8 +105,10 @@ class CpuOps {
     a.n_heads = H;
     a.n_kv_heads = c_.num_key_value_heads;
     a.head_dim = D;
-    a.k = k_base_ + layer * layer_stride_;
-    a.v = v_base_ + layer * layer_stride_;
+    const int64_t layer_bytes = layer * layer_stride_ * (kv_f16_ ? 2 : 4);
+    a.k = static_cast<const char*>(k_base_) + layer_bytes;
+    a.v = static_cast<const char*>(v_base_) + layer_bytes;
+    a.f16 = kv_f16_;
     a.slots = read_slots_;
     a.slot_base = read_base_;
     a.limits = limits_.data();
@@ -160,7 +166,8 @@ class CpuOps {
   const Activations act_;
   const int64_t *tokens_, *positions_, *write_slots_, *read_slots_;
   const int64_t read_base_, n_, ctx_, kv_dim_, layer_stride_;
-  float *k_base_, *v_base_;
+  const bool kv_f16_;       // the cache holds binary16 (else float32)
+  void *k_base_, *v_base_;
   std::vector<int64_t> limits_;  // [n] keys each row attends (causal_limits)
   std::vector<float> residual_;  // [n, hidden], the residual stream
   std::vector<float> arena_;     // one layer's temporaries
@@ -172,8 +179,8 @@ class CpuOps {
 bool LlamaModel::can_run_cpu(const KvView& kv) const {
   auto ok = [](const at::Tensor& t) { return t.defined() && t.device().is_cpu() && t.is_contiguous(); };
   return placement_.device.is_cpu() && placement_.dtype == at::kFloat && ok(kv.k_cache) && ok(kv.v_cache) &&
-         kv.k_cache.scalar_type() == at::kFloat &&
-         kv.v_cache.scalar_type() == at::kFloat && w_.final_norm.device().is_cpu() &&
+         (kv.k_cache.scalar_type() == at::kFloat || kv.k_cache.scalar_type() == at::kHalf) &&
+         kv.v_cache.scalar_type() == kv.k_cache.scalar_type() && w_.final_norm.device().is_cpu() &&
          (w_.embed.is_packed() || w_.embed.f32.device().is_cpu());
 }
 

@@ -4,6 +4,9 @@
 
 #include <cmath>
 
+#include "models/llama/gemv.h"
+#include "models/loaders/dequant.h"
+
 namespace speclab::cpu {
 
 namespace {
@@ -82,6 +85,35 @@ void axpy(float alpha, const float* x, float* y, int64_t n) {
 
 void add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+namespace {
+
+__attribute__((target("avx2,f16c"))) void store_f16_f16c(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
+
+__attribute__((target("avx2,f16c"))) void load_f16_f16c(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
+}
+
+}  // namespace
+
+void store_f16(const float* src, uint16_t* dst, int64_t n) {
+  if (kernel_isa() >= KernelIsa::kAvx2) return store_f16_f16c(src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
+
+void load_f16(const uint16_t* src, float* dst, int64_t n) {
+  if (kernel_isa() >= KernelIsa::kAvx2) return load_f16_f16c(src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(src[i]);
 }
 
 }  // namespace speclab::cpu

@@ -25,4 +25,11 @@ void axpy(float alpha, const float* x, float* y, int64_t n);
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);
 
+// IEEE binary16 rows, for a float16 K/V cache. store_f16: dst[i] = src[i] rounded to nearest
+// even (overflow to inf); load_f16: dst[i] = src[i], exact. F16C when kernel_isa() (gemv.h) is
+// AVX2 or better, else models/loaders/dequant.h's scalar conversions: the same bits either way
+// (NaN payloads aside).
+void store_f16(const float* src, uint16_t* dst, int64_t n);
+void load_f16(const uint16_t* src, float* dst, int64_t n);
+
 }  // namespace speclab::cpu

@@ -83,6 +83,16 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
     head_ids_ = at::tensor(ids, at::kLong);
     w_.lm_head = select_rows(w_.lm_head, head_ids_);
   }
+  // kv_dtype auto on the native CPU path over quantized blocks: a binary16 cache, as llama.cpp's
+  // default (half the bytes attention streams; the weights' own rounding is far coarser).
+  if (placement.kv_dtype == "auto" && !placement_.dense && placement_.device.is_cpu() && !w_.layers.empty()) {
+    const WeightMatrix& probe = w_.layers.front().w_down;
+    if (probe.is_packed() || !probe.parts.empty()) {
+      placement_.kv_dtype = at::kHalf;
+      placement_.kv_dtype_name = "float16";
+    }
+  }
+  config_.kv_dtype = placement_.kv_dtype_name;
   // The int8 kernels read their own layout (qgemm_x8.h): a second copy of the matrices,
   // made once here (the ggml blocks stay for embedding lookups and the other ISAs and paths).
   if (activations_ == Activations::kInt8 && !placement_.dense) {

@@ -74,6 +74,13 @@ ResolvedPlacement resolve_placement(const Placement& in) {
   }
   r.device_name = r.device.is_cpu() ? "cpu" : "cuda:" + std::to_string(r.device.index());
   r.dtype_name = dtype_name(r.dtype);
+  r.kv_dtype = in.kv_dtype == "auto" ? r.dtype : dtype_from_name(in.kv_dtype);
+  r.kv_dtype_name = dtype_name(r.kv_dtype);
+  if (!r.device.is_cpu() && r.kv_dtype != r.dtype)
+    throw Error(ErrorKind::kConfig,
+                std::string("a K/V cache in ") + r.kv_dtype_name + " on CUDA, but the model computes in " +
+                    r.dtype_name + ": on CUDA the cache holds the model's dtype (use kv_dtype auto)",
+                "model", "kv_dtype");
   return r;
 }
 

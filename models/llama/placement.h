@@ -17,10 +17,11 @@
 namespace speclab {
 
 // As written in a ModelSource: device "cpu" | "cuda" | "cuda:N", dtype "auto" | "float32" |
-// "bfloat16" | "float16".
+// "bfloat16" | "float16", kv_dtype "auto" | "float32" | "float16".
 struct Placement {
   std::string device = "cpu";
   std::string dtype = "auto";
+  std::string kv_dtype = "auto";
 };
 
 struct ResolvedPlacement {
@@ -29,14 +30,18 @@ struct ResolvedPlacement {
   bool dense = false;  // false: the native CPU path (packed blocks, CPU backend)
   std::string device_name = "cpu";  // "cpu" or "cuda:N"
   std::string dtype_name = "float32";
+  at::ScalarType kv_dtype = at::kFloat;  // the K/V cache's
+  std::string kv_dtype_name = "float32";
 };
 
 // Whether this process can run on CUDA: libtorch has its CUDA backend and the machine a GPU.
 bool cuda_device_available();
 
-// Resolves `p`: dtype auto is float32 native on the CPU and bfloat16 on CUDA. Throws
-// Error(kConfig, field "device") when CUDA is asked for and this libtorch has no CUDA or the
-// machine no such GPU, naming what was found.
+// Resolves `p`: dtype auto is float32 native on the CPU and bfloat16 on CUDA; kv_dtype auto is
+// the dtype here (LlamaModel makes it float16 when the native CPU path holds quantized blocks). Throws Error(kConfig, field "device") when CUDA is asked for and this libtorch has no
+// CUDA or the machine no such GPU, naming what was found, and Error(kConfig, field "kv_dtype")
+// for a CUDA cache in another dtype than the model's (the CUDA kernels read and write the cache
+// in the model's dtype).
 ResolvedPlacement resolve_placement(const Placement& p);
 
 // The whole matrix as float32 [out, in] on the CPU: packed blocks and parts decoded.

@@ -23,8 +23,8 @@ namespace {
 struct ScatteredKv {
   at::Tensor k, v;
   std::vector<int64_t> perm;
-  ScatteredKv(const ModelConfig& c, int64_t slots, bool scattered) {
-    k = at::zeros({c.num_hidden_layers, slots, c.num_key_value_heads, c.head_dim});
+  ScatteredKv(const ModelConfig& c, int64_t slots, bool scattered, at::ScalarType dtype = at::kFloat) {
+    k = at::zeros({c.num_hidden_layers, slots, c.num_key_value_heads, c.head_dim}, at::TensorOptions().dtype(dtype));
     v = at::zeros_like(k);
     perm.resize(static_cast<size_t>(slots));
     std::iota(perm.begin(), perm.end(), 0);
@@ -49,10 +49,10 @@ struct ScatteredKv {
 // paths with separate caches; returns the largest |logit difference| and the logit scale.
 std::pair<double, double> compare_paths(const Model& fast, const Model& ref, const std::vector<int64_t>& prompt,
                                         const std::vector<int64_t>& steps, const std::vector<int64_t>& batch,
-                                        bool scattered) {
+                                        bool scattered, at::ScalarType kv_dtype = at::kFloat) {
   const ModelConfig& c = fast.config();
   const int64_t total = static_cast<int64_t>(prompt.size() + steps.size() + batch.size());
-  ScatteredKv kv_fast(c, total + 3, scattered), kv_ref(c, total + 3, scattered);
+  ScatteredKv kv_fast(c, total + 3, scattered, kv_dtype), kv_ref(c, total + 3, scattered, kv_dtype);
   ForwardOptions ref_opts;
   ref_opts.aten_reference = true;
   double worst = 0.0, scale = 0.0;
@@ -118,6 +118,51 @@ TEST_CASE("CPU forward path with packed Q4_1/Q8_0 weights equals float32 weights
   INFO("int8 activations: max |diff| " << diff8 << " logit scale " << scale8);
   CHECK(diff8 < 0.1 * std::max(1.0, scale8));
   CHECK(diff8 > diff);
+}
+
+TEST_CASE("float16 K/V cache: the CPU path equals the libtorch-op path over the same cache (stories260K)",
+          "[model][cpu_path][kv_f16]") {
+  auto& s = testing::stories();
+  const std::vector<int64_t> prompt = {1, 403, 407, 261, 378, 425, 281, 261, 1131 % 512, 66, 77, 88};
+  for (bool scattered : {false, true}) {
+    const auto [diff, scale] =
+        compare_paths(*s.model, *s.model, prompt, {301, 12, 99}, {5, 6, 7, 8, 9}, scattered, at::kHalf);
+    INFO("scattered " << scattered << " max |diff| " << diff << " logit scale " << scale);
+    // Both paths round K and V to binary16 as they store them and widen them exactly as they read:
+    // the comparison has the float32 cache's tolerance (its K/V inputs differ in the last float32
+    // bits, which rarely crosses a binary16 rounding boundary).
+    CHECK(diff < 1e-3 * std::max(1.0, scale));
+  }
+}
+
+TEST_CASE("float16 K/V cache: a verification row's logits are the AR step's bit for bit, and differ from float32's",
+          "[model][cpu_path][kv_f16][bitwise]") {
+  auto& s = testing::stories();
+  const ModelConfig& c = s.model->config();
+  const std::vector<int64_t> prompt = {1, 403, 407, 261, 378, 425, 281}, batch = {261, 66, 77, 88, 301};
+  const int64_t p0 = static_cast<int64_t>(prompt.size()), n = static_cast<int64_t>(batch.size());
+  auto prefilled = [&](at::ScalarType dtype) {
+    auto kv = std::make_unique<ScatteredKv>(c, 16, true, dtype);
+    s.model->forward(at::tensor(prompt, at::kLong), at::arange(p0, at::kLong), kv->view(0, p0, false));
+    return kv;
+  };
+  // One pass over the n tokens (a verification of n - 1 drafts) ...
+  auto verify_kv = prefilled(at::kHalf);
+  const at::Tensor together = s.model->forward(at::tensor(batch, at::kLong), at::arange(p0, p0 + n, at::kLong),
+                                               verify_kv->view(p0, n, false));  // [n, vocab]
+  // ... against n AR steps, on a float16 and on a float32 cache.
+  auto ar_kv = prefilled(at::kHalf), f32_kv = prefilled(at::kFloat);
+  for (int64_t i = 0; i < n; ++i) {
+    const at::Tensor t = at::tensor(std::vector<int64_t>{batch[static_cast<size_t>(i)]}, at::kLong);
+    const at::Tensor p = at::full({1}, p0 + i, at::kLong);
+    const at::Tensor alone = s.model->forward(t, p, ar_kv->view(p0 + i, 1, false));  // [1, vocab]
+    const at::Tensor f32 = s.model->forward(t, p, f32_kv->view(p0 + i, 1, false));
+    INFO("row " << i);
+    CHECK(at::equal(together[i], alone[0]));
+    CHECK_FALSE(at::equal(f32[0], alone[0]));  // the cache's precision shows (the check can fail)
+    CHECK((f32[0] - alone[0]).abs().max().item<double>() < 1e-2 * std::max(1.0, f32.abs().max().item<double>()));
+  }
+  CHECK(at::equal(verify_kv->k, ar_kv->k));  // the same binary16 bits were stored
 }
 
 TEST_CASE("CPU path comparison detects a skipped layer: the check can fail", "[model][cpu_path]") {

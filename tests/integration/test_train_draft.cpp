@@ -16,6 +16,10 @@
 #include <fstream>
 #include <numeric>
 #include <sstream>
+#include <string>
+#include <system_error>
+
+#include <unistd.h>
 
 #include "experiments/app/draft_training.h"
 #include "experiments/app/equivalence_runner.h"
@@ -38,7 +42,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kDir = fs::path(SPECLAB_BINARY_DIR) / "test_train_draft";
+// One directory per process: ctest runs each test case as its own process, two at a time, and a
+// case that clears the directory (or rewrites prompts.jsonl) must not pull it from under another.
+// Within one process the cases share it, and the target's cached answers with it.
+const fs::path kDir = fs::path(SPECLAB_BINARY_DIR) / ("test_train_draft." + std::to_string(::getpid()));
+const struct RemoveDirAtExit {
+  ~RemoveDirAtExit() {
+    std::error_code ec;
+    fs::remove_all(kDir, ec);
+  }
+} remove_dir_at_exit;
 
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -14,7 +14,9 @@
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
 #include "models/llama/attention_cpu.h"
+#include "models/llama/cpu_ops.h"
 #include "models/llama/gemv.h"
+#include "models/loaders/dequant.h"
 
 using namespace speclab;
 
@@ -40,6 +42,7 @@ struct Case {
   std::vector<int64_t> slots;     // [ctx], empty for a contiguous base
   int64_t base = 0;
   std::vector<int64_t> limits;    // [n]
+  std::vector<uint16_t> k16, v16; // binary16 copies of k, v when half() was called
 
   Case(int64_t n_, int64_t H_, int64_t KVH_, int64_t D_, int64_t ctx_, bool paged, uint32_t seed)
       : n(n_), H(H_), KVH(KVH_), D(D_), ctx(ctx_), q_stride(H_ * D_ + 2 * KVH_ * D_) {
@@ -67,8 +70,21 @@ struct Case {
   }
   int64_t slot(int64_t j) const { return slots.empty() ? base + j : slots[j]; }
 
+  // Rounds k and v to binary16 (dequant.h's conversions) and keeps the binary16 bits: after this,
+  // run(..., true) reads a float16 cache holding exactly the values run(..., false) reads.
+  void half() {
+    k16.resize(k.size());
+    v16.resize(v.size());
+    for (size_t i = 0; i < k.size(); ++i) {
+      k16[i] = fp32_to_fp16(k[i]);
+      v16[i] = fp32_to_fp16(v[i]);
+      k[i] = fp16_to_fp32(k16[i]);
+      v[i] = fp16_to_fp32(v16[i]);
+    }
+  }
+
   // Rows [r0, r0 + rows) with their own limits (or `limit_override` for every row when > 0).
-  std::vector<float> run(int64_t r0, int64_t rows, int64_t limit_override = 0) const {
+  std::vector<float> run(int64_t r0, int64_t rows, int64_t limit_override = 0, bool f16 = false) const {
     std::vector<int64_t> lim(limits.begin() + r0, limits.begin() + r0 + rows);
     if (limit_override > 0) std::fill(lim.begin(), lim.end(), limit_override);
     std::vector<float> out(static_cast<size_t>(rows * H * D), -1.f);
@@ -79,8 +95,9 @@ struct Case {
     a.n_heads = H;
     a.n_kv_heads = KVH;
     a.head_dim = D;
-    a.k = k.data();
-    a.v = v.data();
+    a.k = f16 ? static_cast<const void*>(k16.data()) : k.data();
+    a.v = f16 ? static_cast<const void*>(v16.data()) : v.data();
+    a.f16 = f16;
     a.slots = slots.empty() ? nullptr : slots.data();
     a.slot_base = base;
     a.limits = lim.data();
@@ -237,6 +254,75 @@ TEST_CASE("attend_rows: results do not depend on the thread count", "[attention]
           const std::vector<float> many = c.run(0, n);
           REQUIRE(same_bits(one.data(), many.data(), static_cast<int64_t>(one.size())));
         }
+      }
+}
+
+TEST_CASE("store_f16 and load_f16 give dequant.h's binary16 conversions on every ISA", "[attention][f16]") {
+  Restore restore;
+  std::mt19937 rng(7);
+  std::vector<float> x;
+  for (float e : {0.f, -0.f, 1.f, -1.f, 65504.f, 65519.f, 65520.f, 1e9f, -1e9f, 6.1e-5f, 5.9e-8f, 3e-8f, 2.9e-8f, 1e-10f,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()})
+    x.push_back(e);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (int i = 0; i < 4000; ++i) x.push_back(normal(rng) * std::ldexp(1.f, static_cast<int>(rng() % 40) - 28));
+  for (int i = 0; i < 1000; ++i) {  // exact ties between two binary16 values: round to even
+    const uint16_t h = static_cast<uint16_t>(rng() % 0x7bff);
+    x.push_back(0.5f * (fp16_to_fp32(h) + fp16_to_fp32(static_cast<uint16_t>(h + 1))));
+  }
+  const int64_t n = static_cast<int64_t>(x.size());  // not a multiple of 8: the tail runs too
+  std::vector<uint16_t> want(x.size()), all(65536);
+  for (size_t i = 0; i < x.size(); ++i) want[i] = fp32_to_fp16(x[i]);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
+  for (KernelIsa isa : runnable_isas()) {
+    set_kernel_isa_cap(isa);
+    INFO("kernel ISA " << kernel_isa_name(isa));
+    std::vector<uint16_t> got(x.size());
+    cpu::store_f16(x.data(), got.data(), n);
+    CHECK(got == want);
+    std::vector<float> wide(65536);
+    cpu::load_f16(all.data(), wide.data(), 65536);
+    int64_t mismatches = 0;
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const float ref = fp16_to_fp32(static_cast<uint16_t>(h));
+      if (std::isnan(ref) ? !std::isnan(wide[h]) : std::memcmp(&ref, &wide[h], 4) != 0) ++mismatches;
+    }
+    CHECK(mismatches == 0);
+  }
+  // Negative control: truncation instead of rounding is caught.
+  std::vector<uint16_t> truncated(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &x[i], 4);
+    bits &= ~uint32_t(0x1fff);
+    float t;
+    std::memcpy(&t, &bits, 4);
+    truncated[i] = fp32_to_fp16(t);
+  }
+  CHECK(truncated != want);
+}
+
+TEST_CASE("attend_rows over a float16 cache equals a float32 cache of the same values, bit for bit", "[attention][f16]") {
+  Restore restore;
+  const KernelIsa isa = GENERATE(from_range(runnable_isas()));
+  set_kernel_isa_cap(isa);
+  INFO("kernel ISA " << kernel_isa_name(isa));
+  for (const Shape& sh : std::vector<Shape>{{9, 3, 64}, {12, 2, 128}, {14, 2, 64}})
+    for (int64_t ctx : {1, 40, 530, 2100})
+      for (int64_t n : {1, 5, 17}) {
+        INFO("H " << sh.H << " ctx " << ctx << " n " << n);
+        Case c(n, sh.H, sh.KVH, sh.D, std::max(ctx, n), true, static_cast<uint32_t>(ctx * 7 + n));
+        const std::vector<float> before = c.run(0, n);
+        c.half();
+        const std::vector<float> f32 = c.run(0, n), f16 = c.run(0, n, 0, true);
+        REQUIRE(same_bits(f32.data(), f16.data(), static_cast<int64_t>(f16.size())));
+        CHECK(c.max_error(f16) < kTol);
+        // Each row alone, from the float16 cache: the same bits as among the n rows.
+        const int64_t row = sh.H * sh.D;
+        for (int64_t i = 0; i < n; ++i)
+          REQUIRE(same_bits(c.run(i, 1, c.limits[i], true).data(), f16.data() + i * row, row));
+        // Negative control: rounding the cache to binary16 moves the output (the check can fail).
+        CHECK_FALSE(same_bits(before.data(), f16.data(), static_cast<int64_t>(f16.size())));
       }
 }
 

@@ -365,7 +365,7 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
                Contains("bad.yaml:5:11: drafters: expected a list of drafter entries"));
     CHECK_THAT(config_error("models:\n  target: stories260K\nprompts: {inline: [x]}\n"),
                Contains("bad.yaml:2:11: models.target: expected a map of model source keys (path, format, tokenizer, "
-                        "weights, activations, device, dtype), "
+                        "weights, activations, device, dtype, kv_dtype), "
                         "found \"stories260K\""));
   }
   SECTION("models.target.weights: native or f32") {
