@@ -23,6 +23,7 @@
 #include "framework/kv/kv_storage.h"
 #include "models/llama/placement.h"
 #include "tests/bad_inputs/cli_process.h"
+#include "tests/support/catch_error.h"
 
 #include <nlohmann/json.hpp>
 
@@ -113,6 +114,33 @@ TEST_CASE("a draft_model drafter is loaded as its target: native blocks stay nat
     CHECK(md->model().weight_storage().find("Q4_1") != std::string::npos);
     CHECK(at::equal(logits_of(md->model(), kPrompt), logits_of(*t->model, kPrompt)));
   }
+}
+
+TEST_CASE("kv_dtype: the cache's dtype as asked, auto the model's for float32 weights, and CUDA keeps the model's",
+          "[device][kv_dtype]") {
+  auto plain = load_target(stories_source());  // float32 weights: auto keeps float32
+  CHECK(plain->model->config().kv_geometry().dtype == "float32");
+  ModelSource half = stories_source();
+  half.kv_dtype = "float16";
+  auto f16 = load_target(half);
+  const KvGeometry g = f16->model->config().kv_geometry();
+  CHECK(g.dtype == "float16");
+  CHECK(g.element_bytes() == 2);
+  CHECK(kv_storage_options(g).dtype() == at::kHalf);
+  CHECK(f16->model->config().dtype == "float32");  // the activations stay float32
+  // The same weights over a binary16 cache: close to float32's logits, not equal.
+  const at::Tensor a = logits_of(*plain->model, kPrompt), b = logits_of(*f16->model, kPrompt);
+  CHECK_FALSE(at::equal(a, b));
+  CHECK((a - b).abs().max().item<double>() < 1e-2 * std::max(1.0, a.abs().max().item<double>()));
+  ModelSource bad = stories_source();
+  bad.kv_dtype = "bfloat16";
+  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("expected auto, float32 or float16, found 'bfloat16'"));
+  if (!cuda_or_say("a CUDA cache in another dtype")) return;
+  ModelSource cuda = stories_source("cuda", "bfloat16");
+  cuda.kv_dtype = "float16";
+  const Error e = test::catch_error([&] { load_target(cuda); });
+  CHECK(e.kind() == ErrorKind::kConfig);
+  CHECK(std::string(e.what()).find("kv_dtype") != std::string::npos);
 }
 
 TEST_CASE("bfloat16 on the CPU tracks float32 within bfloat16 rounding, its K/V stored in bfloat16", "[device]") {

@@ -218,6 +218,11 @@ TEST_CASE("SmolLM2 answers are fluent and on topic", "[smollm2][quality]") {
   }
 }
 
+TEST_CASE("SmolLM2's quantized GGUF gets a float16 K/V cache by default, as llama.cpp", "[smollm2][kv_dtype]") {
+  CHECK(smollm2().model->config().kv_geometry().dtype == "float16");
+  CHECK(smollm2().model->config().kv_geometry().element_bytes() == 2);
+}
+
 TEST_CASE("SmolLM2 cached and naive decoding agree token for token", "[smollm2]") {
   SmolLM2& s = smollm2();
   for (const char* name : {"colors", "code"}) {
