@@ -12,7 +12,10 @@
 // process's CPU time instead of wall time: with --threads 1 that is immune to other processes
 // taking the cores (a shared machine), with more threads it also counts the workers' spinning.
 //
-//   attention_bench [--threads N] [--min-seconds S] [--cpu-time 1]
+// --kv f16 gives the kernel binary16 copies of the caches (half the bytes; the float32 caches hold
+// the same rounded values, for the old loop).
+//
+//   attention_bench [--threads N] [--min-seconds S] [--cpu-time 1] [--kv f32|f16]
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -46,6 +49,7 @@ struct Problem {
   int64_t n, ctx;
   std::vector<float> q;               // [n, H * D]
   std::vector<std::vector<float>> k, v;  // per layer cache: [ctx, KVH * D]
+  std::vector<std::vector<uint16_t>> k16, v16;  // the same, rounded to binary16 (--kv f16)
   std::vector<int64_t> slots;         // [ctx]
   std::vector<int64_t> limits;        // [n]
   std::vector<float> out;             // [n, H * D]
@@ -86,7 +90,12 @@ void attend_per_head(const Problem& p, const float* k_layer, const float* v_laye
     parallel_chunks(tasks, std::max<int64_t>(1, tasks / (4 * compute_threads())), compute_threads(), attend);
 }
 
+bool g_f16 = false;  // --kv f16: the kernel reads the binary16 caches
+
 void attend_kernel(const Problem& p, const float* k_layer, const float* v_layer, float* att) {
+  const size_t layer = static_cast<size_t>(std::find_if(p.k.begin(), p.k.end(), [&](const std::vector<float>& c) {
+                                              return c.data() == k_layer;
+                                            }) - p.k.begin());
   cpu::AttentionArgs a;
   a.q = p.q.data();
   a.q_stride = p.m.H * p.m.D;
@@ -94,8 +103,9 @@ void attend_kernel(const Problem& p, const float* k_layer, const float* v_layer,
   a.n_heads = p.m.H;
   a.n_kv_heads = p.m.KVH;
   a.head_dim = p.m.D;
-  a.k = k_layer;
-  a.v = v_layer;
+  a.k = g_f16 ? static_cast<const void*>(p.k16[layer].data()) : k_layer;
+  a.v = g_f16 ? static_cast<const void*>(p.v16[layer].data()) : v_layer;
+  a.f16 = g_f16;
   a.slots = p.slots.data();
   a.limits = p.limits.data();
   a.scale = 1.0f / std::sqrt(static_cast<float>(p.m.D));
@@ -116,6 +126,15 @@ Problem make_problem(const Model& m, int64_t n, int64_t ctx, std::mt19937& rng) 
     p.v.emplace_back(static_cast<size_t>(kv));
     for (float& x : p.k.back()) x = u(rng);
     for (float& x : p.v.back()) x = u(rng);
+    if (g_f16) {  // both loops then read the same (binary16-representable) values
+      for (auto* pair : {&p.k, &p.v}) {
+        std::vector<float>& c = pair->back();
+        std::vector<uint16_t> h(c.size());
+        cpu::store_f16(c.data(), h.data(), static_cast<int64_t>(c.size()));
+        cpu::load_f16(h.data(), c.data(), static_cast<int64_t>(c.size()));
+        (pair == &p.k ? p.k16 : p.v16).push_back(std::move(h));
+      }
+    }
   }
   const int64_t block = 16, blocks = (ctx + block - 1) / block;
   std::vector<int64_t> order(static_cast<size_t>(blocks));
@@ -172,14 +191,18 @@ int main(int argc, char** argv) {
       min_seconds = std::atof(argv[i + 1]);
     } else if (flag == "--cpu-time") {
       g_cpu_time = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--kv" && (std::string(argv[i + 1]) == "f16" || std::string(argv[i + 1]) == "f32")) {
+      g_f16 = std::string(argv[i + 1]) == "f16";
     } else {
-      std::fprintf(stderr, "usage: attention_bench [--threads N] [--min-seconds S] [--cpu-time 0|1]\n");
+      std::fprintf(stderr, "usage: attention_bench [--threads N] [--min-seconds S] [--cpu-time 0|1] [--kv f32|f16]\n");
       return 2;
     }
   }
   const Model models[] = {{"SmolLM2-135M", 9, 3, 64, 30}, {"Qwen2.5-1.5B", 12, 2, 128, 28}};
-  std::printf("attention per call (one layer), %d threads, ISA %s, %s time; per-head = the old per-(row, head) loop\n",
-              compute_threads(), kernel_isa_name(kernel_isa()), g_cpu_time ? "process CPU" : "wall");
+  std::printf("attention per call (one layer), %d threads, ISA %s, %s time, kernel over a %s cache; per-head = the "
+              "old per-(row, head) loop (float32)\n",
+              compute_threads(), kernel_isa_name(kernel_isa()), g_cpu_time ? "process CPU" : "wall",
+              g_f16 ? "float16" : "float32");
   std::printf("%-13s %6s %3s %12s %12s %8s %14s %14s\n", "model", "ctx", "n", "per-head us", "kernel us", "speedup",
               "kernel n/n=1", "kernel ms/step");
   std::mt19937 rng(1);
