@@ -114,7 +114,7 @@ void attend_kernel(const Problem& p, const float* k_layer, const float* v_layer,
 }
 
 Problem make_problem(const Model& m, int64_t n, int64_t ctx, std::mt19937& rng) {
-  Problem p{m, n, ctx, {}, {}, {}, {}, {}, {}};
+  Problem p{m, n, ctx, {}, {}, {}, {}, {}, {}, {}, {}};
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const int64_t kv = ctx * m.KVH * m.D;
   p.q.resize(static_cast<size_t>(n * m.H * m.D));
@@ -183,6 +183,10 @@ double time_per_call(Problem& p, AttendFn fn, double min_seconds) {
 
 int main(int argc, char** argv) {
   double min_seconds = 0.3;
+  std::string only_model;   // --model smollm2|qwen: one model's shapes
+  int64_t only_ctx = 0;     // --ctx N: one context
+  int64_t only_n = 0;       // --n N: one row count
+  bool run_old = true;      // --old 0: the kernel only (for profiling it)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--threads") {
@@ -193,8 +197,17 @@ int main(int argc, char** argv) {
       g_cpu_time = std::atoi(argv[i + 1]) != 0;
     } else if (flag == "--kv" && (std::string(argv[i + 1]) == "f16" || std::string(argv[i + 1]) == "f32")) {
       g_f16 = std::string(argv[i + 1]) == "f16";
+    } else if (flag == "--model" && (std::string(argv[i + 1]) == "smollm2" || std::string(argv[i + 1]) == "qwen")) {
+      only_model = argv[i + 1];
+    } else if (flag == "--ctx" && std::atoll(argv[i + 1]) > 0) {
+      only_ctx = std::atoll(argv[i + 1]);
+    } else if (flag == "--n" && std::atoll(argv[i + 1]) > 0) {
+      only_n = std::atoll(argv[i + 1]);
+    } else if (flag == "--old") {
+      run_old = std::atoi(argv[i + 1]) != 0;
     } else {
-      std::fprintf(stderr, "usage: attention_bench [--threads N] [--min-seconds S] [--cpu-time 0|1] [--kv f32|f16]\n");
+      std::fprintf(stderr, "usage: attention_bench [--threads N] [--min-seconds S] [--cpu-time 0|1] [--kv f32|f16] "
+                           "[--model smollm2|qwen] [--ctx N] [--n N] [--old 0|1]\n");
       return 2;
     }
   }
@@ -206,23 +219,29 @@ int main(int argc, char** argv) {
   std::printf("%-13s %6s %3s %12s %12s %8s %14s %14s\n", "model", "ctx", "n", "per-head us", "kernel us", "speedup",
               "kernel n/n=1", "kernel ms/step");
   std::mt19937 rng(1);
-  for (const Model& m : models)
-    for (int64_t ctx : {64, 512, 2048, 8192}) {
+  std::vector<int64_t> contexts = {64, 512, 2048, 8192};
+  if (only_ctx > 0) contexts = {only_ctx};
+  for (const Model& m : models) {
+    if (!only_model.empty() && (only_model == "qwen") != (std::string(m.name).rfind("Qwen", 0) == 0)) continue;
+    for (int64_t ctx : contexts) {
       double one_row = 0;
-      for (int64_t n : {1, 5, 9, 17}) {
+      std::vector<int64_t> row_counts = {1, 5, 9, 17};
+      if (only_n > 0) row_counts = {only_n};
+      for (int64_t n : row_counts) {
         Problem p = make_problem(m, n, ctx, rng);
         // Interleaved, so that a burst of load from other processes hits both.
         double old_us = std::numeric_limits<double>::infinity(), new_us = old_us;
         for (int round = 0; round < 3; ++round) {
-          old_us = std::min(old_us, time_per_call(p, attend_per_head, min_seconds / 3));
+          if (run_old) old_us = std::min(old_us, time_per_call(p, attend_per_head, min_seconds / 3));
           new_us = std::min(new_us, time_per_call(p, attend_kernel, min_seconds / 3));
         }
-        if (n == 1) one_row = new_us;
+        if (n == 1 || only_n > 0) one_row = new_us;
         std::printf("%-13s %6lld %3lld %12.1f %12.1f %7.2fx %14.2f %14.3f\n", m.name, static_cast<long long>(ctx),
                     static_cast<long long>(n), old_us, new_us, old_us / new_us, new_us / one_row,
                     new_us * static_cast<double>(m.layers) / 1000.0);
         std::fflush(stdout);
       }
     }
+  }
   return 0;
 }

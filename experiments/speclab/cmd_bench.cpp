@@ -358,6 +358,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   ModelArgs margs;
   std::vector<int64_t> contexts = {64, 512, 2048};
   int64_t prefill_len = 128, verify_ctx = 512;
+  int verify_reps = 5;
   int steps = 16, naive_steps = 3;
   std::string llama_cpp = "auto", draft_model;
   int spec_gamma = 4, spec_steps = 24;
@@ -368,6 +369,8 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("contexts", po::value(&contexts)->multitoken(), "context lengths for the decode rates (default 64 512 2048)")
       ("prefill", po::value(&prefill_len)->default_value(prefill_len), "prompt length for the prefill rate")
       ("verify-context", po::value(&verify_ctx)->default_value(verify_ctx), "context of the verification-cost passes")
+      ("verify-reps", po::value(&verify_reps)->default_value(verify_reps),
+       "passes per verification size; the best one counts (more = steadier on a shared machine)")
       ("steps", po::value(&steps)->default_value(steps), "decode steps timed per context (cached)")
       ("naive-steps", po::value(&naive_steps)->default_value(naive_steps), "steps timed per context (naive)")
       ("llama-cpp", po::value(&llama_cpp)->default_value(llama_cpp),
@@ -381,8 +384,9 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("json", po::bool_switch(&json_out), "print one JSON object instead of the tables");
   po::variables_map vm;
   if (!parse_or_help("usage: speclab bench [options]", desc, args, vm)) return kExitOk;
-  if (steps <= 0 || naive_steps <= 0 || prefill_len <= 0 || contexts.empty())
-    throw Error(ErrorKind::kConfig, "expected positive --steps, --naive-steps, --prefill and some --contexts",
+  if (steps <= 0 || naive_steps <= 0 || prefill_len <= 0 || verify_reps <= 0 || contexts.empty())
+    throw Error(ErrorKind::kConfig,
+                "expected positive --steps, --naive-steps, --prefill, --verify-reps and some --contexts",
                 "command line");
   if (llama_cpp != "auto" && llama_cpp != "on" && llama_cpp != "off")
     throw Error(ErrorKind::kConfig, "expected auto, on or off, found '" + llama_cpp + "'", "command line", "--llama-cpp");
@@ -477,19 +481,20 @@ int cmd_bench(const std::vector<std::string>& args) {
 
   // Verification cost: one forward of n = gamma + 1 tokens vs one decode step. Leviathan et al.'s
   // speedup formula assumes the ratio is 1; on a CPU it grows with n.
-  say("\nverification batch at context %lld: forward time for n new tokens (best of 5)\n",
-      static_cast<long long>(verify_ctx));
+  say("\nverification batch at context %lld: forward time for n new tokens (best of %d)\n",
+      static_cast<long long>(verify_ctx), verify_reps);
   say("%-6s %10s %14s\n", "n", "ms", "vs n = 1");
   double one = 0.0;
   std::map<int64_t, double> verify_cost;
   const std::vector<int64_t> verify_ns =
       on_device ? std::vector<int64_t>{1, 2, 5, 9, 17, 33} : std::vector<int64_t>{1, 2, 3, 5, 9, 17};
   for (int64_t n : verify_ns) {
-    const double t = batch_forward_seconds(model, verify_ctx, n, 5);
+    const double t = batch_forward_seconds(model, verify_ctx, n, verify_reps);
     if (n == 1) one = t;
     verify_cost[n] = t / one;
     say("%-6lld %10.2f %13.2fx\n", static_cast<long long>(n), t * 1e3, t / one);
     report["verify_cost"][std::to_string(n)] = t / one;
+    report["verify_ms"][std::to_string(n)] = t * 1e3;
   }
 
   const double rss_mib = peak_rss_mib();

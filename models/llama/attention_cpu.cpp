@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "models/llama/cpu_ops.h"
 #include "models/llama/gemv.h"
 #include "models/llama/packed_blocks_avx2.h"
+#include "models/llama/simd_exp.h"
 
 namespace speclab::cpu {
 
@@ -64,25 +66,6 @@ struct ScalarOps {
 };
 
 
-// exp(x) for x <= 0 (Cephes' expf polynomial, ~2 ulp); lane-wise, so a value's result does not
-// depend on its lane or neighbours.
-__attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-87.3365478515625f));
-  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
-  fx = _mm256_floor_ps(fx);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
-
 // [sum(a0), ..., sum(a7)]: the eight horizontal sums in one vector, by one fixed tree.
 __attribute__((target("avx2,fma"))) inline __m256 hsum8x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4,
                                                            __m256 a5, __m256 a6, __m256 a7) {
@@ -123,7 +106,7 @@ struct Avx2Ops {
     for (int64_t j = 0; j < nk; j += 8) {
       const int64_t left = nk - j;
       if (left >= 8) {
-        const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+        const __m256 p = exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
         _mm256_storeu_ps(s + j, p);
         sum = _mm256_add_ps(sum, p);
       } else {
@@ -131,7 +114,7 @@ struct Avx2Ops {
         const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), lane);
         const __m256 x = _mm256_maskload_ps(s + j, mask);
-        const __m256 p = _mm256_and_ps(exp8(_mm256_sub_ps(x, mv)), _mm256_castsi256_ps(mask));
+        const __m256 p = _mm256_and_ps(exp8_avx2(_mm256_sub_ps(x, mv)), _mm256_castsi256_ps(mask));
         _mm256_maskstore_ps(s + j, mask, p);
         sum = _mm256_add_ps(sum, p);
       }
@@ -274,18 +257,19 @@ void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const float* con
   for (int k = 0; k < Q; ++k) st[k][0] = m_new[k];
 }
 
-// One work item: the keys of split `split`, rows [r0, r1), every kv head and query head. For each
-// tile and kv head g, the tile's K and V rows of g are loaded once and reused from L1 by the
-// (r1 - r0) * G queries that read them. How the work is cut into items does not change any result: each query's
-// arithmetic depends only on its own keys. part: [n * H, D + 2] partials of this split, query
-// (i, h) at row i * H + h.
+// One work item: the keys of split `split`, rows [r0, r1), kv heads [g0, g1) and their query
+// heads. For each tile and kv head g, the tile's K and V rows of g are loaded once and reused from
+// L1 by the (r1 - r0) * G queries that read them. How the work is cut into items does not change
+// any result: each query's arithmetic depends only on its own keys. part: [n * H, D + 2]
+// partials of this split, query (i, h) at row i * H + h; an item writes only its own queries'.
 template <class Ops>
-void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int64_t max_limit, float* part) {
+void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int64_t g0, int64_t g1,
+              int64_t max_limit, float* part) {
   const int64_t D = a.head_dim, H = a.n_heads, G = H / a.n_kv_heads, kv_dim = a.n_kv_heads * D,
                 ps = partial_stride(D);
   const int64_t j0 = split * kSplit, j1 = std::min(j0 + kSplit, max_limit);
   for (int64_t i = r0; i < r1; ++i)
-    for (int64_t h = 0; h < H; ++h) {
+    for (int64_t h = g0 * G; h < g1 * G; ++h) {
       float* st = part + (i * H + h) * ps;
       st[0] = -std::numeric_limits<float>::infinity();
       st[1] = 0.f;
@@ -294,30 +278,33 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
   const float* krow[kTile];
   const float* vrow[kTile];
   float s[3 * kTile];
-  // The tile's K and V cache rows, copied whole (every kv head) into [kTile, kv_dim] buffers:
-  // the copy reads each slot's row front to back, which the hardware prefetchers follow, and the
-  // kernels then read L1/L2. Read in place, one kv head's D of every kv_dim floats at a time, the
-  // rows streamed at a third of the memory bandwidth (decode at context 2048).
+  // The tile's K and V cache rows (kv heads [g0, g1) of each slot, contiguous), copied into
+  // [kTile, kv_dim] buffers at their own offsets: the copy reads each slot's row front to back,
+  // which the hardware prefetchers follow, and the kernels then read L1/L2. Read in place, one kv
+  // head's D of every kv_dim floats at a time, the rows streamed at a third of the memory
+  // bandwidth (decode at context 2048); attend_rows() therefore splits by kv head only when a
+  // call has too few (split, row block) items to keep the threads busy (short contexts).
   thread_local std::vector<float> kbuf, vbuf;
   if (kbuf.size() < static_cast<size_t>(kTile * kv_dim)) {
     kbuf.resize(static_cast<size_t>(kTile * kv_dim));
     vbuf.resize(static_cast<size_t>(kTile * kv_dim));
   }
+  const int64_t c0 = g0 * D, cn = (g1 - g0) * D;  // the copied columns of a slot's row
   for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
     const int64_t nk_all = std::min(kTile, j1 - t0);
     for (int64_t j = 0; j < nk_all; ++j) {
       const int64_t off = slot_of(a, t0 + j) * kv_dim;
       if (a.f16) {  // widened while copied (exact)
-        load_f16(static_cast<const uint16_t*>(a.k) + off, kbuf.data() + j * kv_dim, kv_dim);
-        load_f16(static_cast<const uint16_t*>(a.v) + off, vbuf.data() + j * kv_dim, kv_dim);
+        load_f16(static_cast<const uint16_t*>(a.k) + off + c0, kbuf.data() + j * kv_dim + c0, cn);
+        load_f16(static_cast<const uint16_t*>(a.v) + off + c0, vbuf.data() + j * kv_dim + c0, cn);
       } else {
-        std::memcpy(kbuf.data() + j * kv_dim, static_cast<const float*>(a.k) + off,
-                    static_cast<size_t>(kv_dim) * sizeof(float));
-        std::memcpy(vbuf.data() + j * kv_dim, static_cast<const float*>(a.v) + off,
-                    static_cast<size_t>(kv_dim) * sizeof(float));
+        std::memcpy(kbuf.data() + j * kv_dim + c0, static_cast<const float*>(a.k) + off + c0,
+                    static_cast<size_t>(cn) * sizeof(float));
+        std::memcpy(vbuf.data() + j * kv_dim + c0, static_cast<const float*>(a.v) + off + c0,
+                    static_cast<size_t>(cn) * sizeof(float));
       }
     }
-    for (int64_t g = 0; g < a.n_kv_heads; ++g) {
+    for (int64_t g = g0; g < g1; ++g) {
       for (int64_t j = 0; j < nk_all; ++j) {
         krow[j] = kbuf.data() + j * kv_dim + g * D;
         vrow[j] = vbuf.data() + j * kv_dim + g * D;
@@ -338,6 +325,52 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
       }
     }
   }
+}
+
+// How attend_rows() cuts a call into work items: `rows` rows by `heads` kv heads per (split, row
+// block, head group) item. The default, whole cache rows (all kv heads of a slot) and blocks of
+// kRowBlock rows, keeps long contexts reading each row front to back. A short context has one or
+// two splits (under 512 keys), so one item can hold most of the work while the other threads
+// wait: one split of n <= 8 rows ran on one thread, and 300 keys split 256 + 44. Then the plan
+// with the shortest estimated makespan is taken among kv-head groups (each item copies only its
+// heads' part of a tile; partial rows read less efficiently) and row blocks (each block copies
+// the tile again). The estimate: an item costs keys * heads * (rows + copy), copy = 1 row's worth
+// of arithmetic for whole rows (the tile copy took about as long as one row's scores, exps and
+// values, perf) and 1.5 for partial ones, items placed longest first on the least-loaded thread.
+struct ItemPlan {
+  int64_t rows, heads;
+};
+
+double plan_makespan(const ItemPlan& p, int64_t max_limit, int64_t n, int64_t n_kv_heads, int threads) {
+  const double copy = p.heads < n_kv_heads ? 1.5 : 1.0;
+  std::vector<double> work;
+  for (int64_t j0 = 0; j0 < max_limit; j0 += kSplit)
+    for (int64_t r0 = 0; r0 < n; r0 += p.rows)
+      for (int64_t g0 = 0; g0 < n_kv_heads; g0 += p.heads)
+        work.push_back(static_cast<double>(std::min(kSplit, max_limit - j0)) *
+                       static_cast<double>(std::min(p.heads, n_kv_heads - g0)) *
+                       (static_cast<double>(std::min(p.rows, n - r0)) + copy));
+  std::sort(work.begin(), work.end(), std::greater<double>());
+  std::vector<double> load(static_cast<size_t>(threads), 0.0);
+  for (double w : work) *std::min_element(load.begin(), load.end()) += w;
+  return *std::max_element(load.begin(), load.end());
+}
+
+ItemPlan plan_items(int64_t max_limit, int64_t n, int64_t n_kv_heads, int threads) {
+  ItemPlan best{kRowBlock, n_kv_heads};
+  const int64_t n_splits = (max_limit + kSplit - 1) / kSplit;
+  if (threads <= 1 || n_splits >= 2 * static_cast<int64_t>(threads)) return best;
+  double best_span = plan_makespan(best, max_limit, n, n_kv_heads, threads);
+  for (int64_t heads = n_kv_heads; heads >= 1; heads = heads == 1 ? 0 : (heads + 1) / 2)
+    for (int64_t rows = kRowBlock; rows >= 1; rows /= 2) {
+      const ItemPlan p{rows, heads};
+      const double span = plan_makespan(p, max_limit, n, n_kv_heads, threads);
+      if (span < 0.97 * best_span) {  // a clear gain only: the default reads memory best
+        best = p;
+        best_span = span;
+      }
+    }
+  return best;
 }
 
 void check_args(const AttentionArgs& a) {
@@ -367,25 +400,25 @@ void attend_rows(const AttentionArgs& a) {
     partials.resize(static_cast<size_t>(n_splits * split_floats));
   float* const part = partials.data();
 
-  // Work items: (split, block of kRowBlock rows), split-major. An item covers every kv head, so
-  // a thread reads whole cache rows (all kv heads of a slot) front to back: split by kv head,
-  // each thread read D of every kv_dim floats, and decode at context 2048 waited on memory
-  // three times as long as it computed.
-  const int64_t row_blocks = (a.n + kRowBlock - 1) / kRowBlock;
-  const int64_t items = n_splits * row_blocks;
+  // Work items: (split, block of `rows` rows, group of `heads` kv heads), split-major. Small
+  // calls stay on the caller; the result does not depend on the thread count or the cut.
+  const int threads = keys * H * D < (int64_t(1) << 17) ? 1 : compute_threads();
+  const ItemPlan plan = plan_items(max_limit, a.n, a.n_kv_heads, threads);
+  const int64_t row_blocks = (a.n + plan.rows - 1) / plan.rows, head_groups = (a.n_kv_heads + plan.heads - 1) / plan.heads;
+  const int64_t items = n_splits * row_blocks * head_groups;
   const bool avx2 = kernel_isa() >= KernelIsa::kAvx2 && D % 8 == 0;
   auto work = [&](int64_t begin, int64_t end) {
     for (int64_t it = begin; it < end; ++it) {
-      const int64_t sp = it / row_blocks, rb = it % row_blocks;
-      const int64_t r0 = rb * kRowBlock, r1 = std::min(a.n, r0 + kRowBlock);
+      const int64_t sp = it / (row_blocks * head_groups), rest = it % (row_blocks * head_groups);
+      const int64_t rb = rest / head_groups, hg = rest % head_groups;
+      const int64_t r0 = rb * plan.rows, r1 = std::min(a.n, r0 + plan.rows);
+      const int64_t g0 = hg * plan.heads, g1 = std::min(a.n_kv_heads, g0 + plan.heads);
       if (avx2)
-        run_item<Avx2Ops>(a, sp, r0, r1, max_limit, part + sp * split_floats);
+        run_item<Avx2Ops>(a, sp, r0, r1, g0, g1, max_limit, part + sp * split_floats);
       else
-        run_item<ScalarOps>(a, sp, r0, r1, max_limit, part + sp * split_floats);
+        run_item<ScalarOps>(a, sp, r0, r1, g0, g1, max_limit, part + sp * split_floats);
     }
   };
-  // Small calls stay on the caller; the result does not depend on the thread count.
-  const int threads = keys * H * D < (int64_t(1) << 17) ? 1 : compute_threads();
   if (threads <= 1 || items == 1)
     work(0, items);
   else

@@ -9,7 +9,8 @@
 // positions (0, kAttentionSplit, 2 kAttentionSplit, ...) and the splits are spread over
 // compute_threads() threads (framework/core/thread_pool.h), so a single row over a long context
 // uses every thread (split-K, "flash decoding"); the per-split partial results (max, sum,
-// weighted values) are merged in split order. Within a split, keys go in tiles of
+// weighted values) are merged in split order. Under 512 keys (one or two splits) the work is also
+// cut by kv-head group and row block, so that one split does not keep the other threads waiting. Within a split, keys go in tiles of
 // kAttentionTile: a tile's K and V rows of one kv head stay in L1 while every query of the
 // group, in every row, uses them.
 //

@@ -2,9 +2,11 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "models/llama/gemv.h"
+#include "models/llama/simd_exp.h"
 #include "models/loaders/dequant.h"
 
 namespace speclab::cpu {
@@ -40,6 +42,26 @@ __attribute__((target("avx2,fma"))) void axpy_avx2(float alpha, const float* x, 
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+// silu(g) * u for 8 lanes: g / (1 + exp(-g)) * u, exp by exp8_avx2 (about 2 ulp).
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 silu_mul8(__m256 g, __m256 u) {
+  const __m256 e = exp8_avx2(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+// The last n % 8 elements go through the same 8-lane sequence (via a padded copy), so an
+// element's result does not depend on where a caller's range starts or ends.
+__attribute__((target("avx2,fma"))) void silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, silu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i < n) {
+    alignas(32) float g[8] = {}, u[8] = {}, o[8];
+    std::copy(gate + i, gate + n, g);
+    std::copy(up + i, up + n, u);
+    _mm256_store_ps(o, silu_mul8(_mm256_load_ps(g), _mm256_load_ps(u)));
+    std::copy(o, o + (n - i), out + i);
+  }
+}
+
 }  // namespace
 
 void rms_norm_rows(const float* x, const float* w, float* y, int64_t n, int64_t d, float eps) {
@@ -65,6 +87,10 @@ void rope_head(float* x, const float* cos, const float* sin, int64_t head_dim) {
 }
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  if (kernel_isa() >= KernelIsa::kAvx2) {
+    silu_mul_avx2(gate, up, out, n);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];

@@ -15,7 +15,9 @@ void rms_norm_rows(const float* x, const float* w, float* y, int64_t n, int64_t 
 // x1 = x[:half], x2 = x[half:]: x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin; cos/sin: [half].
 void rope_head(float* x, const float* cos, const float* sin, int64_t head_dim);
 
-// out[i] = silu(gate[i]) * up[i] for i < n; silu(g) = g / (1 + exp(-g)).
+// out[i] = silu(gate[i]) * up[i] for i < n; silu(g) = g / (1 + exp(-g)). With kernel_isa() >=
+// AVX2 the exponential is simd_exp.h's (about 2 ulp, 8 lanes at a time), else std::exp. Either
+// way element i's result depends only on gate[i] and up[i] (not on n or where the range starts).
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 
 // sum_i a[i] b[i]

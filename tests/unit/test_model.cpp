@@ -3,6 +3,7 @@
 
 #include "models/llama/gemv.h"
 #include "models/loaders/dequant.h"
+#include "tests/support/kernel_isas.h"
 
 using namespace speclab;
 
@@ -42,15 +43,8 @@ TEST_CASE("gemm_small_f32 detects a wrong row: the comparison can fail", "[model
 // dequantize() (itself checked against the `gguf` Python package in test_dequant) followed by a
 // float64 linear. Inputs are quantized by quantize() (ggml's reference rounding).
 namespace {
-// Every kernel ISA this CPU can run, best first; the cap is restored on scope exit.
-std::vector<KernelIsa> runnable_isas() {
-  std::vector<KernelIsa> v;
-  for (int i = static_cast<int>(best_kernel_isa()); i >= 0; --i) v.push_back(static_cast<KernelIsa>(i));
-  return v;
-}
-struct IsaCapGuard {
-  ~IsaCapGuard() { set_kernel_isa_cap(kKernelIsaMax); }
-};
+using testing::IsaCapGuard;
+using testing::runnable_isas;
 }  // namespace
 
 TEST_CASE("gemm_small_packed equals dequantize() then linear for Q4_0, Q4_1, Q8_0", "[model][kernel]") {
