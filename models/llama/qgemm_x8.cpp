@@ -204,14 +204,22 @@ SPECLAB_X8_AVX2 inline __m256i bcast4(const void* p) {
   return _mm256_set1_epi32(v);
 }
 
-// Prefetches the `bytes` bytes at p (one hint per 64-byte line): the kernels call it for the block
-// kX8PrefetchBlocks ahead of the one they decode. Each block is read front to back (the layout
-// keeps every block's data in reading order: a Q6_K layout that read its low and high bits as two
-// streams 1 KiB apart ran at a third of the memory bandwidth), so this only runs a little ahead of
-// the hardware prefetchers (SmolLM2 decode: within noise to +10%).
+// Prefetches the `bytes` bytes at p (one hint per 64-byte line) when the kernel multiplies
+// N >= 2 activation rows: the kernels call it for the block kX8PrefetchBlocks ahead of the one
+// they decode. Each block is read front to back (the layout keeps every block's data in reading
+// order: a Q6_K layout that read its low and high bits as two streams 1 KiB apart ran at a third
+// of the memory bandwidth), so this only runs a little ahead of the hardware prefetchers. A
+// one-row pass (decode) is left to the hardware prefetchers alone: its arithmetic per block is
+// short, and the burst of prefetch hints per block (19 for a Q4_K block of 8 rows) cost
+// Qwen2.5-Coder-1.5B decode 8-15% (`speclab bench -m qwen2.5-coder-1.5b-instruct`, alternated
+// runs: 29.4 -> 31.9 tok/s at context 64, 28.4 -> 32.4 at 512; SmolLM2's 160-byte Q4_1 blocks
+// showed no difference beyond the noise), while passes of 3 to 9 rows ran up to 20% slower
+// without the hints.
 constexpr int64_t kX8PrefetchBlocks = 2;
+template <int N>
 SPECLAB_X8_AVX2 inline void prefetch_block(const uint8_t* p, int64_t bytes) {
-  for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p + at), _MM_HINT_T0);
+  if constexpr (N >= 2)
+    for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p + at), _MM_HINT_T0);
 }
 
 // The 8 group vectors of a 128-byte nibble interleave.
