@@ -52,7 +52,7 @@ void DrafterArgs::add_to(po::options_description& desc) {
       ("drafter", po::value(&drafter), "speculative decoding with: prompt_lookup | layer_skip | draft_model | eagle | <plugin name>")
       ("plugin", po::value(&plugin), "drafter plugin shared library (.so)")
       ("gamma", po::value(&gamma)->default_value(gamma), "draft tokens per step (num_speculative_tokens)")
-      ("schedule", po::value(&schedule)->default_value(schedule), "draft length schedule: constant | heuristic")
+      ("schedule", po::value(&schedule)->default_value(schedule), "draft length schedule: constant | heuristic | cost (gamma 0..--gamma by measured costs)")
       ("confidence-threshold", po::value(&confidence_threshold)->default_value(confidence_threshold),
        "stop drafting below this draft top probability (0 = off)")
       ("prompt-lookup-min", po::value(&lookup_min)->default_value(lookup_min), "prompt_lookup: shortest n-gram")

@@ -12,8 +12,8 @@ void DrafterOptions::validate() const {
   if (name.empty()) bad("name", "expected a drafter name, found nothing");
   if (num_speculative_tokens <= 0 || num_speculative_tokens > 64)
     bad("num_speculative_tokens", "expected gamma in 1..64, found " + std::to_string(num_speculative_tokens));
-  if (schedule != "constant" && schedule != "heuristic")
-    bad("schedule", "expected constant or heuristic, found '" + schedule + "'");
+  if (schedule != "constant" && schedule != "heuristic" && schedule != "cost")
+    bad("schedule", "expected constant, heuristic or cost, found '" + schedule + "'");
   if (max_speculative_tokens < num_speculative_tokens || max_speculative_tokens > 64)
     bad("max_speculative_tokens", "expected gamma <= max_speculative_tokens <= 64, found " +
                                       std::to_string(max_speculative_tokens));

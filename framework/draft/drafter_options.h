@@ -13,7 +13,9 @@ struct DrafterOptions {
   std::string name = "prompt_lookup";   // built-in name, or a plugin's name when `plugin` is set
   std::string plugin;                   // path to a plugin .so (optional)
   int num_speculative_tokens = 4;       // gamma: max draft tokens per step (vLLM name; HF num_assistant_tokens)
-  // Draft-length schedule: "constant" or "heuristic" (HF: +2 after full acceptance, -1 otherwise).
+  // Draft-length schedule: "constant", "heuristic" (HF: +2 after full acceptance, -1 otherwise) or
+  // "cost" (the gamma in 0..num_speculative_tokens with the most tokens per second under measured
+  // costs; framework/draft/draft_length.h).
   std::string schedule = "constant";
   int max_speculative_tokens = 16;      // cap for the heuristic schedule
   // Stop drafting when the drafter's top probability falls below this (HF

@@ -1,6 +1,7 @@
 #include "framework/engine/session.h"
 
 #include <algorithm>
+#include <chrono>
 #include <type_traits>
 
 #include "framework/core/error.h"
@@ -127,7 +128,10 @@ SpecStep Session::step() {
   SpecStep record;
 
   // 1. propose: up to max_k draft tokens continuing s.tokens (none without a drafter)
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t_propose = Clock::now();
   const DraftBlock d = phase(Phase::kPropose, [&] { return propose(s); });
+  const double draft_seconds = std::chrono::duration<double>(Clock::now() - t_propose).count();
   const int k = static_cast<int>(d.tokens.size());
 
   // 2. reserve the k + 1 slots of the pass, so that verification never allocates
@@ -136,7 +140,9 @@ SpecStep Session::step() {
   // 3. one target forward over [pending, drafts] at positions [n, n + k], n = the KV length
   TokenList input(1, s.tokens.back());
   input.insert(input.end(), d.tokens.begin(), d.tokens.end());
+  const Clock::time_point t_verify = Clock::now();
   const at::Tensor logits = phase(Phase::kVerify, [&] { return forward(s, input); });
+  const double verify_seconds = std::chrono::duration<double>(Clock::now() - t_verify).count();
 
   // 4. verify: how many drafts the target keeps, and the recovered or bonus token
   const Verdict v = phase(Phase::kAccept, [&] { return verify(s, d, logits, record); });
@@ -149,7 +155,7 @@ SpecStep Session::step() {
   record.accepted = v.n_accepted;
   record.bonus = v.bonus;
   for (int i = 0; i < k; ++i) record.accepted_mask.push_back(i < v.n_accepted ? 1 : 0);
-  s.policy.update(k, v.n_accepted);
+  s.policy.update(k, v.n_accepted, verify_seconds, draft_seconds);
   for (int i = 0; i < v.n_accepted && !s.done; ++i) emit(s, d.tokens[static_cast<size_t>(i)]);
   if (!s.done) emit(s, v.next_token);
   for (StepObserver* o : observers_) o->on_step(record);

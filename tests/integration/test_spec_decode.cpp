@@ -88,9 +88,15 @@ TEST_CASE("greedy speculative decoding is token-identical to AR for every drafte
     o.draft_layers = {0, 1};
     o.schedule = "heuristic";
     variants.push_back({"layer_skip heuristic", o});
+    o.schedule = "cost";  // lengths from measured timings: any sequence of them must stay exact
+    variants.push_back({"layer_skip cost", o});
     o.schedule = "constant";
     o.confidence_threshold = 0.5;
     variants.push_back({"layer_skip confidence 0.5", o});
+    DrafterOptions pl;
+    pl.name = "prompt_lookup";
+    pl.schedule = "cost";
+    variants.push_back({"prompt_lookup cost", pl});
   }
   for (const auto& v : variants) {
     for (int gamma : {1, 2, 4, 8}) {
