@@ -41,7 +41,8 @@ test: build
 # The default demo: first the real pair (tracker issue 17), Qwen2.5-Coder-0.5B drafting for the
 # 1.5B, beside prompt lookup, on 3 HumanEval + 3 each of MT-bench writing/reasoning/coding prompts,
 # 64 new tokens (configs/qwen_pair_demo.yaml); then SmolLM2-135M's trained EAGLE head (issue 13)
-# beside prompt lookup and layer skip on 24 MT-bench first turns (configs/eagle_mt_bench.yaml).
+# beside prompt lookup and layer skip on 24 MT-bench first turns (configs/eagle_mt_bench.yaml),
+# prompt lookup and the EAGLE head also with schedule: cost.
 # setup installs the pair (SPECLAB_QWEN=0 skips it; then use demo-smollm2).
 demo: build-cli
 	bash scripts/demo.sh $(SPECLAB) configs/qwen_pair_demo.yaml configs/eagle_mt_bench.yaml
