@@ -360,6 +360,15 @@ ItemPlan plan_items(int64_t max_limit, int64_t n, int64_t n_kv_heads, int thread
   ItemPlan best{kRowBlock, n_kv_heads};
   const int64_t n_splits = (max_limit + kSplit - 1) / kSplit;
   if (threads <= 1 || n_splits >= 2 * static_cast<int64_t>(threads)) return best;
+  // Every layer of a forward asks the same question: answer it once.
+  struct Memo {
+    int64_t max_limit = -1, n = -1, n_kv_heads = -1;
+    int threads = -1;
+    ItemPlan plan{0, 0};
+  };
+  thread_local Memo memo;
+  if (memo.max_limit == max_limit && memo.n == n && memo.n_kv_heads == n_kv_heads && memo.threads == threads)
+    return memo.plan;
   double best_span = plan_makespan(best, max_limit, n, n_kv_heads, threads);
   for (int64_t heads = n_kv_heads; heads >= 1; heads = heads == 1 ? 0 : (heads + 1) / 2)
     for (int64_t rows = kRowBlock; rows >= 1; rows /= 2) {
@@ -370,6 +379,7 @@ ItemPlan plan_items(int64_t max_limit, int64_t n, int64_t n_kv_heads, int thread
         best_span = span;
       }
     }
+  memo = Memo{max_limit, n, n_kv_heads, threads, best};
   return best;
 }
 
