@@ -329,10 +329,11 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
 
 // How attend_rows() cuts a call into work items: `rows` rows by `heads` kv heads per (split, row
 // block, head group) item. The default, whole cache rows (all kv heads of a slot) and blocks of
-// kRowBlock rows, keeps long contexts reading each row front to back. A short context has one or
-// two splits (under 512 keys), so one item can hold most of the work while the other threads
-// wait: one split of n <= 8 rows ran on one thread, and 300 keys split 256 + 44. Then the plan
-// with the shortest estimated makespan is taken among kv-head groups (each item copies only its
+// kRowBlock rows, keeps long contexts reading each row front to back. With fewer than two splits
+// per thread (under 768 keys on 2 threads) one item can hold most of the work while the other
+// threads wait: one split of n <= 8 rows ran on one thread, and 300 keys split 256 + 44. Then the
+// plan with the shortest estimated makespan (if at least 3% shorter than the default's) is taken
+// among kv-head groups (each item copies only its
 // heads' part of a tile; partial rows read less efficiently) and row blocks (each block copies
 // the tile again). The estimate: an item costs keys * heads * (rows + copy), copy = 1 row's worth
 // of arithmetic for whole rows (the tile copy took about as long as one row's scores, exps and

@@ -9,10 +9,10 @@
 // positions (0, kAttentionSplit, 2 kAttentionSplit, ...) and the splits are spread over
 // compute_threads() threads (framework/core/thread_pool.h), so a single row over a long context
 // uses every thread (split-K, "flash decoding"); the per-split partial results (max, sum,
-// weighted values) are merged in split order. Under 512 keys (one or two splits) the work is also
-// cut by kv-head group and row block, so that one split does not keep the other threads waiting. Within a split, keys go in tiles of
-// kAttentionTile: a tile's K and V rows of one kv head stay in L1 while every query of the
-// group, in every row, uses them.
+// weighted values) are merged in split order. With fewer than two splits per thread the work may
+// also be cut by kv-head group and row block, so that one split does not keep the others
+// waiting. Within a split, keys go in tiles of kAttentionTile: a tile's K and V rows of one kv
+// head stay in L1 while every query of the group, in every row, uses them.
 //
 // Bit-identity (speculative decoding's losslessness depends on it): the output of row i depends
 // only on q[i], its own limit and the cache, never on n, the other rows or the thread count:
