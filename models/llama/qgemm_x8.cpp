@@ -1,8 +1,13 @@
 #include "models/llama/qgemm_x8.h"
 
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*() operands
+// (the 512-bit kernels, qgemm_x8_zmm.inc).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -320,6 +325,8 @@ X8_INLINE __m256i q6k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i s_lo,
 #undef X8_TARGET
 }  // namespace vnni
 
+#include "models/llama/qgemm_x8_zmm.inc"
+
 // AVX2 (also AVX-512 without VNNI): vpmaddubsw (pairs of unsigned-by-signed byte products, as
 // int16) summed in int16 while no sum can overflow, then vpmaddwd against ones or the scales.
 // Bounds, with activations in [-127, 127]: a product pair of u <= 15 is at most 3,810 in
@@ -413,6 +420,14 @@ bool x8_cpu_supported() {
 
 bool x8_active() { return x8_cpu_supported() && kernel_isa() != KernelIsa::kScalar; }
 
+bool x8_zmm_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("SPECLAB_X8_ZMM");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 int64_t x8_bytes(uint32_t type_id, int64_t out, int64_t in) {
   const GgmlType t = checked_type(type_id);
   const int64_t be = packed::block_elems(t);
@@ -458,7 +473,9 @@ void gemm_x8_int8_q(const uint8_t* wx8, uint32_t type_id, const QuantizedRows& x
                                           " do not fit " + ggml_type_name(type_id) + " weights");
   const int64_t nb = xq.in / xq.block, group_bytes = nb * x8_block_bytes(t);
   const int64_t groups = (out + kX8Rows - 1) / kX8Rows;
-  const RangeFn fn = kernel_isa() == KernelIsa::kAvx512Vnni ? vnni::pick(t) : avx2::pick(t);
+  const RangeFn fn = kernel_isa() != KernelIsa::kAvx512Vnni ? avx2::pick(t)
+                     : x8_zmm_enabled()                      ? vnni_zmm::pick(t)
+                                                             : vnni::pick(t);
   // ~16 KiB of weights per task.
   // Chunks of 16 to 256 KiB of weights, about 4 per thread: long contiguous runs keep the
   // hardware prefetchers streaming (2 KiB runs reached half the memory bandwidth of 256 KiB runs

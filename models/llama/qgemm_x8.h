@@ -45,6 +45,10 @@ bool x8_cpu_supported();
 // Whether gemm_x8_int8 runs now: x8_cpu_supported() and kernel_isa() is not kScalar. It runs
 // the VNNI kernels under kAvx512Vnni, the AVX2 ones otherwise.
 bool x8_active();
+// Whether the VNNI kernels run on 512-bit registers, two groups at once (qgemm_x8_zmm.inc; the
+// same bits as the 256-bit ones): yes unless the environment sets SPECLAB_X8_ZMM=0 (read once),
+// which keeps the 256-bit VNNI kernels for side-by-side timings.
+bool x8_zmm_enabled();
 
 // Bytes of the repacked form of an [out, in] matrix of `type_id` (int8_gemm_supports types; `in`
 // a multiple of the block size). Throws Error(kUnsupported) for another type.
