@@ -1,5 +1,8 @@
 #include "models/llama/attention_cpu.h"
 
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*() operands.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -7,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "framework/core/error.h"
@@ -24,8 +28,9 @@ constexpr int64_t kSplit = kAttentionSplit, kTile = kAttentionTile;
 constexpr int64_t kRowBlock = 8;  // rows per work item (any value gives the same results)
 static_assert(kSplit % kTile == 0, "tiles must not straddle splits");
 
-// The three per-(query, tile) steps, in a scalar and an AVX2 flavour. Every step is a function of
-// one query's own data and its own key count nk, so a row's result never depends on other rows.
+// The three per-(query, tile) steps, in scalar, AVX2 and AVX-512 flavours. Every step is a
+// function of one query's own data and its own key count nk, so a row's result never depends on
+// other rows.
 //   scores: s[j] = dot(q, k_j) * scale for j < nk
 //   exps:   s[j] = exp(s[j] - m) for j < nk; returns their sum
 //   values: acc = acc * alpha + sum_j s[j] v_j   (acc: [D])
@@ -53,16 +58,19 @@ struct ScalarOps {
   }
   // Q queries of one kv head at once (Avx2Ops shares each K and V load among them): here one
   // after the other.
-  template <int Q>
-  static void scores_q(const float* const* q, const float* const* krow, int64_t nk, int64_t D, float scale,
+  template <int Q, class E>
+  static void scores_q(const float* const* q, const E* const* krow, int64_t nk, int64_t D, float scale,
                        float* const* s) {
+    static_assert(std::is_same_v<E, float>, "the scalar flavour reads float32 tiles (kReadsF16 is false)");
     for (int i = 0; i < Q; ++i) scores(q[i], krow, nk, D, scale, s[i]);
   }
-  template <int Q>
-  static void values_q(const float* const* p, const float* const* vrow, int64_t nk, int64_t D, const float* alpha,
+  template <int Q, class E>
+  static void values_q(const float* const* p, const E* const* vrow, int64_t nk, int64_t D, const float* alpha,
                        float* const* acc) {
+    static_assert(std::is_same_v<E, float>, "the scalar flavour reads float32 tiles (kReadsF16 is false)");
     for (int i = 0; i < Q; ++i) values(p[i], vrow, nk, D, alpha[i], acc[i]);
   }
+  static constexpr bool kReadsF16 = false;  // a float16 cache is widened into float32 tiles first
 };
 
 
@@ -72,6 +80,19 @@ __attribute__((target("avx2,fma"))) inline __m256 hsum8x8(__m256 a0, __m256 a1, 
   const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
   const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// 8 (AVX2) or 16 (AVX-512) cache elements as float32: float32 rows loaded as they are, binary16
+// rows widened as they are loaded (exact, so both give the same bits for the same values).
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 ld8(const float* p) { return _mm256_loadu_ps(p); }
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 ld8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,f16c"), always_inline)) inline __m512 ld16(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,f16c"), always_inline)) inline __m512 ld16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
 // AVX2 flavour; needs D % 8 == 0. Keys are scored eight at a time, one accumulator each; a
@@ -155,13 +176,13 @@ struct Avx2Ops {
   // same addition tree as in scores() (hsum8x8's lanes 0-3 depend only on its first four
   // arguments, and are (u.lo + u.hi) of u = hadd(hadd(a0, a1), hadd(a2, a3))), so results are
   // bit-identical to scores() query by query.
-  template <int Q>
-  __attribute__((target("avx2,fma"))) static void scores_q(const float* const* q, const float* const* krow,
-                                                           int64_t nk, int64_t D, float scale, float* const* s) {
+  template <int Q, class E>
+  __attribute__((target("avx2,fma,f16c"))) static void scores_q(const float* const* q, const E* const* krow,
+                                                                int64_t nk, int64_t D, float scale, float* const* s) {
     const __m128 sc = _mm_set1_ps(scale);
     for (int64_t j = 0; j < nk; j += 8)
       for (int64_t half = 0; half < 8; half += 4) {
-        const float* k[4];
+        const E* k[4];
         for (int64_t t = 0; t < 4; ++t) k[t] = krow[j + half + t < nk ? j + half + t : j];
         __m256 acc[Q][4];
         for (int i = 0; i < Q; ++i)
@@ -170,7 +191,7 @@ struct Avx2Ops {
           __m256 qv[Q];
           for (int i = 0; i < Q; ++i) qv[i] = _mm256_loadu_ps(q[i] + d);
           for (int t = 0; t < 4; ++t) {
-            const __m256 kv = _mm256_loadu_ps(k[t] + d);
+            const __m256 kv = ld8(k[t] + d);
             for (int i = 0; i < Q; ++i) acc[i][t] = _mm256_fmadd_ps(qv[i], kv, acc[i][t]);
           }
         }
@@ -185,9 +206,9 @@ struct Avx2Ops {
   // values() for Q <= 3 queries at once: each V vector is loaded once for the Q queries (blocks
   // of 4 vectors x Q queries accumulators). Every element sees the same operations in the same
   // order as in values(): bit-identical query by query.
-  template <int Q, int NV>
-  __attribute__((target("avx2,fma"), always_inline)) static inline void values_q_block(
-      const float* const* p, const float* const* vrow, int64_t nk, int64_t off, const float* alpha,
+  template <int Q, int NV, class E>
+  __attribute__((target("avx2,fma,f16c"), always_inline)) static inline void values_q_block(
+      const float* const* p, const E* const* vrow, int64_t nk, int64_t off, const float* alpha,
       float* const* acc) {
     __m256 a[Q][NV];
     for (int i = 0; i < Q; ++i) {
@@ -200,9 +221,9 @@ struct Avx2Ops {
     for (int64_t j = 0; j < nk; ++j) {
       __m256 pj[Q];
       for (int i = 0; i < Q; ++i) pj[i] = _mm256_set1_ps(p[i][j]);
-      const float* vj = vrow[j] + off;
+      const E* vj = vrow[j] + off;
       for (int c = 0; c < NV; ++c) {
-        const __m256 v = _mm256_loadu_ps(vj + 8 * c);
+        const __m256 v = ld8(vj + 8 * c);
         for (int i = 0; i < Q; ++i) a[i][c] = _mm256_fmadd_ps(pj[i], v, a[i][c]);
       }
     }
@@ -210,15 +231,115 @@ struct Avx2Ops {
       for (int c = 0; c < NV; ++c) _mm256_storeu_ps(acc[i] + off + 8 * c, a[i][c]);
   }
 
-  template <int Q>
-  __attribute__((target("avx2,fma"))) static void values_q(const float* const* p, const float* const* vrow,
-                                                           int64_t nk, int64_t D, const float* alpha,
-                                                           float* const* acc) {
+  template <int Q, class E>
+  __attribute__((target("avx2,fma,f16c"))) static void values_q(const float* const* p, const E* const* vrow,
+                                                                int64_t nk, int64_t D, const float* alpha,
+                                                                float* const* acc) {
     int64_t off = 0;
     for (; off + 32 <= D; off += 32) values_q_block<Q, 4>(p, vrow, nk, off, alpha, acc);
     for (; off < D; off += 8) values_q_block<Q, 1>(p, vrow, nk, off, alpha, acc);
   }
+  static constexpr bool kReadsF16 = true;
 };
+
+// AVX-512 flavour (16-lane registers; needs D % 16 == 0): half the FMAs of Avx2Ops per score
+// and per value, the same structure. Keys are scored eight at a time, a group short of eight
+// repeating a real key row, and reduced by one fixed tree (hsum16x8), so every score comes out
+// of the same instruction sequence whatever nk, n or the query grouping is. Results differ from
+// Avx2Ops in the last bits (another summation order), never between rows or calls.
+#define SPECLAB_A512 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,f16c")))
+struct Avx512Ops {
+  // [sum(a0), ..., sum(a7)]: quarters paired (shuffle_f32x4), then the 4 lanes of each quarter.
+  // [x quarters 0+2, 1+3 | y quarters 0+2, 1+3].
+  SPECLAB_A512 static inline __m512 pair(__m512 x, __m512 y) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
+  }
+  // [x quarters 0+1, 2+3 | y quarters 0+1, 2+3].
+  SPECLAB_A512 static inline __m512 quad(__m512 x, __m512 y) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
+  }
+  SPECLAB_A512 static inline __m256 hsum16x8(const __m512 (&a)[8]) {
+    const __m512 t0 = quad(pair(a[0], a[1]), pair(a[2], a[3]));  // quarter t: key t's 4 partial sums
+    const __m512 t1 = quad(pair(a[4], a[5]), pair(a[6], a[7]));  // quarter t: key 4 + t's
+    const __m512 u = _mm512_add_ps(_mm512_unpacklo_ps(t0, t1), _mm512_unpackhi_ps(t0, t1));
+    const __m512 v = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));  // lane 0 of quarter t: key t; lane 1: key 4 + t
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, v));
+  }
+
+  // Q <= 3 queries of one kv head: 8 keys x Q queries accumulators, each K vector loaded once.
+  template <int Q, class E>
+  SPECLAB_A512 static void scores_q(const float* const* q, const E* const* krow, int64_t nk, int64_t D,
+                                    float scale, float* const* s) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (int64_t j = 0; j < nk; j += 8) {
+      const E* k[8];
+      for (int64_t t = 0; t < 8; ++t) k[t] = krow[j + t < nk ? j + t : j];
+      __m512 acc[Q][8];
+      for (int i = 0; i < Q; ++i)
+        for (int t = 0; t < 8; ++t) acc[i][t] = _mm512_setzero_ps();
+      for (int64_t d = 0; d < D; d += 16) {
+        __m512 qv[Q];
+        for (int i = 0; i < Q; ++i) qv[i] = _mm512_loadu_ps(q[i] + d);
+        for (int t = 0; t < 8; ++t) {
+          const __m512 kv = ld16(k[t] + d);
+          for (int i = 0; i < Q; ++i) acc[i][t] = _mm512_fmadd_ps(qv[i], kv, acc[i][t]);
+        }
+      }
+      for (int i = 0; i < Q; ++i) _mm256_storeu_ps(s[i] + j, _mm256_mul_ps(hsum16x8(acc[i]), sc));
+    }
+  }
+
+  SPECLAB_A512 static float exps(float* s, int64_t nk, float m) {
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nk; j += 16) {
+      // Lanes past nk are zero: they add nothing to the sum and are never read as weights.
+      const int64_t left = nk - j;
+      const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+      const __m512 x = _mm512_maskz_loadu_ps(mask, s + j);
+      const __m512 p = _mm512_maskz_mov_ps(mask, exp16_avx512(_mm512_sub_ps(x, mv)));
+      _mm512_mask_storeu_ps(s + j, mask, p);
+      sum = _mm512_add_ps(sum, p);
+    }
+    return _mm512_reduce_add_ps(sum);
+  }
+
+  // acc[off .. off + 16 NV) of Q queries: each element scaled once, then p_j v_j[d] in key order.
+  template <int Q, int NV, class E>
+  SPECLAB_A512 static inline void values_q_block(const float* const* p, const E* const* vrow, int64_t nk,
+                                                 int64_t off, const float* alpha, float* const* acc) {
+    __m512 a[Q][NV];
+    for (int i = 0; i < Q; ++i) {
+      for (int c = 0; c < NV; ++c) a[i][c] = _mm512_loadu_ps(acc[i] + off + 16 * c);
+      if (alpha[i] != 1.f) {
+        const __m512 al = _mm512_set1_ps(alpha[i]);
+        for (int c = 0; c < NV; ++c) a[i][c] = _mm512_mul_ps(a[i][c], al);
+      }
+    }
+    for (int64_t j = 0; j < nk; ++j) {
+      __m512 pj[Q];
+      for (int i = 0; i < Q; ++i) pj[i] = _mm512_set1_ps(p[i][j]);
+      const E* vj = vrow[j] + off;
+      for (int c = 0; c < NV; ++c) {
+        const __m512 v = ld16(vj + 16 * c);
+        for (int i = 0; i < Q; ++i) a[i][c] = _mm512_fmadd_ps(pj[i], v, a[i][c]);
+      }
+    }
+    for (int i = 0; i < Q; ++i)
+      for (int c = 0; c < NV; ++c) _mm512_storeu_ps(acc[i] + off + 16 * c, a[i][c]);
+  }
+
+  template <int Q, class E>
+  SPECLAB_A512 static void values_q(const float* const* p, const E* const* vrow, int64_t nk, int64_t D,
+                                    const float* alpha, float* const* acc) {
+    int64_t off = 0;
+    for (; off + 64 <= D; off += 64) values_q_block<Q, 4>(p, vrow, nk, off, alpha, acc);
+    for (; off < D; off += 16) values_q_block<Q, 1>(p, vrow, nk, off, alpha, acc);
+  }
+  static constexpr bool kReadsF16 = true;
+};
+#undef SPECLAB_A512
 
 inline int64_t slot_of(const AttentionArgs& a, int64_t j) { return a.slots ? a.slots[j] : a.slot_base + j; }
 
@@ -229,8 +350,8 @@ inline int64_t partial_stride(int64_t D) { return D + 2; }
 // The online-softmax update of one tile for Q query heads h..h+Q-1 of row i (one kv head): each
 // query's scores, max, rescale factor, exps and weighted values, as a function of its own data
 // only. st = [m, l, acc[D]] per query (partial_stride); s: [Q, kTile] scratch.
-template <class Ops, int Q>
-void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const float* const* krow, const float* const* vrow,
+template <class Ops, int Q, class E>
+void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const E* const* krow, const E* const* vrow,
                   int64_t nk, float* part, float* s) {
   const int64_t D = a.head_dim, H = a.n_heads, ps = partial_stride(D);
   const float* q[Q];
@@ -244,7 +365,7 @@ void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const float* con
     sq[k] = s + k * kTile;
     acc[k] = st[k] + 2;
   }
-  Ops::template scores_q<Q>(q, krow, nk, D, a.scale, sq);
+  Ops::template scores_q<Q, E>(q, krow, nk, D, a.scale, sq);
   for (int k = 0; k < Q; ++k) {
     float tmax = sq[k][0];
     for (int64_t j = 1; j < nk; ++j) tmax = std::max(tmax, sq[k][j]);
@@ -253,8 +374,39 @@ void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const float* con
     const float tsum = Ops::exps(sq[k], nk, m_new[k]);
     st[k][1] = st[k][1] * alpha[k] + tsum;
   }
-  Ops::template values_q<Q>(sq, vrow, nk, D, alpha, acc);
+  Ops::template values_q<Q, E>(sq, vrow, nk, D, alpha, acc);
   for (int k = 0; k < Q; ++k) st[k][0] = m_new[k];
+}
+
+// The queries of rows [r0, r1) and kv heads [g0, g1) over one tile: nk_all keys from key t0,
+// whose K and V rows are kb, vb: [nk_all, kv_dim] of element type E (float32, or binary16 that
+// the kernels widen as they load), kv heads [g0, g1) at their own column offsets.
+template <class Ops, class E>
+void attend_tile(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, int64_t t0,
+                 int64_t nk_all, const E* kb, const E* vb, float* part, float* s) {
+  const int64_t D = a.head_dim, G = a.n_heads / a.n_kv_heads, kv_dim = a.n_kv_heads * D;
+  const E* krow[kTile];
+  const E* vrow[kTile];
+  for (int64_t g = g0; g < g1; ++g) {
+    for (int64_t j = 0; j < nk_all; ++j) {
+      krow[j] = kb + j * kv_dim + g * D;
+      vrow[j] = vb + j * kv_dim + g * D;
+    }
+    for (int64_t i = r0; i < r1; ++i) {
+      const int64_t nk = std::min(nk_all, a.limits[i] - t0);
+      if (nk <= 0) continue;
+      // The group's query heads, up to 3 at a time (how they are grouped changes no result).
+      for (int64_t h = g * G; h < (g + 1) * G; h += 3) {
+        const int64_t q_n = std::min<int64_t>(3, (g + 1) * G - h);
+        if (q_n == 3)
+          tile_queries<Ops, 3>(a, i, h, krow, vrow, nk, part, s);
+        else if (q_n == 2)
+          tile_queries<Ops, 2>(a, i, h, krow, vrow, nk, part, s);
+        else
+          tile_queries<Ops, 1>(a, i, h, krow, vrow, nk, part, s);
+      }
+    }
+  }
 }
 
 // One work item: the keys of split `split`, rows [r0, r1), kv heads [g0, g1) and their query
@@ -275,8 +427,6 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
       st[1] = 0.f;
       std::fill(st + 2, st + 2 + D, 0.f);
     }
-  const float* krow[kTile];
-  const float* vrow[kTile];
   float s[3 * kTile];
   // The tile's K and V cache rows (kv heads [g0, g1) of each slot, contiguous), copied into
   // [kTile, kv_dim] buffers at their own offsets: the copy reads each slot's row front to back,
@@ -284,46 +434,44 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
   // head's D of every kv_dim floats at a time, the rows streamed at a third of the memory
   // bandwidth (decode at context 2048); attend_rows() therefore splits by kv head only when a
   // call has too few (split, row block) items to keep the threads busy (short contexts).
+  // A float16 cache is copied as it is when the kernels widen as they load (the SIMD flavours):
+  // widening while copying stored twice the bytes, and the two float32 tiles (48 KiB for
+  // SmolLM2) overflowed a 32-48 KiB L1, which made the copy half of a decode step's attention
+  // at context 2048 (perf). Both give the same bits.
+  const bool raw16 = a.f16 && Ops::kReadsF16;
+  const size_t elems = static_cast<size_t>(kTile * kv_dim);
   thread_local std::vector<float> kbuf, vbuf;
-  if (kbuf.size() < static_cast<size_t>(kTile * kv_dim)) {
-    kbuf.resize(static_cast<size_t>(kTile * kv_dim));
-    vbuf.resize(static_cast<size_t>(kTile * kv_dim));
+  thread_local std::vector<uint16_t> kbuf16, vbuf16;
+  if (raw16 && kbuf16.size() < elems) {
+    kbuf16.resize(elems);
+    vbuf16.resize(elems);
+  } else if (!raw16 && kbuf.size() < elems) {
+    kbuf.resize(elems);
+    vbuf.resize(elems);
   }
   const int64_t c0 = g0 * D, cn = (g1 - g0) * D;  // the copied columns of a slot's row
   for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
     const int64_t nk_all = std::min(kTile, j1 - t0);
     for (int64_t j = 0; j < nk_all; ++j) {
-      const int64_t off = slot_of(a, t0 + j) * kv_dim;
-      if (a.f16) {  // widened while copied (exact)
-        load_f16(static_cast<const uint16_t*>(a.k) + off + c0, kbuf.data() + j * kv_dim + c0, cn);
-        load_f16(static_cast<const uint16_t*>(a.v) + off + c0, vbuf.data() + j * kv_dim + c0, cn);
+      const int64_t off = slot_of(a, t0 + j) * kv_dim + c0, at = j * kv_dim + c0;
+      if (raw16) {
+        std::memcpy(kbuf16.data() + at, static_cast<const uint16_t*>(a.k) + off, static_cast<size_t>(cn) * 2);
+        std::memcpy(vbuf16.data() + at, static_cast<const uint16_t*>(a.v) + off, static_cast<size_t>(cn) * 2);
+      } else if (a.f16) {  // widened while copied (exact)
+        load_f16(static_cast<const uint16_t*>(a.k) + off, kbuf.data() + at, cn);
+        load_f16(static_cast<const uint16_t*>(a.v) + off, vbuf.data() + at, cn);
       } else {
-        std::memcpy(kbuf.data() + j * kv_dim + c0, static_cast<const float*>(a.k) + off + c0,
-                    static_cast<size_t>(cn) * sizeof(float));
-        std::memcpy(vbuf.data() + j * kv_dim + c0, static_cast<const float*>(a.v) + off + c0,
-                    static_cast<size_t>(cn) * sizeof(float));
+        std::memcpy(kbuf.data() + at, static_cast<const float*>(a.k) + off, static_cast<size_t>(cn) * sizeof(float));
+        std::memcpy(vbuf.data() + at, static_cast<const float*>(a.v) + off, static_cast<size_t>(cn) * sizeof(float));
       }
     }
-    for (int64_t g = g0; g < g1; ++g) {
-      for (int64_t j = 0; j < nk_all; ++j) {
-        krow[j] = kbuf.data() + j * kv_dim + g * D;
-        vrow[j] = vbuf.data() + j * kv_dim + g * D;
-      }
-      for (int64_t i = r0; i < r1; ++i) {
-        const int64_t nk = std::min(nk_all, a.limits[i] - t0);
-        if (nk <= 0) continue;
-        // The group's query heads, up to 3 at a time (how they are grouped changes no result).
-        for (int64_t h = g * G; h < (g + 1) * G; h += 3) {
-          const int64_t q_n = std::min<int64_t>(3, (g + 1) * G - h);
-          if (q_n == 3)
-            tile_queries<Ops, 3>(a, i, h, krow, vrow, nk, part, s);
-          else if (q_n == 2)
-            tile_queries<Ops, 2>(a, i, h, krow, vrow, nk, part, s);
-          else
-            tile_queries<Ops, 1>(a, i, h, krow, vrow, nk, part, s);
-        }
+    if constexpr (Ops::kReadsF16) {
+      if (raw16) {
+        attend_tile<Ops, uint16_t>(a, r0, r1, g0, g1, t0, nk_all, kbuf16.data(), vbuf16.data(), part, s);
+        continue;
       }
     }
+    attend_tile<Ops, float>(a, r0, r1, g0, g1, t0, nk_all, kbuf.data(), vbuf.data(), part, s);
   }
 }
 
@@ -417,6 +565,7 @@ void attend_rows(const AttentionArgs& a) {
   const ItemPlan plan = plan_items(max_limit, a.n, a.n_kv_heads, threads);
   const int64_t row_blocks = (a.n + plan.rows - 1) / plan.rows, head_groups = (a.n_kv_heads + plan.heads - 1) / plan.heads;
   const int64_t items = n_splits * row_blocks * head_groups;
+  const bool avx512 = kernel_isa() >= KernelIsa::kAvx512 && D % 16 == 0;
   const bool avx2 = kernel_isa() >= KernelIsa::kAvx2 && D % 8 == 0;
   auto work = [&](int64_t begin, int64_t end) {
     for (int64_t it = begin; it < end; ++it) {
@@ -424,7 +573,9 @@ void attend_rows(const AttentionArgs& a) {
       const int64_t rb = rest / head_groups, hg = rest % head_groups;
       const int64_t r0 = rb * plan.rows, r1 = std::min(a.n, r0 + plan.rows);
       const int64_t g0 = hg * plan.heads, g1 = std::min(a.n_kv_heads, g0 + plan.heads);
-      if (avx2)
+      if (avx512)
+        run_item<Avx512Ops>(a, sp, r0, r1, g0, g1, max_limit, part + sp * split_floats);
+      else if (avx2)
         run_item<Avx2Ops>(a, sp, r0, r1, g0, g1, max_limit, part + sp * split_floats);
       else
         run_item<ScalarOps>(a, sp, r0, r1, g0, g1, max_limit, part + sp * split_floats);

@@ -17,9 +17,10 @@
 // Bit-identity (speculative decoding's losslessness depends on it): the output of row i depends
 // only on q[i], its own limit and the cache, never on n, the other rows or the thread count:
 // every tile, split and merge boundary is a fixed key position. Row i of an n-row call is
-// therefore bit-identical to a 1-row call with the same limit. Arithmetic is AVX2+FMA when
-// kernel_isa() (models/llama/gemv.h) allows it and head_dim is a multiple of 8, scalar
-// otherwise; the two paths agree to float rounding, not bit for bit.
+// therefore bit-identical to a 1-row call with the same limit. Arithmetic is AVX-512 when
+// kernel_isa() (models/llama/gemv.h) allows it and head_dim is a multiple of 16, else AVX2+FMA
+// when it allows that and head_dim is a multiple of 8, else scalar; the paths agree to float
+// rounding, not bit for bit (each is bit-identical across n, rows and threads).
 //
 // Must not be called from inside a parallel_chunks() job (the pool runs one job at a time).
 #pragma once
