@@ -205,9 +205,14 @@ int main(int argc, char** argv) {
       only_n = std::atoll(argv[i + 1]);
     } else if (flag == "--old") {
       run_old = std::atoi(argv[i + 1]) != 0;
+    } else if (flag == "--isa" && (std::string(argv[i + 1]) == "scalar" || std::string(argv[i + 1]) == "avx2" ||
+                                   std::string(argv[i + 1]) == "avx512")) {
+      // caps the kernels' instruction set (the CLI's SPECLAB_KERNEL_ISA), for side-by-side figures
+      const std::string v = argv[i + 1];
+      set_kernel_isa_cap(v == "scalar" ? KernelIsa::kScalar : v == "avx2" ? KernelIsa::kAvx2 : KernelIsa::kAvx512);
     } else {
       std::fprintf(stderr, "usage: attention_bench [--threads N] [--min-seconds S] [--cpu-time 0|1] [--kv f32|f16] "
-                           "[--model smollm2|qwen] [--ctx N] [--n N] [--old 0|1]\n");
+                           "[--model smollm2|qwen] [--ctx N] [--n N] [--old 0|1] [--isa scalar|avx2|avx512]\n");
       return 2;
     }
   }
