@@ -149,8 +149,11 @@ TEST_CASE("speclab submit --slurm: a shard SIGKILLed and resubmitted resumes and
   if (!require_cluster()) return;
   const Dir dir;
   const std::string out = dir.path + "/sweep.h5", ref = dir.path + "/ref.h5";
-  // Longer shards (18 prompt-runs of 32 tokens each), so that the kill lands mid-shard.
-  const std::string sets = "--set repeats=4 --set generation.max_new_tokens=32 --set generation.ignore_eos=true";
+  // Longer shards (180 prompt-runs of 128 tokens each, about 1.5 s), so that the kill lands
+  // mid-shard: with 18 runs of 32 tokens a shard of stories260K took about 0.2 s, less than the
+  // kill's own latency on a fast machine, and finished before it (killed.runs.size() was 18).
+  const int64_t runs_per_shard = 180;
+  const std::string sets = "--set repeats=40 --set generation.max_new_tokens=128 --set generation.ignore_eos=true";
   const auto [array, merge] = submit(out, sets);
   const std::string task = array + "_2", shard = dir.path + "/sweep_shards/shard_2.h5";
   // Kill shard 2 once its file exists (made before its first prompt-run).
@@ -164,7 +167,7 @@ TEST_CASE("speclab submit --slurm: a shard SIGKILLed and resubmitted resumes and
   REQUIRE(state == "FAILED");  // COMPLETED: it finished before the kill
   const ExperimentData killed = read_experiment(shard);
   CHECK(killed.status == "running");
-  CHECK(killed.runs.size() < 18);
+  CHECK(static_cast<int64_t>(killed.runs.size()) < runs_per_shard);
   // The merge job can never run now (afterok); resubmit the shard, then the merge after it.
   sh("scancel " + merge);
   const Shell again = sh("sbatch --parsable --array=2 '" + dir.path + "/sweep_shards/shards.sh'");
@@ -181,7 +184,7 @@ TEST_CASE("speclab submit --slurm: a shard SIGKILLed and resubmitted resumes and
   REQUIRE(fs::exists(out));
   const ExperimentData resumed = read_experiment(shard);
   CHECK(resumed.status == "complete");
-  CHECK(resumed.runs.size() == 18);
+  CHECK(static_cast<int64_t>(resumed.runs.size()) == runs_per_shard);
   // It continued the killed file rather than starting over (its log says what it skipped).
   for (size_t i = 0; i < killed.runs.size(); ++i) CHECK(resumed.runs[i].tokens == killed.runs[i].tokens);
   if (!killed.runs.empty()) {
