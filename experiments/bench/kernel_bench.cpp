@@ -146,8 +146,9 @@ int main(int argc, char** argv) {
   }
   const std::vector<Shape>& shapes = shape_set == "smollm2" ? smollm2 : shape_set == "qwen1.5b" ? qwen : qwen_small;
   const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
-  const int64_t ns_all[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 32};
-  const int64_t ns_default[] = {1, 5, 9, 17, 32};
+  // Row counts: --n picks any of these; without it the usual five (1, 5, 9, 17, 32).
+  const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 32};
+  const auto usual = [](int64_t n) { return n == 1 || n == 5 || n == 9 || n == 17 || n == 32; };
   std::printf("kernel_bench: %d threads, ISA %s, %.2f s per figure (%s of batches, %s time); GB/s = packed weight bytes / time\n",
               threads, kernel_isa_name(kernel_isa()), seconds, best ? "minimum" : "median", g_cpu_time ? "process CPU" : "wall");
   const bool x8 = x8_active();  // the repacked kernels (qgemm_x8.h) as a third column
@@ -170,10 +171,8 @@ int main(int argc, char** argv) {
         }
       std::vector<float> x(static_cast<size_t>(32 * in)), y(static_cast<size_t>(32 * s.out));
       for (auto& v : x) v = uniform();
-      // --n picks any of 1-9, 17, 32; without it the usual five.
-      for (int64_t n : only_n != 0 ? std::vector<int64_t>(std::begin(ns_all), std::end(ns_all))
-                                   : std::vector<int64_t>(std::begin(ns_default), std::end(ns_default))) {
-        if (only_n != 0 && n != only_n) continue;
+      for (int64_t n : ns) {
+        if (only_n != 0 ? n != only_n : !usual(n)) continue;
         const double f32 = time_per_call(
             [&](int c) { gemm_small_packed(w[c].data(), id, x.data(), nullptr, y.data(), n, s.out, in); }, copies,
             seconds, best);
