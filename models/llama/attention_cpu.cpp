@@ -28,19 +28,41 @@ constexpr int64_t kSplit = kAttentionSplit, kTile = kAttentionTile;
 constexpr int64_t kRowBlock = 8;  // rows per work item (any value gives the same results)
 static_assert(kSplit % kTile == 0, "tiles must not straddle splits");
 
-// The three per-(query, tile) steps, in scalar, AVX2 and AVX-512 flavours. Every step is a
-// function of one query's own data and its own key count nk, so a row's result never depends on
-// other rows.
-//   scores: s[j] = dot(q, k_j) * scale for j < nk
-//   exps:   s[j] = exp(s[j] - m) for j < nk; returns their sum
-//   values: acc = acc * alpha + sum_j s[j] v_j   (acc: [D])
-struct ScalarOps {
+// The per-(query, tile) steps, in scalar, AVX2 and AVX-512 flavours. Every step is a function
+// of one query's own data and its own key count nk, so a row's result never depends on other
+// rows. Each flavour runs them for Q queries of one kv head at once (scores_q, max_q, exps_q,
+// values_q), with each query's operations those of a Q = 1 call.
+//   scores:   s[j] = dot(q, k_j) * scale for j < nk
+//   tile_max: max_j s[j]
+//   exps:     s[j] = exp(s[j] - m) for j < nk; returns their sum
+//   values:   acc = acc * alpha + sum_j s[j] v_j   (acc: [D])
+
+// max_q / exps_q (below) for the flavours that have no interleaved version: Ops::tile_max and
+// Ops::exps query by query.
+template <class Ops>
+struct QueryByQuery {
+  template <int Q>
+  static void max_q(float* const* s, int64_t nk, float* out) {
+    for (int i = 0; i < Q; ++i) out[i] = Ops::tile_max(s[i], nk);
+  }
+  template <int Q>
+  static void exps_q(float* const* s, int64_t nk, const float* m, float* sum) {
+    for (int i = 0; i < Q; ++i) sum[i] = Ops::exps(s[i], nk, m[i]);
+  }
+};
+
+struct ScalarOps : QueryByQuery<ScalarOps> {
   static void scores(const float* q, const float* const* krow, int64_t nk, int64_t D, float scale, float* s) {
     for (int64_t j = 0; j < nk; ++j) {
       float acc = 0.f;
       for (int64_t d = 0; d < D; ++d) acc += q[d] * krow[j][d];
       s[j] = acc * scale;
     }
+  }
+  static float tile_max(const float* s, int64_t nk) {
+    float m = s[0];
+    for (int64_t j = 1; j < nk; ++j) m = std::max(m, s[j]);
+    return m;
   }
   static float exps(float* s, int64_t nk, float m) {
     float sum = 0.f;
@@ -98,7 +120,7 @@ __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,f16c"), always_inline)
 // AVX2 flavour; needs D % 8 == 0. Keys are scored eight at a time, one accumulator each; a
 // group short of eight keys repeats a real key row in the missing lanes (results discarded), so
 // every score comes out of the same instruction sequence whatever nk is.
-struct Avx2Ops {
+struct Avx2Ops : QueryByQuery<Avx2Ops> {
   __attribute__((target("avx2,fma"))) static void scores(const float* q, const float* const* krow, int64_t nk,
                                                          int64_t D, float scale, float* s) {
     const __m256 sc = _mm256_set1_ps(scale);
@@ -119,6 +141,18 @@ struct Avx2Ops {
       }
       _mm256_storeu_ps(s + j, _mm256_mul_ps(hsum8x8(a0, a1, a2, a3, a4, a5, a6, a7), sc));
     }
+  }
+
+  // max(s[0..nk)); max is exact, so any order gives the scalar loop's value.
+  __attribute__((target("avx2,fma"))) static float tile_max(const float* s, int64_t nk) {
+    __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    int64_t j = 0;
+    for (; j + 8 <= nk; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    float r = _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, 0x55)));
+    for (; j < nk; ++j) r = std::max(r, s[j]);
+    return r;
   }
 
   __attribute__((target("avx2,fma"))) static float exps(float* s, int64_t nk, float m) {
@@ -290,19 +324,40 @@ struct Avx512Ops {
     }
   }
 
-  SPECLAB_A512 static float exps(float* s, int64_t nk, float m) {
-    const __m512 mv = _mm512_set1_ps(m);
-    __m512 sum = _mm512_setzero_ps();
+  // max(s_i[0..nk)) and exps (s_i[j] = exp(s_i[j] - m_i), returning their sum) for Q queries at
+  // once: the Q chains are independent, so their latencies overlap. Each query's operations are
+  // the ones of a Q = 1 call in the same order (bit-identical whatever Q); max is exact.
+  template <int Q>
+  SPECLAB_A512 static void max_q(float* const* s, int64_t nk, float* out) {
+    __m512 m[Q];
+    for (int i = 0; i < Q; ++i) m[i] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < nk; j += 16) {
+      const int64_t left = nk - j;
+      const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+      for (int i = 0; i < Q; ++i) m[i] = _mm512_mask_max_ps(m[i], mask, m[i], _mm512_maskz_loadu_ps(mask, s[i] + j));
+    }
+    for (int i = 0; i < Q; ++i) out[i] = _mm512_reduce_max_ps(m[i]);
+  }
+
+  template <int Q>
+  SPECLAB_A512 static void exps_q(float* const* s, int64_t nk, const float* m, float* sum) {
+    __m512 mv[Q], acc[Q];
+    for (int i = 0; i < Q; ++i) {
+      mv[i] = _mm512_set1_ps(m[i]);
+      acc[i] = _mm512_setzero_ps();
+    }
     for (int64_t j = 0; j < nk; j += 16) {
       // Lanes past nk are zero: they add nothing to the sum and are never read as weights.
       const int64_t left = nk - j;
       const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-      const __m512 x = _mm512_maskz_loadu_ps(mask, s + j);
-      const __m512 p = _mm512_maskz_mov_ps(mask, exp16_avx512(_mm512_sub_ps(x, mv)));
-      _mm512_mask_storeu_ps(s + j, mask, p);
-      sum = _mm512_add_ps(sum, p);
+      for (int i = 0; i < Q; ++i) {
+        const __m512 x = _mm512_maskz_loadu_ps(mask, s[i] + j);
+        const __m512 p = _mm512_maskz_mov_ps(mask, exp16_avx512(_mm512_sub_ps(x, mv[i])));
+        _mm512_mask_storeu_ps(s[i] + j, mask, p);
+        acc[i] = _mm512_add_ps(acc[i], p);
+      }
     }
-    return _mm512_reduce_add_ps(sum);
+    for (int i = 0; i < Q; ++i) sum[i] = _mm512_reduce_add_ps(acc[i]);
   }
 
   // acc[off .. off + 16 NV) of Q queries: each element scaled once, then p_j v_j[d] in key order.
@@ -366,14 +421,17 @@ void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const E* const* 
     acc[k] = st[k] + 2;
   }
   Ops::template scores_q<Q, E>(q, krow, nk, D, a.scale, sq);
+  float tmax[Q], tsum[Q];
+  Ops::template max_q<Q>(sq, nk, tmax);
   for (int k = 0; k < Q; ++k) {
-    float tmax = sq[k][0];
-    for (int64_t j = 1; j < nk; ++j) tmax = std::max(tmax, sq[k][j]);
-    m_new[k] = std::max(st[k][0], tmax);
-    alpha[k] = std::exp(st[k][0] - m_new[k]);  // 0 on the first tile (m = -inf)
-    const float tsum = Ops::exps(sq[k], nk, m_new[k]);
-    st[k][1] = st[k][1] * alpha[k] + tsum;
+    const float m_old = st[k][0];
+    m_new[k] = std::max(m_old, tmax[k]);
+    // exp(m_old - m_new): 0 on the first tile (m_old = -inf), 1 while the max holds; the two
+    // shortcuts are the values std::exp gives.
+    alpha[k] = m_old == m_new[k] ? 1.f : m_old == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(m_old - m_new[k]);
   }
+  Ops::template exps_q<Q>(sq, nk, m_new, tsum);
+  for (int k = 0; k < Q; ++k) st[k][1] = st[k][1] * alpha[k] + tsum[k];
   Ops::template values_q<Q, E>(sq, vrow, nk, D, alpha, acc);
   for (int k = 0; k < Q; ++k) st[k][0] = m_new[k];
 }
@@ -437,7 +495,9 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
   // A float16 cache is copied as it is when the kernels widen as they load (the SIMD flavours):
   // widening while copying stored twice the bytes, and the two float32 tiles (48 KiB for
   // SmolLM2) overflowed a 32-48 KiB L1, which made the copy half of a decode step's attention
-  // at context 2048 (perf). Both give the same bits.
+  // at context 2048 (perf). Both give the same bits. Whole rows of consecutive slots (a paged
+  // block's) go in one memcpy: one call per row cost more than the bytes it moved (a SmolLM2
+  // decode step's attention at context 512 took 30% less time with one call per run).
   const bool raw16 = a.f16 && Ops::kReadsF16;
   const size_t elems = static_cast<size_t>(kTile * kv_dim);
   thread_local std::vector<float> kbuf, vbuf;
@@ -452,18 +512,25 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
   const int64_t c0 = g0 * D, cn = (g1 - g0) * D;  // the copied columns of a slot's row
   for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
     const int64_t nk_all = std::min(kTile, j1 - t0);
-    for (int64_t j = 0; j < nk_all; ++j) {
-      const int64_t off = slot_of(a, t0 + j) * kv_dim + c0, at = j * kv_dim + c0;
+    // Slots in a run of consecutive slots (a paged block's) are copied as one range when whole
+    // rows are copied (cn == kv_dim): one memcpy per run instead of one per row.
+    for (int64_t j = 0; j < nk_all;) {
+      const int64_t slot = slot_of(a, t0 + j);
+      int64_t run = 1;
+      if (cn == kv_dim)
+        while (j + run < nk_all && slot_of(a, t0 + j + run) == slot + run) ++run;
+      const int64_t off = slot * kv_dim + c0, at = j * kv_dim + c0, len = (run - 1) * kv_dim + cn;
       if (raw16) {
-        std::memcpy(kbuf16.data() + at, static_cast<const uint16_t*>(a.k) + off, static_cast<size_t>(cn) * 2);
-        std::memcpy(vbuf16.data() + at, static_cast<const uint16_t*>(a.v) + off, static_cast<size_t>(cn) * 2);
+        std::memcpy(kbuf16.data() + at, static_cast<const uint16_t*>(a.k) + off, static_cast<size_t>(len) * 2);
+        std::memcpy(vbuf16.data() + at, static_cast<const uint16_t*>(a.v) + off, static_cast<size_t>(len) * 2);
       } else if (a.f16) {  // widened while copied (exact)
-        load_f16(static_cast<const uint16_t*>(a.k) + off, kbuf.data() + at, cn);
-        load_f16(static_cast<const uint16_t*>(a.v) + off, vbuf.data() + at, cn);
+        load_f16(static_cast<const uint16_t*>(a.k) + off, kbuf.data() + at, len);
+        load_f16(static_cast<const uint16_t*>(a.v) + off, vbuf.data() + at, len);
       } else {
-        std::memcpy(kbuf.data() + at, static_cast<const float*>(a.k) + off, static_cast<size_t>(cn) * sizeof(float));
-        std::memcpy(vbuf.data() + at, static_cast<const float*>(a.v) + off, static_cast<size_t>(cn) * sizeof(float));
+        std::memcpy(kbuf.data() + at, static_cast<const float*>(a.k) + off, static_cast<size_t>(len) * sizeof(float));
+        std::memcpy(vbuf.data() + at, static_cast<const float*>(a.v) + off, static_cast<size_t>(len) * sizeof(float));
       }
+      j += run;
     }
     if constexpr (Ops::kReadsF16) {
       if (raw16) {
