@@ -415,7 +415,7 @@ class Report:
         md.append(f"Source: {self.summary_source}. α: per-token acceptance rate (accepted / examined draft "
                   "positions) with its 95% Wilson interval; τ: tokens per target verification forward; c: draft time "
                   "per drafted token ÷ AR target time per token; speedup: AR wall ÷ speculative wall over the same "
-                  "prompts; predicted: (1−α^(γ+1)) / ((1−α)(γc+1)) (Leviathan et al. 2023); efficiency: speedup ÷ "
+                  "prompts; predicted: (1−α^(k+1)) / ((1−α)(kc+1)) (Leviathan et al. 2023) over the steps' own draft lengths k (γ when every step drafts γ); efficiency: speedup ÷ "
                   "predicted; lossless: greedy output token-identical to AR.\n")
         md.append(self.summary_table(self.rows("overall"), with_category=False))
         cat_rows = self.rows("by_category", category=None)

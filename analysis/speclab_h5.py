@@ -212,6 +212,19 @@ def leviathan_speedup(alpha: float, gamma: int, c: float) -> float:
     return sum(alpha ** i for i in range(gamma + 1)) / (gamma * c + 1.0)
 
 
+def leviathan_mixture(alpha: float, steps_by_gamma: dict, c: float) -> tuple[float, float]:
+    """For steps that drafted different numbers of tokens (steps_by_gamma[k] steps drafted k):
+    Leviathan et al.'s expected tokens per step and time per step in AR decode steps,
+    (sum_k n_k (1 + alpha + ... + alpha^k) / S, sum_k n_k (k c + 1) / S). Their ratio is the
+    predicted speedup (framework/io/experiment_summary.h: leviathan_speedup_mixed)."""
+    steps = sum(steps_by_gamma.values())
+    if steps == 0 or math.isnan(alpha) or math.isnan(c):
+        return math.nan, math.nan
+    tokens = sum(n * sum(alpha ** i for i in range(k + 1)) for k, n in steps_by_gamma.items())
+    time = sum(n * (k * c + 1.0) for k, n in steps_by_gamma.items())
+    return tokens / steps, time / steps
+
+
 def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else math.nan
 
@@ -247,6 +260,7 @@ def compute_summary(exp: Experiment) -> dict:
                 if not sub:
                     continue
                 drafted = accepted = examined = emitted = n_steps = 0
+                by_k: dict[int, int] = {}
                 draft_time = ar_decode = spec_wall = ar_wall = 0.0
                 ar_fw = 0
                 pos_t: list[int] = []
@@ -259,6 +273,7 @@ def compute_summary(exp: Experiment) -> dict:
                     for s in steps_by_run.get(i, []):
                         k, n = int(steps["drafted"][s]), int(steps["accepted"][s])
                         n_steps += 1
+                        by_k[k] = by_k.get(k, 0) + 1
                         drafted += k
                         accepted += n
                         emitted += n + 1
@@ -282,7 +297,8 @@ def compute_summary(exp: Experiment) -> dict:
                 alpha = wilson(accepted, examined)
                 c = _ratio(_ratio(draft_time, drafted), _ratio(ar_decode, ar_fw))
                 speedup = _ratio(ar_wall, spec_wall)
-                predicted = leviathan_speedup(alpha[0], gamma, c)
+                tau_l, cost_l = leviathan_mixture(alpha[0], by_k, c)
+                predicted = _ratio(tau_l, cost_l) if by_k else leviathan_speedup(alpha[0], gamma, c)
                 row = dict(point=point, category=category, method=method, drafter=runs["drafter"][sub[0]],
                            gamma=gamma, n_runs=len(sub), n_steps=n_steps, drafted=drafted, accepted=accepted,
                            examined=examined, alpha=alpha[0], alpha_lo=alpha[1], alpha_hi=alpha[2],
@@ -308,10 +324,11 @@ def efficiency_decomposition(exp: Experiment, by_category: bool = False) -> list
     Over the decode phase, with A = AR seconds per decoded token on the same prompts and S the
     speculative steps (one target forward each), measured speedup ~= tau / cost, where
     cost = (verify + draft + other) / S / A is a step's wall time in AR decode steps. Leviathan et
-    al. (2023) assume tau = (1 - alpha^(gamma+1)) / (1 - alpha) (gamma drafts every step, each
-    accepted with probability alpha) and cost = gamma c + 1 (a verification costs one decode step).
-    So efficiency ~= tau_factor * cost_factor with tau_factor = tau / tau_Leviathan and
-    cost_factor = (gamma c + 1) / cost."""
+    al. (2023) assume tau = (1 - alpha^(k+1)) / (1 - alpha) for a step of k drafts, each accepted
+    with probability alpha, and cost = k c + 1 (a verification costs one decode step); over the
+    steps' own k (a schedule or a threshold varies it), tau_Leviathan and cost_Leviathan are their
+    means (leviathan_mixture). So efficiency ~= tau_factor * cost_factor with
+    tau_factor = tau / tau_Leviathan and cost_factor = cost_Leviathan / cost."""
     runs, steps = exp.runs, exp.steps
     summary = compute_summary(exp)["by_category" if by_category else "overall"]
     steps_by_run: dict[int, list[int]] = {}
@@ -324,6 +341,7 @@ def efficiency_decomposition(exp: Experiment, by_category: bool = False) -> list
         ar = {(int(runs["prompt"][i]), int(runs["repeat"][i])): i for i in range(exp.n_runs)
               if runs["point"][i] == point and runs["method"][i] == "ar"}
         n_steps = with_draft = drafted = emitted = 0
+        by_k: dict[int, int] = {}
         verify = draft = wall = ar_decode = 0.0
         ar_tokens = 0
         for i in range(exp.n_runs):
@@ -335,6 +353,7 @@ def efficiency_decomposition(exp: Experiment, by_category: bool = False) -> list
             a = ar[key]
             for s in steps_by_run.get(i, []):
                 k = int(steps["drafted"][s])
+                by_k[k] = by_k.get(k, 0) + 1
                 n_steps += 1
                 with_draft += int(k > 0)
                 drafted += k
@@ -348,14 +367,14 @@ def efficiency_decomposition(exp: Experiment, by_category: bool = False) -> list
         unit = n_steps * per_tok if n_steps > 0 else math.nan
         alpha, gamma, c = float(summary["alpha"][j]), int(summary["gamma"][j]), float(summary["cost_ratio"][j])
         tau = _ratio(emitted, n_steps)
-        tau_l = sum(alpha ** p for p in range(gamma + 1)) if not math.isnan(alpha) else math.nan
+        tau_l, cost_l = leviathan_mixture(alpha, by_k, c)
         v, d = _ratio(verify, unit), _ratio(draft, unit)
         o = _ratio(wall - verify - draft, unit)
         cost = v + d + o
         out.append(dict(point=point, category=category, method=method, gamma=gamma, steps=n_steps,
                         draft_steps=_ratio(with_draft, n_steps), mean_k=_ratio(drafted, n_steps),
                         tau=tau, tau_leviathan=tau_l, verify_cost=v, draft_cost=d, other_cost=o, cost=cost,
-                        cost_leviathan=gamma * c + 1.0, tau_over_cost=_ratio(tau, cost),
-                        tau_factor=_ratio(tau, tau_l), cost_factor=_ratio(gamma * c + 1.0, cost),
+                        cost_leviathan=cost_l, tau_over_cost=_ratio(tau, cost),
+                        tau_factor=_ratio(tau, tau_l), cost_factor=_ratio(cost_l, cost),
                         speedup=float(summary["speedup"][j]), efficiency=float(summary["efficiency"][j])))
     return out

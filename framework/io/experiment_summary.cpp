@@ -18,8 +18,10 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double ratio(double num, double den) { return den > 0.0 ? num / den : kNaN; }
 
-void add_prediction(MethodSummary& m) {
-  m.predicted_speedup = leviathan_speedup(m.alpha.rate, m.gamma, m.cost_ratio);
+// steps_by_gamma: the steps' drafted counts (empty: none summarised).
+void add_prediction(MethodSummary& m, const std::vector<int64_t>& steps_by_gamma) {
+  m.predicted_speedup = steps_by_gamma.empty() ? leviathan_speedup(m.alpha.rate, m.gamma, m.cost_ratio)
+                                               : leviathan_speedup_mixed(m.alpha.rate, steps_by_gamma, m.cost_ratio);
   m.efficiency = ratio(m.speedup, m.predicted_speedup);
 }
 
@@ -79,12 +81,29 @@ double leviathan_speedup(double alpha, int64_t gamma, double c) {
   return sum / (static_cast<double>(gamma) * c + 1.0);
 }
 
+double leviathan_speedup_mixed(double alpha, const std::vector<int64_t>& steps_by_gamma, double c) {
+  if (std::isnan(leviathan_speedup(alpha, 0, c))) return kNaN;  // NaN in, NaN out; bad alpha or c throws
+  double tokens = 0.0, time = 0.0;
+  for (size_t k = 0; k < steps_by_gamma.size(); ++k) {
+    const int64_t n = steps_by_gamma[k];
+    if (n < 0)
+      throw Error(ErrorKind::kBadInput, "expected step counts >= 0, found " + std::to_string(n) + " at gamma " +
+                                            std::to_string(k), "leviathan_speedup_mixed", "steps_by_gamma");
+    if (n == 0) continue;
+    // leviathan_speedup(alpha, k, 0) = 1 + alpha + ... + alpha^k, the expected tokens of the step.
+    tokens += static_cast<double>(n) * leviathan_speedup(alpha, static_cast<int64_t>(k), 0.0);
+    time += static_cast<double>(n) * (static_cast<double>(k) * c + 1.0);
+  }
+  return time > 0.0 ? tokens / time : kNaN;
+}
+
 struct SummaryBuilder::Acc {
   MethodSummary m;
   bool labeled = false;
   int64_t examined = 0, emitted = 0, accept_prob_n = 0, ar_decode_forwards = 0;
   double accept_prob_sum = 0.0, draft_total = 0.0, ar_decode = 0.0;
   std::vector<int64_t> pos_trials, pos_hits;
+  std::vector<int64_t> steps_by_drafted;  // [k]: steps that drafted k tokens
 
   void add(const RunRecord& r) {
     if (!labeled) {
@@ -104,6 +123,9 @@ struct SummaryBuilder::Acc {
     }
     for (const StepRecord& s : r.steps) {
       ++m.n_steps;
+      const size_t k = static_cast<size_t>(std::max<int32_t>(0, s.drafted));
+      if (steps_by_drafted.size() <= k) steps_by_drafted.resize(k + 1, 0);
+      ++steps_by_drafted[k];
       m.drafted += s.drafted;
       m.accepted += s.accepted;
       emitted += s.accepted + 1;
@@ -138,7 +160,7 @@ struct SummaryBuilder::Acc {
     out.cost_ratio = ratio(out.draft_seconds_per_token, out.ar_seconds_per_token);
     out.speedup = ratio(m.ar_wall_seconds, m.spec_wall_seconds);
     out.lossless = m.lossless_checked == 0 ? -1 : (m.lossless_failed == 0 ? 1 : 0);
-    add_prediction(out);
+    add_prediction(out, steps_by_drafted);
     return out;
   }
 };

@@ -60,6 +60,15 @@ Proportion wilson_interval(int64_t successes, int64_t trials, double z = kZ95);
 // Error(kBadInput) for values outside those ranges.
 double leviathan_speedup(double alpha, int64_t gamma, double c);
 
+// The same expectation for steps that draft different numbers of tokens (a draft-length schedule,
+// a confidence threshold that stops drafting early): steps_by_gamma[k] steps drafted k tokens,
+// each drafted token accepted with probability alpha as in Leviathan et al. (2023), section 3.
+// Expected tokens over expected time, in AR decode steps:
+//   sum_k n_k (1 + alpha + ... + alpha^k) / sum_k n_k (k c + 1).
+// Equals leviathan_speedup(alpha, g, c) when every step drafted g tokens; NaN when there are no
+// steps. Throws as leviathan_speedup, and Error(kBadInput) for a negative count.
+double leviathan_speedup_mixed(double alpha, const std::vector<int64_t>& steps_by_gamma, double c);
+
 struct PositionSummary {
   int64_t pos = 0;  // 0-based draft position
   Proportion alpha;

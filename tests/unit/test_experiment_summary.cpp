@@ -64,6 +64,29 @@ TEST_CASE("Leviathan et al. expected speedup", "[summary][leviathan]") {
   CHECK_THROWS_AS(leviathan_speedup(0.5, 3, -0.1), Error);
 }
 
+TEST_CASE("Leviathan et al. expected speedup for steps of different draft lengths", "[summary][leviathan]") {
+  // Every step drafting g: the single-gamma formula.
+  for (int64_t g : {0, 1, 4, 7}) {
+    std::vector<int64_t> hist(static_cast<size_t>(g) + 1, 0);
+    hist[static_cast<size_t>(g)] = 13;
+    CHECK_THAT(leviathan_speedup_mixed(0.7, hist, 0.08), WithinAbs(leviathan_speedup(0.7, g, 0.08), 1e-12));
+  }
+  // By hand: 3 AR steps (k = 0: 1 token, cost 1) and 1 step of k = 4 at alpha 0.5, c 0.25:
+  // (3 * 1 + 1.9375) / (3 * 1 + 2) = 0.9875. Averaging the two speedups instead (a wrong
+  // mixture) gives (1 + 0.96875) / 2 = 0.984375, and gamma 4 alone 0.96875: both fail here.
+  const double mixed = leviathan_speedup_mixed(0.5, {3, 0, 0, 0, 1}, 0.25);
+  CHECK_THAT(mixed, WithinAbs(4.9375 / 5.0, 1e-12));
+  CHECK(std::abs(mixed - 0.984375) > 1e-3);
+  CHECK(std::abs(mixed - leviathan_speedup(0.5, 4, 0.25)) > 1e-3);
+  // No steps, NaN in: NaN; bad input throws.
+  CHECK(std::isnan(leviathan_speedup_mixed(0.5, {}, 0.1)));
+  CHECK(std::isnan(leviathan_speedup_mixed(0.5, {0, 0}, 0.1)));
+  CHECK(std::isnan(leviathan_speedup_mixed(std::nan(""), {1, 1}, 0.1)));
+  CHECK_THROWS_AS(leviathan_speedup_mixed(0.5, {1, -1}, 0.1), Error);
+  CHECK_THROWS_AS(leviathan_speedup_mixed(1.5, {1}, 0.1), Error);
+  CHECK_THROWS_AS(leviathan_speedup_mixed(0.5, {1}, -0.1), Error);
+}
+
 namespace {
 
 StepRecord step(int k, int n, double draft_s) {
@@ -141,7 +164,10 @@ TEST_CASE("summarize: acceptance, positions, tau, cost ratio, speedup and catego
   // draft: 0.08 s / 8 tokens = 0.01; AR: 2 s / 20 decode forwards = 0.1 -> c = 0.1.
   CHECK(m.cost_ratio == Approx(0.1));
   CHECK(m.speedup == Approx(4.0 / 2.5));
-  CHECK(m.predicted_speedup == Approx(leviathan_speedup(4.0 / 6.0, 3, 0.1)));
+  // The steps drafted 3, 3 and 2 tokens: the prediction is the mixture's, not gamma 3's.
+  const double a = 4.0 / 6.0, e3 = 1 + a + a * a + a * a * a, e2 = 1 + a + a * a;
+  CHECK(m.predicted_speedup == Approx((2 * e3 + e2) / (2 * (3 * 0.1 + 1) + (2 * 0.1 + 1))));
+  CHECK(m.predicted_speedup != Approx(leviathan_speedup(a, 3, 0.1)));
   CHECK(m.efficiency == Approx(m.speedup / m.predicted_speedup));
   CHECK(m.lossless == 0);  // one run differs
   CHECK(m.lossless_checked == 2);
