@@ -63,9 +63,10 @@ std::string cpu_model() {
 }
 
 // effective_config_yaml plus what only the run knows: the `runtime` section of /resolved_config,
-// for the first sweep point (`first_point`; `target` is its loaded model, null when none was).
+// for the first sweep point (`first_point`; `target` is its loaded target, null when none was):
+// the model file, and the placement the model resolved "auto" to (dtype, kv_dtype, device).
 std::string resolved_config(const ExperimentConfig& config, const ExperimentConfig& first_point,
-                            const LoadedModel* target) {
+                            const LoadedTarget* target) {
   YAML::Node n = YAML::Load(effective_config_yaml(config));
   YAML::Node rt;
   rt["threads"] = compute_threads();
@@ -79,7 +80,13 @@ std::string resolved_config(const ExperimentConfig& config, const ExperimentConf
   } catch (const Error&) {
     // A named model that is not installed: check_model_source has reported it already.
   }
-  if (target) rt["chat_template"] = use_chat_template(*target, first_point.prompts.chat) ? "on" : "off";
+  if (target) {
+    rt["chat_template"] = use_chat_template(target->info, first_point.prompts.chat) ? "on" : "off";
+    const ModelConfig& mc = target->model->config();
+    rt["target_model"]["device"] = mc.device;
+    rt["target_model"]["dtype"] = mc.dtype;
+    rt["target_model"]["kv_dtype"] = mc.kv_dtype.empty() ? mc.dtype : mc.kv_dtype;
+  }
   std::error_code ec;
   rt["working_directory"] = fs::current_path(ec).string();
   n["runtime"] = rt;
@@ -89,7 +96,7 @@ std::string resolved_config(const ExperimentConfig& config, const ExperimentConf
 }
 
 ExperimentMetadata host_metadata(const ExperimentConfig& config, const ExperimentConfig& first_point,
-                                 const RunnerOptions& options, const LoadedModel* target) {
+                                 const RunnerOptions& options, const LoadedTarget* target) {
   ExperimentMetadata m;
   m.name = config.name;
   m.config_yaml = config.resolved_yaml;
@@ -491,7 +498,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
     recorder = std::make_unique<Hdf5Recorder>(Hdf5Recorder::open_for_append(path));
   } else {
     ExperimentMetadata meta =
-        host_metadata(config, points.front().config, options, ctx ? &ctx->target->info : nullptr);
+        host_metadata(config, points.front().config, options, ctx ? ctx->target : nullptr);
     meta.plan = plan;
     recorder = std::make_unique<Hdf5Recorder>(Hdf5Recorder::create(path, meta, precs, prrecs, methods));
   }

@@ -514,6 +514,10 @@ TEST_CASE("speclab run --resume compares settings by value and names the ones th
   CHECK_THAT(d.resolved_config_yaml, Catch::Matchers::Contains("top_p: 1"));
   CHECK_THAT(d.resolved_config_yaml, Catch::Matchers::Contains("threads:"));
   CHECK_THAT(d.resolved_config_yaml, Catch::Matchers::Contains("stories260K.bin"));
+  // What "auto" resolved to (the config keeps "auto"): a float32 model keeps a float32 cache.
+  CHECK_THAT(d.resolved_config_yaml, Catch::Matchers::Contains("kv_dtype: auto"));
+  CHECK_THAT(d.resolved_config_yaml, Catch::Matchers::Contains("kv_dtype: float32"));
+  CHECK_THAT(d.resolved_config_yaml, Catch::Matchers::Contains("dtype: float32"));
   // The same settings written differently: 0.0 for 0, a default written out, sections moved.
   std::string same = config_yaml(h5, "{max_tokens: 4, ignore_eos: false}");
   same.replace(same.find("sampling: {temperature: 0}\n"), 27, "");
