@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -333,6 +334,50 @@ std::string default_draft_path(const LoadedModel& target, const std::string& arc
   return fs::exists(trained) || !fs::exists(shipped) ? trained : shipped;
 }
 
+namespace {
+
+// The tensors of a draft of `architecture` trained for `target`, after the metadata checks;
+// vocab_ids (int64) checked against the target's vocabulary.
+std::map<std::string, at::Tensor> read_draft(const std::string& path, const std::string& architecture,
+                                             const LoadedModel& target, const ModelConfig& config, at::Tensor& vocab_ids,
+                                             std::map<std::string, std::string>* meta_out = nullptr) {
+  std::map<std::string, std::string> meta;
+  auto tensors = read_tensors(path, &meta);
+  if (meta_out) *meta_out = meta;
+  if (meta["speclab.draft"] != architecture)
+    throw Error(ErrorKind::kBadInput,
+                "not " + std::string(architecture == "eagle" ? "an " : "a ") + architecture + " draft (no speclab.draft=" +
+                    architecture + " in its metadata" + (meta["speclab.draft"].empty() ? "" : "; it is " + meta["speclab.draft"]) + ")",
+                path);
+  const std::string hash = target_weights_hash(target);
+  if (meta["target_weights_hash"] != hash)
+    throw Error(ErrorKind::kConfig,
+                "this " + architecture + " draft was trained for " + meta["target"] + " (weights " + meta["target_weights_hash"] +
+                    "), not for the target " + fs::path(target.source).filename().string() + " (weights " + hash + ")",
+                path, "drafter.draft_model");
+  auto ids = tensors.find("vocab_ids");
+  if (ids == tensors.end()) throw Error(ErrorKind::kBadInput, "the draft lacks tensor vocab_ids", path);
+  vocab_ids = ids->second.to(at::kLong);
+  if (vocab_ids.dim() != 1 || vocab_ids.numel() < 1 || vocab_ids.min().item<int64_t>() < 0 ||
+      vocab_ids.max().item<int64_t>() >= config.vocab_size)
+    throw Error(ErrorKind::kBadInput, "vocab_ids must be target token ids", path);
+  return tensors;
+}
+
+// Sets each trained tensor from `tensors`, checking it against the fresh draft's shape.
+void take_trained(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, at::Tensor*>& trained,
+                  const std::map<std::string, const at::Tensor*>& fresh, const std::string& path) {
+  for (const auto& kv : trained) {
+    auto it = tensors.find(kv.first);
+    if (it == tensors.end()) throw Error(ErrorKind::kBadInput, "the draft lacks tensor " + kv.first, path);
+    if (it->second.sizes() != fresh.at(kv.first)->sizes())
+      throw Error(ErrorKind::kBadInput, "tensor " + kv.first + " does not fit the target's shapes", path);
+    *kv.second = it->second;
+  }
+}
+
+}  // namespace
+
 TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const TrainDraftProgress& progress,
                              int64_t stop_after) {
   const auto t_data = Clock::now();
@@ -404,6 +449,22 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     trainer = std::make_unique<EagleTrainer>(eagle, train, val, c.train);
     trained = eagle.trained();
   }
+  if (!c.train.init.empty()) {  // start from a trained draft's weights (same target, same head vocabulary)
+    at::Tensor init_ids;
+    const auto init = read_draft(c.train.init, c.architecture, target->info, frozen.config, init_ids);
+    if (!init_ids.equal(vocab_ids))
+      throw Error(ErrorKind::kConfig, "the draft's head vocabulary is not this config's (head.vocab_top_n and the data decide it)",
+                  c.train.init, "train.init");
+    std::map<std::string, const at::Tensor*> fresh;
+    for (const auto& kv : trained) fresh[kv.first] = kv.second;
+    std::map<std::string, at::Tensor> copies;
+    for (const auto& kv : trained) copies[kv.first] = *kv.second;
+    std::map<std::string, at::Tensor*> slots;
+    for (auto& kv : copies) slots[kv.first] = &kv.second;
+    take_trained(init, slots, fresh, c.train.init);  // checks names and shapes
+    at::NoGradGuard no_grad;
+    for (const auto& kv : trained) kv.second->copy_(copies.at(kv.first).to(at::kFloat));
+  }
   std::string layer_list;
   for (int64_t l : c.head.draft_layers) layer_list += (layer_list.empty() ? "" : ",") + std::to_string(l);
   std::map<std::string, std::string> meta = {{"speclab.draft", c.architecture},
@@ -465,6 +526,8 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     agreement = trainer->validation_agreement();
   }
   if (c.architecture == "medusa") r.head_agreements = static_cast<MedusaTrainer&>(*trainer).head_agreements();
+  if (c.architecture == "eagle")  // draft steps 1..max(4, unroll): 4 is the default gamma
+    r.head_agreements = static_cast<EagleTrainer&>(*trainer).step_agreements(std::max<int64_t>(4, c.train.unroll));
   std::map<std::string, at::Tensor> out;
   for (const auto& kv : trained) out[kv.first] = *kv.second;
   out["vocab_ids"] = vocab_ids.to(at::kFloat);
@@ -476,49 +539,6 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   return r;
 }
 
-namespace {
-
-// The tensors of a draft of `architecture` trained for `target`, after the metadata checks;
-// vocab_ids (int64) checked against the target's vocabulary.
-std::map<std::string, at::Tensor> read_draft(const std::string& path, const std::string& architecture,
-                                             const LoadedModel& target, const ModelConfig& config, at::Tensor& vocab_ids,
-                                             std::map<std::string, std::string>* meta_out = nullptr) {
-  std::map<std::string, std::string> meta;
-  auto tensors = read_tensors(path, &meta);
-  if (meta_out) *meta_out = meta;
-  if (meta["speclab.draft"] != architecture)
-    throw Error(ErrorKind::kBadInput,
-                "not " + std::string(architecture == "eagle" ? "an " : "a ") + architecture + " draft (no speclab.draft=" +
-                    architecture + " in its metadata" + (meta["speclab.draft"].empty() ? "" : "; it is " + meta["speclab.draft"]) + ")",
-                path);
-  const std::string hash = target_weights_hash(target);
-  if (meta["target_weights_hash"] != hash)
-    throw Error(ErrorKind::kConfig,
-                "this " + architecture + " draft was trained for " + meta["target"] + " (weights " + meta["target_weights_hash"] +
-                    "), not for the target " + fs::path(target.source).filename().string() + " (weights " + hash + ")",
-                path, "drafter.draft_model");
-  auto ids = tensors.find("vocab_ids");
-  if (ids == tensors.end()) throw Error(ErrorKind::kBadInput, "the draft lacks tensor vocab_ids", path);
-  vocab_ids = ids->second.to(at::kLong);
-  if (vocab_ids.dim() != 1 || vocab_ids.numel() < 1 || vocab_ids.min().item<int64_t>() < 0 ||
-      vocab_ids.max().item<int64_t>() >= config.vocab_size)
-    throw Error(ErrorKind::kBadInput, "vocab_ids must be target token ids", path);
-  return tensors;
-}
-
-// Sets each trained tensor from `tensors`, checking it against the fresh draft's shape.
-void take_trained(const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, at::Tensor*>& trained,
-                  const std::map<std::string, const at::Tensor*>& fresh, const std::string& path) {
-  for (const auto& kv : trained) {
-    auto it = tensors.find(kv.first);
-    if (it == tensors.end()) throw Error(ErrorKind::kBadInput, "the draft lacks tensor " + kv.first, path);
-    if (it->second.sizes() != fresh.at(kv.first)->sizes())
-      throw Error(ErrorKind::kBadInput, "tensor " + kv.first + " does not fit the target's shapes", path);
-    *kv.second = it->second;
-  }
-}
-
-}  // namespace
 
 std::shared_ptr<EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target) {
   const TargetTensors frozen = target_tensors(target);

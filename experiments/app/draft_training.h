@@ -46,7 +46,9 @@ struct TrainDraftResult {
   double data_seconds = 0.0, train_seconds = 0.0;
   double validation_agreement = 0.0;     // of the first drafted token, on pairs labelled by answer rows
   bool agreement_on_answers = true;      // false: cached data without prompt lengths, every pair counted
-  std::vector<double> head_agreements;   // medusa: per head k = 1..K (MedusaTrainer::head_agreements)
+  // By draft position k = 1..K: medusa per head (MedusaTrainer::head_agreements), eagle per
+  // draft step on its own features (EagleTrainer::step_agreements, K = max(4, train.unroll)).
+  std::vector<double> head_agreements;
   int64_t train_pairs = 0, validation_pairs = 0, steps = 0;
 };
 

@@ -54,7 +54,8 @@ int cmd_train_draft(const std::vector<std::string>& args) {
               static_cast<long long>(r.validation_pairs),
               r.agreement_on_answers ? "" : " (cached data without prompt lengths)", r.data_seconds, r.train_seconds);
   if (!r.head_agreements.empty()) {
-    std::printf("validation top-1 agreement by medusa head (head k drafts the k-th token):");
+    std::printf(c.architecture == "medusa" ? "validation top-1 agreement by medusa head (head k drafts the k-th token):"
+                                           : "validation top-1 agreement by draft step (the k-th token, after k - 1 right ones):");
     for (size_t k = 0; k < r.head_agreements.size(); ++k) std::printf(" %zu: %.3f", k + 1, r.head_agreements[k]);
     std::printf("\n");
   }

@@ -40,7 +40,10 @@ const Table<DraftTrainOptions>& train_table() {
       field("grad_clip", {}, &T::grad_clip),
       field("token_loss_weight", {}, &T::token_loss_weight),
       field("feature_noise", {}, &T::feature_noise),
+      field("unroll", {}, &T::unroll),
+      field("unroll_decay", {}, &T::unroll_decay),
       field("medusa_decay", {}, &T::medusa_decay),
+      field("init", {}, &T::init, path()),
       field("eval_every", {}, &T::eval_every),
       field("checkpoint_every", {}, &T::checkpoint_every),
       field("seed", {}, &T::seed),
@@ -123,6 +126,10 @@ void TrainDraftConfig::validate() const {
   if (!(train.token_loss_weight >= 0)) bad("train.token_loss_weight", "expected a weight >= 0");
   if (!(train.feature_noise >= 0 && train.feature_noise <= 1))
     bad("train.feature_noise", "expected a fraction of the features' RMS in [0, 1], found " + config::to_text(train.feature_noise));
+  if (train.unroll < 1 || train.unroll > 8)
+    bad("train.unroll", "expected 1 to 8 draft steps, found " + std::to_string(train.unroll));
+  if (!(train.unroll_decay > 0 && train.unroll_decay <= 1))
+    bad("train.unroll_decay", "expected a decay in (0, 1], found " + config::to_text(train.unroll_decay));
   if (train.eval_every < 1) bad("train.eval_every", "expected at least 1");
   if (train.checkpoint_every < 0) bad("train.checkpoint_every", "expected 0 (only at the end) or more steps");
   if (output.path.empty()) bad("output.path", "expected the path of the draft (.safetensors)");

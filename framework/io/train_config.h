@@ -8,7 +8,7 @@
 //   head:    vocab_top_n (0 = the target's full LM head; N = its N most frequent tokens),
 //            medusa_heads, draft_layers
 //   train:   steps, batch_tokens, lr, warmup, weight_decay, grad_clip, token_loss_weight,
-//            feature_noise, medusa_decay, eval_every, checkpoint_every, seed
+//            feature_noise, unroll, unroll_decay, medusa_decay, init, eval_every, checkpoint_every, seed
 //   output:  path (.safetensors), log (.h5), checkpoint (.safetensors), dtype
 #pragma once
 
@@ -48,7 +48,15 @@ struct DraftTrainOptions {
   // Uniform noise U(-a, a) added to the input features, a = feature_noise x the training features'
   // RMS (EAGLE's data augmentation: the head learns to draft from its own imperfect features).
   double feature_noise = 0.0;
+  // architecture eagle: draft steps trained per pair (1 = EAGLE's loss; U > 1 also trains steps
+  // 2..U on the head's own predicted features, eagle_trainer.h), and step k's loss weight
+  // unroll_decay^(k-1).
+  int64_t unroll = 1;
+  double unroll_decay = 1.0;
   double medusa_decay = 0.8;    // architecture medusa: head k's loss weight is medusa_decay^k (the paper's 0.8)
+  // A trained draft of this architecture for this target whose weights start the training
+  // (fine-tuning, e.g. with another unroll); empty: fresh weights from the seed.
+  std::string init;
   int64_t eval_every = 50;      // validation agreement every N steps (and at the end)
   int64_t checkpoint_every = 100;  // 0 = only at the end
   uint64_t seed = 1;

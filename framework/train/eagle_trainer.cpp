@@ -34,15 +34,32 @@ TrainStepLog EagleTrainer::step() {
     for (int64_t i = 0; i < u.numel(); ++i) up[i] = static_cast<float>(2.0 * rng.uniform() - 1.0);
     inputs = inputs + u * (o_.feature_noise * feature_rms_);
   }
-  const at::Tensor pred =
-      eagle_forward_packed(head_, inputs, train_.tokens.index_select(0, next), p.positions, p.segments);
-  const at::Tensor feature_loss =
-      at::smooth_l1_loss(pred, train_.features.index_select(0, next), at::Reduction::Mean, 1.0);
-  const at::Tensor target = head_index_.index_select(0, train_.target_top1.index_select(0, next));
-  const bool any_target = target.ge(0).any().item<bool>();
-  const at::Tensor token_loss = any_target ? at::cross_entropy_loss(eagle_logits(head_, pred), target, {},
-                                                                    at::Reduction::Mean, -100)
-                                           : at::zeros({}, at::kFloat);
+  // Draft steps 1..unroll (eagle_forward_unrolled); step k's loss counts the rows that stand for
+  // a k-th draft token, weighted unroll_decay^(k-1), and the objective is the weighted mean.
+  const at::Tensor tokens_next = train_.tokens.index_select(0, next);
+  const at::Tensor feat_next = train_.features.index_select(0, next);
+  const at::Tensor top1_next = head_index_.index_select(0, train_.target_top1.index_select(0, next));
+  const std::vector<at::Tensor> preds =
+      eagle_forward_unrolled(head_, inputs, tokens_next, p.positions, p.segments, o_.unroll);
+  at::Tensor feature_loss = at::zeros({}, at::kFloat), token_loss = at::zeros({}, at::kFloat);
+  double weight_sum = 0.0;
+  for (int64_t k = 1; k <= o_.unroll; ++k) {
+    const at::Tensor& pred = preds[static_cast<size_t>(k - 1)];
+    const at::Tensor valid = p.positions.ge(k - 1);  // rows with a k-th draft token
+    const int64_t n_valid = valid.sum().item<int64_t>();
+    if (n_valid == 0) continue;
+    const double w = std::pow(o_.unroll_decay, static_cast<double>(k - 1));
+    weight_sum += w;
+    const at::Tensor per_row = at::smooth_l1_loss(pred, feat_next, at::Reduction::None, 1.0).mean(-1);
+    feature_loss = feature_loss + w * per_row.masked_select(valid).mean();
+    const at::Tensor target = top1_next.masked_fill(valid.logical_not(), -100);
+    if (target.ge(0).any().item<bool>())
+      token_loss = token_loss + w * at::cross_entropy_loss(eagle_logits(head_, pred), target, {}, at::Reduction::Mean, -100);
+  }
+  if (weight_sum > 0) {
+    feature_loss = feature_loss / weight_sum;
+    token_loss = token_loss / weight_sum;
+  }
   const at::Tensor loss = feature_loss + o_.token_loss_weight * token_loss;
   const double lr = backward_and_update(loss, head_.trained(), adam_, o_, step_);
   TrainStepLog log;
@@ -55,19 +72,29 @@ TrainStepLog EagleTrainer::step() {
   return log;
 }
 
-double EagleTrainer::validation_agreement() const {
+double EagleTrainer::validation_agreement() const { return step_agreements(1)[0]; }
+
+std::vector<double> EagleTrainer::step_agreements(int64_t steps) const {
   at::NoGradGuard no_grad;
-  int64_t agree = 0, total = 0;
+  std::vector<int64_t> agree(static_cast<size_t>(steps), 0), total(static_cast<size_t>(steps), 0);
   for_each_pair_chunk(val_, 16, [&](const PairRows& p) {
     const at::Tensor next = p.in_rows + 1;
-    const at::Tensor pred = eagle_forward_packed(head_, val_.features.index_select(0, p.in_rows),
-                                                 val_.tokens.index_select(0, next), p.positions, p.segments);
-    const at::Tensor top = head_.vocab_ids.index_select(0, eagle_logits(head_, pred).argmax(-1));
+    const std::vector<at::Tensor> preds =
+        eagle_forward_unrolled(head_, val_.features.index_select(0, p.in_rows), val_.tokens.index_select(0, next),
+                               p.positions, p.segments, steps);
     const at::Tensor counted = answer_labels(p, next);
-    agree += top.eq(val_.target_top1.index_select(0, next)).logical_and(counted).sum().item<int64_t>();
-    total += counted.sum().item<int64_t>();
+    const at::Tensor top1 = val_.target_top1.index_select(0, next);
+    for (int64_t k = 1; k <= steps; ++k) {
+      const at::Tensor top = head_.vocab_ids.index_select(0, eagle_logits(head_, preds[static_cast<size_t>(k - 1)]).argmax(-1));
+      const at::Tensor rows = counted.logical_and(p.positions.ge(k - 1));
+      agree[static_cast<size_t>(k - 1)] += top.eq(top1).logical_and(rows).sum().item<int64_t>();
+      total[static_cast<size_t>(k - 1)] += rows.sum().item<int64_t>();
+    }
   });
-  return total ? static_cast<double>(agree) / static_cast<double>(total) : 0.0;
+  std::vector<double> out;
+  for (int64_t k = 0; k < steps; ++k)
+    out.push_back(total[static_cast<size_t>(k)] ? static_cast<double>(agree[static_cast<size_t>(k)]) / static_cast<double>(total[static_cast<size_t>(k)]) : 0.0);
+  return out;
 }
 
 std::map<std::string, at::Tensor> EagleTrainer::state() const { return training_state(std::as_const(head_).trained(), adam_, step_); }

@@ -5,6 +5,10 @@
 // Loss (EAGLE, Li et al. 2024 §4): for every pair (f_i, t_{i+1}) of a training sequence,
 //   L = SmoothL1(f^_{i+1}, f_{i+1}) + w * CE(head logits of f^_{i+1}, the target's top-1 token
 //   at position i+1), w = token_loss_weight; the CE ignores targets outside a reduced head.
+// With train.unroll U > 1 (training-time test: EAGLE-3, Li et al. 2025; HASS, Zhang et al.
+// 2024) the head also runs draft steps 2..U on its own predicted features, as drafting does
+// (eagle_forward_unrolled), and L is the mean over steps k of L_k weighted unroll_decay^(k-1),
+// L_k over the rows that stand for a k-th draft token. U = 1 is EAGLE's loss.
 // Optimizer and schedule: adamw.h. Batches: train_data.h (a pure function of (seed, step), so a
 // resumed run (load_state) continues exactly as an uninterrupted one); so is the input noise
 // (train.feature_noise, EAGLE's uniform augmentation), drawn from the batch's Rng after it. Initial weights: init_eagle_head(seed).
@@ -36,6 +40,11 @@ class EagleTrainer : public DraftTrainer {
   // Top-1 agreement on the validation pairs (the first draft position): the fraction where the head's argmax token (through
   // its head vocabulary) equals the target's top-1 at the next position.
   double validation_agreement() const override;
+  // Top-1 agreement at draft steps k = 1..steps on the validation pairs: step k's prediction
+  // (eagle_forward_unrolled, the head on its own earlier guesses after a true prefix) against
+  // the target's top-1, over the answer-labelled rows that have a k-th draft token. Element 0 is
+  // validation_agreement(). Conditional on the earlier tokens being right, as acceptance is.
+  std::vector<double> step_agreements(int64_t steps) const;
   int64_t steps_done() const override { return step_; }
 
   // Everything a resumed run needs: trained weights, AdamW moments ("adam_m."/"adam_v." + name)

@@ -345,6 +345,106 @@ TEST_CASE("the packed eagle head computes the libtorch head's forward on the tar
   }
 }
 
+namespace {
+
+// The k-th draft token's prediction as the drafter computes it (eagle_drafter.cpp's libtorch
+// path): the head runs the true pairs of rows [0, s] (s = r - k + 1) with causal attention, then
+// k - 1 steps on its own last prediction, each step's K/V appended to the context it attends to.
+// f: [n, d] one sequence's features, next: [n] its next tokens. Returns f^ [d].
+at::Tensor drafted_prediction(const EagleHead& h, const at::Tensor& f, const at::Tensor& next, int64_t r, int64_t k) {
+  const int64_t s = r - k + 1;
+  const at::Tensor pos = at::arange(s + 1, at::kLong);
+  const at::Tensor x = eagle_input(h, f.narrow(0, 0, s + 1), next.narrow(0, 0, s + 1));
+  const EagleQkv qkv = eagle_qkv(h, x, pos);
+  const at::Tensor causal = pos.unsqueeze(0).le(pos.unsqueeze(1));
+  at::Tensor g = eagle_attend(h, x, qkv, qkv.k, qkv.v, causal).narrow(0, s, 1);
+  at::Tensor kc = qkv.k, vc = qkv.v;
+  for (int64_t m = 2; m <= k; ++m) {
+    const int64_t row = s + m - 1;
+    const at::Tensor xm = eagle_input(h, g, next.narrow(0, row, 1));
+    const EagleQkv q = eagle_qkv(h, xm, at::full({1}, row, at::kLong));
+    kc = at::cat({kc, q.k}, 0);
+    vc = at::cat({vc, q.v}, 0);
+    g = eagle_attend(h, xm, q, kc, vc, at::ones({1, kc.size(0)}, at::kBool));
+  }
+  return g[0];
+}
+
+}  // namespace
+
+TEST_CASE("train.unroll: the unrolled steps are the drafter's k-th drafts; training reports agreement by draft step",
+          "[train][eagle]") {
+  const TrainDraftConfig a = load_train_config(write_config("unroll", 40).string(), {"train.unroll=3"});
+  const TrainDraftResult r = train_draft(a, false);
+  REQUIRE(r.head_agreements.size() == 4);  // draft steps 1..max(4, unroll)
+  CHECK(r.head_agreements[0] == r.validation_agreement);
+  for (double x : r.head_agreements) CHECK((x >= 0.0 && x <= 1.0));
+
+  c10::InferenceMode guard;
+  ModelSource src;
+  src.path = "stories260K";
+  const LoadedModel info = load_model(src);
+  const std::shared_ptr<EagleHead> h = load_eagle_head(a.output.path, info);
+  const int64_t d = h->target.hidden_size, n1 = 7, n2 = 6, n = n1 + n2;
+  const at::Tensor f = eagle_features(*h, at::sin(at::arange(n * d, at::kFloat).view({n, d}) * 0.37) * 2.0);
+  const at::Tensor next = (at::arange(n, at::kLong) * 7919 + 11) % h->target.vocab_size;
+  // Two packed sequences: rows [0, n1) and [n1, n).
+  const at::Tensor positions = at::cat({at::arange(n1, at::kLong), at::arange(n2, at::kLong)});
+  const at::Tensor segments = at::cat({at::zeros({n1}, at::kLong), at::ones({n2}, at::kLong)});
+  const std::vector<at::Tensor> preds = eagle_forward_unrolled(*h, f, next, positions, segments, 3);
+  REQUIRE(preds.size() == 3);
+  auto tol = [](const at::Tensor& ref) { return 1e-5 * (1.0 + ref.abs().max().item<double>()); };
+
+  SECTION("every row with a k-th draft token, in both sequences, matches the drafter's computation") {
+    for (int64_t k = 1; k <= 3; ++k)
+      for (int64_t seg = 0; seg < 2; ++seg) {
+        const int64_t a0 = seg == 0 ? 0 : n1, len = seg == 0 ? n1 : n2;
+        for (int64_t p = k - 1; p < len; ++p) {
+          const at::Tensor ref = drafted_prediction(*h, f.narrow(0, a0, len), next.narrow(0, a0, len), p, k);
+          INFO("step " << k << ", sequence " << seg << ", position " << p);
+          CHECK((preds[static_cast<size_t>(k - 1)][a0 + p] - ref).abs().max().item<double>() < tol(ref));
+        }
+      }
+  }
+  SECTION("negative control: step 2 as a plain causal pass over the shifted predictions (no verified-prefix "
+          "context) is not the drafter's") {
+    const at::Tensor shifted = at::cat({f.narrow(0, 0, 1), preds[0].narrow(0, 0, n - 1)}, 0);
+    const at::Tensor naive = eagle_forward_packed(*h, shifted, next, positions, segments);
+    const at::Tensor ref = drafted_prediction(*h, f.narrow(0, 0, n1), next.narrow(0, 0, n1), 5, 2);
+    CHECK((naive[5] - ref).abs().max().item<double>() > 10 * tol(ref));
+  }
+}
+
+TEST_CASE("train.init starts from a trained draft's weights; a draft of another architecture is refused", "[train][eagle]") {
+  const TrainDraftConfig a = load_train_config(write_config("init_a", 30).string());
+  train_draft(a, false);
+  // One step at a negligible learning rate from a's weights leaves them where they were.
+  const TrainDraftConfig b =
+      load_train_config(write_config("init_b", 1).string(), {"train.init=init_a.safetensors", "train.lr=1e-9", "train.warmup=0"});
+  train_draft(b, false);
+  const TrainDraftConfig fresh = load_train_config(write_config("init_fresh", 1).string(), {"train.lr=1e-9", "train.warmup=0"});
+  train_draft(fresh, false);
+  const SafetensorsFile fa = SafetensorsFile::open(a.output.path), fb = SafetensorsFile::open(b.output.path),
+                        ff = SafetensorsFile::open(fresh.output.path);
+  for (const char* name : {"fc.weight", "layer.mlp.down_proj.weight"}) {
+    const std::vector<float> wa = fa.read(name).data, wb = fb.read(name).data, wf = ff.read(name).data;
+    REQUIRE(wa.size() == wb.size());
+    double db = 0, df = 0;
+    for (size_t i = 0; i < wa.size(); ++i) {
+      db = std::max(db, std::fabs(static_cast<double>(wa[i]) - wb[i]));
+      df = std::max(df, std::fabs(static_cast<double>(wa[i]) - wf[i]));
+    }
+    INFO(name << ": from init " << db << ", fresh " << df);
+    CHECK(db < 1e-6);
+    CHECK(df > 1e-3);  // negative control: without init the weights are the seed's
+  }
+  const TrainDraftConfig m = load_train_config(write_config("init_medusa", 5, "prompts.jsonl", "medusa").string());
+  train_draft(m, false);
+  const TrainDraftConfig bad =
+      load_train_config(write_config("init_bad", 1).string(), {"train.init=init_medusa.safetensors"});
+  CHECK_THROWS_WITH(train_draft(bad, false), Catch::Contains("not an eagle draft"));
+}
+
 TEST_CASE("a float16 draft: half the bytes, vocab_ids exact, the float32 draft's weights to f16 precision", "[train]") {
   const TrainDraftConfig f32 = load_train_config(write_config("w32", 20).string());
   const TrainDraftConfig f16 = load_train_config(write_config("w16", 20).string(), {"output.dtype=float16"});

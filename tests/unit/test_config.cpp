@@ -104,6 +104,9 @@ TEST_CASE("a training config: unknown keys and bad values name the file, line an
   CHECK_NOTHROW(load(base + "architecture: medusa\n"));
   CHECK_THROWS_WITH(load(base + "head: {medusa_heads: 0}\n"), Catch::Contains("head.medusa_heads"));
   CHECK_THROWS_WITH(load(base + "train: {medusa_decay: 1.5}\n"), Catch::Contains("train.medusa_decay"));
+  CHECK_THROWS_WITH(load(base + "train: {unroll: 0}\n"), Catch::Contains("train.unroll"));
+  CHECK_THROWS_WITH(load(base + "train: {unroll: 9}\n"), Catch::Contains("train.unroll"));
+  CHECK_THROWS_WITH(load(base + "train: {unroll_decay: 0}\n"), Catch::Contains("train.unroll_decay"));
   CHECK_THROWS_WITH(load("target: {path: stories260K}\ndata: {prompts: {files: [humaneval.jsonl.gz]}}\n"),
                     Catch::Contains("evaluation set") && Catch::Contains("HumanEval"));
 }

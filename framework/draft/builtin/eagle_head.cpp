@@ -61,4 +61,38 @@ at::Tensor eagle_forward_packed(const EagleHead& head, const at::Tensor& feature
   return decoder_layer_packed(head.target, head.layer, eagle_input(head, features, next_tokens), positions, segments);
 }
 
+std::vector<at::Tensor> eagle_forward_unrolled(const EagleHead& head, const at::Tensor& features,
+                                               const at::Tensor& next_tokens, const at::Tensor& positions,
+                                               const at::Tensor& segments, int64_t steps, bool detach_inputs) {
+  SPECLAB_CHECK(steps >= 1, "eagle_forward_unrolled: steps < 1");
+  const int64_t n = features.size(0);
+  const at::Tensor idx = at::arange(n, at::kLong);
+  const at::Tensor same = segments.unsqueeze(1).eq(segments.unsqueeze(0));  // [n, n]
+  std::vector<at::Tensor> preds, ks, vs;
+  at::Tensor input = features;
+  for (int64_t k = 1; k <= steps; ++k) {
+    if (k > 1) {
+      // Row r's input: step k-1's prediction at row r - 1 (row 0 keeps its own feature; it is
+      // never a valid step-k row).
+      const at::Tensor prev = detach_inputs ? preds.back().detach() : preds.back();
+      input = n > 1 ? at::cat({features.narrow(0, 0, 1), prev.narrow(0, 0, n - 1)}, 0) : features;
+    }
+    const at::Tensor x = eagle_input(head, input, next_tokens);
+    const EagleQkv qkv = eagle_qkv(head, x, positions);
+    ks.push_back(qkv.k);
+    vs.push_back(qkv.v);
+    // Block m of the context (step m's K/V): step 1 rows c <= r - k + 1, step m > 1 row
+    // c == r - k + m; all within r's sequence.
+    std::vector<at::Tensor> blocks;
+    for (int64_t m = 1; m <= k; ++m) {
+      const at::Tensor lag = idx.unsqueeze(1) - idx.unsqueeze(0);  // r - c
+      blocks.push_back(same.logical_and(m == 1 ? lag.ge(k - 1) : lag.eq(k - m)));
+    }
+    const at::Tensor allowed = k == 1 ? blocks[0] : at::cat(blocks, 1);
+    const at::Tensor k_ctx = k == 1 ? qkv.k : at::cat(ks, 0), v_ctx = k == 1 ? qkv.v : at::cat(vs, 0);
+    preds.push_back(eagle_attend(head, x, qkv, k_ctx, v_ctx, allowed));
+  }
+  return preds;
+}
+
 }  // namespace speclab

@@ -82,4 +82,19 @@ at::Tensor eagle_forward_packed(const EagleHead& head, const at::Tensor& feature
                                 const at::Tensor& next_tokens /*[n]*/, const at::Tensor& positions /*[n]*/,
                                 const at::Tensor& segments /*[n]*/);
 
+// Draft steps 1..steps of the head over packed training sequences, as drafting runs them
+// (training-time test: EAGLE-3, Li et al. 2025, section 3.3; HASS, Zhang et al. 2024). Step 1 is
+// eagle_forward_packed. In step k > 1, row r (a pair of position p >= k - 1 in its sequence)
+// stands for the k-th draft token after the verified prefix ending at row s = r - k + 1: its
+// input feature is step k-1's prediction at row r - 1 (the head's own guess of f_r; detached
+// from the graph when detach_inputs), its token the true next one (an accepted chain), and it
+// attends to what the drafter's KV holds then: step 1's K/V of rows <= s of its sequence (the
+// target's real features) and step m's K/V of row s + m - 1 for m = 2..k (its own earlier
+// drafts, itself last). Returns [steps] predictions f^, each [n, d]; the rows of step k with
+// position < k - 1 have no such chain and must be ignored.
+std::vector<at::Tensor> eagle_forward_unrolled(const EagleHead& head, const at::Tensor& features /*[n, d]*/,
+                                               const at::Tensor& next_tokens /*[n]*/,
+                                               const at::Tensor& positions /*[n]*/, const at::Tensor& segments /*[n]*/,
+                                               int64_t steps, bool detach_inputs = true);
+
 }  // namespace speclab
