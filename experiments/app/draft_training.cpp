@@ -449,12 +449,12 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     trainer = std::make_unique<EagleTrainer>(eagle, train, val, c.train);
     trained = eagle.trained();
   }
-  if (!c.train.init.empty()) {  // start from a trained draft's weights (same target, same head vocabulary)
+  if (!c.train.init.empty()) {
+    // Start from a trained draft's weights (the same architecture and target). Its reduced-head
+    // vocabulary is not taken: the head rows are the target's, frozen, and this config's data
+    // choose them; no trained tensor depends on which rows they are.
     at::Tensor init_ids;
     const auto init = read_draft(c.train.init, c.architecture, target->info, frozen.config, init_ids);
-    if (!init_ids.equal(vocab_ids))
-      throw Error(ErrorKind::kConfig, "the draft's head vocabulary is not this config's (head.vocab_top_n and the data decide it)",
-                  c.train.init, "train.init");
     std::map<std::string, const at::Tensor*> fresh;
     for (const auto& kv : trained) fresh[kv.first] = kv.second;
     std::map<std::string, at::Tensor> copies;

@@ -54,8 +54,9 @@ struct DraftTrainOptions {
   int64_t unroll = 1;
   double unroll_decay = 1.0;
   double medusa_decay = 0.8;    // architecture medusa: head k's loss weight is medusa_decay^k (the paper's 0.8)
-  // A trained draft of this architecture for this target whose weights start the training
-  // (fine-tuning, e.g. with another unroll); empty: fresh weights from the seed.
+  // A trained draft of this architecture for this target whose trained weights start the
+  // training (fine-tuning, e.g. with another unroll; the head rows stay this config's); empty:
+  // fresh weights from the seed.
   std::string init;
   int64_t eval_every = 50;      // validation agreement every N steps (and at the end)
   int64_t checkpoint_every = 100;  // 0 = only at the end
