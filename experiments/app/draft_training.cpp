@@ -455,15 +455,18 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     // choose them; no trained tensor depends on which rows they are.
     at::Tensor init_ids;
     const auto init = read_draft(c.train.init, c.architecture, target->info, frozen.config, init_ids);
-    std::map<std::string, const at::Tensor*> fresh;
-    for (const auto& kv : trained) fresh[kv.first] = kv.second;
-    std::map<std::string, at::Tensor> copies;
-    for (const auto& kv : trained) copies[kv.first] = *kv.second;
-    std::map<std::string, at::Tensor*> slots;
-    for (auto& kv : copies) slots[kv.first] = &kv.second;
-    take_trained(init, slots, fresh, c.train.init);  // checks names and shapes
+    // take_trained checks names and shapes against the fresh tensors and hands over the init's;
+    // they are then copied in place (the trainer holds the tensors it optimises).
+    std::map<std::string, at::Tensor> loaded;
+    std::map<std::string, at::Tensor*> into;
+    std::map<std::string, const at::Tensor*> shapes;
+    for (const auto& kv : trained) {
+      into[kv.first] = &loaded[kv.first];
+      shapes[kv.first] = kv.second;
+    }
+    take_trained(init, into, shapes, c.train.init);
     at::NoGradGuard no_grad;
-    for (const auto& kv : trained) kv.second->copy_(copies.at(kv.first).to(at::kFloat));
+    for (const auto& kv : trained) kv.second->copy_(loaded.at(kv.first));
   }
   std::string layer_list;
   for (int64_t l : c.head.draft_layers) layer_list += (layer_list.empty() ? "" : ",") + std::to_string(l);

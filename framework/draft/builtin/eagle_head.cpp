@@ -68,6 +68,7 @@ std::vector<at::Tensor> eagle_forward_unrolled(const EagleHead& head, const at::
   const int64_t n = features.size(0);
   const at::Tensor idx = at::arange(n, at::kLong);
   const at::Tensor same = segments.unsqueeze(1).eq(segments.unsqueeze(0));  // [n, n]
+  const at::Tensor lag = idx.unsqueeze(1) - idx.unsqueeze(0);                 // [n, n] r - c
   std::vector<at::Tensor> preds, ks, vs;
   at::Tensor input = features;
   for (int64_t k = 1; k <= steps; ++k) {
@@ -84,10 +85,7 @@ std::vector<at::Tensor> eagle_forward_unrolled(const EagleHead& head, const at::
     // Block m of the context (step m's K/V): step 1 rows c <= r - k + 1, step m > 1 row
     // c == r - k + m; all within r's sequence.
     std::vector<at::Tensor> blocks;
-    for (int64_t m = 1; m <= k; ++m) {
-      const at::Tensor lag = idx.unsqueeze(1) - idx.unsqueeze(0);  // r - c
-      blocks.push_back(same.logical_and(m == 1 ? lag.ge(k - 1) : lag.eq(k - m)));
-    }
+    for (int64_t m = 1; m <= k; ++m) blocks.push_back(same.logical_and(m == 1 ? lag.ge(k - 1) : lag.eq(k - m)));
     const at::Tensor allowed = k == 1 ? blocks[0] : at::cat(blocks, 1);
     const at::Tensor k_ctx = k == 1 ? qkv.k : at::cat(ks, 0), v_ctx = k == 1 ? qkv.v : at::cat(vs, 0);
     preds.push_back(eagle_attend(head, x, qkv, k_ctx, v_ctx, allowed));
