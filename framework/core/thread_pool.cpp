@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -19,10 +20,26 @@ namespace {
 
 using ChunkFn = std::function<void(int64_t, int64_t)>;
 
+std::atomic<PoolTestHooks::ClaimFn> g_before_count_check{nullptr};
+std::atomic<PoolTestHooks::PublishFn> g_before_publish{nullptr};
+
 // One job at a time. `ticket_` packs (generation << 32 | next chunk index): a worker claims a
 // chunk with a compare-and-swap that fails once the job's generation has moved on, so a worker
 // waking late can never run a chunk of a finished job. The job's fields are written before its
 // ticket is published and stay valid until its last chunk is done, which the caller waits for.
+//
+// A new job first closes the finished job's ticket (the next generation with no chunk left to
+// claim), and only then rewrites the fields. Without that, a worker that read the old ticket
+// (generation G, index = G's chunk count) after the fields were rewritten compared that index
+// with the new job's chunk count, claimed "chunk C_G of G" with a successful compare-and-swap
+// on G's ticket, and ran the new job's function on a range that the new job also handed out:
+// one chunk ran twice and the caller could return while it still ran, so the function and its
+// captures were used after they were gone (a segfault in a train-draft data stage under load;
+// test_thread_pool reproduces it with more threads than cores).
+//
+// A chunk that throws: the exception is kept (the first one), the chunks not yet started are
+// skipped, and the caller rethrows it once every started chunk has finished, whichever thread
+// threw.
 class Pool {
  public:
   static Pool& instance() {
@@ -34,12 +51,19 @@ class Pool {
     std::lock_guard<std::mutex> one_job(job_mu_);
     ensure_workers(threads - 1);
     const uint64_t gen = ++generation_;
+    // Close the previous job's ticket before touching the fields it was read with (see above):
+    // every compare-and-swap on an older ticket value fails from here on, and the index kClosed
+    // is past any chunk count.
+    ticket_.store((gen << 32) | kClosed, std::memory_order_seq_cst);
     fn_.store(&fn, std::memory_order_relaxed);
     n_.store(n, std::memory_order_relaxed);
     chunk_.store(chunk, std::memory_order_relaxed);
     const int64_t chunks = (n + chunk - 1) / chunk;
-    chunks_.store(chunks, std::memory_order_relaxed);
+    chunks_.store(chunks, std::memory_order_release);
     done_.store(0, std::memory_order_relaxed);
+    failed_.store(false, std::memory_order_relaxed);
+    error_ = nullptr;
+    if (const auto hook = g_before_publish.load(std::memory_order_relaxed)) hook();
     ticket_.store(gen << 32, std::memory_order_release);
     published_.store(gen);
     if (sleepers_.load() > 0) {
@@ -52,6 +76,15 @@ class Pool {
         SPECLAB_PAUSE();
       else
         std::this_thread::yield();
+    }
+    if (failed_.load(std::memory_order_acquire)) {
+      std::exception_ptr e;
+      {
+        std::lock_guard<std::mutex> lock(error_mu_);
+        e = error_;
+        error_ = nullptr;
+      }
+      std::rethrow_exception(e);
     }
   }
 
@@ -67,17 +100,30 @@ class Pool {
       uint64_t t = ticket_.load(std::memory_order_acquire);
       if ((t >> 32) != (gen & 0xffffffffu)) return;
       const int64_t idx = static_cast<int64_t>(t & 0xffffffffu);
-      if (idx >= chunks_.load(std::memory_order_relaxed)) return;
+      if (const auto hook = g_before_count_check.load(std::memory_order_relaxed)) hook(idx);
+      // Acquire: a chunk count written for a newer job comes with that job's closed ticket, so
+      // the compare-and-swap below then fails.
+      if (idx >= chunks_.load(std::memory_order_acquire)) return;
       if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) continue;
       const int64_t chunk = chunk_.load(std::memory_order_relaxed), n = n_.load(std::memory_order_relaxed);
       const int64_t begin = idx * chunk, end = begin + chunk < n ? begin + chunk : n;
-      (*fn_.load(std::memory_order_relaxed))(begin, end);
+      if (!failed_.load(std::memory_order_relaxed)) {
+        try {
+          (*fn_.load(std::memory_order_relaxed))(begin, end);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mu_);
+          if (!error_) error_ = std::current_exception();
+          failed_.store(true, std::memory_order_release);
+        }
+      }
       done_.fetch_add(1, std::memory_order_release);
     }
   }
 
   void worker_loop() {
-    uint64_t seen = published_.load();
+    // 0, not the current generation: a worker started by a job joins that job (work() returns
+    // at once if it is over).
+    uint64_t seen = 0;
     for (;;) {
       uint64_t gen = seen;
       for (int spins = 0; spins < 20000 && gen == seen; ++spins) {
@@ -96,12 +142,17 @@ class Pool {
     }
   }
 
+  static constexpr uint64_t kClosed = 0xffffffffu;  // a ticket index past every job's chunks
+
   std::mutex job_mu_;
   uint64_t generation_ = 0;
   std::atomic<const ChunkFn*> fn_{nullptr};
   std::atomic<int64_t> n_{0}, chunk_{1}, chunks_{0}, done_{0};
   std::atomic<uint64_t> ticket_{0};
   std::atomic<uint64_t> published_{0};
+  std::atomic<bool> failed_{false};
+  std::mutex error_mu_;
+  std::exception_ptr error_;  // the first exception a chunk of the current job threw
   std::atomic<int> sleepers_{0};
   std::mutex wake_mu_;
   std::condition_variable wake_;
@@ -111,6 +162,11 @@ class Pool {
 std::atomic<int> g_compute_threads{0};
 
 }  // namespace
+
+void set_pool_test_hooks(const PoolTestHooks& hooks) {
+  g_before_count_check.store(hooks.before_count_check);
+  g_before_publish.store(hooks.before_publish);
+}
 
 void set_compute_threads(int n) { g_compute_threads.store(n > 0 ? n : 0); }
 

@@ -16,9 +16,23 @@ namespace speclab {
 
 // Calls fn(begin, end) over [0, n) in chunks of `chunk` (the last may be shorter), on up to
 // `threads` threads (the caller included; threads <= 1 runs everything on the caller). Returns
-// when every chunk is done. fn must not throw; concurrent calls from different threads are
-// serialised.
+// when every chunk is done; each chunk runs exactly once, and never after the call returns.
+// If a chunk throws, on any thread, the chunks not yet started are skipped and the first
+// exception is rethrown to the caller once the started ones have finished. Concurrent calls
+// from different threads are serialised; fn must not call parallel_chunks() itself.
 void parallel_chunks(int64_t n, int64_t chunk, int threads, const std::function<void(int64_t, int64_t)>& fn);
+
+// Test seams (tests/unit/test_thread_pool.cpp), null in normal use: called at the two points
+// whose interleaving the pool must survive. before_count_check(idx): a thread in a job has read
+// the ticket (next chunk index idx) and not yet compared idx with the job's chunk count;
+// before_publish(): the caller has written a new job's fields and not yet published its ticket.
+struct PoolTestHooks {
+  using ClaimFn = void (*)(int64_t idx);
+  using PublishFn = void (*)();
+  ClaimFn before_count_check = nullptr;
+  PublishFn before_publish = nullptr;
+};
+void set_pool_test_hooks(const PoolTestHooks& hooks);
 
 // Threads the model's kernels use (default: std::thread::hardware_concurrency()). `speclab
 // --threads N` sets it; n <= 0 restores the default.

@@ -1,10 +1,14 @@
 // parallel_chunks(): every index in [0, n) is visited exactly once, for any chunking and
-// thread count, across many back-to-back jobs (the pattern of a decode step) and when two
-// threads submit jobs at once.
+// thread count, across many back-to-back jobs (the pattern of a decode step), when two
+// threads submit jobs at once and with more threads than cores; no chunk runs after the call
+// returns; a chunk's exception reaches the caller, from any thread.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -67,4 +71,140 @@ TEST_CASE("compute_threads: --threads N sets it, 0 restores the machine's count 
   CHECK(compute_threads() == hw);  // the cached value, on a later call too
   set_compute_threads(-1);
   CHECK(compute_threads() == hw);
+}
+
+// Jobs whose chunk counts change from one to the next, on 8 threads (more than this machine's
+// cores, so workers are preempted between their reads), each job's data on the heap: every
+// index must be visited once and no chunk may still run when the call returns. (The
+// deterministic case below forces the interleaving that once broke this.)
+TEST_CASE("parallel_chunks: changing chunk counts on more threads than cores, each chunk once and none after return",
+          "[core][threads]") {
+  std::atomic<int> running{0};
+  std::atomic<bool> stop{false};
+  // Two busy threads beside the pool's: preemption between a worker's reads is what opens it.
+  std::vector<std::thread> noise;
+  for (int i = 0; i < 2; ++i)
+    noise.emplace_back([&] {
+      volatile uint64_t x = 0;
+      while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+    });
+  int64_t jobs = 0, double_or_missed = 0, late = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 1.5) {
+    for (int rep = 0; rep < 500; ++rep, ++jobs) {
+      const int64_t period = 100 + jobs % 37, n = period * (1 + jobs % 5), chunk = 7 + jobs % 13;
+      auto hits = std::make_unique<std::vector<int>>(static_cast<size_t>(n), 0);
+      parallel_chunks(n, chunk, 8, [&, period](int64_t b, int64_t e) {
+        running.fetch_add(1);
+        while (b < e) {  // the shape of the swiglu job that crashed: a period, a remainder
+          const int64_t len = std::min(e - b, period - b % period);
+          for (int64_t k = 0; k < len; ++k) ++(*hits)[static_cast<size_t>(b + k)];
+          b += len;
+        }
+        running.fetch_sub(1);
+      });
+      late += running.load() != 0;
+      for (int h : *hits) double_or_missed += h != 1;
+    }
+  }
+  stop.store(true);
+  for (auto& t : noise) t.join();
+  INFO(jobs << " jobs");
+  CHECK(double_or_missed == 0);
+  CHECK(late == 0);
+}
+
+TEST_CASE("parallel_chunks: a chunk's exception is rethrown to the caller, from the caller's thread or a worker",
+          "[core][threads]") {
+  // Every chunk throws: the caller's own chunks are the first to.
+  CHECK_THROWS_WITH(parallel_chunks(64, 1, 2, [](int64_t, int64_t) { throw std::runtime_error("chunk failed"); }),
+                    "chunk failed");
+  // Only a worker throws; the caller's chunk waits (up to 10 s) until a worker has thrown, so
+  // the call cannot finish on the caller alone.
+  const auto caller = std::this_thread::get_id();
+  std::atomic<bool> thrown{false};
+  CHECK_THROWS_WITH(parallel_chunks(2, 1, 2,
+                                    [&](int64_t, int64_t) {
+                                      if (std::this_thread::get_id() != caller) {
+                                        thrown.store(true);
+                                        throw std::runtime_error("worker failed");
+                                      }
+                                      const auto t0 = std::chrono::steady_clock::now();
+                                      while (!thrown.load() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+                                        std::this_thread::yield();
+                                    }),
+                    "worker failed");
+  CHECK(thrown.load());
+  // The pool works normally afterwards.
+  const auto v = visits(1000, 8, 2);
+  CHECK(std::count(v.begin(), v.end(), 1) == 1000);
+}
+
+// The interleaving that crashed a train-draft data stage (thread_pool.cpp): a worker has read
+// the finished job A's ticket (index 2 = A's chunk count) and is preempted; the caller starts
+// job B (64 chunks) and has written B's fields but not yet published B's ticket; the worker
+// resumes. The pool used to compare index 2 with B's chunk count, claim "chunk 2 of A" on A's
+// ticket and run B's function on chunk 2, which B then handed out again: chunk 2 of B ran twice
+// (and B's caller could return while it ran). The test seams park the worker and the caller at
+// exactly those points.
+namespace race {
+std::atomic<int> phase{0};  // 1: job A; 2: a worker parked at index 2; 3: released; 4: B published
+std::thread::id caller;
+bool wait_for(int at_least) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (phase.load() < at_least)
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) return false;
+    else std::this_thread::yield();
+  return true;
+}
+void before_count_check(int64_t idx) {
+  int one = 1;
+  if (std::this_thread::get_id() == caller || idx != 2 || !phase.compare_exchange_strong(one, 2)) return;
+  wait_for(3);  // parked until B's fields are written
+}
+void before_publish() {
+  if (phase.load() != 2) return;
+  phase.store(3);  // the parked worker now compares index 2 with B's chunk count
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  phase.store(4);
+}
+struct Seams {
+  Seams() { set_pool_test_hooks({before_count_check, before_publish}); }
+  ~Seams() { set_pool_test_hooks({}); }
+};
+}  // namespace race
+
+TEST_CASE("parallel_chunks: a worker holding the finished job's ticket cannot claim a chunk of the next job",
+          "[core][threads]") {
+  race::caller = std::this_thread::get_id();
+  // A worker is up and taking chunks before job A: the caller's chunk waits for one to run.
+  std::atomic<bool> worker_ran{false};
+  parallel_chunks(2, 1, 2, [&](int64_t, int64_t) {
+    if (std::this_thread::get_id() != race::caller) return worker_ran.store(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!worker_ran.load() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+      std::this_thread::yield();
+  });
+  REQUIRE(worker_ran.load());
+  race::Seams seams;
+  race::phase.store(1);
+  std::vector<std::atomic<int>> a(2), b(64);
+  for (auto& x : a) x.store(0);
+  for (auto& x : b) x.store(0);
+  // Job A: a chunk the caller runs waits until a worker has taken the other and parked at index
+  // 2 (so the call cannot finish on the caller alone); a worker that wakes after A's chunks are
+  // gone parks there too, which the caller then waits for.
+  parallel_chunks(2, 1, 2, [&](int64_t i, int64_t) {
+    a[static_cast<size_t>(i)].fetch_add(1);
+    if (std::this_thread::get_id() == race::caller) race::wait_for(2);
+  });
+  REQUIRE(race::wait_for(2));
+  parallel_chunks(64, 1, 2, [&](int64_t i, int64_t) { b[static_cast<size_t>(i)].fetch_add(1); });
+  CHECK(race::phase.load() == 4);  // the seams ran in the order described
+  int once = 0, not_once = 0;  // without the fix: the parked worker runs B's chunks on A's ticket
+  for (auto& x : b) (x.load() == 1 ? once : not_once) += 1;
+  CHECK(a[0].load() == 1);
+  CHECK(a[1].load() == 1);
+  CHECK(once == 64);
+  CHECK(not_once == 0);
 }
