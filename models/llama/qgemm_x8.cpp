@@ -210,17 +210,26 @@ SPECLAB_X8_AVX2 inline __m256i bcast4(const void* p) {
 }
 
 // Prefetches the `bytes` bytes at p (one hint per 64-byte line) when the kernel multiplies
-// N >= 2 activation rows: the kernels call it for the block kX8PrefetchBlocks ahead of the one
-// they decode. Each block is read front to back (the layout keeps every block's data in reading
-// order: a Q6_K layout that read its low and high bits as two streams 1 KiB apart ran at a third
-// of the memory bandwidth), so this only runs a little ahead of the hardware prefetchers. A
-// one-row pass (decode) is left to the hardware prefetchers alone: its arithmetic per block is
-// short, and the burst of prefetch hints per block (19 for a Q4_K block of 8 rows) cost
-// Qwen2.5-Coder-1.5B decode 8-15% (`speclab bench -m qwen2.5-coder-1.5b-instruct`, alternated
-// runs: 29.4 -> 31.9 tok/s at context 64, 28.4 -> 32.4 at 512; SmolLM2's 160-byte Q4_1 blocks
-// showed no difference beyond the noise), while passes of 3 to 9 rows ran up to 20% slower
-// without the hints.
-constexpr int64_t kX8PrefetchBlocks = 2;
+// N >= 2 activation rows: the kernels call it for the block x8_prefetch_ahead(block bytes)
+// bytes ahead of the one they decode. Each block is read front to back (the layout keeps every
+// block's data in reading order: a Q6_K layout that read its low and high bits as two streams
+// 1 KiB apart ran at a third of the memory bandwidth). A one-row pass (decode) is left to the
+// hardware prefetchers alone: its arithmetic per block is short, and the burst of prefetch
+// hints per block (19 for a Q4_K block of 8 rows) cost Qwen2.5-Coder-1.5B decode 8-15%
+// (`speclab bench -m qwen2.5-coder-1.5b-instruct`, alternated runs: 29.4 -> 31.9 tok/s at
+// context 64, 28.4 -> 32.4 at 512; SmolLM2's 160-byte Q4_1 blocks showed no difference beyond
+// the noise), while passes of 3 to 9 rows ran up to 20% slower without the hints.
+//
+// How far ahead: at least 2 blocks and about 2.5 KiB. Two blocks were 320 bytes for Q4_1, too
+// close to cover the memory latency once a pass's rows make each block take longer: on the
+// Zen 5, SmolLM2's Q4_1 matrices with 17 rows ran 15-22% faster 10-24 blocks ahead (kernel_bench,
+// 2 threads, alternated: gate_up 81-85 -> 63-69 us, lm_head 1300-1376 -> 963-1076 us; 9 rows
+// 49 -> 37-46 us and 711 -> 562-650 us; 3 and 5 rows no slower). The K-quants' blocks (1184 and
+// 1680 bytes) keep their 2.
+constexpr int64_t kX8PrefetchBytes = 2560;
+constexpr int64_t x8_prefetch_ahead(int64_t block_bytes) {
+  return (kX8PrefetchBytes / block_bytes > 2 ? kX8PrefetchBytes / block_bytes : 2) * block_bytes;
+}
 template <int N>
 SPECLAB_X8_AVX2 inline void prefetch_block(const uint8_t* p, int64_t bytes) {
   if constexpr (N >= 2)
