@@ -209,30 +209,35 @@ SPECLAB_X8_AVX2 inline __m256i bcast4(const void* p) {
   return _mm256_set1_epi32(v);
 }
 
-// Prefetches the `bytes` bytes at p (one hint per 64-byte line) when the kernel multiplies
-// N >= 2 activation rows: the kernels call it for the block x8_prefetch_ahead(block bytes)
-// bytes ahead of the one they decode. Each block is read front to back (the layout keeps every
-// block's data in reading order: a Q6_K layout that read its low and high bits as two streams
-// 1 KiB apart ran at a third of the memory bandwidth). A one-row pass (decode) is left to the
-// hardware prefetchers alone: its arithmetic per block is short, and the burst of prefetch
-// hints per block (19 for a Q4_K block of 8 rows) cost Qwen2.5-Coder-1.5B decode 8-15%
-// (`speclab bench -m qwen2.5-coder-1.5b-instruct`, alternated runs: 29.4 -> 31.9 tok/s at
-// context 64, 28.4 -> 32.4 at 512; SmolLM2's 160-byte Q4_1 blocks showed no difference beyond
-// the noise), while passes of 3 to 9 rows ran up to 20% slower without the hints.
+// Prefetches the `bytes` bytes at p (one hint per 64-byte line): the kernels call it for the
+// block x8_prefetch_ahead(block bytes) bytes ahead of the one they decode, in passes of N >= 2
+// activation rows and, for the 32-element-block types (kOneRowToo), in one-row passes too.
+// Each block is read front to back (the layout keeps every block's data in reading order: a
+// Q6_K layout that read its low and high bits as two streams 1 KiB apart ran at a third of the
+// memory bandwidth). The K-quants' one-row passes (decode) are left to the hardware
+// prefetchers: their arithmetic per block is short, and the burst of hints per block (19 for a
+// Q4_K block of 8 rows) cost Qwen2.5-Coder-1.5B decode 8-15% (`speclab bench -m
+// qwen2.5-coder-1.5b-instruct`, alternated runs: 29.4 -> 31.9 tok/s at context 64, 28.4 -> 32.4
+// at 512), while passes of 3 to 9 rows ran up to 20% slower without the hints.
 //
 // How far ahead: at least 2 blocks and about 2.5 KiB. Two blocks were 320 bytes for Q4_1, too
 // close to cover the memory latency once a pass's rows make each block take longer: on the
 // Zen 5, SmolLM2's Q4_1 matrices with 17 rows ran 15-22% faster 10-24 blocks ahead (kernel_bench,
 // 2 threads, alternated: gate_up 81-85 -> 63-69 us, lm_head 1300-1376 -> 963-1076 us; 9 rows
 // 49 -> 37-46 us and 711 -> 562-650 us; 3 and 5 rows no slower). The K-quants' blocks (1184 and
-// 1680 bytes) keep their 2.
+// 1680 bytes) keep their 2. At that distance the 32-element types' one-row passes gained too
+// (they had no hints, and 2 blocks ahead had shown no difference): Qwen2.5-Coder-0.5B (Q5_0 and
+// Q8_0 matrices) decoded at 106-125 against 83-100 tok/s at context 64, 101-133 against 94-98 at
+// 512 (`speclab bench -m qwen2.5-coder-0.5b-instruct`, three alternated rounds); SmolLM2's AR
+// steps inside `speclab run` took 2.59-2.64 against 2.72-2.83 ms per token; kernel_bench's
+// one-row Q4_1 lm_head 317-346 against 362-387 us.
 constexpr int64_t kX8PrefetchBytes = 2560;
 constexpr int64_t x8_prefetch_ahead(int64_t block_bytes) {
   return (kX8PrefetchBytes / block_bytes > 2 ? kX8PrefetchBytes / block_bytes : 2) * block_bytes;
 }
-template <int N>
+template <int N, bool kOneRowToo = false>
 SPECLAB_X8_AVX2 inline void prefetch_block(const uint8_t* p, int64_t bytes) {
-  if constexpr (N >= 2)
+  if constexpr (N >= 2 || kOneRowToo)
     for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p + at), _MM_HINT_T0);
 }
 
