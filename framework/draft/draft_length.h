@@ -68,7 +68,14 @@ class DraftLengthPolicy {
   std::vector<bool> seen_;
   double draft_s_ = 0.0;
   bool draft_seen_ = false;
-  double s_ = 1.0, f_ = 1.0;  // prior alpha 0.5, worth two observations
+  // Prior alpha 0.5, worth eight observations. Worth two, a sequence whose first full-length
+  // pass and first probe were rejected read 0.23 and stayed at gamma 0 (the probe wait doubling
+  // with each failed probe) although its acceptance paid at gamma 1: EAGLE's head on MT-bench
+  // ran 56-65% of its steps at gamma 0. Eight keep one unlucky start from deciding a sequence
+  // (`speclab run`, two alternated rounds, 24 MT-bench prompts: EAGLE with schedule cost
+  // 1.08-1.10x -> 1.15-1.18x, prompt lookup 1.22-1.25x -> 1.24-1.28x, layer skip 0.96-0.97x
+  // either way).
+  double s_ = 4.0, f_ = 4.0;
   int idle_ = 0;              // steps since the last one that drafted
   int probe_after_ = kProbeAfter;
 };
