@@ -233,7 +233,7 @@ SPECLAB_X8_AVX2 inline __m256i bcast4(const void* p) {
 // one-row Q4_1 lm_head 317-346 against 362-387 us.
 constexpr int64_t kX8PrefetchBytes = 2560;
 constexpr int64_t x8_prefetch_ahead(int64_t block_bytes) {
-  return (kX8PrefetchBytes / block_bytes > 2 ? kX8PrefetchBytes / block_bytes : 2) * block_bytes;
+  return std::max<int64_t>(2, kX8PrefetchBytes / block_bytes) * block_bytes;
 }
 template <int N, bool kOneRowToo = false>
 SPECLAB_X8_AVX2 inline void prefetch_block(const uint8_t* p, int64_t bytes) {

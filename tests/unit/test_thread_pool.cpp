@@ -28,6 +28,17 @@ std::vector<int> visits(int64_t n, int64_t chunk, int threads) {
   for (auto& s : seen) out.push_back(s.load());
   return out;
 }
+
+// Yields until done() or 10 s have passed; returns done(). The cases below wait for another
+// thread this way, so that a call cannot finish on the caller alone.
+template <class Pred>
+bool wait_until(Pred done) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!done())
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) return false;
+    else std::this_thread::yield();
+  return true;
+}
 }  // namespace
 
 TEST_CASE("parallel_chunks visits every index exactly once", "[core][threads]") {
@@ -129,9 +140,7 @@ TEST_CASE("parallel_chunks: a chunk's exception is rethrown to the caller, from 
                                         thrown.store(true);
                                         throw std::runtime_error("worker failed");
                                       }
-                                      const auto t0 = std::chrono::steady_clock::now();
-                                      while (!thrown.load() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
-                                        std::this_thread::yield();
+                                      wait_until([&] { return thrown.load(); });
                                     }),
                     "worker failed");
   CHECK(thrown.load());
@@ -151,11 +160,7 @@ namespace race {
 std::atomic<int> phase{0};  // 1: job A; 2: a worker parked at index 2; 3: released; 4: B published
 std::thread::id caller;
 bool wait_for(int at_least) {
-  const auto t0 = std::chrono::steady_clock::now();
-  while (phase.load() < at_least)
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) return false;
-    else std::this_thread::yield();
-  return true;
+  return wait_until([=] { return phase.load() >= at_least; });
 }
 void before_count_check(int64_t idx) {
   int one = 1;
@@ -181,9 +186,7 @@ TEST_CASE("parallel_chunks: a worker holding the finished job's ticket cannot cl
   std::atomic<bool> worker_ran{false};
   parallel_chunks(2, 1, 2, [&](int64_t, int64_t) {
     if (std::this_thread::get_id() != race::caller) return worker_ran.store(true);
-    const auto t0 = std::chrono::steady_clock::now();
-    while (!worker_ran.load() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
-      std::this_thread::yield();
+    wait_until([&] { return worker_ran.load(); });
   });
   REQUIRE(worker_ran.load());
   race::Seams seams;
