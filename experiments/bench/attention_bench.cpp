@@ -13,7 +13,8 @@
 // taking the cores (a shared machine), with more threads it also counts the workers' spinning.
 //
 // --kv f16 gives the kernel binary16 copies of the caches (half the bytes; the float32 caches hold
-// the same rounded values, for the old loop).
+// the same rounded values, for the old loop); --kv i8 int8 copies, one scale per token and kv head
+// (attention_cpu.h's quantize_kv_head; the float32 caches hold the dequantized values).
 //
 // --slots sequential lays the paged blocks out in order, as a fresh block manager allocates them
 // to one sequence (framework/kv/block_manager.cpp); the default, shuffled, is a fragmented
@@ -22,7 +23,7 @@
 // row, 2026-11-27: context 512 9.4-9.7 vs 25 us per call; at context 2048 the runs, 63-84 vs 76 us,
 // did not separate from the noise).
 //
-//   attention_bench [--threads N] [--min-seconds S] [--cpu-time 1] [--kv f32|f16] [--slots shuffled|sequential]
+//   attention_bench [--threads N] [--min-seconds S] [--cpu-time 1] [--kv f32|f16|i8] [--slots shuffled|sequential]
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -57,6 +58,7 @@ struct Problem {
   std::vector<float> q;               // [n, H * D]
   std::vector<std::vector<float>> k, v;  // per layer cache: [ctx, KVH * D]
   std::vector<std::vector<uint16_t>> k16, v16;  // the same, rounded to binary16 (--kv f16)
+  std::vector<std::vector<int8_t>> k8, v8;      // the same, quantized per head (--kv i8): [ctx, KVH, D + 4]
   std::vector<int64_t> slots;         // [ctx]
   std::vector<int64_t> limits;        // [n]
   std::vector<float> out;             // [n, H * D]
@@ -97,7 +99,7 @@ void attend_per_head(const Problem& p, const float* k_layer, const float* v_laye
     parallel_chunks(tasks, std::max<int64_t>(1, tasks / (4 * compute_threads())), compute_threads(), attend);
 }
 
-bool g_f16 = false;  // --kv f16: the kernel reads the binary16 caches
+cpu::KvElement g_kv = cpu::KvElement::kFloat32;  // --kv f16 | i8: the kernel reads the binary16 or int8 caches
 bool g_sequential = false;  // --slots sequential: blocks in allocation order (a fresh block manager's)
 
 void attend_kernel(const Problem& p, const float* k_layer, const float* v_layer, float* att) {
@@ -111,9 +113,13 @@ void attend_kernel(const Problem& p, const float* k_layer, const float* v_layer,
   a.n_heads = p.m.H;
   a.n_kv_heads = p.m.KVH;
   a.head_dim = p.m.D;
-  a.k = g_f16 ? static_cast<const void*>(p.k16[layer].data()) : k_layer;
-  a.v = g_f16 ? static_cast<const void*>(p.v16[layer].data()) : v_layer;
-  a.f16 = g_f16;
+  a.k = g_kv == cpu::KvElement::kFloat16 ? static_cast<const void*>(p.k16[layer].data())
+        : g_kv == cpu::KvElement::kInt8  ? static_cast<const void*>(p.k8[layer].data())
+                                         : k_layer;
+  a.v = g_kv == cpu::KvElement::kFloat16 ? static_cast<const void*>(p.v16[layer].data())
+        : g_kv == cpu::KvElement::kInt8  ? static_cast<const void*>(p.v8[layer].data())
+                                         : v_layer;
+  a.kv = g_kv;
   a.slots = p.slots.data();
   a.limits = p.limits.data();
   a.scale = 1.0f / std::sqrt(static_cast<float>(p.m.D));
@@ -122,7 +128,7 @@ void attend_kernel(const Problem& p, const float* k_layer, const float* v_layer,
 }
 
 Problem make_problem(const Model& m, int64_t n, int64_t ctx, std::mt19937& rng) {
-  Problem p{m, n, ctx, {}, {}, {}, {}, {}, {}, {}, {}};
+  Problem p{m, n, ctx, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const int64_t kv = ctx * m.KVH * m.D;
   p.q.resize(static_cast<size_t>(n * m.H * m.D));
@@ -134,7 +140,18 @@ Problem make_problem(const Model& m, int64_t n, int64_t ctx, std::mt19937& rng) 
     p.v.emplace_back(static_cast<size_t>(kv));
     for (float& x : p.k.back()) x = u(rng);
     for (float& x : p.v.back()) x = u(rng);
-    if (g_f16) {  // both loops then read the same (binary16-representable) values
+    if (g_kv == cpu::KvElement::kInt8) {  // the old loop reads the dequantized values
+      for (auto* pair : {&p.k, &p.v}) {
+        std::vector<float>& c = pair->back();
+        std::vector<int8_t> h(static_cast<size_t>(ctx * m.KVH * (m.D + cpu::kKvInt8ScaleBytes)));
+        for (int64_t r = 0; r < ctx * m.KVH; ++r) {
+          cpu::quantize_kv_head(c.data() + r * m.D, m.D, h.data() + r * (m.D + cpu::kKvInt8ScaleBytes));
+          cpu::dequantize_kv_head(h.data() + r * (m.D + cpu::kKvInt8ScaleBytes), m.D, c.data() + r * m.D);
+        }
+        (pair == &p.k ? p.k8 : p.v8).push_back(std::move(h));
+      }
+    }
+    if (g_kv == cpu::KvElement::kFloat16) {  // both loops then read the same (binary16-representable) values
       for (auto* pair : {&p.k, &p.v}) {
         std::vector<float>& c = pair->back();
         std::vector<uint16_t> h(c.size());
@@ -203,8 +220,10 @@ int main(int argc, char** argv) {
       min_seconds = std::atof(argv[i + 1]);
     } else if (flag == "--cpu-time") {
       g_cpu_time = std::atoi(argv[i + 1]) != 0;
-    } else if (flag == "--kv" && (std::string(argv[i + 1]) == "f16" || std::string(argv[i + 1]) == "f32")) {
-      g_f16 = std::string(argv[i + 1]) == "f16";
+    } else if (flag == "--kv" && (std::string(argv[i + 1]) == "f16" || std::string(argv[i + 1]) == "f32" ||
+                                  std::string(argv[i + 1]) == "i8")) {
+      const std::string v = argv[i + 1];
+      g_kv = v == "f16" ? cpu::KvElement::kFloat16 : v == "i8" ? cpu::KvElement::kInt8 : cpu::KvElement::kFloat32;
     } else if (flag == "--model" && (std::string(argv[i + 1]) == "smollm2" || std::string(argv[i + 1]) == "qwen")) {
       only_model = argv[i + 1];
     } else if (flag == "--ctx" && std::atoll(argv[i + 1]) > 0) {
@@ -221,7 +240,7 @@ int main(int argc, char** argv) {
       const std::string v = argv[i + 1];
       set_kernel_isa_cap(v == "scalar" ? KernelIsa::kScalar : v == "avx2" ? KernelIsa::kAvx2 : KernelIsa::kAvx512);
     } else {
-      std::fprintf(stderr, "usage: attention_bench [--threads N] [--min-seconds S] [--cpu-time 0|1] [--kv f32|f16] "
+      std::fprintf(stderr, "usage: attention_bench [--threads N] [--min-seconds S] [--cpu-time 0|1] [--kv f32|f16|i8] "
                            "[--model smollm2|qwen] [--ctx N] [--n N] [--old 0|1] [--isa scalar|avx2|avx512] "
                            "[--slots shuffled|sequential]\n");
       return 2;
@@ -231,7 +250,7 @@ int main(int argc, char** argv) {
   std::printf("attention per call (one layer), %d threads, ISA %s, %s time, kernel over a %s cache, blocks %s; "
               "per-head = the old per-(row, head) loop (float32)\n",
               compute_threads(), kernel_isa_name(kernel_isa()), g_cpu_time ? "process CPU" : "wall",
-              g_f16 ? "float16" : "float32", g_sequential ? "in order" : "shuffled");
+              g_kv == cpu::KvElement::kFloat16 ? "float16" : g_kv == cpu::KvElement::kInt8 ? "int8" : "float32", g_sequential ? "in order" : "shuffled");
   std::printf("%-13s %6s %3s %12s %12s %8s %14s %14s\n", "model", "ctx", "n", "per-head us", "kernel us", "speedup",
               "kernel n/n=1", "kernel ms/step");
   std::mt19937 rng(1);

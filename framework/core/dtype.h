@@ -19,4 +19,14 @@ inline at::ScalarType dtype_from_name(const std::string& name) {
   throw Error(ErrorKind::kConfig, "expected float32, bfloat16 or float16, found '" + name + "'", "model", "dtype");
 }
 
+// The K/V storage's scalar type for KvGeometry::dtype: dtype_from_name's, and int8 (at::kChar,
+// the quantized cache of kv_geometry.h) besides; anything else throws Error(kConfig) naming
+// model.kv_dtype.
+inline at::ScalarType kv_dtype_from_name(const std::string& name) {
+  if (name == "int8") return at::kChar;
+  if (name == "float32" || name == "bfloat16" || name == "float16") return dtype_from_name(name);
+  throw Error(ErrorKind::kConfig, "expected float32, bfloat16, float16 or int8, found '" + name + "'", "model",
+              "kv_dtype");
+}
+
 }  // namespace speclab

@@ -18,8 +18,8 @@ void ModelSource::validate() const {
   if (dtype != "auto" && dtype != "float32" && dtype != "bfloat16" && dtype != "float16")
     throw Error(ErrorKind::kConfig, "expected auto, float32, bfloat16 or float16, found '" + dtype + "'", "model",
                 "dtype");
-  if (kv_dtype != "auto" && kv_dtype != "float32" && kv_dtype != "float16")
-    throw Error(ErrorKind::kConfig, "expected auto, float32 or float16, found '" + kv_dtype + "'", "model",
+  if (kv_dtype != "auto" && kv_dtype != "float32" && kv_dtype != "float16" && kv_dtype != "int8")
+    throw Error(ErrorKind::kConfig, "expected auto, float32, float16 or int8, found '" + kv_dtype + "'", "model",
                 "kv_dtype");
 }
 

@@ -26,8 +26,9 @@ struct ModelSource {
   // them, as `weights` says; on CUDA: bfloat16), or "float32", "bfloat16", "float16", to which
   // quantized weights are dequantized at load (on the CPU this runs the libtorch-op backend).
   std::string dtype = "auto";
-  // The dtype of the K/V cache: "auto", "float32" or "float16". float16 halves the bytes attention
-  // reads per token; auto is float16 for quantized GGUF weights on the native CPU path (as
+  // The dtype of the K/V cache: "auto", "float32", "float16" or "int8". float16 halves the bytes
+  // attention reads per token, and int8 (CPU only: int8 values with one float32 scale per token
+  // and kv head, KvGeometry) takes head_dim + 4 bytes per head instead of 2 head_dim; auto is float16 for quantized GGUF weights on the native CPU path (as
   // llama.cpp's default cache) and the model's dtype otherwise. On CUDA the cache always holds the
   // model's dtype.
   std::string kv_dtype = "auto";

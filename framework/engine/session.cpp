@@ -15,7 +15,7 @@ KvOptions kv_options_for(const ModelConfig& config, int64_t tokens, int32_t bloc
   o.block_size = block_size;
   const int64_t blocks = (tokens + block_size - 1) / block_size + 1;
   o.budget_bytes = blocks * kv_bytes_per_block(config.num_hidden_layers, config.num_key_value_heads,
-                                               config.head_dim, block_size,
+                                               config.kv_geometry().stored_head_dim(), block_size,
                                                static_cast<int64_t>(config.kv_geometry().element_bytes()));
   return o;
 }

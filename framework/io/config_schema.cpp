@@ -92,7 +92,7 @@ const Table<ModelSource>& source_table() {
       field("activations", {}, &S::activations, one_of({"auto", "f32", "int8"})),
       field("device", {}, &S::device),
       field("dtype", {}, &S::dtype, one_of({"auto", "float32", "bfloat16", "float16"})),
-      field("kv_dtype", {}, &S::kv_dtype, one_of({"auto", "float32", "float16"})),
+      field("kv_dtype", {}, &S::kv_dtype, one_of({"auto", "float32", "float16", "int8"})),
   });
   return t;
 }

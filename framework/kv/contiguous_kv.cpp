@@ -7,7 +7,7 @@ namespace speclab {
 
 ContiguousKv::ContiguousKv(const KvGeometry& g, int64_t capacity) : capacity_(capacity) {
   SPECLAB_CHECK(capacity > 0, "capacity must be positive");
-  k_ = at::zeros({g.n_layers, capacity, g.n_kv_heads, g.head_dim}, kv_storage_options(g));
+  k_ = at::zeros(kv_storage_shape(g, capacity), kv_storage_options(g));
   v_ = at::zeros_like(k_);
 }
 

@@ -19,7 +19,7 @@ KvCacheManager::KvCacheManager(const KvOptions& options)
 PoolId KvCacheManager::add_pool(const KvGeometry& g) {
   BlockPoolOptions po;
   po.block_size = options_.block_size;
-  po.bytes_per_block = kv_bytes_per_block(g.n_layers, g.n_kv_heads, g.head_dim, po.block_size,
+  po.bytes_per_block = kv_bytes_per_block(g.n_layers, g.n_kv_heads, g.stored_head_dim(), po.block_size,
                                          static_cast<int64_t>(g.element_bytes()));
   const int64_t max_blocks = options_.budget_bytes / po.bytes_per_block;
   if (max_blocks < 1)
@@ -33,7 +33,7 @@ PoolId KvCacheManager::add_pool(const KvGeometry& g) {
   c10::InferenceMode guard(false);
   Storage s;
   const int64_t slots = static_cast<int64_t>(po.n_blocks) * po.block_size;
-  s.k = at::empty({g.n_layers, slots, g.n_kv_heads, g.head_dim}, kv_storage_options(g));
+  s.k = at::empty(kv_storage_shape(g, slots), kv_storage_options(g));
   s.v = at::empty_like(s.k);
   storage_.push_back(std::move(s));
   return id;

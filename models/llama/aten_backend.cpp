@@ -20,6 +20,7 @@
 #include <string>
 
 #include "framework/core/error.h"
+#include "models/llama/attention_cpu.h"
 #include "models/llama/gemv.h"
 #include "models/llama/layer_loop.h"
 #include "models/llama/llama_model.h"
@@ -181,10 +182,31 @@ class AtenOps {
     // Padding rows repeat the last real row's token, position and slot: they write the same bits.
     // A cache in another dtype than the activations (kv_dtype) takes them rounded to its own.
     const at::ScalarType kv_type = kv_.k_cache.scalar_type();
+    if (kv_type == at::kChar) {  // int8 heads with their scales (attention_cpu.h's quantize_kv_head)
+      kv_.k_cache.select(0, layer).index_copy_(0, write_slots_, quantize_heads(qkv.narrow(1, q_dim, kv_dim), n, KVH, D));
+      kv_.v_cache.select(0, layer).index_copy_(0, write_slots_,
+                                               quantize_heads(qkv.narrow(1, q_dim + kv_dim, kv_dim), n, KVH, D));
+      return;
+    }
     kv_.k_cache.select(0, layer).index_copy_(0, write_slots_,
                                              qkv.narrow(1, q_dim, kv_dim).reshape({n, KVH, D}).to(kv_type));
     kv_.v_cache.select(0, layer).index_copy_(0, write_slots_,
                                              qkv.narrow(1, q_dim + kv_dim, kv_dim).reshape({n, KVH, D}).to(kv_type));
+  }
+
+  // x: [n, KVH * D] -> [n, KVH, D + 4] int8: each head's values and scale (quantize_kv_head).
+  static at::Tensor quantize_heads(const at::Tensor& x, int64_t n, int64_t KVH, int64_t D) {
+    const at::Tensor xf = x.to(at::kFloat).contiguous();
+    at::Tensor out = at::empty({n, KVH, D + cpu::kKvInt8ScaleBytes}, at::kChar);
+    for (int64_t r = 0; r < n * KVH; ++r)
+      cpu::quantize_kv_head(xf.data_ptr<float>() + r * D, D, out.data_ptr<int8_t>() + r * (D + cpu::kKvInt8ScaleBytes));
+    return out;
+  }
+
+  // store: [ctx, KVH, D + 4] int8 heads -> [ctx, KVH, D] float32, q * s.
+  static at::Tensor dequantize_heads(const at::Tensor& store, int64_t D) {
+    const at::Tensor scales = store.narrow(2, D, cpu::kKvInt8ScaleBytes).contiguous().view(at::kFloat);  // [ctx, KVH, 1]
+    return store.narrow(2, 0, D).to(at::kFloat).mul_(scales);
   }
 
   Rows attention(int64_t layer, const Rows& qkv) {
@@ -205,10 +227,10 @@ class AtenOps {
       return out;
     }
 #endif
-    at::Tensor keys = (kv_.read_base >= 0 ? k_store.narrow(0, kv_.read_base, ctx) : k_store.index_select(0, read_slots_))
-                          .to(at::kFloat);
-    at::Tensor vals = (kv_.read_base >= 0 ? v_store.narrow(0, kv_.read_base, ctx) : v_store.index_select(0, read_slots_))
-                          .to(at::kFloat);
+    at::Tensor keys = kv_.read_base >= 0 ? k_store.narrow(0, kv_.read_base, ctx) : k_store.index_select(0, read_slots_);
+    at::Tensor vals = kv_.read_base >= 0 ? v_store.narrow(0, kv_.read_base, ctx) : v_store.index_select(0, read_slots_);
+    keys = keys.scalar_type() == at::kChar ? dequantize_heads(keys, D) : keys.to(at::kFloat);  // [ctx, KVH, D]
+    vals = vals.scalar_type() == at::kChar ? dequantize_heads(vals, D) : vals.to(at::kFloat);
     // Group the G query heads that share a kv head: rows ordered (g, i).
     at::Tensor qg = q.to(at::kFloat).view({n, KVH, G, D}).permute({1, 2, 0, 3}).reshape({KVH, G * n, D});  // [KVH, G*n, D]
     at::Tensor scores = at::bmm(qg, keys.permute({1, 2, 0}));  // [KVH, G*n, ctx]

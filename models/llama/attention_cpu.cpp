@@ -52,11 +52,12 @@ struct QueryByQuery {
 };
 
 struct ScalarOps : QueryByQuery<ScalarOps> {
-  static void scores(const float* q, const float* const* krow, int64_t nk, int64_t D, float scale, float* s) {
+  static void scores(const float* q, const float* const* krow, int64_t nk, int64_t D, float scale, const float* mul,
+                     float* s) {
     for (int64_t j = 0; j < nk; ++j) {
       float acc = 0.f;
       for (int64_t d = 0; d < D; ++d) acc += q[d] * krow[j][d];
-      s[j] = acc * scale;
+      s[j] = acc * (mul ? mul[j] : scale);
     }
   }
   static float tile_max(const float* s, int64_t nk) {
@@ -82,17 +83,17 @@ struct ScalarOps : QueryByQuery<ScalarOps> {
   // after the other.
   template <int Q, class E>
   static void scores_q(const float* const* q, const E* const* krow, int64_t nk, int64_t D, float scale,
-                       float* const* s) {
-    static_assert(std::is_same_v<E, float>, "the scalar flavour reads float32 tiles (kReadsF16 is false)");
-    for (int i = 0; i < Q; ++i) scores(q[i], krow, nk, D, scale, s[i]);
+                       const float* mul, float* const* s) {
+    static_assert(std::is_same_v<E, float>, "the scalar flavour reads float32 tiles (kReadsRaw is false)");
+    for (int i = 0; i < Q; ++i) scores(q[i], krow, nk, D, scale, mul, s[i]);
   }
   template <int Q, class E>
   static void values_q(const float* const* p, const E* const* vrow, int64_t nk, int64_t D, const float* alpha,
                        float* const* acc) {
-    static_assert(std::is_same_v<E, float>, "the scalar flavour reads float32 tiles (kReadsF16 is false)");
+    static_assert(std::is_same_v<E, float>, "the scalar flavour reads float32 tiles (kReadsRaw is false)");
     for (int i = 0; i < Q; ++i) values(p[i], vrow, nk, D, alpha[i], acc[i]);
   }
-  static constexpr bool kReadsF16 = false;  // a float16 cache is widened into float32 tiles first
+  static constexpr bool kReadsRaw = false;  // a float16 or int8 cache is widened into float32 tiles first
 };
 
 
@@ -105,10 +106,17 @@ __attribute__((target("avx2,fma"))) inline __m256 hsum8x8(__m256 a0, __m256 a1, 
 }
 
 // 8 (AVX2) or 16 (AVX-512) cache elements as float32: float32 rows loaded as they are, binary16
-// rows widened as they are loaded (exact, so both give the same bits for the same values).
+// rows widened as they are loaded (exact, so both give the same bits for the same values), int8
+// rows as their integers (exact; the head's scale is applied to the score or the weight).
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 ld8(const float* p) { return _mm256_loadu_ps(p); }
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 ld8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 ld8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,f16c"), always_inline)) inline __m512 ld16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,f16c"), always_inline)) inline __m512 ld16(const float* p) {
   return _mm512_loadu_ps(p);
@@ -212,7 +220,8 @@ struct Avx2Ops : QueryByQuery<Avx2Ops> {
   // bit-identical to scores() query by query.
   template <int Q, class E>
   __attribute__((target("avx2,fma,f16c"))) static void scores_q(const float* const* q, const E* const* krow,
-                                                                int64_t nk, int64_t D, float scale, float* const* s) {
+                                                                int64_t nk, int64_t D, float scale, const float* mul,
+                                                                float* const* s) {
     const __m128 sc = _mm_set1_ps(scale);
     for (int64_t j = 0; j < nk; j += 8)
       for (int64_t half = 0; half < 8; half += 4) {
@@ -232,7 +241,7 @@ struct Avx2Ops : QueryByQuery<Avx2Ops> {
         for (int i = 0; i < Q; ++i) {
           const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(acc[i][0], acc[i][1]), _mm256_hadd_ps(acc[i][2], acc[i][3]));
           const __m128 r = _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
-          _mm_storeu_ps(s[i] + j + half, _mm_mul_ps(r, sc));
+          _mm_storeu_ps(s[i] + j + half, _mm_mul_ps(r, mul ? _mm_loadu_ps(mul + j + half) : sc));
         }
       }
   }
@@ -273,7 +282,7 @@ struct Avx2Ops : QueryByQuery<Avx2Ops> {
     for (; off + 32 <= D; off += 32) values_q_block<Q, 4>(p, vrow, nk, off, alpha, acc);
     for (; off < D; off += 8) values_q_block<Q, 1>(p, vrow, nk, off, alpha, acc);
   }
-  static constexpr bool kReadsF16 = true;
+  static constexpr bool kReadsRaw = true;  // reads float16 and int8 tiles as stored
 };
 
 // AVX-512 flavour (16-lane registers; needs D % 16 == 0): half the FMAs of Avx2Ops per score
@@ -304,7 +313,7 @@ struct Avx512Ops {
   // Q <= 3 queries of one kv head: 8 keys x Q queries accumulators, each K vector loaded once.
   template <int Q, class E>
   SPECLAB_A512 static void scores_q(const float* const* q, const E* const* krow, int64_t nk, int64_t D,
-                                    float scale, float* const* s) {
+                                    float scale, const float* mul, float* const* s) {
     const __m256 sc = _mm256_set1_ps(scale);
     for (int64_t j = 0; j < nk; j += 8) {
       const E* k[8];
@@ -320,7 +329,8 @@ struct Avx512Ops {
           for (int i = 0; i < Q; ++i) acc[i][t] = _mm512_fmadd_ps(qv[i], kv, acc[i][t]);
         }
       }
-      for (int i = 0; i < Q; ++i) _mm256_storeu_ps(s[i] + j, _mm256_mul_ps(hsum16x8(acc[i]), sc));
+      const __m256 m = mul ? _mm256_loadu_ps(mul + j) : sc;
+      for (int i = 0; i < Q; ++i) _mm256_storeu_ps(s[i] + j, _mm256_mul_ps(hsum16x8(acc[i]), m));
     }
   }
 
@@ -392,7 +402,7 @@ struct Avx512Ops {
     for (; off + 64 <= D; off += 64) values_q_block<Q, 4>(p, vrow, nk, off, alpha, acc);
     for (; off < D; off += 16) values_q_block<Q, 1>(p, vrow, nk, off, alpha, acc);
   }
-  static constexpr bool kReadsF16 = true;
+  static constexpr bool kReadsRaw = true;  // reads float16 and int8 tiles as stored
 };
 #undef SPECLAB_A512
 
@@ -404,10 +414,12 @@ inline int64_t partial_stride(int64_t D) { return D + 2; }
 
 // The online-softmax update of one tile for Q query heads h..h+Q-1 of row i (one kv head): each
 // query's scores, max, rescale factor, exps and weighted values, as a function of its own data
-// only. st = [m, l, acc[D]] per query (partial_stride); s: [Q, kTile] scratch.
+// only. st = [m, l, acc[D]] per query (partial_stride); s: [Q, kTile] scratch. kmul, vmul (int8
+// tiles; else null): per key, the factor of its score (its K scale times a.scale) and of its
+// softmax weight in the values (its V scale); the sum l takes the weights before vmul.
 template <class Ops, int Q, class E>
 void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const E* const* krow, const E* const* vrow,
-                  int64_t nk, float* part, float* s) {
+                  const float* kmul, const float* vmul, int64_t nk, float* part, float* s) {
   const int64_t D = a.head_dim, H = a.n_heads, ps = partial_stride(D);
   const float* q[Q];
   float* st[Q];
@@ -420,7 +432,7 @@ void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const E* const* 
     sq[k] = s + k * kTile;
     acc[k] = st[k] + 2;
   }
-  Ops::template scores_q<Q, E>(q, krow, nk, D, a.scale, sq);
+  Ops::template scores_q<Q, E>(q, krow, nk, D, a.scale, kmul, sq);
   float tmax[Q], tsum[Q];
   Ops::template max_q<Q>(sq, nk, tmax);
   for (int k = 0; k < Q; ++k) {
@@ -432,24 +444,39 @@ void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const E* const* 
   }
   Ops::template exps_q<Q>(sq, nk, m_new, tsum);
   for (int k = 0; k < Q; ++k) st[k][1] = st[k][1] * alpha[k] + tsum[k];
+  if (vmul)
+    for (int k = 0; k < Q; ++k)
+      for (int64_t j = 0; j < nk; ++j) sq[k][j] *= vmul[j];
   Ops::template values_q<Q, E>(sq, vrow, nk, D, alpha, acc);
   for (int k = 0; k < Q; ++k) st[k][0] = m_new[k];
 }
 
 // The queries of rows [r0, r1) and kv heads [g0, g1) over one tile: nk_all keys from key t0,
-// whose K and V rows are kb, vb: [nk_all, kv_dim] of element type E (float32, or binary16 that
-// the kernels widen as they load), kv heads [g0, g1) at their own column offsets.
+// whose K and V rows are kb, vb: [nk_all, n_kv_heads, hs] elements of type E (float32; binary16
+// that the kernels widen as they load, hs = D; int8 values with their head's float32 scale in
+// the 4 bytes after them, hs = D + 4), kv heads [g0, g1) at their own offsets.
 template <class Ops, class E>
 void attend_tile(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, int64_t t0,
-                 int64_t nk_all, const E* kb, const E* vb, float* part, float* s) {
-  const int64_t D = a.head_dim, G = a.n_heads / a.n_kv_heads, kv_dim = a.n_kv_heads * D;
+                 int64_t nk_all, const E* kb, const E* vb, int64_t hs, float* part, float* s) {
+  constexpr bool kQ8 = std::is_same_v<E, int8_t>;
+  const int64_t D = a.head_dim, G = a.n_heads / a.n_kv_heads, row = a.n_kv_heads * hs;
   const E* krow[kTile];
   const E* vrow[kTile];
+  float kmul[kTile] = {}, vmul[kTile] = {};  // int8: zero past nk_all (scores there are discarded)
   for (int64_t g = g0; g < g1; ++g) {
     for (int64_t j = 0; j < nk_all; ++j) {
-      krow[j] = kb + j * kv_dim + g * D;
-      vrow[j] = vb + j * kv_dim + g * D;
+      krow[j] = kb + j * row + g * hs;
+      vrow[j] = vb + j * row + g * hs;
+      if constexpr (kQ8) {
+        float ks, vs;
+        std::memcpy(&ks, krow[j] + D, sizeof(float));
+        std::memcpy(&vs, vrow[j] + D, sizeof(float));
+        kmul[j] = ks * a.scale;
+        vmul[j] = vs;
+      }
     }
+    const float* km = kQ8 ? kmul : nullptr;
+    const float* vm = kQ8 ? vmul : nullptr;
     for (int64_t i = r0; i < r1; ++i) {
       const int64_t nk = std::min(nk_all, a.limits[i] - t0);
       if (nk <= 0) continue;
@@ -457,11 +484,11 @@ void attend_tile(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int
       for (int64_t h = g * G; h < (g + 1) * G; h += 3) {
         const int64_t q_n = std::min<int64_t>(3, (g + 1) * G - h);
         if (q_n == 3)
-          tile_queries<Ops, 3>(a, i, h, krow, vrow, nk, part, s);
+          tile_queries<Ops, 3>(a, i, h, krow, vrow, km, vm, nk, part, s);
         else if (q_n == 2)
-          tile_queries<Ops, 2>(a, i, h, krow, vrow, nk, part, s);
+          tile_queries<Ops, 2>(a, i, h, krow, vrow, km, vm, nk, part, s);
         else
-          tile_queries<Ops, 1>(a, i, h, krow, vrow, nk, part, s);
+          tile_queries<Ops, 1>(a, i, h, krow, vrow, km, vm, nk, part, s);
       }
     }
   }
@@ -487,58 +514,83 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
     }
   float s[3 * kTile];
   // The tile's K and V cache rows (kv heads [g0, g1) of each slot, contiguous), copied into
-  // [kTile, kv_dim] buffers at their own offsets: the copy reads each slot's row front to back,
+  // [kTile, row] buffers at their own offsets: the copy reads each slot's row front to back,
   // which the hardware prefetchers follow, and the kernels then read L1/L2. Read in place, one kv
   // head's D of every kv_dim floats at a time, the rows streamed at a third of the memory
   // bandwidth (decode at context 2048); attend_rows() therefore splits by kv head only when a
   // call has too few (split, row block) items to keep the threads busy (short contexts).
-  // A float16 cache is copied as it is when the kernels widen as they load (the SIMD flavours):
-  // widening while copying stored twice the bytes, and the two float32 tiles (48 KiB for
-  // SmolLM2) overflowed a 32-48 KiB L1, which made the copy half of a decode step's attention
-  // at context 2048 (perf). Both give the same bits. Whole rows of consecutive slots (a paged
-  // block's) go in one memcpy: one call per row cost more than the bytes it moved (a SmolLM2
-  // decode step's attention at context 512 took 30% less time with one call per run).
-  const bool raw16 = a.f16 && Ops::kReadsF16;
-  const size_t elems = static_cast<size_t>(kTile * kv_dim);
-  thread_local std::vector<float> kbuf, vbuf;
-  thread_local std::vector<uint16_t> kbuf16, vbuf16;
-  if (raw16 && kbuf16.size() < elems) {
-    kbuf16.resize(elems);
-    vbuf16.resize(elems);
-  } else if (!raw16 && kbuf.size() < elems) {
-    kbuf.resize(elems);
-    vbuf.resize(elems);
+  // A float16 or int8 cache is copied as it is when the kernels widen as they load (the SIMD
+  // flavours): widening while copying stored twice the bytes, and the two float32 tiles (48 KiB
+  // for SmolLM2) overflowed a 32-48 KiB L1, which made the copy half of a decode step's attention
+  // at context 2048 (perf). Both give the same bits for float16. Whole rows of consecutive slots
+  // (a paged block's) go in one memcpy: one call per row cost more than the bytes it moved (a
+  // SmolLM2 decode step's attention at context 512 took 30% less time with one call per run).
+  // The next tile's rows are prefetched while this tile's arithmetic runs.
+  const bool q8 = a.kv == KvElement::kInt8, f16 = a.kv == KvElement::kFloat16;
+  const int64_t hs = q8 ? D + kKvInt8ScaleBytes : D;  // stored elements per kv head
+  const int64_t row = a.n_kv_heads * hs, es = q8 ? 1 : f16 ? 2 : 4;
+  const bool raw = !q8 && !f16 ? true : Ops::kReadsRaw;  // tiles hold the stored bytes (float32: always)
+  const size_t tile_bytes = static_cast<size_t>(kTile * (raw ? row * es : kv_dim * 4));
+  thread_local std::vector<float> kbuf, vbuf;  // float-aligned; raw tiles use them as bytes
+  if (kbuf.size() * sizeof(float) < tile_bytes) {
+    kbuf.resize((tile_bytes + 3) / 4);
+    vbuf.resize((tile_bytes + 3) / 4);
   }
-  const int64_t c0 = g0 * D, cn = (g1 - g0) * D;  // the copied columns of a slot's row
+  char* const kt = reinterpret_cast<char*>(kbuf.data());
+  char* const vt = reinterpret_cast<char*>(vbuf.data());
+  const char* const kc = static_cast<const char*>(a.k);
+  const char* const vc = static_cast<const char*>(a.v);
+  const int64_t c0 = g0 * hs, cn = (g1 - g0) * hs;  // the copied elements of a slot's row
   for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
     const int64_t nk_all = std::min(kTile, j1 - t0);
     // Slots in a run of consecutive slots (a paged block's) are copied as one range when whole
-    // rows are copied (cn == kv_dim): one memcpy per run instead of one per row.
+    // rows are copied (cn == row): one memcpy per run instead of one per row.
     for (int64_t j = 0; j < nk_all;) {
       const int64_t slot = slot_of(a, t0 + j);
       int64_t run = 1;
-      if (cn == kv_dim)
+      if (cn == row)
         while (j + run < nk_all && slot_of(a, t0 + j + run) == slot + run) ++run;
-      const int64_t off = slot * kv_dim + c0, at = j * kv_dim + c0, len = (run - 1) * kv_dim + cn;
-      if (raw16) {
-        std::memcpy(kbuf16.data() + at, static_cast<const uint16_t*>(a.k) + off, static_cast<size_t>(len) * 2);
-        std::memcpy(vbuf16.data() + at, static_cast<const uint16_t*>(a.v) + off, static_cast<size_t>(len) * 2);
-      } else if (a.f16) {  // widened while copied (exact)
-        load_f16(static_cast<const uint16_t*>(a.k) + off, kbuf.data() + at, len);
-        load_f16(static_cast<const uint16_t*>(a.v) + off, vbuf.data() + at, len);
-      } else {
-        std::memcpy(kbuf.data() + at, static_cast<const float*>(a.k) + off, static_cast<size_t>(len) * sizeof(float));
-        std::memcpy(vbuf.data() + at, static_cast<const float*>(a.v) + off, static_cast<size_t>(len) * sizeof(float));
+      const int64_t off = slot * row + c0, len = (run - 1) * row + cn;
+      if (raw) {
+        const int64_t at = (j * row + c0) * es;
+        std::memcpy(kt + at, kc + off * es, static_cast<size_t>(len * es));
+        std::memcpy(vt + at, vc + off * es, static_cast<size_t>(len * es));
+      } else if (f16) {  // widened while copied (exact)
+        load_f16(reinterpret_cast<const uint16_t*>(kc) + off, kbuf.data() + j * kv_dim + c0, len);
+        load_f16(reinterpret_cast<const uint16_t*>(vc) + off, vbuf.data() + j * kv_dim + c0, len);
+      } else {  // int8, dequantized while copied (the scalar flavour)
+        for (int64_t r = 0; r < run; ++r)
+          for (int64_t g = g0; g < g1; ++g) {
+            const int64_t src = (slot + r) * row + g * hs, dst = (j + r) * kv_dim + g * D;
+            dequantize_kv_head(reinterpret_cast<const int8_t*>(kc) + src, D, kbuf.data() + dst);
+            dequantize_kv_head(reinterpret_cast<const int8_t*>(vc) + src, D, vbuf.data() + dst);
+          }
       }
       j += run;
     }
-    if constexpr (Ops::kReadsF16) {
-      if (raw16) {
-        attend_tile<Ops, uint16_t>(a, r0, r1, g0, g1, t0, nk_all, kbuf16.data(), vbuf16.data(), part, s);
+    if (t0 + kTile < j1) {
+      const int64_t nk_next = std::min(kTile, j1 - t0 - kTile);
+      for (int64_t j = 0; j < nk_next; ++j) {
+        const int64_t off = (slot_of(a, t0 + kTile + j) * row + c0) * es;
+        for (int64_t b = 0; b < cn * es; b += 64) {
+          _mm_prefetch(kc + off + b, _MM_HINT_T0);
+          _mm_prefetch(vc + off + b, _MM_HINT_T0);
+        }
+      }
+    }
+    if constexpr (Ops::kReadsRaw) {
+      if (q8) {
+        attend_tile<Ops, int8_t>(a, r0, r1, g0, g1, t0, nk_all, reinterpret_cast<const int8_t*>(kt),
+                                 reinterpret_cast<const int8_t*>(vt), hs, part, s);
+        continue;
+      }
+      if (f16) {
+        attend_tile<Ops, uint16_t>(a, r0, r1, g0, g1, t0, nk_all, reinterpret_cast<const uint16_t*>(kt),
+                                   reinterpret_cast<const uint16_t*>(vt), D, part, s);
         continue;
       }
     }
-    attend_tile<Ops, float>(a, r0, r1, g0, g1, t0, nk_all, kbuf.data(), vbuf.data(), part, s);
+    attend_tile<Ops, float>(a, r0, r1, g0, g1, t0, nk_all, kbuf.data(), vbuf.data(), D, part, s);
   }
 }
 
@@ -609,6 +661,23 @@ void check_args(const AttentionArgs& a) {
 }
 
 }  // namespace
+
+void quantize_kv_head(const float* x, int64_t D, int8_t* out) {
+  float amax = 0.f;
+  for (int64_t d = 0; d < D; ++d) amax = std::max(amax, std::fabs(x[d]));
+  const float scale = amax / 127.f, inv = amax > 0.f ? 127.f / amax : 0.f;
+  for (int64_t d = 0; d < D; ++d) {
+    const float r = std::nearbyint(x[d] * inv);
+    out[d] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, r)));
+  }
+  std::memcpy(out + D, &scale, sizeof(float));
+}
+
+void dequantize_kv_head(const int8_t* in, int64_t D, float* x) {
+  float scale;
+  std::memcpy(&scale, in + D, sizeof(float));
+  for (int64_t d = 0; d < D; ++d) x[d] = static_cast<float>(in[d]) * scale;
+}
 
 void attend_rows(const AttentionArgs& a) {
   check_args(a);

@@ -34,8 +34,11 @@ class CpuOps {
          int64_t n, const KvView& kv)
       : c_(c), w_(w), act_(act), tokens_(tokens), positions_(positions), write_slots_(write_slots),
         read_slots_(read_slots), read_base_(kv.read_base), n_(n), ctx_(kv.ctx_len),
-        kv_dim_(c.num_key_value_heads * c.head_dim), layer_stride_(kv.k_cache.size(1) * kv_dim_),
-        kv_f16_(kv.k_cache.scalar_type() == at::kHalf), k_base_(kv.k_cache.data_ptr()), v_base_(kv.v_cache.data_ptr()) {
+        kv_dim_(c.num_key_value_heads * c.head_dim), n_slots_(kv.k_cache.size(1)), layer_stride_(kv.k_cache.size(1) * c.num_key_value_heads * kv.k_cache.size(3)),
+        kv_elem_(kv.k_cache.scalar_type() == at::kHalf   ? cpu::KvElement::kFloat16
+                 : kv.k_cache.scalar_type() == at::kChar ? cpu::KvElement::kInt8
+                                                         : cpu::KvElement::kFloat32),
+        k_base_(kv.k_cache.data_ptr()), v_base_(kv.v_cache.data_ptr()) {
     const int64_t q_dim = c.num_attention_heads * c.head_dim;
     // One layer's temporaries: two norms, qkv, attention, output projection, gate/up, SwiGLU, down.
     limits_.resize(static_cast<size_t>(n));
@@ -82,10 +85,16 @@ class CpuOps {
       const float* cs = cos_tab + positions_[i] * half;
       const float* sn = sin_tab + positions_[i] * half;
       for (int64_t hh = 0; hh < H + KVH; ++hh) cpu::rope_head(row + hh * D, cs, sn, D);  // q heads, then k heads
-      const int64_t at = layer * layer_stride_ + write_slots_[i] * kv_dim_;  // element offset in the cache
-      if (kv_f16_) {
+      const int64_t at = layer * layer_stride_ + write_slots_[i] * (layer_stride_ / n_slots_);  // element offset
+      if (kv_elem_ == cpu::KvElement::kFloat16) {
         cpu::store_f16(row + q_dim, static_cast<uint16_t*>(k_base_) + at, kv_dim_);
         cpu::store_f16(row + q_dim + kv_dim_, static_cast<uint16_t*>(v_base_) + at, kv_dim_);
+      } else if (kv_elem_ == cpu::KvElement::kInt8) {  // per kv head: D int8 values and the scale
+        const int64_t hs = D + cpu::kKvInt8ScaleBytes;
+        for (int64_t g = 0; g < KVH; ++g) {
+          cpu::quantize_kv_head(row + q_dim + g * D, D, static_cast<int8_t*>(k_base_) + at + g * hs);
+          cpu::quantize_kv_head(row + q_dim + kv_dim_ + g * D, D, static_cast<int8_t*>(v_base_) + at + g * hs);
+        }
       } else {
         std::copy(row + q_dim, row + q_dim + kv_dim_, static_cast<float*>(k_base_) + at);
         std::copy(row + q_dim + kv_dim_, row + q_dim + 2 * kv_dim_, static_cast<float*>(v_base_) + at);
@@ -105,10 +114,12 @@ class CpuOps {
     a.n_heads = H;
     a.n_kv_heads = c_.num_key_value_heads;
     a.head_dim = D;
-    const int64_t layer_bytes = layer * layer_stride_ * (kv_f16_ ? 2 : 4);
+    const int64_t layer_bytes =
+        layer * layer_stride_ *
+        (kv_elem_ == cpu::KvElement::kFloat32 ? 4 : kv_elem_ == cpu::KvElement::kFloat16 ? 2 : 1);
     a.k = static_cast<const char*>(k_base_) + layer_bytes;
     a.v = static_cast<const char*>(v_base_) + layer_bytes;
-    a.f16 = kv_f16_;
+    a.kv = kv_elem_;
     a.slots = read_slots_;
     a.slot_base = read_base_;
     a.limits = limits_.data();
@@ -166,8 +177,8 @@ class CpuOps {
   const LlamaWeights& w_;
   const Activations act_;
   const int64_t *tokens_, *positions_, *write_slots_, *read_slots_;
-  const int64_t read_base_, n_, ctx_, kv_dim_, layer_stride_;
-  const bool kv_f16_;       // the cache holds binary16 (else float32)
+  const int64_t read_base_, n_, ctx_, kv_dim_, n_slots_, layer_stride_;  // layer_stride_: stored elements per layer
+  const cpu::KvElement kv_elem_;  // what the cache holds (float32, binary16, or int8 heads with scales)
   void *k_base_, *v_base_;
   std::vector<int64_t> limits_;  // [n] keys each row attends (causal_limits)
   std::vector<float> residual_;  // [n, hidden], the residual stream
@@ -180,7 +191,8 @@ class CpuOps {
 bool LlamaModel::can_run_cpu(const KvView& kv) const {
   auto ok = [](const at::Tensor& t) { return t.defined() && t.device().is_cpu() && t.is_contiguous(); };
   return placement_.device.is_cpu() && placement_.dtype == at::kFloat && ok(kv.k_cache) && ok(kv.v_cache) &&
-         (kv.k_cache.scalar_type() == at::kFloat || kv.k_cache.scalar_type() == at::kHalf) &&
+         (kv.k_cache.scalar_type() == at::kFloat || kv.k_cache.scalar_type() == at::kHalf ||
+          kv.k_cache.scalar_type() == at::kChar) &&
          kv.v_cache.scalar_type() == kv.k_cache.scalar_type() && w_.final_norm.device().is_cpu() &&
          (w_.embed.is_packed() || w_.embed.f32.device().is_cpu());
 }

@@ -43,6 +43,7 @@ const char* dtype_name(at::ScalarType t) {
   switch (t) {
     case at::kBFloat16: return "bfloat16";
     case at::kHalf: return "float16";
+    case at::kChar: return "int8";
     default: return "float32";
   }
 }
@@ -74,7 +75,7 @@ ResolvedPlacement resolve_placement(const Placement& in) {
   }
   r.device_name = r.device.is_cpu() ? "cpu" : "cuda:" + std::to_string(r.device.index());
   r.dtype_name = dtype_name(r.dtype);
-  r.kv_dtype = in.kv_dtype == "auto" ? r.dtype : dtype_from_name(in.kv_dtype);
+  r.kv_dtype = in.kv_dtype == "auto" ? r.dtype : kv_dtype_from_name(in.kv_dtype);
   r.kv_dtype_name = dtype_name(r.kv_dtype);
   if (!r.device.is_cpu() && r.kv_dtype != r.dtype)
     throw Error(ErrorKind::kConfig,

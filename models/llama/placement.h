@@ -17,7 +17,7 @@
 namespace speclab {
 
 // As written in a ModelSource: device "cpu" | "cuda" | "cuda:N", dtype "auto" | "float32" |
-// "bfloat16" | "float16", kv_dtype "auto" | "float32" | "float16".
+// "bfloat16" | "float16", kv_dtype "auto" | "float32" | "float16" | "int8" (CPU only; KvGeometry).
 struct Placement {
   std::string device = "cpu";
   std::string dtype = "auto";

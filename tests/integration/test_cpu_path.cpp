@@ -11,6 +11,7 @@
 #include <numeric>
 #include <vector>
 
+#include "framework/core/kv_geometry.h"
 #include "models/llama/llama_model.h"
 #include "models/model_loader.h"
 #include "tests/support/stories260k.h"
@@ -24,7 +25,9 @@ struct ScatteredKv {
   at::Tensor k, v;
   std::vector<int64_t> perm;
   ScatteredKv(const ModelConfig& c, int64_t slots, bool scattered, at::ScalarType dtype = at::kFloat) {
-    k = at::zeros({c.num_hidden_layers, slots, c.num_key_value_heads, c.head_dim}, at::TensorOptions().dtype(dtype));
+    // An int8 cache holds each head's scale in 4 bytes after its values (KvGeometry).
+    const int64_t hs = dtype == at::kChar ? c.head_dim + KvGeometry::kInt8ScaleBytes : c.head_dim;
+    k = at::zeros({c.num_hidden_layers, slots, c.num_key_value_heads, hs}, at::TensorOptions().dtype(dtype));
     v = at::zeros_like(k);
     perm.resize(static_cast<size_t>(slots));
     std::iota(perm.begin(), perm.end(), 0);
@@ -120,38 +123,39 @@ TEST_CASE("CPU forward path with packed Q4_1/Q8_0 weights equals float32 weights
   CHECK(diff8 > diff);
 }
 
-TEST_CASE("float16 K/V cache: the CPU path equals the libtorch-op path over the same cache (stories260K)",
-          "[model][cpu_path][kv_f16]") {
+namespace {
+
+// stories260K over a cache of `dtype` on both paths: the largest |logit difference| over
+// prefill, decode steps and a batch, through scattered and contiguous slots, within
+// `tol` x the logit scale.
+void check_paths_over_cache(at::ScalarType dtype, double tol) {
   auto& s = testing::stories();
   const std::vector<int64_t> prompt = {1, 403, 407, 261, 378, 425, 281, 261, 1131 % 512, 66, 77, 88};
   for (bool scattered : {false, true}) {
-    const auto [diff, scale] =
-        compare_paths(*s.model, *s.model, prompt, {301, 12, 99}, {5, 6, 7, 8, 9}, scattered, at::kHalf);
+    const auto [diff, scale] = compare_paths(*s.model, *s.model, prompt, {301, 12, 99}, {5, 6, 7, 8, 9}, scattered, dtype);
     INFO("scattered " << scattered << " max |diff| " << diff << " logit scale " << scale);
-    // Both paths round K and V to binary16 as they store them and widen them exactly as they read:
-    // the comparison has the float32 cache's tolerance (its K/V inputs differ in the last float32
-    // bits, which rarely crosses a binary16 rounding boundary).
-    CHECK(diff < 1e-3 * std::max(1.0, scale));
+    CHECK(diff < tol * std::max(1.0, scale));
   }
 }
 
-TEST_CASE("float16 K/V cache: a verification row's logits are the AR step's bit for bit, and differ from float32's",
-          "[model][cpu_path][kv_f16][bitwise]") {
+// stories260K over a cache of `dtype`: one pass over n tokens (a verification of n - 1 drafts)
+// against n AR steps, bit for bit, and against AR steps over a float32 cache: different (the
+// cache's precision shows, so the check can fail) but within `tol` x the logit scale. Both
+// caches must end up holding the same bytes.
+void check_verification_rows_over_cache(at::ScalarType dtype, double tol) {
   auto& s = testing::stories();
   const ModelConfig& c = s.model->config();
   const std::vector<int64_t> prompt = {1, 403, 407, 261, 378, 425, 281}, batch = {261, 66, 77, 88, 301};
   const int64_t p0 = static_cast<int64_t>(prompt.size()), n = static_cast<int64_t>(batch.size());
-  auto prefilled = [&](at::ScalarType dtype) {
-    auto kv = std::make_unique<ScatteredKv>(c, 16, true, dtype);
+  auto prefilled = [&](at::ScalarType t) {
+    auto kv = std::make_unique<ScatteredKv>(c, 16, true, t);
     s.model->forward(at::tensor(prompt, at::kLong), at::arange(p0, at::kLong), kv->view(0, p0, false));
     return kv;
   };
-  // One pass over the n tokens (a verification of n - 1 drafts) ...
-  auto verify_kv = prefilled(at::kHalf);
+  auto verify_kv = prefilled(dtype);
   const at::Tensor together = s.model->forward(at::tensor(batch, at::kLong), at::arange(p0, p0 + n, at::kLong),
                                                verify_kv->view(p0, n, false));  // [n, vocab]
-  // ... against n AR steps, on a float16 and on a float32 cache.
-  auto ar_kv = prefilled(at::kHalf), f32_kv = prefilled(at::kFloat);
+  auto ar_kv = prefilled(dtype), f32_kv = prefilled(at::kFloat);
   for (int64_t i = 0; i < n; ++i) {
     const at::Tensor t = at::tensor(std::vector<int64_t>{batch[static_cast<size_t>(i)]}, at::kLong);
     const at::Tensor p = at::full({1}, p0 + i, at::kLong);
@@ -159,10 +163,41 @@ TEST_CASE("float16 K/V cache: a verification row's logits are the AR step's bit 
     const at::Tensor f32 = s.model->forward(t, p, f32_kv->view(p0 + i, 1, false));
     INFO("row " << i);
     CHECK(at::equal(together[i], alone[0]));
-    CHECK_FALSE(at::equal(f32[0], alone[0]));  // the cache's precision shows (the check can fail)
-    CHECK((f32[0] - alone[0]).abs().max().item<double>() < 1e-2 * std::max(1.0, f32.abs().max().item<double>()));
+    CHECK_FALSE(at::equal(f32[0], alone[0]));
+    CHECK((f32[0] - alone[0]).abs().max().item<double>() < tol * std::max(1.0, f32.abs().max().item<double>()));
   }
-  CHECK(at::equal(verify_kv->k, ar_kv->k));  // the same binary16 bits were stored
+  CHECK(at::equal(verify_kv->k, ar_kv->k));
+  CHECK(at::equal(verify_kv->v, ar_kv->v));
+}
+
+}  // namespace
+
+// Both paths round K and V to binary16 as they store them and widen them exactly as they read:
+// the comparison has the float32 cache's tolerance (its K/V inputs differ in the last float32
+// bits, which rarely crosses a binary16 rounding boundary).
+TEST_CASE("float16 K/V cache: the CPU path equals the libtorch-op path over the same cache (stories260K)",
+          "[model][cpu_path][kv_f16]") {
+  check_paths_over_cache(at::kHalf, 1e-3);
+}
+
+TEST_CASE("float16 K/V cache: a verification row's logits are the AR step's bit for bit, and differ from float32's",
+          "[model][cpu_path][kv_f16][bitwise]") {
+  check_verification_rows_over_cache(at::kHalf, 1e-2);
+}
+
+// Both paths quantize each head with quantize_kv_head and read q * s; their K/V inputs differ in
+// the last float32 bits, which can move one element across a rounding boundary (one step, 1/127
+// of the head's largest value), so the bound is looser than float16's (measured: 6e-6 of a logit
+// scale of 19, no element crossed). A wrong scale (a head's or the softmax's) moves logits by
+// whole units.
+TEST_CASE("int8 K/V cache: the CPU path equals the libtorch-op path over the same cache (stories260K)",
+          "[model][cpu_path][kv_int8]") {
+  check_paths_over_cache(at::kChar, 2e-2);
+}
+
+TEST_CASE("int8 K/V cache: a verification row's logits are the AR step's bit for bit, and near float32's",
+          "[model][cpu_path][kv_int8][bitwise]") {
+  check_verification_rows_over_cache(at::kChar, 5e-2);
 }
 
 TEST_CASE("CPU path comparison detects a skipped layer: the check can fail", "[model][cpu_path]") {

@@ -132,9 +132,28 @@ TEST_CASE("kv_dtype: the cache's dtype as asked, auto the model's for float32 we
   const at::Tensor a = logits_of(*plain->model, kPrompt), b = logits_of(*f16->model, kPrompt);
   CHECK_FALSE(at::equal(a, b));
   CHECK((a - b).abs().max().item<double>() < 1e-2 * std::max(1.0, a.abs().max().item<double>()));
+  // int8: head_dim int8 values and a 4-byte scale per head; pools are sized for both.
+  ModelSource q8 = stories_source();
+  q8.kv_dtype = "int8";
+  auto i8 = load_target(q8);
+  const KvGeometry g8 = i8->model->config().kv_geometry();
+  CHECK(g8.dtype == "int8");
+  CHECK(g8.element_bytes() == 1);
+  CHECK(g8.stored_head_dim() == g8.head_dim + 4);
+  CHECK(g8.bytes_per_token(g8.element_bytes()) ==
+        static_cast<size_t>(2 * g8.n_layers * g8.n_kv_heads * (g8.head_dim + 4)));
+  CHECK(kv_storage_options(g8).dtype() == at::kChar);
+  CHECK(kv_storage_shape(g8, 7) == std::vector<int64_t>{g8.n_layers, 7, g8.n_kv_heads, g8.head_dim + 4});
+  const at::Tensor c8 = logits_of(*i8->model, kPrompt);
+  CHECK_FALSE(at::equal(a, c8));
+  // Rounding each head to 1/127 of its largest value moves this toy model's sharp logits (scale
+  // 18.5) by up to 1.6 (binary16: 0.03); a wrong scale or layout moves them by far more (the
+  // kernels themselves are checked against float64 in test_attention_cpu, and the two backends
+  // against each other in test_cpu_path).
+  CHECK((a - c8).abs().max().item<double>() < 0.15 * std::max(1.0, a.abs().max().item<double>()));
   ModelSource bad = stories_source();
   bad.kv_dtype = "bfloat16";
-  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("expected auto, float32 or float16, found 'bfloat16'"));
+  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("expected auto, float32, float16 or int8, found 'bfloat16'"));
   if (!cuda_or_say("a CUDA cache in another dtype")) return;
   ModelSource cuda = stories_source("cuda", "bfloat16");
   cuda.kv_dtype = "float16";

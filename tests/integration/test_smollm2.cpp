@@ -54,12 +54,14 @@ struct SmolLM2 {
   std::unique_ptr<LlamaModel> model;
 };
 
-SmolLM2 load_smollm2(Activations act) {
+SmolLM2 load_smollm2(Activations act, const std::string& kv_dtype = "auto") {
   SmolLM2 out;
   ModelSource src;
   src.path = "smollm2-135m-instruct";
   out.info = load_model(src);
-  out.model = std::make_unique<LlamaModel>(out.info, act);
+  Placement placement;
+  placement.kv_dtype = kv_dtype;
+  out.model = std::make_unique<LlamaModel>(out.info, act, 0, placement);
   return out;
 }
 
@@ -291,29 +293,24 @@ TEST_CASE("SmolLM2 prefill logits equal one-by-one decoding logits and llama.cpp
   CHECK(std::abs(our_margin - step0.at("margin").get<double>()) < kMarginTolerance);
 }
 
-// int8 activations (each activation row quantized per 32-block to int8, llama.cpp's scheme for
-// these weights, though SpecLab keeps the block scale in float32 where llama.cpp rounds it to
-// f16): the same reference prompts. Reported: how many prompts reproduce every llama.cpp token.
-// Required: every divergence is a near-tie for llama.cpp (margin below kMarginTolerance), after
-// at least kMinInt8Matched tokens; a wrong int8 kernel (scale, offset or sign) moves logits by
-// whole units and diverges at once on a confident token.
-TEST_CASE("SmolLM2 with int8 activations follows llama.cpp until a near-tie", "[smollm2][reference][int8]") {
-  constexpr size_t kMinInt8Matched = 8;
-  SmolLM2 s8 = load_smollm2(Activations::kInt8);
-  REQUIRE(s8.model->activations() == Activations::kInt8);
-  int all = 0, prompts = 0;
+namespace {
+
+// Greedy AR on every reference prompt with `s`: returns how many prompts reproduce every llama.cpp
+// token, and a summary line. Requires every divergence to be a near-tie for llama.cpp (margin
+// below kMarginTolerance) after at least `min_matched` tokens.
+std::pair<int, std::string> follow_reference(SmolLM2& s, size_t min_matched) {
+  int all = 0;
   std::string summary;
   for (const auto& rec : reference().at("prompts")) {
     const std::string name = rec.at("name");
     const TokenList expected = rec.at("tokens").get<TokenList>();
     GenerationOptions gen;
     gen.max_new_tokens = reference().at("settings").at("max_new_tokens");
-    const std::string text = s8.info.chat_template.render({{"user", rec.at("user").get<std::string>()}}, true);
+    const std::string text = s.info.chat_template.render({{"user", rec.at("user").get<std::string>()}}, true);
     const GenerationResult r =
-        generate_ar(*s8.model, *s8.info.tokenizer, s8.info.tokenizer->encode(text, s8.info.add_bos), gen, SamplingOptions{});
+        generate_ar(*s.model, *s.info.tokenizer, s.info.tokenizer->encode(text, s.info.add_bos), gen, SamplingOptions{});
     const size_t matched = matched_prefix(expected, r.tokens);
-    ++prompts;
-    INFO("prompt " << name << "; SpecLab int8 text: " << r.text);
+    INFO("prompt " << name << "; SpecLab text: " << r.text);
     if (matched == expected.size() && r.tokens.size() == expected.size()) {
       ++all;
       summary += " " + name + ": all " + std::to_string(matched) + ";";
@@ -324,8 +321,34 @@ TEST_CASE("SmolLM2 with int8 activations follows llama.cpp until a near-tie", "[
     summary += " " + name + ": " + std::to_string(matched) + "/" + std::to_string(expected.size()) + " (margin " +
                std::to_string(margin).substr(0, 5) + ");";
     CHECK(margin < kMarginTolerance);
-    CHECK(matched >= std::min(kMinInt8Matched, expected.size()));
+    CHECK(matched >= std::min(min_matched, expected.size()));
   }
-  WARN("int8 activations: " << all << " of " << prompts << " llama.cpp reference prompts reproduce every token;"
-                            << summary);
+  return {all, summary};
+}
+
+}  // namespace
+
+// int8 activations (each activation row quantized per 32-block to int8, llama.cpp's scheme for
+// these weights, though SpecLab keeps the block scale in float32 where llama.cpp rounds it to
+// f16): the same reference prompts. Reported: how many prompts reproduce every llama.cpp token.
+// Required: every divergence is a near-tie for llama.cpp (margin below kMarginTolerance), after
+// at least 8 tokens; a wrong int8 kernel (scale, offset or sign) moves logits by
+// whole units and diverges at once on a confident token.
+TEST_CASE("SmolLM2 with int8 activations follows llama.cpp until a near-tie", "[smollm2][reference][int8]") {
+  SmolLM2 s8 = load_smollm2(Activations::kInt8);
+  REQUIRE(s8.model->activations() == Activations::kInt8);
+  const auto [all, summary] = follow_reference(s8, 8);
+  WARN("int8 activations: " << all << " of " << reference().at("prompts").size()
+                            << " llama.cpp reference prompts reproduce every token;" << summary);
+}
+
+// An int8 K/V cache (kv_dtype int8: each head's values rounded to 1/127 of its largest, where
+// llama.cpp's default cache is float16) with int8 activations, as `--kv-dtype int8` runs: the
+// same requirement, reported the same way.
+TEST_CASE("SmolLM2 with an int8 K/V cache follows llama.cpp until a near-tie", "[smollm2][reference][kv_int8]") {
+  SmolLM2 s8 = load_smollm2(Activations::kInt8, "int8");
+  REQUIRE(s8.model->config().kv_geometry().dtype == "int8");
+  const auto [all, summary] = follow_reference(s8, 8);
+  WARN("int8 K/V cache and activations: " << all << " of " << reference().at("prompts").size()
+                                         << " llama.cpp reference prompts reproduce every token;" << summary);
 }

@@ -37,8 +37,8 @@ struct Run {
   GenerationResult ar;
 };
 
-Run run_both(const DrafterOptions& dopts, const std::string& prompt, int64_t max_new, int32_t block_size = 16) {
-  Stories& s = stories();
+Run run_both(const DrafterOptions& dopts, const std::string& prompt, int64_t max_new, int32_t block_size = 16,
+             Stories& s = stories()) {
   KvOptions kvo;
   kvo.block_size = block_size;
   kvo.budget_bytes = 64 << 20;
@@ -119,6 +119,37 @@ TEST_CASE("greedy speculative decoding is token-identical to AR for every drafte
       }
     }
   }
+}
+
+// stories260K with an int8 K/V cache (kv_dtype int8; KvGeometry): the pool is sized for the heads'
+// scale bytes, and verification rows, rollback and layer skip's draft passes all read int8 heads.
+TEST_CASE("greedy speculative decoding over an int8 K/V cache is token-identical to AR", "[spec][greedy][kv_int8]") {
+  static Stories s8 = [] {
+    Placement placement;
+    placement.kv_dtype = "int8";
+    return testing::load_stories(placement);
+  }();
+  REQUIRE(s8.model->config().kv_geometry().dtype == "int8");
+  REQUIRE(s8.model->config().kv_geometry().stored_head_dim() == s8.model->config().head_dim + 4);
+  std::vector<DrafterOptions> variants(3);
+  variants[0].name = "prompt_lookup";
+  variants[1].name = "layer_skip";
+  variants[1].draft_layers = {0, 2, 4};
+  variants[2].name = "layer_skip";
+  variants[2].draft_layers = {0, 1};
+  variants[2].schedule = "cost";
+  int64_t accepted = 0;
+  for (const DrafterOptions& v : variants)
+    for (int gamma : {1, 4})
+      for (const auto& prompt : reference_prompts()) {
+        DrafterOptions o = v;
+        o.num_speculative_tokens = gamma;
+        Run r = run_both(o, prompt, 120, 16, s8);
+        INFO(v.name << " schedule " << v.schedule << ", gamma " << gamma << ", prompt: " << prompt);
+        REQUIRE(r.spec.tokens == r.ar.tokens);
+        for (const auto& st : r.spec.steps) accepted += st.accepted;
+      }
+  CHECK(accepted > 0);  // verification rows really were kept, not only bonus tokens
 }
 
 TEST_CASE("a draft model begun from its kept prompt state drafts exactly as after a fresh begin", "[spec][reuse]") {

@@ -19,21 +19,23 @@ struct Stories {
   std::unique_ptr<LlamaModel> model;
 };
 
+// stories260K (llama2.c file and tokenizer from ../shared) placed as `placement` says.
+inline Stories load_stories(const Placement& placement = {}) {
+  Stories out;
+  ModelSource src;
+  src.path = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/stories260K.bin";
+  src.tokenizer = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/tok512.bin";
+  src.format = "llama2c";
+  out.info = load_model(src);
+  out.model = std::make_unique<LlamaModel>(out.info, Activations::kInt8, 0, placement);
+  return out;
+}
+
 inline Stories& stories() {
-  static Stories s = [] {
-    Stories out;
-    ModelSource src;
-    src.path = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/stories260K.bin";
-    src.tokenizer = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/tok512.bin";
-    src.format = "llama2c";
-    out.info = load_model(src);
-    out.model = std::make_unique<LlamaModel>(out.info);
-    return out;
-  }();
+  static Stories s = load_stories();
   return s;
 }
 
-// Every record of ../shared/reference/stories260K_greedy.jsonl (empty if the file is missing).
 inline std::vector<nlohmann::json> stories_reference_records() {
   std::ifstream in(std::string(SPECLAB_SHARED_DIR) + "/reference/stories260K_greedy.jsonl");
   std::vector<nlohmann::json> out;

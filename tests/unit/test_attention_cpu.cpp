@@ -40,6 +40,7 @@ struct Case {
   int64_t base = 0;
   std::vector<int64_t> limits;    // [n]
   std::vector<uint16_t> k16, v16; // binary16 copies of k, v when half() was called
+  std::vector<int8_t> k8, v8;     // int8 heads with scales, [n_slots, KVH, D + 4], when int8() was called
 
   Case(int64_t n_, int64_t H_, int64_t KVH_, int64_t D_, int64_t ctx_, bool paged, uint32_t seed)
       : n(n_), H(H_), KVH(KVH_), D(D_), ctx(ctx_), q_stride(H_ * D_ + 2 * KVH_ * D_) {
@@ -80,8 +81,26 @@ struct Case {
     }
   }
 
+  // Quantizes k and v per (slot, kv head) to the int8 layout (quantize_kv_head) and keeps the
+  // dequantized values: after this, run(..., kInt8) reads an int8 cache standing for exactly the
+  // values the reference reads.
+  void int8() {
+    const int64_t hs = D + cpu::kKvInt8ScaleBytes, heads = static_cast<int64_t>(k.size()) / D;
+    k8.resize(static_cast<size_t>(heads * hs));
+    v8.resize(k8.size());
+    for (int64_t r = 0; r < heads; ++r) {
+      cpu::quantize_kv_head(k.data() + r * D, D, k8.data() + r * hs);
+      cpu::quantize_kv_head(v.data() + r * D, D, v8.data() + r * hs);
+      cpu::dequantize_kv_head(k8.data() + r * hs, D, k.data() + r * D);
+      cpu::dequantize_kv_head(v8.data() + r * hs, D, v.data() + r * D);
+    }
+  }
+
   // Rows [r0, r0 + rows) with their own limits (or `limit_override` for every row when > 0).
   std::vector<float> run(int64_t r0, int64_t rows, int64_t limit_override = 0, bool f16 = false) const {
+    return run_kv(r0, rows, limit_override, f16 ? cpu::KvElement::kFloat16 : cpu::KvElement::kFloat32);
+  }
+  std::vector<float> run_kv(int64_t r0, int64_t rows, int64_t limit_override, cpu::KvElement kv) const {
     std::vector<int64_t> lim(limits.begin() + r0, limits.begin() + r0 + rows);
     if (limit_override > 0) std::fill(lim.begin(), lim.end(), limit_override);
     std::vector<float> out(static_cast<size_t>(rows * H * D), -1.f);
@@ -92,9 +111,13 @@ struct Case {
     a.n_heads = H;
     a.n_kv_heads = KVH;
     a.head_dim = D;
-    a.k = f16 ? static_cast<const void*>(k16.data()) : k.data();
-    a.v = f16 ? static_cast<const void*>(v16.data()) : v.data();
-    a.f16 = f16;
+    a.k = kv == cpu::KvElement::kFloat16 ? static_cast<const void*>(k16.data())
+          : kv == cpu::KvElement::kInt8  ? static_cast<const void*>(k8.data())
+                                         : k.data();
+    a.v = kv == cpu::KvElement::kFloat16 ? static_cast<const void*>(v16.data())
+          : kv == cpu::KvElement::kInt8  ? static_cast<const void*>(v8.data())
+                                         : v.data();
+    a.kv = kv;
     a.slots = slots.empty() ? nullptr : slots.data();
     a.slot_base = base;
     a.limits = lim.data();
@@ -326,6 +349,93 @@ TEST_CASE("attend_rows over a float16 cache equals a float32 cache of the same v
         // Negative control: rounding the cache to binary16 moves the output (the check can fail).
         CHECK_FALSE(same_bits(before.data(), f16.data(), static_cast<int64_t>(f16.size())));
       }
+}
+
+TEST_CASE("quantize_kv_head: absmax scale, round to nearest, exact zeros, and dequantize_kv_head inverts it",
+          "[attention][int8]") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (int64_t D : {8, 64, 128}) {
+    std::vector<float> x(static_cast<size_t>(D)), back(x.size());
+    std::vector<int8_t> q(static_cast<size_t>(D + cpu::kKvInt8ScaleBytes));
+    for (int rep = 0; rep < 200; ++rep) {
+      const float mag = std::ldexp(1.f, static_cast<int>(rng() % 20) - 10);
+      for (float& e : x) e = mag * normal(rng);
+      cpu::quantize_kv_head(x.data(), D, q.data());
+      float s;
+      std::memcpy(&s, q.data() + D, 4);
+      float amax = 0.f;
+      for (float e : x) amax = std::max(amax, std::fabs(e));
+      REQUIRE(s == amax / 127.f);
+      cpu::dequantize_kv_head(q.data(), D, back.data());
+      int extremes = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        REQUIRE(q[d] >= -127);
+        REQUIRE(back[d] == static_cast<float>(q[d]) * s);
+        // Within half a step (plus float rounding of x * 127 / amax).
+        REQUIRE(std::fabs(back[d] - x[d]) <= 0.5f * s * 1.0001f + 1e-30f);
+        extremes += std::abs(q[d]) == 127;
+      }
+      CHECK(extremes >= 1);  // the largest element maps to +-127
+    }
+  }
+  // An all-zero head: scale 0 and zero values, no NaN.
+  std::vector<float> zero(64, 0.f), back(64, 1.f);
+  std::vector<int8_t> q(68, 5);
+  cpu::quantize_kv_head(zero.data(), 64, q.data());
+  cpu::dequantize_kv_head(q.data(), 64, back.data());
+  for (float e : back) CHECK(e == 0.f);
+}
+
+TEST_CASE("attend_rows over an int8 cache equals the float64 reference over its values, on every ISA",
+          "[attention][int8]") {
+  Restore restore;
+  const KernelIsa isa = GENERATE(from_range(runnable_isas()));
+  set_kernel_isa_cap(isa);
+  INFO("kernel ISA " << kernel_isa_name(isa));
+  for (const Shape& sh : std::vector<Shape>{{9, 3, 64}, {12, 2, 128}, {4, 4, 64}, {6, 2, 72}, {3, 1, 36}, {8, 4, 8}})
+    for (int64_t ctx : {1, 7, 33, 257, 530, 2100})
+      for (int64_t n : {1, 5})
+        for (bool paged : {true, false}) {
+          INFO("H " << sh.H << " KVH " << sh.KVH << " D " << sh.D << " ctx " << ctx << " n " << n << " paged " << paged);
+          Case c(n, sh.H, sh.KVH, sh.D, std::max(ctx, n), paged, static_cast<uint32_t>(ctx * 13 + n + sh.D));
+          const std::vector<float> exact = c.run(0, n);
+          c.int8();
+          const std::vector<float> got = c.run_kv(0, n, 0, cpu::KvElement::kInt8);
+          REQUIRE(c.max_error(got) < kTol);
+          // Negative control: the kernel's output is that of the quantized values, not the originals.
+          if (ctx > 1) CHECK_FALSE(same_bits(exact.data(), got.data(), static_cast<int64_t>(got.size())));
+        }
+}
+
+TEST_CASE("attend_rows over an int8 cache: a row is bit-identical alone, among n <= 32 rows and on 1-3 threads",
+          "[attention][int8][bitwise]") {
+  Restore restore;
+  const KernelIsa isa = GENERATE(from_range(runnable_isas()));
+  set_kernel_isa_cap(isa);
+  INFO("kernel ISA " << kernel_isa_name(isa));
+  for (const Shape& sh : std::vector<Shape>{{9, 3, 64}, {12, 2, 128}})
+    for (int64_t ctx : {40, 300, 2100}) {
+      const int64_t row = sh.H * sh.D;
+      Case c(32, sh.H, sh.KVH, sh.D, ctx, true, static_cast<uint32_t>(ctx + 3));
+      c.int8();
+      std::vector<std::vector<float>> alone;
+      for (int64_t i = 0; i < 32; ++i) alone.push_back(c.run_kv(i, 1, c.limits[i], cpu::KvElement::kInt8));
+      for (int64_t n : {2, 5, 9, 17, 32})
+        for (int threads : {1, 2, 3}) {
+          set_compute_threads(threads);
+          const std::vector<float> got = c.run_kv(32 - n, n, 0, cpu::KvElement::kInt8);
+          for (int64_t i = 0; i < n; ++i) {
+            INFO("H " << sh.H << " ctx " << ctx << " n " << n << " threads " << threads << " row " << i);
+            REQUIRE(same_bits(got.data() + i * row, alone[32 - n + i].data(), row));
+          }
+        }
+      set_compute_threads(0);
+      // Negative control: one scale changed moves the rows that read it.
+      Case bumped = c;
+      bumped.k8[static_cast<size_t>(bumped.slot(0) * sh.KVH * (sh.D + cpu::kKvInt8ScaleBytes) + sh.D + 3)] ^= 0x01;
+      CHECK_FALSE(same_bits(bumped.run_kv(31, 1, c.limits[31], cpu::KvElement::kInt8).data(), alone[31].data(), row));
+    }
 }
 
 TEST_CASE("attend_rows rejects inconsistent arguments", "[attention]") {
