@@ -218,6 +218,9 @@ TEST_CASE("speclab bench on synthetic shapes: decode, verification and the specu
   const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   CHECK(j.at("device") == "cpu");
   CHECK(j.at("decode_tok_s").at("16").get<double>() > 0);
+  // The first and last contexts again over an int8 K/V cache (the model's own is float32 here).
+  CHECK(j.at("decode_tok_s_kv_int8").at("16").get<double>() > 0);
+  CHECK(j.at("decode_tok_s_kv_int8").at("32").get<double>() > 0);
   CHECK(j.at("verify_cost").at("1").get<double>() == 1.0);
   CHECK(j.at("verify_cost").contains("17"));
   const nlohmann::json& spec = j.at("spec");
