@@ -297,13 +297,15 @@ TEST_CASE("Q4_K, Q5_0, Q6_K and Q8_0 tensors of the pair dequantize as PyPI gguf
   CHECK(types == std::set<std::string>{"Q4_K", "Q5_0", "Q6_K", "Q8_0"});
 }
 
-// One model of the pair (packed weights, `activations` "f32" or "int8") against llama.cpp on the
-// first `n_prompts` reference prompts, `n_tokens` each.
-void greedy_against_llamacpp(const std::string& key, size_t n_prompts, size_t n_tokens, const std::string& activations) {
+// One model of the pair (packed weights, `activations` "f32" or "int8", K/V cache `kv_dtype`)
+// against llama.cpp (float16 cache) on the first `n_prompts` reference prompts, `n_tokens` each.
+void greedy_against_llamacpp(const std::string& key, size_t n_prompts, size_t n_tokens, const std::string& activations,
+                             const std::string& kv_dtype = "auto") {
   const nlohmann::json ref = fixture("llamacpp_greedy.json").at("models").at(key);
   ModelSource src;
   src.path = model_path(key);
   src.activations = activations;
+  src.kv_dtype = kv_dtype;
   auto target = load_target(src);
   size_t all_equal = 0;
   for (size_t p = 0; p < n_prompts; ++p) {
@@ -331,7 +333,8 @@ void greedy_against_llamacpp(const std::string& key, size_t n_prompts, size_t n_
       CHECK(margin < kMarginTolerance);
     }
   }
-  WARN(key << " (" << activations << " activations): " << all_equal << " of " << n_prompts
+  WARN(key << " (" << activations << " activations, " << target->model->config().kv_geometry().dtype
+             << " K/V cache): " << all_equal << " of " << n_prompts
              << " prompts agree with llama.cpp over " << n_tokens << " tokens");
 }
 
@@ -340,12 +343,14 @@ TEST_CASE("Qwen2.5-Coder-0.5B greedy decoding follows llama.cpp until a near-tie
   c10::InferenceMode guard;
   greedy_against_llamacpp("0.5b", 2, 16, "f32");
   greedy_against_llamacpp("0.5b", 2, 16, "int8");
+  greedy_against_llamacpp("0.5b", 2, 16, "int8", "int8");  // kv_dtype int8: lossy, reported
 }
 
 TEST_CASE("Qwen2.5-Coder-1.5B greedy decoding follows llama.cpp until a near-tie", "[qwen][reference][greedy]") {
   if (!pair_installed()) return;
   c10::InferenceMode guard;
   greedy_against_llamacpp("1.5b", 2, 16, "int8");
+  greedy_against_llamacpp("1.5b", 2, 16, "int8", "int8");
 }
 
 TEST_CASE("a draft model with another vocabulary is refused naming both (SmolLM2 for Qwen)", "[qwen][bad_input]") {
