@@ -36,7 +36,8 @@ void print_model_info(const LoadedTarget& m, std::ostream& os) {
      << " of tensor data\n"
      << "weights:      " << human_bytes(static_cast<double>(m.model->weight_bytes())) << " in memory (" << m.model->weight_storage() << ")\n"
      << "KV per token: 2 * " << c.num_hidden_layers << " layers * " << c.num_key_value_heads << " kv_heads * "
-     << c.head_dim << " head_dim * " << c.kv_geometry().element_bytes() << " bytes ("
+     << c.head_dim << (c.kv_geometry().int8() ? " head_dim (+ 4 scale bytes)" : " head_dim") << " * "
+     << c.kv_geometry().element_bytes() << " bytes ("
      << c.kv_geometry().dtype << ") = " << c.kv_bytes_per_token(c.kv_geometry().element_bytes()) << " bytes ("
      << human_bytes(static_cast<double>(c.kv_bytes_per_token(c.kv_geometry().element_bytes())) *
                     c.max_position_embeddings)
