@@ -14,7 +14,7 @@
 //
 // --kv f16 gives the kernel binary16 copies of the caches (half the bytes; the float32 caches hold
 // the same rounded values, for the old loop); --kv i8 int8 copies, one scale per token and kv head
-// (attention_cpu.h's quantize_kv_head; the float32 caches hold the dequantized values).
+// (kv_int8.h's quantize_kv_head; the float32 caches hold the dequantized values).
 //
 // --slots sequential lays the paged blocks out in order, as a fresh block manager allocates them
 // to one sequence (framework/kv/block_manager.cpp); the default, shuffled, is a fragmented

@@ -483,7 +483,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   say("(per-token time at each context; naive recomputes all tokens every step, so generating T tokens "
       "costs O(T^2) naive vs O(T) cached)\n");
   // The same two contexts over an int8 cache (kv_dtype int8, CPU only), side by side with the
-  // model's own cache: the long-context figure with a quarter of float32's cache bytes.
+  // model's own cache: the long-context figure with (head_dim + 4) / (4 head_dim) of float32's
+  // cache bytes (0.27 for SmolLM2).
   std::vector<double> decode_rate8;
   if (c.device == "cpu" && c.kv_geometry().dtype != "int8" && contexts.size() > 1) {
     for (int64_t ctx : {contexts.front(), contexts.back()})

@@ -21,7 +21,9 @@ inline at::ScalarType dtype_from_name(const std::string& name) {
 
 // The K/V storage's scalar type for KvGeometry::dtype: dtype_from_name's, and int8 (at::kChar,
 // the quantized cache of kv_geometry.h) besides; anything else throws Error(kConfig) naming
-// model.kv_dtype.
+// model.kv_dtype. These are the storage types a resolved placement can hold (bfloat16: a CUDA
+// or CPU model computing in bfloat16 with kv_dtype auto); the values a user may write for
+// kv_dtype are ModelSource::validate's (auto, float32, float16, int8).
 inline at::ScalarType kv_dtype_from_name(const std::string& name) {
   if (name == "int8") return at::kChar;
   if (name == "float32" || name == "bfloat16" || name == "float16") return dtype_from_name(name);

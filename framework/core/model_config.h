@@ -29,7 +29,7 @@ struct ModelConfig {
   bool attention_bias = false;          // q/k/v projections carry a bias (Qwen2)
   // Where the built model runs, set by the model from its ModelSource (never read from a file):
   // "cpu" or "cuda[:N]", the dtype of its activations ("float32", "bfloat16" or "float16") and
-  // that of its K/V cache (the same names; empty: as dtype). KV managers allocate their storage
+  // that of its K/V cache (the same names, or "int8" on the CPU; empty: as dtype). KV managers allocate their storage
   // there (kv_geometry()).
   std::string device = "cpu";
   std::string dtype = "float32";
@@ -39,7 +39,8 @@ struct ModelConfig {
   // missing, non-positive or inconsistent (e.g. heads not divisible by kv heads).
   void validate(const std::string& source) const;
 
-  // Bytes of K and V per token over all layers: 2 · layers · kv_heads · head_dim · bytes.
+  // Bytes of K and V per token over all layers: 2 · layers · kv_heads · stored_head_dim · bytes
+  // (KvGeometry::bytes_per_token).
   size_t kv_bytes_per_token(size_t bytes_per_element) const { return kv_geometry().bytes_per_token(bytes_per_element); }
   // The shape of this model's K/V (what a KV manager pool is sized by).
   KvGeometry kv_geometry() const {

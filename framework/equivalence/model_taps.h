@@ -66,7 +66,7 @@ class PrefillMemo : public Model {
   // answered from the memo when tokens, logits_last_n and hidden_layers match the remembered
   // ones (the hidden states asked for, e.g. by the eagle drafter, are remembered too), and
   // otherwise run and remembered (replacing the previous memo).
-  // kv.k_cache/v_cache must be [n_layers, n_slots, n_kv_heads, head_dim] as documented in
+  // kv.k_cache/v_cache must be [n_layers, n_slots, n_kv_heads, stored_head_dim] as documented in
   // framework/core/kv_view.h.
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                      const ForwardOptions& opts = {}) const override;
@@ -78,7 +78,7 @@ class PrefillMemo : public Model {
   const Model& inner_;
   mutable std::vector<int64_t> tokens_;  // [n] the remembered prompt (empty = no memo)
   mutable int64_t last_n_ = -1;          // its logits_last_n
-  mutable at::Tensor k_, v_;             // [n_layers, n, n_kv_heads, head_dim]
+  mutable at::Tensor k_, v_;             // [n_layers, n, n_kv_heads, stored_head_dim]
   mutable at::Tensor logits_;            // [n_out, vocab]
   mutable std::vector<int64_t> hidden_layers_;  // the hidden states asked for, and
   mutable std::vector<at::Tensor> hidden_;      // [hidden_layers_.size()] of [n, hidden]

@@ -4,7 +4,7 @@
 // pool's storage belong to which sequence, how many tokens each sequence has committed, how many
 // it has reserved ahead, reference counts for blocks shared by forked sequences, and one byte
 // budget over all pools. The torch side (kv_cache_manager.*) owns one pair of K/V tensors per pool
-//   k_cache, v_cache: [n_layers, n_blocks * block_size, n_kv_heads, head_dim]
+//   k_cache, v_cache: [n_layers, n_blocks * block_size, n_kv_heads, stored_head_dim]
 // and performs the block copies this manager asks for. Nothing here touches tensor memory.
 //
 // Vocabulary
@@ -70,7 +70,8 @@ enum class KvStatus {
 
 const char* to_string(KvStatus status);
 
-// Bytes of K and V for one block: 2 * n_layers * n_kv_heads * head_dim * block_size * elem_bytes.
+// Bytes of K and V for one block: 2 * n_layers * n_kv_heads * head_dim * block_size * elem_bytes
+// (pass KvGeometry::stored_head_dim() as head_dim, so an int8 head's scale bytes count).
 // Throws Error(kConfig) when an argument is <= 0 or the product overflows int64.
 int64_t kv_bytes_per_block(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim,
                            int64_t block_size, int64_t elem_bytes = 4);

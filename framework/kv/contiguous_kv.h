@@ -14,7 +14,7 @@ namespace speclab {
 
 class ContiguousKv {
  public:
-  // Allocates [layers, capacity, kv_heads, head_dim] float32 K and V.
+  // Allocates K and V of kv_storage_shape(geometry, capacity) in the geometry's dtype, zeroed.
   ContiguousKv(const KvGeometry& geometry, int64_t capacity);
 
   int64_t length() const { return length_; }

@@ -2,7 +2,7 @@
 //
 // Metadata (block tables, refcounts, budget) lives in BlockManager (block_manager.h, torch-free);
 // this class adds the storage: one pair of K/V tensors per pool
-//   k, v: [n_layers, n_blocks * block_size, n_kv_heads, head_dim] float32
+//   k, v: [n_layers, n_blocks * block_size, n_kv_heads, stored_head_dim] (kv_storage.h)
 // and builds the KvView a model reads through. Storage is allocated with at::empty, so pages
 // are only touched (and counted by the OS) as blocks get used; the byte budget is enforced on
 // blocks in use, over all pools together.

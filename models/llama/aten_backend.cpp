@@ -20,7 +20,7 @@
 #include <string>
 
 #include "framework/core/error.h"
-#include "models/llama/attention_cpu.h"
+#include "models/llama/kv_int8.h"
 #include "models/llama/gemv.h"
 #include "models/llama/layer_loop.h"
 #include "models/llama/llama_model.h"
@@ -203,9 +203,11 @@ class AtenOps {
     return out;
   }
 
-  // store: [ctx, KVH, D + 4] int8 heads -> [ctx, KVH, D] float32, q * s.
+  // store: [ctx, KVH, D + 4] int8 heads -> [ctx, KVH, D] float32, q * s. The scale bytes are
+  // cloned to fresh storage, so the float view is aligned whatever D is.
   static at::Tensor dequantize_heads(const at::Tensor& store, int64_t D) {
-    const at::Tensor scales = store.narrow(2, D, cpu::kKvInt8ScaleBytes).contiguous().view(at::kFloat);  // [ctx, KVH, 1]
+    const at::Tensor scales =
+        store.narrow(2, D, cpu::kKvInt8ScaleBytes).clone(at::MemoryFormat::Contiguous).view(at::kFloat);  // [ctx, KVH, 1]
     return store.narrow(2, 0, D).to(at::kFloat).mul_(scales);
   }
 
@@ -213,7 +215,7 @@ class AtenOps {
     const int64_t n = qkv.size(0), H = c_.num_attention_heads, KVH = c_.num_key_value_heads, D = c_.head_dim;
     const int64_t G = H / KVH, q_dim = H * D, ctx = ctx_;
     at::Tensor q = qkv.narrow(1, 0, q_dim).reshape({n, H, D});  // [n, H, D]
-    at::Tensor k_store = kv_.k_cache.select(0, layer);           // [n_slots, KVH, D]
+    at::Tensor k_store = kv_.k_cache.select(0, layer);           // [n_slots, KVH, D] (int8: D + 4)
     at::Tensor v_store = kv_.v_cache.select(0, layer);
 #ifdef SPECLAB_HAVE_CUDA
     if (workspace_.defined()) {

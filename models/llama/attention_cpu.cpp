@@ -217,7 +217,8 @@ struct Avx2Ops : QueryByQuery<Avx2Ops> {
   // queries (4 keys x Q queries accumulators). Each score is the same FMA chain over d and the
   // same addition tree as in scores() (hsum8x8's lanes 0-3 depend only on its first four
   // arguments, and are (u.lo + u.hi) of u = hadd(hadd(a0, a1), hadd(a2, a3))), so results are
-  // bit-identical to scores() query by query.
+  // bit-identical to scores() query by query (with mul null; mul, an int8 tile's per-key
+  // factors, replaces the one scale).
   template <int Q, class E>
   __attribute__((target("avx2,fma,f16c"))) static void scores_q(const float* const* q, const E* const* krow,
                                                                 int64_t nk, int64_t D, float scale, const float* mul,
@@ -408,6 +409,12 @@ struct Avx512Ops {
 
 inline int64_t slot_of(const AttentionArgs& a, int64_t j) { return a.slots ? a.slots[j] : a.slot_base + j; }
 
+// Hints every 64-byte line that bytes [p, p + len) touch into L1.
+inline void prefetch_lines(const char* p, int64_t len) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63), end = reinterpret_cast<uintptr_t>(p) + len;
+  for (uintptr_t line = first; line < end; line += 64) _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+}
+
 // Partial result of one (query, split): running max m, sum l of exp(s - m), and
 // acc = sum exp(s - m) v. Stored as [m, l, acc[D]].
 inline int64_t partial_stride(int64_t D) { return D + 2; }
@@ -462,7 +469,11 @@ void attend_tile(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int
   const int64_t D = a.head_dim, G = a.n_heads / a.n_kv_heads, row = a.n_kv_heads * hs;
   const E* krow[kTile];
   const E* vrow[kTile];
-  float kmul[kTile] = {}, vmul[kTile] = {};  // int8: zero past nk_all (scores there are discarded)
+  float kmul[kTile], vmul[kTile];  // int8 only; zero past nk_all (scores there are discarded)
+  if constexpr (kQ8) {
+    std::fill(kmul, kmul + kTile, 0.f);
+    std::fill(vmul, vmul + kTile, 0.f);
+  }
   for (int64_t g = g0; g < g1; ++g) {
     for (int64_t j = 0; j < nk_all; ++j) {
       krow[j] = kb + j * row + g * hs;
@@ -572,10 +583,8 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
       const int64_t nk_next = std::min(kTile, j1 - t0 - kTile);
       for (int64_t j = 0; j < nk_next; ++j) {
         const int64_t off = (slot_of(a, t0 + kTile + j) * row + c0) * es;
-        for (int64_t b = 0; b < cn * es; b += 64) {
-          _mm_prefetch(kc + off + b, _MM_HINT_T0);
-          _mm_prefetch(vc + off + b, _MM_HINT_T0);
-        }
+        prefetch_lines(kc + off, cn * es);
+        prefetch_lines(vc + off, cn * es);
       }
     }
     if constexpr (Ops::kReadsRaw) {
@@ -661,23 +670,6 @@ void check_args(const AttentionArgs& a) {
 }
 
 }  // namespace
-
-void quantize_kv_head(const float* x, int64_t D, int8_t* out) {
-  float amax = 0.f;
-  for (int64_t d = 0; d < D; ++d) amax = std::max(amax, std::fabs(x[d]));
-  const float scale = amax / 127.f, inv = amax > 0.f ? 127.f / amax : 0.f;
-  for (int64_t d = 0; d < D; ++d) {
-    const float r = std::nearbyint(x[d] * inv);
-    out[d] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, r)));
-  }
-  std::memcpy(out + D, &scale, sizeof(float));
-}
-
-void dequantize_kv_head(const int8_t* in, int64_t D, float* x) {
-  float scale;
-  std::memcpy(&scale, in + D, sizeof(float));
-  for (int64_t d = 0; d < D; ++d) x[d] = static_cast<float>(in[d]) * scale;
-}
 
 void attend_rows(const AttentionArgs& a) {
   check_args(a);

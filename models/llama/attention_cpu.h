@@ -27,6 +27,8 @@
 
 #include <cstdint>
 
+#include "models/llama/kv_int8.h"
+
 namespace speclab::cpu {
 
 // Keys per split (the unit of work per thread and of the partial-result merge) and per tile
@@ -36,19 +38,6 @@ constexpr int64_t kAttentionTile = 32;
 
 // What a K/V cache stores per element (framework/core/kv_geometry.h names them float32, float16, int8).
 enum class KvElement { kFloat32, kFloat16, kInt8 };
-
-// Bytes after an int8 kv head's head_dim values that hold its float32 scale
-// (KvGeometry::kInt8ScaleBytes).
-constexpr int64_t kKvInt8ScaleBytes = 4;
-
-// One kv head's D values x as stored in an int8 cache: out[0..D) = q with q[d] = round-to-even(x[d] *
-// 127 / max|x|), clamped to [-127, 127], and out[D..D+4) the float32 scale s = max|x| / 127
-// (0 when x is all zero: q = 0). Symmetric per-token, per-head absmax quantization, as llama.cpp's
-// q8_0 cache with one block per head. x: [D]; out: [D + kKvInt8ScaleBytes] bytes.
-void quantize_kv_head(const float* x, int64_t D, int8_t* out);
-
-// The values an int8 head stands for: x[d] = q[d] * s. in: [D + kKvInt8ScaleBytes]; x: [D].
-void dequantize_kv_head(const int8_t* in, int64_t D, float* x);
 
 struct AttentionArgs {
   // q: [n, q_stride] float32, already RoPE'd; head h of row i is q + i * q_stride + h * head_dim
@@ -65,7 +54,7 @@ struct AttentionArgs {
   //  - kFloat16: IEEE binary16 (uint16_t), hs = head_dim, widened exactly to float32 as read, so a
   //    float16 cache gives the same bits as a float32 cache holding the same values;
   //  - kInt8: hs = head_dim + kKvInt8ScaleBytes: the head's head_dim int8 values q, then its
-  //    float32 scale s (quantize_kv_head); the head's values are q * s. A score is
+  //    float32 scale s (kv_int8.h); the head's values are q * s. A score is
   //    dot(q_row, q_key) * (s_key * scale) and a softmax weight p_j enters the values as
   //    p_j * s_j times the integers: per key, never per row, so row bit-identity holds as for the
   //    float caches. The scalar flavour dequantizes the tile to float32 first.

@@ -34,7 +34,8 @@ class CpuOps {
          int64_t n, const KvView& kv)
       : c_(c), w_(w), act_(act), tokens_(tokens), positions_(positions), write_slots_(write_slots),
         read_slots_(read_slots), read_base_(kv.read_base), n_(n), ctx_(kv.ctx_len),
-        kv_dim_(c.num_key_value_heads * c.head_dim), n_slots_(kv.k_cache.size(1)), layer_stride_(kv.k_cache.size(1) * c.num_key_value_heads * kv.k_cache.size(3)),
+        kv_dim_(c.num_key_value_heads * c.head_dim), slot_stride_(c.num_key_value_heads * kv.k_cache.size(3)),
+        layer_stride_(kv.k_cache.size(1) * slot_stride_),
         kv_elem_(kv.k_cache.scalar_type() == at::kHalf   ? cpu::KvElement::kFloat16
                  : kv.k_cache.scalar_type() == at::kChar ? cpu::KvElement::kInt8
                                                          : cpu::KvElement::kFloat32),
@@ -85,7 +86,7 @@ class CpuOps {
       const float* cs = cos_tab + positions_[i] * half;
       const float* sn = sin_tab + positions_[i] * half;
       for (int64_t hh = 0; hh < H + KVH; ++hh) cpu::rope_head(row + hh * D, cs, sn, D);  // q heads, then k heads
-      const int64_t at = layer * layer_stride_ + write_slots_[i] * (layer_stride_ / n_slots_);  // element offset
+      const int64_t at = layer * layer_stride_ + write_slots_[i] * slot_stride_;  // element offset in the cache
       if (kv_elem_ == cpu::KvElement::kFloat16) {
         cpu::store_f16(row + q_dim, static_cast<uint16_t*>(k_base_) + at, kv_dim_);
         cpu::store_f16(row + q_dim + kv_dim_, static_cast<uint16_t*>(v_base_) + at, kv_dim_);
@@ -177,7 +178,9 @@ class CpuOps {
   const LlamaWeights& w_;
   const Activations act_;
   const int64_t *tokens_, *positions_, *write_slots_, *read_slots_;
-  const int64_t read_base_, n_, ctx_, kv_dim_, n_slots_, layer_stride_;  // layer_stride_: stored elements per layer
+  // Stored elements per slot (kv heads x stored head dim: head_dim, or head_dim + 4 for int8)
+  // and per layer (slots x slot_stride_).
+  const int64_t read_base_, n_, ctx_, kv_dim_, slot_stride_, layer_stride_;
   const cpu::KvElement kv_elem_;  // what the cache holds (float32, binary16, or int8 heads with scales)
   void *k_base_, *v_base_;
   std::vector<int64_t> limits_;  // [n] keys each row attends (causal_limits)

@@ -210,6 +210,15 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, const at::Tensor& posit
   SPECLAB_CHECK(tokens.dim() == 1 && positions.dim() == 1 && positions.size(0) == n, "tokens/positions must be [n]");
   SPECLAB_CHECK(kv.write_slots.size(0) == n, "kv.write_slots must have one slot per token");
   SPECLAB_CHECK(kv.ctx_len >= n, "kv.ctx_len must include the new tokens");
+  // The caches' shape (kv_view.h): an int8 head carries its scale after its values.
+  const int64_t stored_hd =
+      kv.k_cache.scalar_type() == at::kChar ? config_.head_dim + KvGeometry::kInt8ScaleBytes : config_.head_dim;
+  SPECLAB_CHECK(kv.k_cache.dim() == 4 && kv.k_cache.sizes() == kv.v_cache.sizes() &&
+                    kv.k_cache.scalar_type() == kv.v_cache.scalar_type() &&
+                    kv.k_cache.size(0) == config_.num_hidden_layers && kv.k_cache.size(2) == config_.num_key_value_heads &&
+                    kv.k_cache.size(3) == stored_hd,
+                "kv caches must be [n_layers, n_slots, n_kv_heads, " + std::to_string(stored_hd) +
+                    "] of one dtype (an int8 head: head_dim + 4 bytes)");
   SPECLAB_CHECK(kv.read_base >= 0 || (kv.read_slots.defined() && kv.read_slots.size(0) == kv.ctx_len),
                 "kv.read_slots must list ctx_len slots");
   prepare_hidden(opts);

@@ -36,6 +36,7 @@ inline Stories& stories() {
   return s;
 }
 
+// Every record of ../shared/reference/stories260K_greedy.jsonl (empty if the file is missing).
 inline std::vector<nlohmann::json> stories_reference_records() {
   std::ifstream in(std::string(SPECLAB_SHARED_DIR) + "/reference/stories260K_greedy.jsonl");
   std::vector<nlohmann::json> out;

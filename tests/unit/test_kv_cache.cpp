@@ -460,3 +460,30 @@ TEST_CASE("preemption: a higher-priority reserve releases the newest lowest-prio
     CHECK(kv.blocks().capacity(high) == 0);
   }
 }
+
+TEST_CASE("an int8 pool holds head_dim + 4 bytes per head, is budgeted for them, and a fork copies the scales",
+          "[kv][int8]") {
+  c10::InferenceMode guard;
+  const KvGeometry g{2, 2, 8, "cpu", "int8"};
+  const int64_t bpb = 2 * 2 * 2 * (8 + KvGeometry::kInt8ScaleBytes) * kBs;  // K and V, bytes
+  KvCacheManager kv(options(3 * bpb));
+  const PoolId pool = kv.add_pool(g);
+  const SeqId parent = kv.create(pool);
+  kv.reserve(parent, 6);  // blocks {0, 1}
+  CHECK(kv.bytes_used() == 2 * bpb);  // the scale bytes count against the budget
+  const KvView store = kv.view(parent, 6);
+  REQUIRE(store.k_cache.scalar_type() == at::kChar);
+  REQUIRE(store.k_cache.sizes() == at::IntArrayRef({2, 3 * kBs, 2, 8 + KvGeometry::kInt8ScaleBytes}));
+  // Every byte distinct per (K/V, layer, slot, head, byte), scale bytes included.
+  const at::Tensor bytes = at::arange(store.k_cache.numel(), at::kLong).remainder(251).sub(125).to(at::kChar);
+  store.k_cache.copy_(bytes.view(store.k_cache.sizes()));
+  store.v_cache.copy_(bytes.view(store.v_cache.sizes()).neg());
+  REQUIRE(kv.commit(parent, 6) == KvStatus::kOk);
+  const SeqId child = kv.fork(parent);
+  const Reservation r = kv.reserve(child, 1);  // copy-on-write of block 1 into block 2
+  REQUIRE(r.copies.size() == 1);
+  CHECK(at::equal(store.k_cache.narrow(1, 2 * kBs, kBs), store.k_cache.narrow(1, kBs, kBs)));
+  CHECK(at::equal(store.v_cache.narrow(1, 2 * kBs, kBs), store.v_cache.narrow(1, kBs, kBs)));
+  // One more block is over the budget: the pool was sized for three blocks with their scales.
+  CHECK(catch_error([&] { kv.reserve(child, 2 * kBs); }).kind() == ErrorKind::kResource);
+}
