@@ -14,7 +14,7 @@
 //
 // --kv f16 gives the kernel binary16 copies of the caches (half the bytes; the float32 caches hold
 // the same rounded values, for the old loop); --kv i8 int8 copies, one scale per token and kv head
-// (kv_int8.h's quantize_kv_head; the float32 caches hold the dequantized values).
+// (kv_int8.h's quantize_kv_heads; the float32 caches hold the dequantized values).
 //
 // --slots sequential lays the paged blocks out in order, as a fresh block manager allocates them
 // to one sequence (framework/kv/block_manager.cpp); the default, shuffled, is a fragmented
@@ -144,10 +144,8 @@ Problem make_problem(const Model& m, int64_t n, int64_t ctx, std::mt19937& rng) 
       for (auto* pair : {&p.k, &p.v}) {
         std::vector<float>& c = pair->back();
         std::vector<int8_t> h(static_cast<size_t>(ctx * m.KVH * (m.D + cpu::kKvInt8ScaleBytes)));
-        for (int64_t r = 0; r < ctx * m.KVH; ++r) {
-          cpu::quantize_kv_head(c.data() + r * m.D, m.D, h.data() + r * (m.D + cpu::kKvInt8ScaleBytes));
-          cpu::dequantize_kv_head(h.data() + r * (m.D + cpu::kKvInt8ScaleBytes), m.D, c.data() + r * m.D);
-        }
+        cpu::quantize_kv_heads(c.data(), ctx * m.KVH, m.D, h.data());
+        cpu::dequantize_kv_heads(h.data(), ctx * m.KVH, m.D, c.data());
         (pair == &p.k ? p.k8 : p.v8).push_back(std::move(h));
       }
     }

@@ -18,7 +18,7 @@ struct KvGeometry {
   // "int8" (CPU only): each kv head of each token is stored as head_dim int8 values q followed by
   // kInt8ScaleBytes bytes holding one float32 scale s (native byte order), the head's values being
   // q * s: head_dim + 4 bytes per stored head instead of 2 * head_dim for float16
-  // (models/llama/attention_cpu.h, quantize_kv_head).
+  // (models/llama/kv_int8.h).
   std::string device = "cpu";
   std::string dtype = "float32";
 

@@ -182,7 +182,7 @@ class AtenOps {
     // Padding rows repeat the last real row's token, position and slot: they write the same bits.
     // A cache in another dtype than the activations (kv_dtype) takes them rounded to its own.
     const at::ScalarType kv_type = kv_.k_cache.scalar_type();
-    if (kv_type == at::kChar) {  // int8 heads with their scales (attention_cpu.h's quantize_kv_head)
+    if (kv_type == at::kChar) {  // int8 heads with their scales (kv_int8.h)
       kv_.k_cache.select(0, layer).index_copy_(0, write_slots_, quantize_heads(qkv.narrow(1, q_dim, kv_dim), n, KVH, D));
       kv_.v_cache.select(0, layer).index_copy_(0, write_slots_,
                                                quantize_heads(qkv.narrow(1, q_dim + kv_dim, kv_dim), n, KVH, D));
@@ -194,12 +194,11 @@ class AtenOps {
                                              qkv.narrow(1, q_dim + kv_dim, kv_dim).reshape({n, KVH, D}).to(kv_type));
   }
 
-  // x: [n, KVH * D] -> [n, KVH, D + 4] int8: each head's values and scale (quantize_kv_head).
+  // x: [n, KVH * D] -> [n, KVH, D + 4] int8: each head's values and scale (quantize_kv_heads).
   static at::Tensor quantize_heads(const at::Tensor& x, int64_t n, int64_t KVH, int64_t D) {
     const at::Tensor xf = x.to(at::kFloat).contiguous();
     at::Tensor out = at::empty({n, KVH, D + cpu::kKvInt8ScaleBytes}, at::kChar);
-    for (int64_t r = 0; r < n * KVH; ++r)
-      cpu::quantize_kv_head(xf.data_ptr<float>() + r * D, D, out.data_ptr<int8_t>() + r * (D + cpu::kKvInt8ScaleBytes));
+    cpu::quantize_kv_heads(xf.data_ptr<float>(), n * KVH, D, out.data_ptr<int8_t>());
     return out;
   }
 

@@ -570,12 +570,11 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
         load_f16(reinterpret_cast<const uint16_t*>(kc) + off, kbuf.data() + j * kv_dim + c0, len);
         load_f16(reinterpret_cast<const uint16_t*>(vc) + off, vbuf.data() + j * kv_dim + c0, len);
       } else {  // int8, dequantized while copied (the scalar flavour)
-        for (int64_t r = 0; r < run; ++r)
-          for (int64_t g = g0; g < g1; ++g) {
-            const int64_t src = (slot + r) * row + g * hs, dst = (j + r) * kv_dim + g * D;
-            dequantize_kv_head(reinterpret_cast<const int8_t*>(kc) + src, D, kbuf.data() + dst);
-            dequantize_kv_head(reinterpret_cast<const int8_t*>(vc) + src, D, vbuf.data() + dst);
-          }
+        for (int64_t r = 0; r < run; ++r) {
+          const int64_t src = (slot + r) * row + c0, dst = (j + r) * kv_dim + g0 * D;
+          dequantize_kv_heads(reinterpret_cast<const int8_t*>(kc) + src, g1 - g0, D, kbuf.data() + dst);
+          dequantize_kv_heads(reinterpret_cast<const int8_t*>(vc) + src, g1 - g0, D, vbuf.data() + dst);
+        }
       }
       j += run;
     }

@@ -39,7 +39,8 @@ class CpuOps {
         kv_elem_(kv.k_cache.scalar_type() == at::kHalf   ? cpu::KvElement::kFloat16
                  : kv.k_cache.scalar_type() == at::kChar ? cpu::KvElement::kInt8
                                                          : cpu::KvElement::kFloat32),
-        k_base_(kv.k_cache.data_ptr()), v_base_(kv.v_cache.data_ptr()) {
+        kv_elem_bytes_(static_cast<int64_t>(kv.k_cache.element_size())), k_base_(kv.k_cache.data_ptr()),
+        v_base_(kv.v_cache.data_ptr()) {
     const int64_t q_dim = c.num_attention_heads * c.head_dim;
     // One layer's temporaries: two norms, qkv, attention, output projection, gate/up, SwiGLU, down.
     limits_.resize(static_cast<size_t>(n));
@@ -91,11 +92,8 @@ class CpuOps {
         cpu::store_f16(row + q_dim, static_cast<uint16_t*>(k_base_) + at, kv_dim_);
         cpu::store_f16(row + q_dim + kv_dim_, static_cast<uint16_t*>(v_base_) + at, kv_dim_);
       } else if (kv_elem_ == cpu::KvElement::kInt8) {  // per kv head: D int8 values and the scale
-        const int64_t hs = D + cpu::kKvInt8ScaleBytes;
-        for (int64_t g = 0; g < KVH; ++g) {
-          cpu::quantize_kv_head(row + q_dim + g * D, D, static_cast<int8_t*>(k_base_) + at + g * hs);
-          cpu::quantize_kv_head(row + q_dim + kv_dim_ + g * D, D, static_cast<int8_t*>(v_base_) + at + g * hs);
-        }
+        cpu::quantize_kv_heads(row + q_dim, KVH, D, static_cast<int8_t*>(k_base_) + at);
+        cpu::quantize_kv_heads(row + q_dim + kv_dim_, KVH, D, static_cast<int8_t*>(v_base_) + at);
       } else {
         std::copy(row + q_dim, row + q_dim + kv_dim_, static_cast<float*>(k_base_) + at);
         std::copy(row + q_dim + kv_dim_, row + q_dim + 2 * kv_dim_, static_cast<float*>(v_base_) + at);
@@ -115,9 +113,7 @@ class CpuOps {
     a.n_heads = H;
     a.n_kv_heads = c_.num_key_value_heads;
     a.head_dim = D;
-    const int64_t layer_bytes =
-        layer * layer_stride_ *
-        (kv_elem_ == cpu::KvElement::kFloat32 ? 4 : kv_elem_ == cpu::KvElement::kFloat16 ? 2 : 1);
+    const int64_t layer_bytes = layer * layer_stride_ * kv_elem_bytes_;
     a.k = static_cast<const char*>(k_base_) + layer_bytes;
     a.v = static_cast<const char*>(v_base_) + layer_bytes;
     a.kv = kv_elem_;
@@ -182,6 +178,7 @@ class CpuOps {
   // and per layer (slots x slot_stride_).
   const int64_t read_base_, n_, ctx_, kv_dim_, slot_stride_, layer_stride_;
   const cpu::KvElement kv_elem_;  // what the cache holds (float32, binary16, or int8 heads with scales)
+  const int64_t kv_elem_bytes_;   // bytes of one stored element (4, 2 or 1)
   void *k_base_, *v_base_;
   std::vector<int64_t> limits_;  // [n] keys each row attends (causal_limits)
   std::vector<float> residual_;  // [n, hidden], the residual stream

@@ -15,14 +15,16 @@ namespace speclab::cpu {
 constexpr int64_t kKvInt8ScaleBytes = KvGeometry::kInt8ScaleBytes;
 static_assert(kKvInt8ScaleBytes == sizeof(float), "the scale is one float32");
 
-// One kv head's D values x as stored: out[0..D) = q with q[d] = round-to-nearest-even(x[d] * 127 /
-// max|x|), clamped to [-127, 127], and out[D..D+4) the float32 scale s = max|x| / 127 (0 when x
-// is all zero: q = 0). Non-finite input is not carried: a NaN element is skipped by the max and
-// stored as -127 (a float16 or float32 cache would keep it). x: [D]; out: [D + kKvInt8ScaleBytes]
-// bytes.
-void quantize_kv_head(const float* x, int64_t D, int8_t* out);
+// `heads` consecutive kv heads of D values as stored, each on its own: for head h,
+// out[h][0..D) = q with q[d] = round-to-nearest-even(x[h][d] * 127 / max|x[h]|), clamped to
+// [-127, 127], and out[h][D..D+4) the float32 scale s = max|x[h]| / 127 (0 when the head is all
+// zero: q = 0). Non-finite input is not carried: a NaN element is skipped by the max and stored
+// as -127 (a float16 or float32 cache would keep it).
+// x: [heads, D] float32; out: [heads, D + kKvInt8ScaleBytes] bytes.
+void quantize_kv_heads(const float* x, int64_t heads, int64_t D, int8_t* out);
 
-// The values an int8 head stands for: x[d] = q[d] * s. in: [D + kKvInt8ScaleBytes]; x: [D].
-void dequantize_kv_head(const int8_t* in, int64_t D, float* x);
+// The values int8 heads stand for: x[h][d] = q[h][d] * s[h].
+// in: [heads, D + kKvInt8ScaleBytes] bytes; x: [heads, D] float32.
+void dequantize_kv_heads(const int8_t* in, int64_t heads, int64_t D, float* x);
 
 }  // namespace speclab::cpu

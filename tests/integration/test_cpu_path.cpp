@@ -186,7 +186,7 @@ TEST_CASE("float16 K/V cache: a verification row's logits are the AR step's bit 
   check_verification_rows_over_cache(at::kHalf, 1e-2);
 }
 
-// Both paths quantize each head with quantize_kv_head and read q * s; their K/V inputs differ in
+// Both paths quantize each head with quantize_kv_heads and read q * s; their K/V inputs differ in
 // the last float32 bits, which can move one element across a rounding boundary (one step, 1/127
 // of the head's largest value), as for float16's binary16 boundary, and the bound is float16's
 // (measured: 6e-6 against a logit scale of 19, no element crossed). A wrong scale (a head's or

@@ -81,19 +81,17 @@ struct Case {
     }
   }
 
-  // Quantizes k and v per (slot, kv head) to the int8 layout (quantize_kv_head) and keeps the
+  // Quantizes k and v per (slot, kv head) to the int8 layout (quantize_kv_heads) and keeps the
   // dequantized values: after this, run(..., kInt8) reads an int8 cache standing for exactly the
   // values the reference reads.
   void int8() {
     const int64_t hs = D + cpu::kKvInt8ScaleBytes, heads = static_cast<int64_t>(k.size()) / D;
     k8.resize(static_cast<size_t>(heads * hs));
     v8.resize(k8.size());
-    for (int64_t r = 0; r < heads; ++r) {
-      cpu::quantize_kv_head(k.data() + r * D, D, k8.data() + r * hs);
-      cpu::quantize_kv_head(v.data() + r * D, D, v8.data() + r * hs);
-      cpu::dequantize_kv_head(k8.data() + r * hs, D, k.data() + r * D);
-      cpu::dequantize_kv_head(v8.data() + r * hs, D, v.data() + r * D);
-    }
+    cpu::quantize_kv_heads(k.data(), heads, D, k8.data());
+    cpu::quantize_kv_heads(v.data(), heads, D, v8.data());
+    cpu::dequantize_kv_heads(k8.data(), heads, D, k.data());
+    cpu::dequantize_kv_heads(v8.data(), heads, D, v.data());
   }
 
   // Rows [r0, r0 + rows) with their own limits (or `limit_override` for every row when > 0).
@@ -351,7 +349,7 @@ TEST_CASE("attend_rows over a float16 cache equals a float32 cache of the same v
       }
 }
 
-TEST_CASE("quantize_kv_head: absmax scale, round to nearest, exact zeros, and dequantize_kv_head inverts it",
+TEST_CASE("quantize_kv_heads: absmax scale, round to nearest, exact zeros, and dequantize_kv_heads inverts it",
           "[attention][int8]") {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -361,13 +359,13 @@ TEST_CASE("quantize_kv_head: absmax scale, round to nearest, exact zeros, and de
     for (int rep = 0; rep < 200; ++rep) {
       const float mag = std::ldexp(1.f, static_cast<int>(rng() % 20) - 10);
       for (float& e : x) e = mag * normal(rng);
-      cpu::quantize_kv_head(x.data(), D, q.data());
+      cpu::quantize_kv_heads(x.data(), 1, D, q.data());
       float s;
       std::memcpy(&s, q.data() + D, 4);
       float amax = 0.f;
       for (float e : x) amax = std::max(amax, std::fabs(e));
       REQUIRE(s == amax / 127.f);
-      cpu::dequantize_kv_head(q.data(), D, back.data());
+      cpu::dequantize_kv_heads(q.data(), 1, D, back.data());
       int extremes = 0;
       for (int64_t d = 0; d < D; ++d) {
         REQUIRE(q[d] >= -127);
@@ -382,8 +380,8 @@ TEST_CASE("quantize_kv_head: absmax scale, round to nearest, exact zeros, and de
   // An all-zero head: scale 0 and zero values, no NaN.
   std::vector<float> zero(64, 0.f), back(64, 1.f);
   std::vector<int8_t> q(68, 5);
-  cpu::quantize_kv_head(zero.data(), 64, q.data());
-  cpu::dequantize_kv_head(q.data(), 64, back.data());
+  cpu::quantize_kv_heads(zero.data(), 1, 64, q.data());
+  cpu::dequantize_kv_heads(q.data(), 1, 64, back.data());
   for (float e : back) CHECK(e == 0.f);
 }
 
