@@ -198,6 +198,7 @@ class TimedModel : public Model {
   int64_t row_exact_batch() const override { return m_.row_exact_batch(); }
   std::string weight_storage() const override { return m_.weight_storage(); }
   std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return m_.pack_matrix(w); }
+  bool attend_rows(const AttentionRows& call) const override { return m_.attend_rows(call); }
   at::Tensor final_norm(const at::Tensor& hidden) const override { return m_.final_norm(hidden); }
   at::Tensor lm_head(const at::Tensor& features) const override { return m_.lm_head(features); }
   mutable double seconds = 0.0;

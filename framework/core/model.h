@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/attention_rows.h"
 #include "framework/core/kv_view.h"
 #include "framework/core/packed_matrix.h"
 #include "framework/core/types.h"
@@ -89,6 +90,10 @@ class Model {
   // blocks against int8 activations where the model runs those, else float32). nullptr: the model
   // has no such kernels, and the caller computes with libtorch ops.
   virtual std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const { return nullptr; }
+  // Computes call.out (attention_rows.h) on this model's CPU attention kernel, for a drafter's
+  // own float32 K/V (e.g. the EAGLE layer's) on the host. false: the model has no such kernel,
+  // and the caller computes it itself.
+  virtual bool attend_rows(const AttentionRows& call) const { return false; }
 
   // The model's output head, for drafters that work on its hidden states (Medusa, EAGLE; also
   // across the plugin boundary, framework/draft/host_api.h). Both take and return host float32

@@ -34,6 +34,7 @@ class LogitsRecorder : public Model {
   uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
   uint64_t step_weight_bytes() const override { return inner_.step_weight_bytes(); }
   std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return inner_.pack_matrix(w); }
+  bool attend_rows(const AttentionRows& call) const override { return inner_.attend_rows(call); }
   int64_t row_exact_batch() const override { return inner_.row_exact_batch(); }
   std::string weight_storage() const override { return inner_.weight_storage(); }
   at::Tensor final_norm(const at::Tensor& hidden) const override { return inner_.final_norm(hidden); }
@@ -58,6 +59,7 @@ class PrefillMemo : public Model {
   uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
   uint64_t step_weight_bytes() const override { return inner_.step_weight_bytes(); }
   std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return inner_.pack_matrix(w); }
+  bool attend_rows(const AttentionRows& call) const override { return inner_.attend_rows(call); }
   int64_t row_exact_batch() const override { return inner_.row_exact_batch(); }
   std::string weight_storage() const override { return inner_.weight_storage(); }
   at::Tensor final_norm(const at::Tensor& hidden) const override { return inner_.final_norm(hidden); }

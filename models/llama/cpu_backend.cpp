@@ -197,6 +197,26 @@ bool LlamaModel::can_run_cpu(const KvView& kv) const {
          (w_.embed.is_packed() || w_.embed.f32.device().is_cpu());
 }
 
+bool LlamaModel::attend_rows(const AttentionRows& call) const {
+  cpu::AttentionArgs a;
+  a.q = call.q;
+  a.q_stride = call.q_stride;
+  a.n = call.n;
+  a.n_heads = call.n_heads;
+  a.n_kv_heads = call.n_kv_heads;
+  a.head_dim = call.head_dim;
+  a.k = call.k;
+  a.v = call.v;
+  a.kv = cpu::KvElement::kFloat32;
+  a.slots = call.slots;
+  a.slot_base = call.slot_base;
+  a.limits = call.limits;
+  a.scale = call.scale;
+  a.out = call.out;
+  cpu::attend_rows(a);
+  return true;
+}
+
 at::Tensor LlamaModel::forward_cpu(const at::Tensor& tokens_in, const at::Tensor& positions_in, const KvView& kv,
                                    const ForwardOptions& opts) const {
   const ModelConfig& c = config_;

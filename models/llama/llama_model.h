@@ -65,6 +65,8 @@ class LlamaModel : public Model {
   bool uses_cuda_graphs() const;
   // pack_f32_matrix(w, activations()) behind linear(): Q8_0 against int8 activations.
   std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override;
+  // cpu::attend_rows (attention_cpu.h) over the float32 cache, whatever this model's device.
+  bool attend_rows(const AttentionRows& call) const override;
   // The final RMSNorm (libtorch ops, float32) and the LM head (the CPU kernels with this model's
   // activations on the CPU; libtorch ops in the placement's dtype on a device).
   at::Tensor final_norm(const at::Tensor& hidden) const override;

@@ -306,6 +306,30 @@ at::Tensor packed_forward(const EagleHead& h, const Model& target, const at::Ten
   return out;
 }
 
+// `inner`, with its attention kernel (Model::attend_rows) counted, or taken away so that the
+// packed head falls back to its own loop.
+class AttentionKernelProbe : public Model {
+ public:
+  AttentionKernelProbe(const Model& inner, bool kernel) : inner_(inner), kernel_(kernel) {}
+  const ModelConfig& config() const override { return inner_.config(); }
+  at::Tensor forward(const at::Tensor& t, const at::Tensor& p, const KvView& kv,
+                     const ForwardOptions& o) const override {
+    return inner_.forward(t, p, kv, o);
+  }
+  uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
+  std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return inner_.pack_matrix(w); }
+  bool attend_rows(const AttentionRows& call) const override {
+    if (!kernel_) return false;
+    ++calls;
+    return inner_.attend_rows(call);
+  }
+  mutable int calls = 0;
+
+ private:
+  const Model& inner_;
+  const bool kernel_;
+};
+
 }  // namespace
 
 TEST_CASE("the packed eagle head computes the libtorch head's forward on the target's kernels", "[train][eagle]") {
@@ -335,6 +359,17 @@ TEST_CASE("the packed eagle head computes the libtorch head's forward on the tar
     INFO("relative error " << rel);
     CHECK(rel < 0.02);
     CHECK(rel > 0.0);  // the int8 path really ran (Q8_0 rounding is never exact on trained weights)
+  }
+  SECTION("the target's attention kernel and the head's own loop (a target without one) give the same forward") {
+    src.activations = "f32";
+    auto target = load_target(src);
+    const AttentionKernelProbe with(*target->model, true), without(*target->model, false);
+    const at::Tensor got_kernel = packed_forward(*h, with, f, next);
+    const at::Tensor got_loop = packed_forward(*h, without, f, next);
+    CHECK(with.calls == 2);  // one per step() call: the kernel really ran
+    const double tol = 1e-4 * (1.0 + ref.abs().max().item<double>());
+    CHECK((got_kernel - ref).abs().max().item<double>() < tol);
+    CHECK((got_loop - ref).abs().max().item<double>() < tol);
   }
   SECTION("negative control: positions spaced by 2 (RoPE distances doubled) fail the float32 bound") {
     src.activations = "f32";

@@ -21,15 +21,6 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, do
   }
 }
 
-// cos and sin of the RoPE angles at position pos: cs, sn [hd / 2].
-void rope_angles(const std::vector<double>& inv_freq, int64_t pos, float* cs, float* sn) {
-  for (size_t j = 0; j < inv_freq.size(); ++j) {
-    const double a = static_cast<double>(pos) * inv_freq[j];
-    cs[j] = static_cast<float>(std::cos(a));
-    sn[j] = static_cast<float>(std::sin(a));
-  }
-}
-
 // HF rotate_half RoPE of one head vector x [hd] with the angles of rope_angles.
 void rope(float* x, int64_t hd, const float* cs, const float* sn) {
   const int64_t half = hd / 2;
@@ -45,6 +36,7 @@ void rope(float* x, int64_t hd, const float* cs, const float* sn) {
 std::unique_ptr<PackedEagleHead> PackedEagleHead::make(const EagleHead& h, const Model& target) {
   std::unique_ptr<PackedEagleHead> p(new PackedEagleHead());
   p->head_ = &h;
+  p->target_ = &target;
   p->fc_ = target.pack_matrix(h.fc_weight);
   if (!p->fc_) return nullptr;
   p->qkv_ = target.pack_matrix(at::cat({h.layer.q_proj, h.layer.k_proj, h.layer.v_proj}, 0));
@@ -65,11 +57,11 @@ void PackedEagleHead::step(const float* features, const int64_t* next, int64_t n
   const EagleHead& h = *head_;
   const ModelConfig& c = h.target;
   const int64_t d = c.hidden_size, H = c.num_attention_heads, KVH = c.num_key_value_heads, hd = c.head_dim;
-  const int64_t qd = H * hd, kvd = KVH * hd, I = c.intermediate_size, group = H / KVH;
+  const int64_t qd = H * hd, kvd = KVH * hd, I = c.intermediate_size;
   SPECLAB_CHECK(kv.ctx_len == pos + n, "eagle: the head's KV view does not end at the new pairs");
   const auto size = [](std::vector<float>& v, int64_t k) { v.resize(static_cast<size_t>(k)); };
   size(in_, n * 2 * d), size(x_, n * d), size(xn_, n * d), size(qkv_out_, n * (qd + 2 * kvd));
-  size(att_, n * qd), size(h_, n * d), size(gu_, n * 2 * I), size(act_, n * I), size(scores_, kv.ctx_len);
+  size(att_, n * qd), size(h_, n * d), size(gu_, n * 2 * I), size(act_, n * I);
 
   // x = fc([f ; E[next]]) + b
   const float* embed = h.embed.data_ptr<float>();
@@ -84,18 +76,69 @@ void PackedEagleHead::step(const float* features, const int64_t* next, int64_t n
   float* kc = kv.k_cache[0].data_ptr<float>();  // [slots, KVH, hd]
   float* vc = kv.v_cache[0].data_ptr<float>();
   const int64_t* ws = kv.write_slots.data_ptr<int64_t>();
-  std::vector<float> cs(static_cast<size_t>(hd / 2)), sn(cs.size());  // once per row, shared by its heads
   for (int64_t i = 0; i < n; ++i) {
     float* row = &qkv_out_[static_cast<size_t>(i * (qd + 2 * kvd))];
-    rope_angles(inv_freq_, pos + i, cs.data(), sn.data());
-    for (int64_t a = 0; a < H + KVH; ++a) rope(row + a * hd, hd, cs.data(), sn.data());
+    const float* cs = rope_cos(pos + i);
+    const float* sn = rope_sin(pos + i);
+    for (int64_t a = 0; a < H + KVH; ++a) rope(row + a * hd, hd, cs, sn);
     std::memcpy(kc + ws[i] * kvd, row + qd, sizeof(float) * kvd);
     std::memcpy(vc + ws[i] * kvd, row + qd + kvd, sizeof(float) * kvd);
   }
-  // Causal attention: row i (position pos + i) over positions [0, pos + i].
+  attend(n, pos, kv);
+  // h = x + o(att); f^ = h + down(silu(gate(N2 h)) * up(N2 h))
+  o_->multiply(att_.data(), nullptr, h_.data(), n);
+  for (int64_t k = 0; k < n * d; ++k) h_[static_cast<size_t>(k)] += x_[static_cast<size_t>(k)];
+  rms_norm(h_.data(), h.layer.post_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
+  gate_up_->multiply(xn_.data(), nullptr, gu_.data(), n);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < I; ++j) {
+      const float gt = gu_[static_cast<size_t>(i * 2 * I + j)], up = gu_[static_cast<size_t>(i * 2 * I + I + j)];
+      act_[static_cast<size_t>(i * I + j)] = gt / (1.0f + std::exp(-gt)) * up;
+    }
+  down_->multiply(act_.data(), nullptr, out, n);
+  for (int64_t k = 0; k < n * d; ++k) out[k] += h_[static_cast<size_t>(k)];
+}
+
+const float* PackedEagleHead::rope_cos(int64_t pos) {
+  const size_t half = inv_freq_.size();
+  for (int64_t p = static_cast<int64_t>(rope_.size() / (2 * half)); p <= pos; ++p)
+    for (int part = 0; part < 2; ++part)
+      for (size_t j = 0; j < half; ++j) {
+        const double a = static_cast<double>(p) * inv_freq_[j];
+        rope_.push_back(static_cast<float>(part == 0 ? std::cos(a) : std::sin(a)));
+      }
+  return rope_.data() + static_cast<size_t>(pos) * 2 * half;
+}
+
+void PackedEagleHead::attend(int64_t n, int64_t pos, const KvView& kv) {
+  const ModelConfig& c = head_->target;
+  const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, hd = c.head_dim;
+  const int64_t qd = H * hd, kvd = KVH * hd, group = H / KVH;
+  const float* kc = kv.k_cache[0].data_ptr<float>();  // [slots, KVH, hd]
+  const float* vc = kv.v_cache[0].data_ptr<float>();
   const int64_t* rs = kv.read_base >= 0 ? nullptr : kv.read_slots.data_ptr<int64_t>();
-  const auto slot = [&](int64_t j) { return rs ? rs[j] : kv.read_base + j; };
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  // Row i (position pos + i) attends positions [0, pos + i].
+  limits_.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) limits_[static_cast<size_t>(i)] = pos + i + 1;
+  AttentionRows call;
+  call.q = qkv_out_.data();
+  call.q_stride = qd + 2 * kvd;
+  call.n = n;
+  call.n_heads = H;
+  call.n_kv_heads = KVH;
+  call.head_dim = hd;
+  call.k = kc;
+  call.v = vc;
+  call.slots = rs;
+  call.slot_base = kv.read_base;
+  call.limits = limits_.data();
+  call.scale = scale;
+  call.out = att_.data();
+  if (target_->attend_rows(call)) return;
+  // No kernel: the same computation, key by key.
+  const auto slot = [&](int64_t j) { return rs ? rs[j] : kv.read_base + j; };
+  scores_.resize(static_cast<size_t>(pos + n));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t len = pos + i + 1;
     for (int64_t a = 0; a < H; ++a) {
@@ -125,18 +168,6 @@ void PackedEagleHead::step(const float* features, const int64_t* next, int64_t n
       }
     }
   }
-  // h = x + o(att); f^ = h + down(silu(gate(N2 h)) * up(N2 h))
-  o_->multiply(att_.data(), nullptr, h_.data(), n);
-  for (int64_t k = 0; k < n * d; ++k) h_[static_cast<size_t>(k)] += x_[static_cast<size_t>(k)];
-  rms_norm(h_.data(), h.layer.post_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
-  gate_up_->multiply(xn_.data(), nullptr, gu_.data(), n);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < I; ++j) {
-      const float gt = gu_[static_cast<size_t>(i * 2 * I + j)], up = gu_[static_cast<size_t>(i * 2 * I + I + j)];
-      act_[static_cast<size_t>(i * I + j)] = gt / (1.0f + std::exp(-gt)) * up;
-    }
-  down_->multiply(act_.data(), nullptr, out, n);
-  for (int64_t k = 0; k < n * d; ++k) out[k] += h_[static_cast<size_t>(k)];
 }
 
 void PackedEagleHead::logits(const float* f, float* out) { lm_->multiply(f, nullptr, out, 1); }

@@ -5,7 +5,9 @@
 // costs ~40 small ops, i.e. more than a whole target step on a 135M model. This one packs the
 // head's seven matrices once (fc; q|k|v; o; gate|up; down; the LM head rows) in the storage the
 // target uses (Q8_0 against int8 activations), so a draft token reads ~1/9 of the bytes of a
-// SmolLM2 step, and does the rest (RMSNorm, RoPE, attention over the head's KV, SiLU) in place.
+// SmolLM2 step. Attention over the head's KV runs on the target's attention kernel
+// (Model::attend_rows) where it has one, else in a plain loop; the rest (RMSNorm, RoPE, SiLU) are
+// plain loops in place.
 // Its products differ from the float32 head's by the matrices' quantization: the drafter reports
 // the q it sampled from, so losslessness does not depend on it.
 #pragma once
@@ -35,9 +37,18 @@ class PackedEagleHead {
 
  private:
   PackedEagleHead() = default;
+  // cos and sin of the RoPE angles at position pos, [hd / 2] each (computed once per position).
+  const float* rope_cos(int64_t pos);
+  const float* rope_sin(int64_t pos) { return rope_cos(pos) + inv_freq_.size(); }
+  // Causal attention of the n rows at positions [pos, pos + n) over kv: att_ from qkv_out_.
+  void attend(int64_t n, int64_t pos, const KvView& kv);
+
   const EagleHead* head_ = nullptr;
+  const Model* target_ = nullptr;                 // its attention kernel (Model::attend_rows)
   std::shared_ptr<const PackedMatrix> fc_, qkv_, o_, gate_up_, down_, lm_;
   std::vector<double> inv_freq_;                  // [hd/2] RoPE frequencies
+  std::vector<float> rope_;                       // [positions, 2, hd/2]: cos, then sin
+  std::vector<int64_t> limits_;                   // [n] keys each row attends
   std::vector<float> in_, x_, xn_, qkv_out_, att_, h_, gu_, act_, scores_;  // scratch
 };
 
