@@ -31,82 +31,89 @@ void EagleDrafter::begin(SeqId, const TokenList&) {
   if (hseq_ >= 0) (void)kv_->release(hseq_);
   hseq_ = kv_->create(pool_);
   head_len_ = 0;
-  known_ = at::Tensor();
+  known_.clear();
 }
 
 void EagleDrafter::observe_target_hidden(SeqId, const std::vector<const float*>& hidden, int64_t n, int64_t d,
                                          int64_t first_pos) {
   SPECLAB_CHECK(hidden.size() == 1 && d == head_->target.hidden_size, "eagle: unexpected target hidden states");
   SPECLAB_CHECK(first_pos >= head_len_, "eagle: target features behind the head");
-  at::NoGradGuard no_grad;
-  const at::Tensor f = eagle_features(*head_, at::from_blob(const_cast<float*>(hidden[0]), {n, d}, at::kFloat));
   // Keep the features of positions before first_pos that the head has not consumed yet.
-  const int64_t keep = known_.defined() ? std::min<int64_t>(known_.size(0), first_pos - head_len_) : 0;
+  const int64_t known_rows = static_cast<int64_t>(known_.size()) / d;
+  const int64_t keep = std::min<int64_t>(known_rows, first_pos - head_len_);
   SPECLAB_CHECK(keep == first_pos - head_len_, "eagle: a gap in the target features");
-  known_ = keep > 0 ? at::cat({known_.narrow(0, 0, keep), f}, 0) : f.clone();
+  known_.resize(static_cast<size_t>((keep + n) * d));
+  float* f = known_.data() + keep * d;
+  if (packed_) {
+    packed_->features(hidden[0], n, f);
+  } else {
+    at::NoGradGuard no_grad;
+    const at::Tensor t = eagle_features(*head_, at::from_blob(const_cast<float*>(hidden[0]), {n, d}, at::kFloat));
+    std::copy(t.data_ptr<float>(), t.data_ptr<float>() + n * d, f);
+  }
 }
 
-at::Tensor EagleDrafter::run_head(const at::Tensor& features, const at::Tensor& next, int64_t pos) {
-  const int64_t n = features.size(0);
-  if (packed_) {
-    const KvView v = kv_->view_at(hseq_, pos, n);
-    const at::Tensor f = features.contiguous();
-    const at::Tensor t = next.contiguous();
-    at::Tensor out = at::empty({n, head_->target.hidden_size}, at::kFloat);
-    packed_->step(f.data_ptr<float>(), t.data_ptr<int64_t>(), n, pos, v, out.data_ptr<float>());
-    SPECLAB_CHECK(kv_->commit(hseq_, n) == KvStatus::kOk, "eagle: commit");
-    return out;
-  }
-  const at::Tensor x = eagle_input(*head_, features, next);
-  const EagleQkv qkv = eagle_qkv(*head_, x, at::arange(pos, pos + n, at::kLong));
+void EagleDrafter::run_head(const float* features, const int64_t* next, int64_t n, int64_t pos, float* out) {
+  const int64_t d = head_->target.hidden_size;
   const KvView v = kv_->view_at(hseq_, pos, n);
-  at::Tensor kc = v.k_cache[0], vc = v.v_cache[0];  // [slots, KVH, hd]
-  kc.index_copy_(0, v.write_slots, qkv.k);
-  vc.index_copy_(0, v.write_slots, qkv.v);
-  const at::Tensor k_ctx = v.read_base >= 0 ? kc.narrow(0, v.read_base, v.ctx_len) : kc.index_select(0, v.read_slots);
-  const at::Tensor v_ctx = v.read_base >= 0 ? vc.narrow(0, v.read_base, v.ctx_len) : vc.index_select(0, v.read_slots);
-  const at::Tensor rows = at::arange(pos, pos + n, at::kLong).unsqueeze(1);
-  const at::Tensor allowed = at::arange(v.ctx_len, at::kLong).unsqueeze(0).le(rows);  // [n, ctx]
-  const at::Tensor out = eagle_attend(*head_, x, qkv, k_ctx, v_ctx, allowed);
+  if (packed_) {
+    packed_->step(features, next, n, pos, v, out);
+  } else {
+    const at::Tensor f = at::from_blob(const_cast<float*>(features), {n, d}, at::kFloat);
+    const at::Tensor t = at::from_blob(const_cast<int64_t*>(next), {n}, at::kLong);
+    const at::Tensor x = eagle_input(*head_, f, t);
+    const EagleQkv qkv = eagle_qkv(*head_, x, at::arange(pos, pos + n, at::kLong));
+    at::Tensor kc = v.k_cache[0], vc = v.v_cache[0];  // [slots, KVH, hd]
+    kc.index_copy_(0, v.write_slots, qkv.k);
+    vc.index_copy_(0, v.write_slots, qkv.v);
+    const at::Tensor k_ctx = v.read_base >= 0 ? kc.narrow(0, v.read_base, v.ctx_len) : kc.index_select(0, v.read_slots);
+    const at::Tensor v_ctx = v.read_base >= 0 ? vc.narrow(0, v.read_base, v.ctx_len) : vc.index_select(0, v.read_slots);
+    const at::Tensor rows = at::arange(pos, pos + n, at::kLong).unsqueeze(1);
+    const at::Tensor allowed = at::arange(v.ctx_len, at::kLong).unsqueeze(0).le(rows);  // [n, ctx]
+    const at::Tensor o = eagle_attend(*head_, x, qkv, k_ctx, v_ctx, allowed).contiguous();
+    std::copy(o.data_ptr<float>(), o.data_ptr<float>() + n * d, out);
+  }
   SPECLAB_CHECK(kv_->commit(hseq_, n) == KvStatus::kOk, "eagle: commit");
-  return out;
 }
 
 DraftBlock EagleDrafter::propose(const DraftContext& ctx, int max_k) {
   at::NoGradGuard no_grad;
   const TokenList& t = *ctx.tokens;
-  const int64_t T = static_cast<int64_t>(t.size());
+  const int64_t T = static_cast<int64_t>(t.size()), d = head_->target.hidden_size;
   // Drop the previous step's speculative pairs; feed the target's new ones, positions
   // [head_len_, T - 1): the feature of position T - 2 with the pending token t[T - 1].
   if (kv_->length(hseq_) > head_len_) SPECLAB_CHECK(kv_->truncate(hseq_, head_len_) == KvStatus::kOk, "eagle: rollback");
   const int64_t n_new = T - 1 - head_len_;
-  SPECLAB_CHECK(n_new >= 1 && known_.defined() && known_.size(0) >= n_new, "eagle: missing target features");
+  SPECLAB_CHECK(n_new >= 1 && static_cast<int64_t>(known_.size()) >= n_new * d, "eagle: missing target features");
   kv_->reserve(hseq_, n_new + max_k);
-  std::vector<int64_t> next(t.begin() + head_len_ + 1, t.end());
-  at::Tensor f = run_head(known_.narrow(0, 0, n_new), at::tensor(next, at::kLong), head_len_);
-  known_ = known_.narrow(0, n_new, known_.size(0) - n_new);
+  next_.assign(t.begin() + head_len_ + 1, t.end());
+  out_.resize(static_cast<size_t>(n_new * d));
+  run_head(known_.data(), next_.data(), n_new, head_len_, out_.data());
+  known_.erase(known_.begin(), known_.begin() + n_new * d);
   head_len_ = T - 1;
-  f = f.narrow(0, n_new - 1, 1);
-
+  // f: the predicted feature of the last pair.
+  f_.assign(out_.end() - d, out_.end());
   const int64_t vocab = head_->target.vocab_size;
+  const int64_t hv = head_->head_vocab();
   DraftBlock b;
   int64_t pos = head_len_;
   for (int i = 0; i < max_k; ++i) {
-    const int64_t hv = head_->head_vocab();
     const float* lp;
     at::Tensor logits;
     if (packed_) {
       head_logits_.resize(static_cast<size_t>(hv));
-      packed_->logits(f.contiguous().data_ptr<float>(), head_logits_.data());
+      packed_->logits(f_.data(), head_logits_.data());
       lp = head_logits_.data();
     } else {
-      logits = eagle_logits(*head_, f)[0].contiguous();  // [V']
+      logits = eagle_logits(*head_, at::from_blob(f_.data(), {1, d}, at::kFloat))[0].contiguous();  // [V']
       lp = logits.data_ptr<float>();
     }
     if (!append_head_token(lp, head_->vocab_ids.data_ptr<int64_t>(), hv, vocab, ctx, b, full_logits_)) break;
-    const Token x = b.tokens.back();
     if (i + 1 == max_k) break;
-    f = run_head(f, at::full({1}, static_cast<int64_t>(x), at::kLong), pos++);
+    const int64_t x = b.tokens.back();
+    out_.resize(static_cast<size_t>(d));
+    run_head(f_.data(), &x, 1, pos++, out_.data());
+    f_.assign(out_.begin(), out_.end());
   }
   return b;
 }
@@ -121,7 +128,7 @@ void EagleDrafter::end(SeqId) {
     (void)kv_->release(hseq_);
     hseq_ = -1;
   }
-  known_ = at::Tensor();
+  known_.clear();
 }
 
 }  // namespace speclab

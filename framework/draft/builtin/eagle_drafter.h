@@ -47,8 +47,9 @@ class EagleDrafter : public Drafter {
                              int64_t first_pos) override;
 
  private:
-  // One head step over the pairs at positions [pos, pos + n): writes their K/V, returns f^ [n, d].
-  at::Tensor run_head(const at::Tensor& features /*[n, d]*/, const at::Tensor& next /*[n]*/, int64_t pos);
+  // One head step over the pairs at positions [pos, pos + n): writes and commits their K/V.
+  // features: [n, d]; next: [n] token ids; out: [n, d] f^.
+  void run_head(const float* features, const int64_t* next, int64_t n, int64_t pos, float* out);
 
   std::shared_ptr<const EagleHead> head_;
   std::unique_ptr<PackedEagleHead> packed_;  // the head on the target's kernels, or null (libtorch ops)
@@ -57,8 +58,10 @@ class EagleDrafter : public Drafter {
   PoolId pool_ = -1;
   SeqId hseq_ = -1;          // the head's KV sequence
   int64_t head_len_ = 0;     // head positions computed from the target's features
-  at::Tensor known_;         // [m, d] target features of positions [head_len_, head_len_ + m)
+  std::vector<float> known_;  // [m, d] target features of positions [head_len_, head_len_ + m)
   std::vector<float> full_logits_;  // [vocab] scratch
+  std::vector<float> out_, f_;      // [n, d] head outputs; [d] the feature the next token is drafted from
+  std::vector<int64_t> next_;       // [n] the tokens paired with the new features
 };
 
 }  // namespace speclab

@@ -170,6 +170,11 @@ void PackedEagleHead::attend(int64_t n, int64_t pos, const KvView& kv) {
   }
 }
 
+void PackedEagleHead::features(const float* hidden, int64_t n, float* out) const {
+  const ModelConfig& c = head_->target;
+  rms_norm(hidden, head_->final_norm.data_ptr<float>(), out, n, c.hidden_size, c.rms_norm_eps);
+}
+
 void PackedEagleHead::logits(const float* f, float* out) { lm_->multiply(f, nullptr, out, 1); }
 
 }  // namespace speclab

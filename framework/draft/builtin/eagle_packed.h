@@ -31,6 +31,9 @@ class PackedEagleHead {
   // kv.write_slots (layer 0 of a one-layer cache) and attends causally over kv's ctx_len =
   // pos + n positions. features: [n, d] float32; next: [n] token ids; out: [n, d] f^.
   void step(const float* features, const int64_t* next, int64_t n, int64_t pos, const KvView& kv, float* out);
+  // The target's features of its last layer's residual stream (eagle_features: the final
+  // RMSNorm) in a plain loop. hidden: [n, d]; out: [n, d].
+  void features(const float* hidden, int64_t n, float* out) const;
   // Head logits of one predicted feature f [d]: out [V'] in lm_head row order (vocab_ids).
   void logits(const float* f, float* out);
   int64_t head_vocab() const { return lm_->rows(); }
