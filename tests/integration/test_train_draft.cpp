@@ -25,6 +25,7 @@
 #include "experiments/app/equivalence_runner.h"
 #include "experiments/app/experiment_runner.h"
 #include "experiments/app/session_parts.h"
+#include "framework/draft/builtin/eagle_drafter.h"
 #include "framework/draft/builtin/eagle_packed.h"
 #include "framework/draft/builtin/medusa_drafter.h"
 #include "framework/kv/kv_cache_manager.h"
@@ -218,6 +219,27 @@ TEST_CASE("train-draft refuses training prompts from an evaluation set", "[train
   CHECK_THAT(e.what(), Catch::Contains("evaluation set") && Catch::Contains("MT-bench"));
 }
 
+namespace {
+
+// `inner` without its CPU kernels for drafters (Model::pack_matrix null, Model::attend_rows
+// false), as a CUDA target is: the eagle drafter then runs its head on libtorch ops.
+class NoKernels : public Model {
+ public:
+  explicit NoKernels(const Model& inner) : inner_(inner) {}
+  const ModelConfig& config() const override { return inner_.config(); }
+  at::Tensor forward(const at::Tensor& t, const at::Tensor& p, const KvView& kv,
+                     const ForwardOptions& o) const override {
+    return inner_.forward(t, p, kv, o);
+  }
+  uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
+  int64_t row_exact_batch() const override { return inner_.row_exact_batch(); }
+
+ private:
+  const Model& inner_;
+};
+
+}  // namespace
+
 TEST_CASE("the eagle drafter: greedy output equals AR; a draft for another target is refused", "[train][eagle]") {
   const TrainDraftConfig a = load_train_config(write_config("d", 120).string());
   train_draft(a, false);
@@ -271,6 +293,25 @@ TEST_CASE("the eagle drafter: greedy output equals AR; a draft for another targe
   CHECK(accepted > 0);
   CHECK(drafted_confident > 0);
   CHECK(drafted_confident < drafted);
+
+  SECTION("on libtorch ops (a target without packed kernels, as on CUDA): greedy output equals AR, the head drafts") {
+    const NoKernels bare(*target->model);
+    EagleDrafter lt(load_eagle_head(a.output.path, target->info), DrafterEnv{&bare, &parts.kv(), parts.kv_target().pool,
+                                                                              bare.config().vocab_size});
+    int64_t lt_accepted = 0, lt_drafted = 0;
+    for (const char* text : {"Once upon a time", "The dog ran to"}) {
+      const TokenList ids = target->info.tokenizer->encode(text, true);
+      GenerationOptions gen;
+      gen.max_new_tokens = 32;
+      Session s(bare, *target->info.tokenizer, parts.kv_target());
+      const GenerationResult spec = run_counting(s, Request{ids, {&lt, o}, gen, {}}, lt_accepted, lt_drafted);
+      CHECK(spec.tokens == generate_ar(*target->model, *target->info.tokenizer, ids, gen, SamplingOptions{},
+                                       KvMode::kCached, {}, parts.kv_target())
+                               .tokens);
+    }
+    INFO("libtorch ops: accepted " << lt_accepted << " of " << lt_drafted);
+    CHECK(lt_accepted > 0);
+  }
 }
 
 namespace {
