@@ -48,7 +48,8 @@ void EagleDrafter::observe_target_hidden(SeqId, const std::vector<const float*>&
     packed_->features(hidden[0], n, f);
   } else {
     at::NoGradGuard no_grad;
-    const at::Tensor t = eagle_features(*head_, at::from_blob(const_cast<float*>(hidden[0]), {n, d}, at::kFloat));
+    const at::Tensor t =
+        eagle_features(*head_, at::from_blob(const_cast<float*>(hidden[0]), {n, d}, at::kFloat)).contiguous();
     std::copy(t.data_ptr<float>(), t.data_ptr<float>() + n * d, f);
   }
 }
