@@ -590,10 +590,40 @@ int cmd_bench(const std::vector<std::string>& args) {
   if (!draft_model.empty())
     row("speculative step: share outside model forwards, gamma " + std::to_string(spec_gamma), spec.outside_share, 0.0,
         "<= 0.03");
-  row("decode at context " + std::to_string(contexts.back()) + " / at " + std::to_string(contexts.front()),
-      decode_rate.back() / decode_rate.front(), 0.0, ">= 0.8");
-  if (!decode_rate8.empty())
+  // The long-context ratio beside llama.cpp's own (the same two contexts, its float16 cache) and
+  // beside its bandwidth floor: a step reads the weights and every cached token's K and V, so at
+  // best the ratio is (W + kv(front)) / (W + kv(back)) for weight bytes W and kv(C) = C K/V bytes
+  // per token. When K/V outweigh the weights at long contexts, no kernel can beat that floor.
+  const std::string front_key = std::to_string(contexts.front()), back_key = std::to_string(contexts.back());
+  const double lc_ratio = !lc.is_null() && lc["decode_at"].contains(front_key) && lc["decode_at"].contains(back_key)
+                              ? lc["decode_at"][back_key].get<double>() / lc["decode_at"][front_key].get<double>()
+                              : 0.0;
+  row("decode at context " + back_key + " / at " + front_key, decode_rate.back() / decode_rate.front(), lc_ratio,
+      ">= 0.8");
+  std::string floor_lines;
+  auto context_floor = [&](const std::string& dtype) {
+    KvGeometry g = c.kv_geometry();
+    g.dtype = dtype;
+    const double per_token = static_cast<double>(g.bytes_per_token(g.element_bytes()));
+    const double kv_front = per_token * static_cast<double>(contexts.front()),
+                 kv_back = per_token * static_cast<double>(contexts.back());
+    const double ratio = (wbytes + kv_front) / (wbytes + kv_back);
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "bandwidth floor of decode at context %s / at %s, %s K/V: %.2f (a step reads weights %.1f MB + K/V "
+                  "%.1f MB at context %s, %.1f MB at %s)\n",
+                  back_key.c_str(), front_key.c_str(), dtype.c_str(), ratio, wbytes / 1e6, kv_back / 1e6,
+                  back_key.c_str(), kv_front / 1e6, front_key.c_str());
+    floor_lines += line;
+    report["context_ratio_floor"][dtype] = ratio;
+  };
+  const std::string kv_dtype = c.kv_geometry().dtype;
+  if (contexts.size() > 1 && !on_device) context_floor(kv_dtype);
+  if (!decode_rate8.empty()) {
     row("... over an int8 K/V cache (--kv-dtype int8)", decode_rate8[1] / decode_rate8[0], 0.0, ">= 0.8");
+    context_floor("int8");
+  }
+  say("%s", floor_lines.c_str());
   if (!lc.is_null())
     say("llama.cpp side: llama-cpp-python %s on %s (%s), %d threads\n", lc["version"].get<std::string>().c_str(),
         lc["model"].get<std::string>().c_str(), m.info.storage_types.c_str(), threads);

@@ -223,6 +223,13 @@ TEST_CASE("speclab bench on synthetic shapes: decode, verification and the specu
   CHECK(j.at("decode_tok_s_kv_int8").at("32").get<double>() > 0);
   CHECK(j.at("verify_cost").at("1").get<double>() == 1.0);
   CHECK(j.at("verify_cost").contains("17"));
+  // The long-context ratio's bandwidth floor, (weights + K/V at 16) / (weights + K/V at 32): below
+  // 1, and higher over int8 K/V (fewer bytes per token) than over the model's float32.
+  const double floor32 = j.at("context_ratio_floor").at("float32").get<double>();
+  const double floor8 = j.at("context_ratio_floor").at("int8").get<double>();
+  CHECK(floor32 > 0.0);
+  CHECK(floor32 < floor8);
+  CHECK(floor8 < 1.0);
   const nlohmann::json& spec = j.at("spec");
   CHECK(spec.at("alpha").get<double>() == 1.0);  // the draft is the target itself: every draft accepted
   CHECK(spec.at("outside_share").get<double>() >= 0.0);
