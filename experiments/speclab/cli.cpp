@@ -57,6 +57,10 @@ void DrafterArgs::add_to(po::options_description& desc) {
        "stop drafting below this draft top probability (0 = off)")
       ("prompt-lookup-min", po::value(&lookup_min)->default_value(lookup_min), "prompt_lookup: shortest n-gram")
       ("prompt-lookup-max", po::value(&lookup_max)->default_value(lookup_max), "prompt_lookup: longest n-gram")
+      ("prompt-lookup-first", po::bool_switch(&lookup_first),
+       "any other drafter: draft a prompt-lookup continuation where the context has a match, the drafter elsewhere")
+      ("fallback-gamma", po::value(&fallback_gamma)->default_value(fallback_gamma),
+       "with --prompt-lookup-first: the drafter's own tokens per step at most (0 = --gamma)")
       ("draft-layers", po::value(&layers), "layer_skip: target layers the draft runs, e.g. 0-14 (default: first half)")
       ("draft-model", po::value(&draft_model), "draft_model: model path or named entry; eagle: the head (default: the trained or shipped one, docs/train-draft.md)")
       ("draft-format", po::value(&draft_format)->default_value(draft_format), "draft_model: format")
@@ -75,6 +79,8 @@ DrafterOptions DrafterArgs::options() const {
   o.confidence_threshold = confidence_threshold;
   o.prompt_lookup_min = lookup_min;
   o.prompt_lookup_max = lookup_max;
+  o.prompt_lookup_first = lookup_first;
+  o.fallback_speculative_tokens = fallback_gamma;
   if (!layers.empty()) o.draft_layers = parse_layer_list(layers);
   o.draft_model = draft_model;
   o.draft_model_format = draft_format;

@@ -67,6 +67,8 @@ struct DrafterArgs {
   std::string schedule = "constant";
   double confidence_threshold = 0.0;
   int lookup_min = 1, lookup_max = 3;
+  bool lookup_first = false;
+  int fallback_gamma = 0;
   std::string layers;   // layer_skip: "0-14" or "0,2,4"
   std::string draft_model, draft_format = "auto";
   int64_t draft_vocab = 0;

@@ -22,6 +22,14 @@ void DrafterOptions::validate() const {
   if (prompt_lookup_min < 1 || prompt_lookup_max < prompt_lookup_min)
     bad("prompt_lookup_min", "expected 1 <= prompt_lookup_min <= prompt_lookup_max, found " +
                                  std::to_string(prompt_lookup_min) + " and " + std::to_string(prompt_lookup_max));
+  if (prompt_lookup_first && name == "prompt_lookup")
+    bad("prompt_lookup_first", "expected another drafter to fall back on; prompt_lookup already drafts by lookup");
+  if (fallback_speculative_tokens < 0 || fallback_speculative_tokens > num_speculative_tokens)
+    bad("fallback_speculative_tokens", "expected 0..num_speculative_tokens (" + std::to_string(num_speculative_tokens) +
+                                           "), found " + std::to_string(fallback_speculative_tokens));
+  if (fallback_speculative_tokens > 0 && !prompt_lookup_first)
+    bad("fallback_speculative_tokens", "expected prompt_lookup_first: true beside it (it caps the drafter behind the "
+                                       "lookup), found prompt_lookup_first: false");
   if (draft_vocab < 0) bad("draft_vocab", "expected >= 0 (0 = the whole vocabulary), found " + std::to_string(draft_vocab));
   if (draft_layers_first < 0) bad("draft_layers_first", "expected >= 0, found " + std::to_string(draft_layers_first));
   for (size_t i = 1; i < draft_layers.size(); ++i)

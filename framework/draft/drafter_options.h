@@ -24,6 +24,12 @@ struct DrafterOptions {
   // prompt_lookup (HF prompt_lookup_num_tokens is gamma; vLLM prompt_lookup_min/max)
   int prompt_lookup_min = 1;
   int prompt_lookup_max = 3;
+  // Any drafter but prompt_lookup: draft the continuation of the latest earlier n-gram match
+  // (prompt_lookup_min..prompt_lookup_max, as prompt_lookup does) when there is one, and ask the
+  // drafter only when there is none, for at most fallback_speculative_tokens of its own tokens
+  // (0: the step's gamma). framework/draft/builtin/lookup_first.h.
+  bool prompt_lookup_first = false;
+  int fallback_speculative_tokens = 0;
   // layer_skip: the target's layers the draft runs: an explicit ascending list, or the first
   // `draft_layers_first` layers when the list is empty.
   std::vector<int64_t> draft_layers;

@@ -1,6 +1,7 @@
 #include "framework/draft/registry.h"
 
 #include "framework/core/error.h"
+#include "framework/draft/builtin/lookup_first.h"
 #include "framework/draft/builtin/model_drafter.h"
 #include "framework/draft/builtin/prompt_lookup.h"
 #include "framework/draft/plugin_loader.h"
@@ -33,7 +34,10 @@ std::unique_ptr<Drafter> DrafterRegistry::create(const DrafterOptions& options, 
                                         " (or load a plugin with --plugin / drafter.plugin)",
                 "drafter", "name");
   }
-  return it->second(options, env);
+  std::unique_ptr<Drafter> d = it->second(options, env);
+  if (!options.prompt_lookup_first) return d;
+  return std::make_unique<LookupFirstDrafter>(std::move(d), options.prompt_lookup_min, options.prompt_lookup_max,
+                                              options.fallback_speculative_tokens);
 }
 
 void register_builtin_drafters(DrafterRegistry& r) {

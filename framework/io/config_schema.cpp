@@ -235,6 +235,8 @@ const Table<DrafterEntry>& drafter_table() {
           field("confidence_threshold", {"assistant_confidence_threshold"}, &E::options, &O::confidence_threshold),
           field("prompt_lookup_min", {}, &E::options, &O::prompt_lookup_min),
           field("prompt_lookup_max", {"max_matching_ngram_size"}, &E::options, &O::prompt_lookup_max),
+          field("prompt_lookup_first", {}, &E::options, &O::prompt_lookup_first),
+          field("fallback_speculative_tokens", {}, &E::options, &O::fallback_speculative_tokens),
           field("draft_layers", {}, &E::options, &O::draft_layers, layer_list()),
           field("draft_layers_first", {"assistant_early_exit"}, &E::options, &O::draft_layers_first,
                 integer<int64_t>(kI32Min, kI32Max)),

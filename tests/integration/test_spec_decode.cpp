@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "experiments/app/session_parts.h"
+#include "framework/draft/builtin/lookup_first.h"
 #include "framework/draft/builtin/prompt_lookup.h"
 #include "framework/draft/registry.h"
 #include "framework/engine/ar_decode.h"
@@ -97,6 +98,21 @@ TEST_CASE("greedy speculative decoding is token-identical to AR for every drafte
     pl.name = "prompt_lookup";
     pl.schedule = "cost";
     variants.push_back({"prompt_lookup cost", pl});
+    // Lookup first, a drafter where the context has no match (lookup_first.h): blocks from either
+    // source, a layer-skip draft on the target's own sequence and a draft model on its own cache
+    // that misses the steps the lookup drafted.
+    DrafterOptions lf;
+    lf.name = "layer_skip";
+    lf.draft_layers = {0, 1};
+    lf.prompt_lookup_first = true;
+    lf.prompt_lookup_min = 2;
+    variants.push_back({"prompt_lookup_first + layer_skip", lf});
+    lf.name = "draft_model";
+    lf.draft_layers.clear();
+    lf.draft_model = stories_path();
+    lf.draft_vocab = 300;
+    lf.fallback_speculative_tokens = 1;
+    variants.push_back({"prompt_lookup_first + draft_model, fallback 1", lf});
   }
   for (const auto& v : variants) {
     for (int gamma : {1, 2, 4, 8}) {
@@ -110,6 +126,7 @@ TEST_CASE("greedy speculative decoding is token-identical to AR for every drafte
         CHECK(r.spec.text == r.ar.text);
         for (const auto& st : r.spec.steps) {
           CHECK(st.drafted <= (v.o.schedule == "heuristic" ? 16 : gamma));
+          CHECK(st.drafted >= 0);
           CHECK(st.accepted <= st.drafted);
         }
         if (std::string(v.label) == "draft_model (same model)") {
@@ -374,6 +391,68 @@ TEST_CASE("prompt lookup proposes the continuation of the latest earlier match",
   CHECK(PromptLookupDrafter::lookup(t, 3, 3, 3).empty());               // "1 5 6" never seen before
   CHECK(PromptLookupDrafter::lookup({1, 2, 3}, 1, 3, 4).empty());
   CHECK(PromptLookupDrafter::lookup({4, 4, 4}, 1, 1, 5) == TokenList{4});
+}
+
+// A drafter that records what LookupFirstDrafter asks of it, and drafts `k` copies of token 7.
+class RecordingDrafter : public Drafter {
+ public:
+  std::string name() const override { return "recorder"; }
+  void begin(SeqId, const TokenList&) override { ++begins; }
+  DraftBlock propose(const DraftContext&, int max_k) override {
+    asked.push_back(max_k);
+    DraftBlock b;
+    b.tokens.assign(static_cast<size_t>(max_k), 7);
+    return b;
+  }
+  void accept(SeqId, int n) override { accepted.push_back(n); }
+  void end(SeqId) override { ++ends; }
+  std::vector<int64_t> target_hidden_layers() const override { return {3}; }
+  void observe_target_hidden(SeqId, const std::vector<const float*>&, int64_t n, int64_t, int64_t first_pos) override {
+    observed.push_back({first_pos, n});
+  }
+  int begins = 0, ends = 0;
+  std::vector<int> asked, accepted;
+  std::vector<std::pair<int64_t, int64_t>> observed;
+};
+
+TEST_CASE("prompt_lookup_first: a lookup block where the context has a match, else the drafter's, and the drafter "
+          "hears only of its own blocks", "[spec][prompt_lookup]") {
+  auto rec = std::make_unique<RecordingDrafter>();
+  RecordingDrafter& r = *rec;
+  LookupFirstDrafter d(std::move(rec), 2, 3, 2);
+  CHECK(d.name() == "prompt_lookup+recorder");
+  CHECK(d.target_hidden_layers() == std::vector<int64_t>{3});
+  SamplingOptions greedy;
+  Rng rng(1);
+  d.begin(0, {5, 6, 7});
+  CHECK(r.begins == 1);
+  // "5 6" was seen before, followed by 8 9 5: the lookup drafts, the recorder is not asked.
+  TokenList t = {5, 6, 8, 9, 5, 6};
+  DraftContext ctx{0, &t, 3, &greedy, &rng, 0.0};
+  CHECK(d.propose(ctx, 4).tokens == TokenList{8, 9, 5, 6});
+  d.accept(0, 2);
+  CHECK(r.asked.empty());
+  CHECK(r.accepted.empty());
+  // Every target forward's rows reach the drafter, whoever drafted.
+  const float row[1] = {0.f};
+  d.observe_target_hidden(0, {row}, 3, 1, 5);
+  CHECK(r.observed == std::vector<std::pair<int64_t, int64_t>>{{5, 3}});
+  // "9 4" and "4" alone: no 2-gram match; the recorder drafts, capped at fallback 2 of gamma 4.
+  t = {5, 6, 8, 9, 4};
+  CHECK(d.propose(ctx, 4).tokens == TokenList{7, 7});
+  d.accept(0, 1);
+  CHECK(r.asked == std::vector<int>{2});
+  CHECK(r.accepted == std::vector<int>{1});
+  CHECK(d.propose(ctx, 1).tokens == TokenList{7});  // a step's gamma below the cap
+  CHECK(r.asked == std::vector<int>{2, 1});
+  CHECK(d.propose(ctx, 0).tokens.empty());  // gamma 0 (schedule: cost): nobody is asked
+  CHECK(r.asked.size() == 2);
+  d.accept(0, 0);
+  CHECK(r.accepted.size() == 1);  // the gamma-0 step was not the recorder's
+  CHECK(d.lookup_steps() == 1);
+  CHECK(d.fallback_steps() == 2);
+  d.end(0);
+  CHECK(r.ends == 1);
 }
 
 // Prompt lookup whose begin() takes a known time, as a draft model's prefill of the prompt does.

@@ -27,6 +27,7 @@
 #include "experiments/app/session_parts.h"
 #include "framework/draft/builtin/eagle_drafter.h"
 #include "framework/draft/builtin/eagle_packed.h"
+#include "framework/draft/builtin/lookup_first.h"
 #include "framework/draft/builtin/medusa_drafter.h"
 #include "framework/kv/kv_cache_manager.h"
 #include "framework/engine/ar_decode.h"
@@ -293,6 +294,25 @@ TEST_CASE("the eagle drafter: greedy output equals AR; a draft for another targe
   CHECK(accepted > 0);
   CHECK(drafted_confident > 0);
   CHECK(drafted_confident < drafted);
+  {
+    // Prompt lookup first, the head where the context has no match (lookup_first.h): the head
+    // keeps up with the target's features across the steps it did not draft.
+    DrafterOptions ol = o;
+    ol.prompt_lookup_first = true;
+    ol.prompt_lookup_min = 2;
+    ol.fallback_speculative_tokens = 1;
+    Drafter& dl = parts.add_drafter(ol);
+    auto* hybrid = dynamic_cast<LookupFirstDrafter*>(&dl);
+    REQUIRE(hybrid != nullptr);
+    CHECK(hybrid->name() == "prompt_lookup+eagle");
+    int64_t hybrid_accepted = 0, hybrid_drafted = 0;
+    greedy_equals_ar(*target, parts, dl, ol, hybrid_accepted, hybrid_drafted);
+    INFO("lookup steps " << hybrid->lookup_steps() << ", head steps " << hybrid->fallback_steps());
+    CHECK(hybrid->lookup_steps() > 0);
+    CHECK(hybrid->fallback_steps() > 0);
+    CHECK(hybrid_accepted > 0);
+    CHECK(parts.kv().bytes_used() == 0);
+  }
 
   SECTION("on libtorch ops (a target without packed kernels, as on CUDA): greedy output equals AR, the head drafts") {
     const NoKernels bare(*target->model);
@@ -573,6 +593,21 @@ TEST_CASE("the shipped SmolLM2 EAGLE head and Medusa heads: made for this target
   INFO("accepted " << accepted << " of " << drafted);
   // eagle: 30 of 125 here, alpha 0.34 on MT-bench; medusa: alpha 0.19 on MT-bench; untrained ~0.
   CHECK(accepted >= drafted / (arch == "eagle" ? 10 : 20));
+  if (arch == "eagle") {
+    // Behind 2- to 3-gram prompt lookup, one head token where there is no match
+    // (configs/eagle_mt_bench.yaml's eagle_lookup): the same output, drafted by both.
+    DrafterOptions ol = o;
+    ol.prompt_lookup_first = true;
+    ol.prompt_lookup_min = 2;
+    ol.fallback_speculative_tokens = 1;
+    auto* hybrid = dynamic_cast<LookupFirstDrafter*>(&parts.add_drafter(ol));
+    REQUIRE(hybrid != nullptr);
+    int64_t acc = 0, dr = 0;
+    CHECK(run_counting(s, Request{ids, {hybrid, ol}, gen, {}}, acc, dr).tokens == ar.tokens);
+    INFO("lookup steps " << hybrid->lookup_steps() << ", head steps " << hybrid->fallback_steps());
+    CHECK(hybrid->lookup_steps() > 0);
+    CHECK(hybrid->fallback_steps() > 0);
+  }
 }
 
 // speclab check on the drafters on target features (eagle, medusa) uses the trained draft's own

@@ -682,3 +682,25 @@ TEST_CASE("qwen_pair.yaml: HumanEval and MT-bench writing, reasoning, coding; th
                           "drafters: [{name: draft_model, draft_model: stories260K, draft_vocab: -1}]\n"),
              Contains("drafters[0].draft_vocab"));
 }
+
+TEST_CASE("prompt_lookup_first: read from YAML, and refused where it means nothing", "[config]") {
+  const std::string head = kBase;
+  const ExperimentConfig c = parse_experiment_config(
+      head + "drafters: [{name: layer_skip, gamma: 4, prompt_lookup_first: true, prompt_lookup_min: 2, "
+             "fallback_speculative_tokens: 1}]\n",
+      "lookup.yaml");
+  const DrafterOptions& o = c.drafters.at(0).options;
+  CHECK(o.prompt_lookup_first);
+  CHECK(o.prompt_lookup_min == 2);
+  CHECK(o.fallback_speculative_tokens == 1);
+  CHECK_FALSE(parse_experiment_config(head + "drafters: [{name: layer_skip}]\n", "plain.yaml").drafters.at(0).options.prompt_lookup_first);
+  CHECK_THAT(config_error(head + "drafters: [{name: prompt_lookup, prompt_lookup_first: true}]\n"),
+             Contains("drafters[0].prompt_lookup_first") && Contains("another drafter"));
+  CHECK_THAT(config_error(head + "drafters: [{name: layer_skip, fallback_speculative_tokens: 1}]\n"),
+             Contains("drafters[0].fallback_speculative_tokens") && Contains("prompt_lookup_first: true"));
+  CHECK_THAT(config_error(head + "drafters: [{name: layer_skip, gamma: 2, prompt_lookup_first: true, "
+                                 "fallback_speculative_tokens: 3}]\n"),
+             Contains("drafters[0].fallback_speculative_tokens") && Contains("0..num_speculative_tokens (2)"));
+  CHECK_THAT(config_error(head + "drafters: [{name: layer_skip, prompt_lookup_first: maybe}]\n"),
+             Contains("drafters[0].prompt_lookup_first"));
+}
