@@ -660,6 +660,39 @@ TEST_CASE("sampling on stories260K at N = 20000: the lossless engine passes and 
   }
 }
 
+// A drafter behind prompt lookup (prompt_lookup_first; lookup_first.h) mixes blocks of two kinds
+// in one sequence: lookup continuations without q (one-hot) and layer-skip drafts with their q.
+// Through the engine at T 0.7 and 1 on a repetitive context: the first block is the lookup's
+// ("little dog" was seen: "was happy. The"), later ones either kind, as the draws go. Positions
+// 2..5 cover the first block and the next. Lossless, and always-accept is caught.
+TEST_CASE("prompt_lookup_first under sampling: lookup and drafter blocks in one sequence stay lossless",
+          "[equivalence][sampling][prompt_lookup]") {
+  c10::InferenceMode guard;
+  stories();
+  for (double t : {0.7, 1.0}) {
+    ExperimentConfig cfg = stories_config(8000, t, 1.0, 0, 3);
+    cfg.prompts.inline_prompts[0].text = "The little dog was happy. The little dog";
+    DrafterOptions& o = cfg.drafters[0].options;
+    o.prompt_lookup_first = true;
+    o.prompt_lookup_min = 2;
+    o.fallback_speculative_tokens = 2;
+    cfg.equivalence->positions = {2, 3, 4, 5};
+    cfg.equivalence->controls = {"always_accept"};
+    const EquivalenceReport r = run_equivalence(cfg);
+    INFO("T " << t << "\n" << format_equivalence_report(r));
+    REQUIRE(r.cells.size() == 1);
+    const SamplingCell& c = r.cells[0];
+    CHECK(c.n == 8000);
+    CHECK(c.acceptance_rate > 0.1);
+    CHECK(r.sampling_pass);
+    const ControlOutcome& aa = *c.control("always_accept");
+    CHECK(aa.applicable);
+    CHECK(aa.caught);
+    CHECK(r.controls_pass);
+    CHECK(r.pass());
+  }
+}
+
 // Issue 14, items 2 and 3 through `speclab check` itself: the realistic controls are keys of the
 // `equivalence` section and run through the real engine. stories260K, "The little dog was happy.
 // The little dog" (open-ended and repetitive), layer_skip 3/5, gamma 2, T = 0.7, top_k = 5,
