@@ -5,12 +5,15 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <thread>
 #include <nlohmann/json.hpp>
 
 #include "experiments/app/session_parts.h"
+#include "framework/draft/builtin/head_token.h"
 #include "framework/draft/builtin/lookup_first.h"
 #include "framework/draft/builtin/prompt_lookup.h"
 #include "framework/draft/registry.h"
@@ -391,6 +394,43 @@ TEST_CASE("prompt lookup proposes the continuation of the latest earlier match",
   CHECK(PromptLookupDrafter::lookup(t, 3, 3, 3).empty());               // "1 5 6" never seen before
   CHECK(PromptLookupDrafter::lookup({1, 2, 3}, 1, 3, 4).empty());
   CHECK(PromptLookupDrafter::lookup({4, 4, 4}, 1, 1, 5) == TokenList{4});
+}
+
+TEST_CASE("append_head_token: greedy argmax (lowest id on ties) and its softmax confidence against the threshold",
+          "[spec][head_token]") {
+  SamplingOptions greedy;
+  Rng rng(1);
+  std::vector<float> scratch;
+  auto ctx_at = [&](double threshold) { return DraftContext{0, nullptr, 0, &greedy, &rng, threshold}; };
+  // Rows 10, 20, 30: row 20 wins; its probability 1 / (1 + e^-1.5 + e^-1) = 0.6285317 (by hand).
+  const float lp[3] = {0.5f, 2.0f, 1.0f};
+  const int64_t ids[3] = {10, 20, 30};
+  DraftBlock b;
+  CHECK(append_head_token(lp, ids, 3, 64, ctx_at(0.6), b, scratch));
+  CHECK(b.tokens == TokenList{20});
+  REQUIRE(b.confidence.size() == 1);
+  CHECK(b.confidence[0] == Approx(0.6285317).epsilon(1e-6));
+  CHECK_FALSE(append_head_token(lp, ids, 3, 64, ctx_at(0.65), b, scratch));  // below: nothing appended
+  CHECK(b.tokens.size() == 1);
+  const float tie[2] = {1.0f, 1.0f};
+  const int64_t tie_ids[2] = {7, 3};
+  CHECK(append_head_token(tie, tie_ids, 2, 64, ctx_at(0.0), b, scratch));
+  CHECK(b.tokens.back() == 3);
+  // An 8,192-row head: the confidence equals a float64 softmax of the same logits.
+  std::vector<float> big(8192);
+  std::vector<int64_t> big_ids(8192);
+  Rng g(7);
+  for (size_t j = 0; j < big.size(); ++j) {
+    big[j] = static_cast<float>(g.uniform() * 12.0);
+    big_ids[j] = static_cast<int64_t>(j);
+  }
+  const size_t best = static_cast<size_t>(std::max_element(big.begin(), big.end()) - big.begin());
+  double z = 0.0;
+  for (float v : big) z += std::exp(static_cast<double>(v) - big[best]);
+  DraftBlock c;
+  CHECK(append_head_token(big.data(), big_ids.data(), 8192, 8192, ctx_at(1e-9), c, scratch));
+  CHECK(c.tokens == TokenList{static_cast<Token>(best)});
+  CHECK(c.confidence[0] == Approx(1.0 / z).epsilon(1e-6));
 }
 
 // A drafter that records what LookupFirstDrafter asks of it, and drafts `k` copies of token 7.

@@ -16,9 +16,10 @@ bool append_head_token(const float* lp, const int64_t* ids, int64_t hv, int64_t 
       if (lp[j] > lp[best] || (lp[j] == lp[best] && ids[j] < ids[best])) best = j;
     x = static_cast<Token>(ids[best]);
     if (ctx.min_confidence > 0.0) {
-      double z = 0.0;
-      for (int64_t j = 0; j < hv; ++j) z += std::exp(static_cast<double>(lp[j] - lp[best]));
-      conf = static_cast<float>(1.0 / z);
+      // softmax_prob: the same exp(l_best - max) / sum_j exp(l_j - max) with SIMD exponentials
+      // (relative error < 1e-6); a loop of std::exp in double took about 40 us per draft token
+      // over an 8,192-row head.
+      conf = static_cast<float>(softmax_prob(lp, hv, static_cast<int32_t>(best)));
       if (conf < ctx.min_confidence) return false;
     }
   } else {
