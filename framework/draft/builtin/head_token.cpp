@@ -23,13 +23,22 @@ bool append_head_token(const float* lp, const int64_t* ids, int64_t hv, int64_t 
       if (conf < ctx.min_confidence) return false;
     }
   } else {
-    scratch.assign(static_cast<size_t>(vocab), -INFINITY);
-    for (int64_t j = 0; j < hv; ++j) scratch[static_cast<size_t>(ids[j])] = lp[j];
-    std::vector<float> q;
-    logits_to_probs(scratch.data(), vocab, s, q);
-    x = sample(q, *ctx.rng);
-    conf = *std::max_element(q.begin(), q.end());
+    // q over the head's rows (the tokens outside it have logit -inf: probability 0 under any
+    // temperature, top-k and top-p), then placed at their token ids: the same distribution as
+    // logits_to_probs over the whole vocabulary with -inf outside the head, without its passes
+    // over 49,152 entries per draft token (SmolLM2's head has 8,192 rows).
+    std::vector<float> q_head;
+    logits_to_probs(lp, hv, s, q_head);
+    const Token j = sample(q_head, *ctx.rng);
+    x = static_cast<Token>(ids[j]);
+    conf = *std::max_element(q_head.begin(), q_head.end());
     if (ctx.min_confidence > 0.0 && conf < ctx.min_confidence) return false;
+    std::vector<float> q(static_cast<size_t>(vocab), 0.0f);
+    scratch.assign(static_cast<size_t>(vocab), -INFINITY);
+    for (int64_t r = 0; r < hv; ++r) {
+      q[static_cast<size_t>(ids[r])] = q_head[static_cast<size_t>(r)];
+      scratch[static_cast<size_t>(ids[r])] = lp[r];
+    }
     b.probs.push_back(std::move(q));
     b.logits.push_back(scratch);
   }

@@ -4,7 +4,8 @@
 //
 // Greedy: the argmax over the head's rows (ties: the lowest token id); its confidence is its
 // probability at temperature 1 over those rows. Sampling: q = logits_to_probs (sampling.h) over
-// the full vocabulary, tokens outside the head at probability 0, and one sample(q, rng) draw; its
+// the head's rows, placed at their token ids in a full-vocabulary row (tokens outside the head at
+// probability 0, as logits of -inf would give), and one sample draw over the head's rows; its
 // confidence is max q. The drafter reports q (and the logits behind it), so the engine's
 // rejection sampling stays lossless whatever the head predicts.
 #pragma once
