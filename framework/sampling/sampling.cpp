@@ -68,11 +68,27 @@ struct Scratch {
   std::vector<Cand> cands;    // [n_cand] tokens that survived top-k with weight > 0
   std::vector<Cand> boundary; // [n_boundary] the candidates of the top-p boundary bucket
   std::vector<double> bucket_mass = std::vector<double>(kBuckets);  // [kBuckets]
+  std::vector<int32_t> survivors;  // [n] indices that pass top-k, in order (SIMD prefilter)
 };
 
 Scratch& scratch() {
   thread_local Scratch s;
   return s;
+}
+
+#ifdef SPECLAB_X86
+bool have_avx2_fma();
+float max_avx2(const float* logits, int64_t n, bool& bad);
+int64_t heap_scan_avx2(const float* logits, int64_t from, int64_t to, std::vector<float>& heap);
+#endif
+
+// One element of the top-k heap scan: x replaces the heap's minimum when larger.
+inline void heap_offer(std::vector<float>& v, float x) {
+  if (x > v.front()) {
+    std::pop_heap(v.begin(), v.end(), std::greater<float>());
+    v.back() = x;
+    std::push_heap(v.begin(), v.end(), std::greater<float>());
+  }
 }
 
 // The k-th largest of logits[0..vocab) (counting repeats), 0 < k < vocab.
@@ -84,14 +100,11 @@ float kth_largest(const float* logits, int64_t vocab, int64_t k, Scratch& sc) {
     // one comparison with the heap's minimum; a replacement costs O(log k).
     v.assign(logits, logits + k);
     std::make_heap(v.begin(), v.end(), std::greater<float>());
-    for (int64_t i = k; i < vocab; ++i) {
-      const float x = logits[i];
-      if (x > v.front()) {
-        std::pop_heap(v.begin(), v.end(), std::greater<float>());
-        v.back() = x;
-        std::push_heap(v.begin(), v.end(), std::greater<float>());
-      }
-    }
+    int64_t i = k;
+#ifdef SPECLAB_X86
+    if (have_avx2_fma()) i = heap_scan_avx2(logits, k, vocab, v);
+#endif
+    for (; i < vocab; ++i) heap_offer(v, logits[i]);
     return v.front();
   }
   v.assign(logits, logits + vocab);
@@ -246,6 +259,42 @@ __attribute__((target("avx2,fma"))) float max_avx2(const float* logits, int64_t 
   return *std::max_element(lanes, lanes + 8);
 }
 
+// The heap scan of kth_largest over logits[from, to) in blocks of 8: a block whose lanes are
+// all <= the heap's minimum is skipped with one compare (the minimum only grows, so the scalar
+// loop would reject each of them too); the others offer their lanes in order, as the scalar
+// loop does. Returns where the blocks stopped (the caller finishes the tail).
+__attribute__((target("avx2,fma"))) int64_t heap_scan_avx2(const float* logits, int64_t from, int64_t to,
+                                                            std::vector<float>& heap) {
+  int64_t i = from;
+  for (; i + 8 <= to; i += 8) {
+    const __m256 x = _mm256_loadu_ps(logits + i);
+    unsigned mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_set1_ps(heap.front()), _CMP_GT_OQ)));
+    while (mask != 0) {
+      heap_offer(heap, logits[i + __builtin_ctz(mask)]);
+      mask &= mask - 1;
+    }
+  }
+  return i;
+}
+
+// The indices j in [from, to) with logits[j] >= threshold and logits[j] > -inf, in order, 8
+// lanes at a time; returns where the blocks stopped.
+__attribute__((target("avx2,fma"))) int64_t survivors_avx2(const float* logits, int64_t from, int64_t to,
+                                                            float threshold, std::vector<int32_t>& out) {
+  const __m256 t = _mm256_set1_ps(threshold), ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t i = from;
+  for (; i + 8 <= to; i += 8) {
+    const __m256 x = _mm256_loadu_ps(logits + i);
+    unsigned mask = static_cast<unsigned>(
+        _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(x, t, _CMP_GE_OQ), _mm256_cmp_ps(x, ninf, _CMP_NEQ_OQ))));
+    while (mask != 0) {
+      out.push_back(static_cast<int32_t>(i + __builtin_ctz(mask)));
+      mask &= mask - 1;
+    }
+  }
+  return i;
+}
+
 // sum_exp_avx512 with 8 lanes (n a multiple of 8). Without vscalefps, 2^k is built in the
 // exponent field, which needs k >= -126: x is clamped at -87 (e^-87 = 1.6e-38), so a logit more
 // than 87 below the maximum adds at most 1.6e-38 instead of its true tiny weight; the sum is >= 1
@@ -387,20 +436,33 @@ void logits_to_probs(const float* logits, int64_t vocab, const SamplingOptions& 
   check_vocab(logits, vocab, "logits");
 
   // Pass 1: validate, find the maximum (its index is the greedy answer: first maximum wins).
+  // With AVX2, the maximum and the validation of 8-lane blocks first (max is exact, so the value
+  // is the scalar loop's); a NaN or +inf sends the scan to the scalar loop, which names the
+  // first one. The index is looked up only for greedy.
   const float kInf = std::numeric_limits<float>::infinity();
   float max_v = -kInf;
   int64_t max_i = -1;
-  for (int64_t i = 0; i < vocab; ++i) {
-    const float v = logits[i];
-    if (std::isnan(v) || v == kInf) bad_logit(i, v);
-    if (v > max_v) {
-      max_v = v;
-      max_i = i;
+  int64_t scanned = 0;
+#ifdef SPECLAB_X86
+  if (have_avx2_fma()) {
+    const int64_t body = vocab - vocab % 8;
+    bool bad = false;
+    const float m = body > 0 ? max_avx2(logits, body, bad) : -kInf;
+    if (!bad) {
+      max_v = m;
+      scanned = body;
     }
   }
-  if (max_i < 0)
+#endif
+  for (int64_t i = scanned; i < vocab; ++i) {
+    const float v = logits[i];
+    if (std::isnan(v) || v == kInf) bad_logit(i, v);
+    if (v > max_v) max_v = v;
+  }
+  if (max_v == -kInf)
     throw Error(ErrorKind::kBadInput, "expected at least one finite logit, found all -inf",
                 kSection, "logits");
+  for (max_i = 0; logits[max_i] != max_v;) ++max_i;  // the first maximum
 
   probs.assign(static_cast<size_t>(vocab), 0.0f);
   if (opts.greedy()) {
@@ -424,18 +486,30 @@ void logits_to_probs(const float* logits, int64_t vocab, const SamplingOptions& 
   const double t = opts.temperature;
   const double m = max_v;
   double total = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) {
+  const auto offer = [&](int64_t i) {
     const float v = logits[i];
-    if (v >= threshold && v != -kInf) {
-      const double x = (m - static_cast<double>(v)) / t;  // >= 0: minus the log-weight
-      const double e = std::exp(-x);
-      if (e > 0.0) {
-        const double b = x * kBucketsPerUnit;
-        const uint32_t bucket = b < kBuckets - 1 ? static_cast<uint32_t>(b) : kBuckets - 1;
-        cands.push_back(Cand{cand_key(v, static_cast<int32_t>(i)), e, bucket});
-        total += e;
-      }
+    const double x = (m - static_cast<double>(v)) / t;  // >= 0: minus the log-weight
+    const double e = std::exp(-x);
+    if (e > 0.0) {
+      const double b = x * kBucketsPerUnit;
+      const uint32_t bucket = b < kBuckets - 1 ? static_cast<uint32_t>(b) : kBuckets - 1;
+      cands.push_back(Cand{cand_key(v, static_cast<int32_t>(i)), e, bucket});
+      total += e;
     }
+  };
+  int64_t from = 0;
+#ifdef SPECLAB_X86
+  // With top-k, few logits pass the threshold: find them 8 lanes at a time, then offer them in
+  // index order as the loop below does (the same candidates, weights and sum).
+  if (threshold > -kInf && have_avx2_fma()) {
+    sc.survivors.clear();
+    from = survivors_avx2(logits, 0, vocab, threshold, sc.survivors);
+    for (int32_t i : sc.survivors) offer(i);
+  }
+#endif
+  for (int64_t i = from; i < vocab; ++i) {
+    const float v = logits[i];
+    if (v >= threshold && v != -kInf) offer(i);
   }
   // The maximum contributes exp(0) = 1, so total >= 1 and cands is not empty.
 
