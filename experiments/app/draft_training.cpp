@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <vector>
 
 #include "framework/core/error.h"
 #include "framework/engine/ar_decode.h"
@@ -361,6 +362,12 @@ std::map<std::string, at::Tensor> read_draft(const std::string& path, const std:
   if (vocab_ids.dim() != 1 || vocab_ids.numel() < 1 || vocab_ids.min().item<int64_t>() < 0 ||
       vocab_ids.max().item<int64_t>() >= config.vocab_size)
     throw Error(ErrorKind::kBadInput, "vocab_ids must be target token ids", path);
+  // Each row is one token: a repeated id would give that token two rows' probability.
+  const at::Tensor flat = vocab_ids.contiguous();
+  std::vector<int64_t> sorted(flat.data_ptr<int64_t>(), flat.data_ptr<int64_t>() + flat.numel());
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    throw Error(ErrorKind::kBadInput, "vocab_ids must not repeat a token id", path);
   return tensors;
 }
 

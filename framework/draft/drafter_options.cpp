@@ -24,9 +24,10 @@ void DrafterOptions::validate() const {
                                  std::to_string(prompt_lookup_min) + " and " + std::to_string(prompt_lookup_max));
   if (prompt_lookup_first && name == "prompt_lookup")
     bad("prompt_lookup_first", "expected another drafter to fall back on; prompt_lookup already drafts by lookup");
-  if (fallback_speculative_tokens < 0 || fallback_speculative_tokens > num_speculative_tokens)
-    bad("fallback_speculative_tokens", "expected 0..num_speculative_tokens (" + std::to_string(num_speculative_tokens) +
-                                           "), found " + std::to_string(fallback_speculative_tokens));
+  // Not capped at num_speculative_tokens: a step's gamma caps it anyway, so a gamma sweep can keep one value.
+  if (fallback_speculative_tokens < 0 || fallback_speculative_tokens > 64)
+    bad("fallback_speculative_tokens", "expected 0..64 (0 = the step's gamma), found " +
+                                           std::to_string(fallback_speculative_tokens));
   if (fallback_speculative_tokens > 0 && !prompt_lookup_first)
     bad("fallback_speculative_tokens", "expected prompt_lookup_first: true beside it (it caps the drafter behind the "
                                        "lookup), found prompt_lookup_first: false");

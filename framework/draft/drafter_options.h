@@ -27,7 +27,8 @@ struct DrafterOptions {
   // Any drafter but prompt_lookup: draft the continuation of the latest earlier n-gram match
   // (prompt_lookup_min..prompt_lookup_max, as prompt_lookup does) when there is one, and ask the
   // drafter only when there is none, for at most fallback_speculative_tokens of its own tokens
-  // (0: the step's gamma). framework/draft/builtin/lookup_first.h.
+  // (0: the step's gamma; a larger value than a step's gamma is capped by it).
+  // framework/draft/builtin/lookup_first.h.
   bool prompt_lookup_first = false;
   int fallback_speculative_tokens = 0;
   // layer_skip: the target's layers the draft runs: an explicit ascending list, or the first

@@ -555,6 +555,29 @@ TEST_CASE("a float16 draft: half the bytes, vocab_ids exact, the float32 draft's
   const LoadedModel info = load_model(src);
   const auto a = load_eagle_head(f32.output.path, info), b = load_eagle_head(f16.output.path, info);
   CHECK(at::equal(a->vocab_ids, b->vocab_ids));
+  {
+    // A draft whose vocab_ids repeat a token (its second row made a copy of the first) is
+    // refused: that token would get two rows' probability.
+    const fs::path dup = fs::path(f32.output.path).parent_path() / "dup_ids.safetensors";
+    fs::copy_file(f32.output.path, dup, fs::copy_options::overwrite_existing);
+    const SafetensorsTensorInfo ids = file.info("vocab_ids");
+    REQUIRE(ids.shape.size() == 1);
+    REQUIRE(ids.shape[0] >= 2);
+    const SafetensorsFile f32_file = SafetensorsFile::open(f32.output.path);
+    const uint64_t at0 = f32_file.data_start() + f32_file.info("vocab_ids").begin;
+    char first[4];
+    {
+      std::ifstream in(dup, std::ios::binary);
+      in.seekg(static_cast<std::streamoff>(at0));
+      in.read(first, 4);
+    }
+    {
+      std::fstream io(dup, std::ios::in | std::ios::out | std::ios::binary);
+      io.seekp(static_cast<std::streamoff>(at0 + 4));
+      io.write(first, 4);
+    }
+    CHECK_THROWS_WITH(load_eagle_head(dup.string(), info), Catch::Contains("vocab_ids must not repeat a token id"));
+  }
   for (const auto& [name, t] : a->trained()) {
     INFO(name);
     const at::Tensor& u = *b->trained().at(name);

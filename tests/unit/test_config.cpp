@@ -698,9 +698,15 @@ TEST_CASE("prompt_lookup_first: read from YAML, and refused where it means nothi
              Contains("drafters[0].prompt_lookup_first") && Contains("another drafter"));
   CHECK_THAT(config_error(head + "drafters: [{name: layer_skip, fallback_speculative_tokens: 1}]\n"),
              Contains("drafters[0].fallback_speculative_tokens") && Contains("prompt_lookup_first: true"));
-  CHECK_THAT(config_error(head + "drafters: [{name: layer_skip, gamma: 2, prompt_lookup_first: true, "
-                                 "fallback_speculative_tokens: 3}]\n"),
-             Contains("drafters[0].fallback_speculative_tokens") && Contains("0..num_speculative_tokens (2)"));
+  CHECK_THAT(config_error(head + "drafters: [{name: layer_skip, prompt_lookup_first: true, "
+                                 "fallback_speculative_tokens: -1}]\n"),
+             Contains("drafters[0].fallback_speculative_tokens") && Contains("0..64"));
+  // Above gamma is allowed (a step's gamma caps it): a gamma sweep keeps one value.
+  CHECK(parse_experiment_config(head + "drafters: [{name: layer_skip, gamma: 1, prompt_lookup_first: true, "
+                                       "fallback_speculative_tokens: 2}]\n",
+                                "cap.yaml")
+            .drafters.at(0)
+            .options.fallback_speculative_tokens == 2);
   CHECK_THAT(config_error(head + "drafters: [{name: layer_skip, prompt_lookup_first: maybe}]\n"),
              Contains("drafters[0].prompt_lookup_first"));
 }

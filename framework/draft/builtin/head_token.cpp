@@ -36,7 +36,7 @@ bool append_head_token(const float* lp, const int64_t* ids, int64_t hv, int64_t 
     std::vector<float> q(static_cast<size_t>(vocab), 0.0f);
     scratch.assign(static_cast<size_t>(vocab), -INFINITY);
     for (int64_t r = 0; r < hv; ++r) {
-      q[static_cast<size_t>(ids[r])] = q_head[static_cast<size_t>(r)];
+      q[static_cast<size_t>(ids[r])] += q_head[static_cast<size_t>(r)];  // a repeated id (a foreign file) sums its rows
       scratch[static_cast<size_t>(ids[r])] = lp[r];
     }
     b.probs.push_back(std::move(q));
