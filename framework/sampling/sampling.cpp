@@ -441,7 +441,6 @@ void logits_to_probs(const float* logits, int64_t vocab, const SamplingOptions& 
   // first one. The index is looked up only for greedy.
   const float kInf = std::numeric_limits<float>::infinity();
   float max_v = -kInf;
-  int64_t max_i = -1;
   int64_t scanned = 0;
 #ifdef SPECLAB_X86
   if (have_avx2_fma()) {
@@ -462,10 +461,10 @@ void logits_to_probs(const float* logits, int64_t vocab, const SamplingOptions& 
   if (max_v == -kInf)
     throw Error(ErrorKind::kBadInput, "expected at least one finite logit, found all -inf",
                 kSection, "logits");
-  for (max_i = 0; logits[max_i] != max_v;) ++max_i;  // the first maximum
-
   probs.assign(static_cast<size_t>(vocab), 0.0f);
   if (opts.greedy()) {
+    int64_t max_i = 0;
+    while (logits[max_i] != max_v) ++max_i;  // the first maximum
     probs[static_cast<size_t>(max_i)] = 1.0f;
     return;
   }
