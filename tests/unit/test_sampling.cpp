@@ -363,6 +363,50 @@ TEST_CASE("logits_to_probs matches a full-sort reference on a 50k vocabulary", "
   }
 }
 
+TEST_CASE("without top-k every vector path matches the reference, AVX-512 and AVX2 bit for bit", "[sampling]") {
+  // Without top-k every token's weight is computed 8 (AVX-512) or 4 (AVX2) lanes of double at a
+  // time, exp by a polynomial. Vocab sizes leave tails of 1 to 3 after the 4-lane blocks and of 4
+  // after the 8-lane ones; logits span more than 104 / T (weights below the float range must come
+  // out exactly 0 or within one subnormal step), hold -inf and ties (rounded to 1/32).
+  Rng rng(11);
+  for (const int64_t vocab : {int64_t(49152), int64_t(49157), int64_t(49156), int64_t(5), int64_t(3), int64_t(1)}) {
+    std::vector<float> l(static_cast<size_t>(vocab));
+    for (auto& v : l) v = static_cast<float>(std::round((rng.uniform() * 80.0 - 60.0) * 32) / 32);
+    if (vocab > 100) {
+      l[7] = -INFINITY;
+      l[static_cast<size_t>(vocab - 1)] = l[static_cast<size_t>(vocab - 2)] = 25.0f;  // a tied maximum in the tail
+    }
+    for (const auto& tp : {std::make_pair(1.0, 1.0), std::make_pair(0.7, 1.0), std::make_pair(0.2, 1.0),
+                           std::make_pair(1.0, 0.9), std::make_pair(0.5, 0.5), std::make_pair(2.0, 0.999),
+                           std::make_pair(0.05, 0.95)}) {
+      INFO("vocab " << vocab << ", T " << tp.first << ", top_p " << tp.second);
+      const std::vector<double> want = naive_probs(l, tp.first, 0, tp.second);
+      SamplingOptions o;
+      o.temperature = tp.first;
+      o.top_p = tp.second;
+      std::vector<float> by_lanes[3];
+      const int lanes[3] = {16, 8, 1};  // a path the CPU lacks falls back to the next narrower
+      for (int k = 0; k < 3; ++k) {
+        INFO("max lanes " << lanes[k]);
+        logits_to_probs(l.data(), vocab, o, by_lanes[k], lanes[k]);
+        const std::vector<float>& got = by_lanes[k];
+        REQUIRE(got.size() == want.size());
+        double sum = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          INFO("token " << i << ": got " << got[i] << ", want " << want[i]);
+          if (want[i] == 0.0)
+            REQUIRE(got[i] == 0.0f);
+          else
+            REQUIRE(std::fabs(got[i] - want[i]) <= 1e-6 * want[i] + 1.5e-45);
+          sum += got[i];
+        }
+        REQUIRE(std::fabs(sum - 1.0) < 1e-5);
+      }
+      REQUIRE(by_lanes[0] == by_lanes[1]);
+    }
+  }
+}
+
 TEST_CASE("top-p on a flat 50k vocabulary keeps exactly the lowest ids", "[sampling]") {
   // Every token has probability 1/V: the mass before token j is j/V, so top_p = 0.5 keeps
   // j < V/2 (ties ordered by id), and top_p = 0.3 keeps ceil(0.3 V) tokens.
