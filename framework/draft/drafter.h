@@ -33,8 +33,9 @@ struct DraftBlock {
   TokenList tokens;                      // [k] proposed tokens, k <= max_k (may be 0)
   std::vector<std::vector<float>> probs;  // [k][vocab] processed q per token, or empty
   std::vector<float> confidence;          // [k] the drafter's top probability per step (if known)
-  // [k][vocab] the raw draft logits behind `probs` (optional; model drafters fill it when
-  // sampling). Only the equivalence checks' negative controls read it.
+  // [k][vocab] the raw draft logits behind `probs` (optional; the built-in model and head
+  // drafters fill it when sampling and DraftContext::want_logits asks). Only the equivalence
+  // checks' negative controls read it.
   std::vector<std::vector<float>> logits;
 };
 
@@ -47,6 +48,10 @@ struct DraftContext {
   const SamplingOptions* sampling = nullptr;  // the run's sampling options (q uses the same)
   Rng* rng = nullptr;                  // the drafter's own stream (never the verifier's)
   double min_confidence = 0.0;         // stop drafting once the top draft prob drops below this
+  // The caller reads DraftBlock::logits (an equivalence check's control that recomputes q from
+  // them; AcceptanceRule::needs_draft_logits). Otherwise a drafter need not copy [vocab] logits
+  // per draft token.
+  bool want_logits = false;
 };
 
 // Shared resources a drafter may use; handed over by the registry at construction. A plugin

@@ -177,6 +177,7 @@ DraftBlock Session::propose(Sequence& s) {
   ctx.sampling = &s.req.sampling;
   ctx.rng = &s.draft_rng;
   ctx.min_confidence = s.req.method.options.confidence_threshold;
+  ctx.want_logits = rule_.needs_draft_logits;
   DraftBlock d = drafter->propose(ctx, max_k);
   check_draft_block(d, max_k, c.vocab_size, drafter->name());
   return d;

@@ -31,6 +31,9 @@ struct AcceptanceRule {
   std::function<Verdict(const VerifyInputs&)> verify;  // empty: lossless_acceptance
   // The rule reads p even under greedy decoding (the faulty rules do).
   bool needs_p_when_greedy = false;
+  // The rule reads the draft's raw logits (DraftBlock::logits): drafters are asked for them
+  // (DraftContext::want_logits).
+  bool needs_draft_logits = false;
 };
 
 // The lossless rule: verify_greedy at temperature 0, verify_rejection otherwise (Leviathan et al.

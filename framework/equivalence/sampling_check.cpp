@@ -120,7 +120,7 @@ AcceptanceRule reported_q_rule(const char* name, std::function<void(SamplingOpti
       }
     return verify_rejection(d.tokens, *in.p, q_raw, *in.rng);
   },
-          true};
+          true, /*needs_draft_logits=*/true};
 }
 
 }  // namespace

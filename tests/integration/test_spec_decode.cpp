@@ -433,6 +433,40 @@ TEST_CASE("append_head_token: greedy argmax (lowest id on ties) and its softmax 
   CHECK(c.confidence[0] == Approx(1.0 / z).epsilon(1e-6));
 }
 
+TEST_CASE("append_head_token under sampling: q at the head's token ids, raw logits only when asked",
+          "[spec][head_token]") {
+  SamplingOptions t1;
+  t1.temperature = 1.0;
+  Rng rng(3);
+  std::vector<float> scratch;
+  // Rows 10, 20, 30 of a 64-token vocabulary: q = softmax(lp) there (by hand: e^0.5, e^2, e^1 over
+  // their sum), 0 elsewhere.
+  const float lp[3] = {0.5f, 2.0f, 1.0f};
+  const int64_t ids[3] = {10, 20, 30};
+  const double z = std::exp(0.5) + std::exp(2.0) + std::exp(1.0);
+  for (const bool want : {false, true}) {
+    DraftContext ctx{0, nullptr, 0, &t1, &rng, 0.0};
+    ctx.want_logits = want;
+    DraftBlock b;
+    REQUIRE(append_head_token(lp, ids, 3, 64, ctx, b, scratch));
+    REQUIRE(b.probs.size() == 1);
+    REQUIRE(b.probs[0].size() == 64);
+    for (int64_t v = 0; v < 64; ++v) {
+      const double want_q = v == 10 ? std::exp(0.5) / z : v == 20 ? std::exp(2.0) / z : v == 30 ? std::exp(1.0) / z : 0.0;
+      CHECK(b.probs[0][static_cast<size_t>(v)] == Approx(want_q).margin(1e-7));
+    }
+    CHECK(b.probs[0][static_cast<size_t>(b.tokens[0])] > 0.0f);
+    if (!want) {
+      CHECK(b.logits.empty());  // nobody reads them: no [vocab] copy per draft token
+    } else {
+      REQUIRE(b.logits.size() == 1);
+      REQUIRE(b.logits[0].size() == 64);
+      CHECK(b.logits[0][20] == 2.0f);
+      CHECK(b.logits[0][0] == -INFINITY);
+    }
+  }
+}
+
 // A drafter that records what LookupFirstDrafter asks of it, and drafts `k` copies of token 7.
 class RecordingDrafter : public Drafter {
  public:

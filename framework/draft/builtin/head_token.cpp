@@ -34,13 +34,14 @@ bool append_head_token(const float* lp, const int64_t* ids, int64_t hv, int64_t 
     conf = *std::max_element(q_head.begin(), q_head.end());
     if (ctx.min_confidence > 0.0 && conf < ctx.min_confidence) return false;
     std::vector<float> q(static_cast<size_t>(vocab), 0.0f);
-    scratch.assign(static_cast<size_t>(vocab), -INFINITY);
-    for (int64_t r = 0; r < hv; ++r) {
+    for (int64_t r = 0; r < hv; ++r)
       q[static_cast<size_t>(ids[r])] += q_head[static_cast<size_t>(r)];  // a repeated id (a foreign file) sums its rows
-      scratch[static_cast<size_t>(ids[r])] = lp[r];
-    }
     b.probs.push_back(std::move(q));
-    b.logits.push_back(scratch);
+    if (ctx.want_logits) {  // [vocab], -inf outside the head
+      scratch.assign(static_cast<size_t>(vocab), -INFINITY);
+      for (int64_t r = 0; r < hv; ++r) scratch[static_cast<size_t>(ids[r])] = lp[r];
+      b.logits.push_back(scratch);
+    }
   }
   b.tokens.push_back(x);
   b.confidence.push_back(conf);

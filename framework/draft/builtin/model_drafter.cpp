@@ -125,7 +125,7 @@ DraftBlock ModelDrafter::propose(const DraftContext& ctx, int max_k) {
       conf = *std::max_element(q.begin(), q.end());
       if (ctx.min_confidence > 0.0 && conf < ctx.min_confidence) break;
       b.probs.push_back(std::move(q));
-      b.logits.emplace_back(lp, lp + vocab);
+      if (ctx.want_logits) b.logits.emplace_back(lp, lp + vocab);
     }
     if (s.greedy() && ctx.min_confidence > 0.0 && conf < ctx.min_confidence) break;
     b.tokens.push_back(x);
