@@ -58,7 +58,7 @@ std::optional<LogitPair> drafter_step_rows(const Model& model, const TokenDecode
                                              in.draft->logits[0]};
                            return lossless_acceptance(in);
                          },
-                         false};
+                         /*needs_p_when_greedy=*/false, /*needs_draft_logits=*/true};
   GenerationOptions gen;
   gen.max_new_tokens = 2 + std::max(1, dopts.num_speculative_tokens);
   gen.ignore_eos = true;
