@@ -13,12 +13,15 @@
 #include <nlohmann/json.hpp>
 
 #include "experiments/app/session_parts.h"
+#include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
 #include "framework/draft/builtin/head_token.h"
 #include "framework/draft/builtin/lookup_first.h"
 #include "framework/draft/builtin/prompt_lookup.h"
 #include "framework/draft/registry.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/spec_decode.h"
+#include "framework/engine/verifier.h"
 #include "framework/kv/contiguous_kv.h"
 #include "models/llama/llama_model.h"
 #include "models/model_loader.h"
@@ -465,6 +468,33 @@ TEST_CASE("append_head_token under sampling: q at the head's token ids, raw logi
       CHECK(b.logits[0][0] == -INFINITY);
     }
   }
+}
+
+TEST_CASE("target_probs: rows on the worker threads equal logits_to_probs row by row, errors included",
+          "[spec][verifier]") {
+  const int64_t rows = 6, vocab = 49157;
+  std::vector<float> logits(static_cast<size_t>(rows * vocab));
+  Rng g(9);
+  for (float& v : logits) v = static_cast<float>(g.uniform() * 30.0 - 20.0);
+  SamplingOptions s;
+  s.temperature = 0.8;
+  s.top_p = 0.9;
+  const int threads = compute_threads();
+  for (int t : {1, 2, 3}) {
+    INFO(t << " threads");
+    set_compute_threads(t);
+    const auto p = target_probs(logits.data(), rows, vocab, s);
+    REQUIRE(p.size() == static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<float> want;
+      logits_to_probs(logits.data() + r * vocab, vocab, s, want);
+      CHECK(p[static_cast<size_t>(r)] == want);
+    }
+    std::vector<float> bad = logits;
+    bad[static_cast<size_t>(4 * vocab + 17)] = NAN;  // a worker's row: its error reaches the caller
+    CHECK_THROWS_AS(target_probs(bad.data(), rows, vocab, s), Error);
+  }
+  set_compute_threads(threads);
 }
 
 // A drafter that records what LookupFirstDrafter asks of it, and drafts `k` copies of token 7.
