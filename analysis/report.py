@@ -386,6 +386,33 @@ class Report:
             out.append(row)
         return md_table(header, out)
 
+    def by_source(self) -> str:
+        """Steps by the source that drafted them (/steps/source), for drafters that combine several
+        (prompt_lookup_first); "" when no step names one (files from before the column included)."""
+        steps, runs = self.exp.steps, self.exp.runs
+        src = steps.get("source")
+        if src is None or not any(src):
+            return ""
+        run_of = {int(r): i for i, r in enumerate(runs["run_id"])}
+        groups: dict[tuple, list[int]] = {}
+        for i, (rid, name) in enumerate(zip(steps["run_id"], src)):
+            if not name:
+                continue
+            r = run_of[int(rid)]
+            groups.setdefault((int(runs["point"][r]), str(runs["method"][r]), str(name)), []).append(i)
+        rows = []
+        for (point, method, name), idx in sorted(groups.items()):
+            drafted = int(sum(int(steps["drafted"][i]) for i in idx))
+            accepted = int(sum(int(steps["accepted"][i]) for i in idx))
+            rows.append([self.series_label(point, method), name, str(len(idx)), fmt(drafted / len(idx), ".2f"),
+                         fmt(accepted / drafted if drafted else math.nan), fmt((accepted + len(idx)) / len(idx), ".3f")])
+        return ("\n## By draft source\n" +
+                "Steps of a drafter that combines several sources (prompt_lookup_first: prompt lookup where the "
+                "context has a match, the wrapped drafter elsewhere), split by the source that drafted them "
+                "(/steps/source). accepted: accepted ÷ drafted tokens; τ: tokens per target forward over these "
+                "steps.\n" +
+                md_table(["method", "source", "steps", "drafted/step", "accepted", "τ"], rows))
+
     def write(self):
         self.plot_acceptance_by_position()
         self.plot_speedup_vs_gamma()
@@ -435,6 +462,7 @@ class Report:
         if cat_rows:
             md.append("\n### By prompt category\n")
             md.append(self.decomposition_table(cat_rows, with_category=True))
+        md.append(self.by_source())
         md.append("\n## Time breakdown\n")
         md.append(md_table(["method", "tokens", "wall (s)"] + [f"{PART_LABELS[p]} (ms/token)" for p in PARTS],
                            [[label, str(tokens), fmt(parts["wall"], ".3f")] +

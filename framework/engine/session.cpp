@@ -154,6 +154,7 @@ SpecStep Session::step() {
   record.drafted = k;
   record.accepted = v.n_accepted;
   record.bonus = v.bonus;
+  if (k > 0) record.source = d.source;
   for (int i = 0; i < k; ++i) record.accepted_mask.push_back(i < v.n_accepted ? 1 : 0);
   s.policy.update(k, v.n_accepted, verify_seconds, draft_seconds);
   for (int i = 0; i < v.n_accepted && !s.done; ++i) emit(s, d.tokens[static_cast<size_t>(i)]);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace speclab {
@@ -20,6 +21,10 @@ struct SpecStep {
   double verify_seconds = 0.0;        // the target forward over [pending, drafts]
   double accept_seconds = 0.0;        // probabilities + acceptance + sampling
   double kv_seconds = 0.0;            // reserve/commit/truncate + drafter accept()
+  // Which source proposed the draft tokens, for a drafter that combines several
+  // (DraftBlock::source: "prompt_lookup" or the wrapped drafter's name behind
+  // prompt_lookup_first); empty when the drafter itself did, or nothing was drafted.
+  std::string source;
 };
 
 }  // namespace speclab

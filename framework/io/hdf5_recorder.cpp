@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <memory>
 
 #include "framework/core/error.h"
@@ -27,6 +28,9 @@ enum class Col { kI8, kU8, kI32, kI64, kF32, kF64, kStr };
 struct ColumnSpec {
   const char* name;
   Col type;
+  // Added after files were written without it: such a file reads it as empty strings / zeros,
+  // and a writer that resumes the file creates it (its earlier rows filled the same way).
+  bool optional = false;
 };
 using Schema = std::vector<ColumnSpec>;
 
@@ -45,6 +49,7 @@ const Schema kStepsSchema = {
     {"run_id", Col::kI64},        {"step", Col::kI32},           {"drafted", Col::kI32},
     {"accepted", Col::kI32},      {"bonus", Col::kU8},           {"draft_seconds", Col::kF64},
     {"verify_seconds", Col::kF64}, {"accept_seconds", Col::kF64}, {"kv_seconds", Col::kF64},
+    {"source", Col::kStr, /*optional=*/true},
 };
 const Schema kPositionsSchema = {
     {"run_id", Col::kI64}, {"step", Col::kI32},        {"pos", Col::kI32},     {"p", Col::kF32},
@@ -175,19 +180,22 @@ class Table {
 
   static Table create(H5::Group& parent, const std::string& name, const Schema& schema) {
     Table t(parent.createGroup(name), &schema);
-    for (const ColumnSpec& c : schema) {
-      const hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED};
-      H5::DataSpace space(1, dims, maxdims);
-      H5::DSetCreatPropList plist;
-      const hsize_t chunk[1] = {c.type == Col::kStr ? hsize_t(256) : hsize_t(1024)};
-      plist.setChunk(1, chunk);
-      if (c.type != Col::kStr) plist.setShuffle();
-      plist.setDeflate(4);
-      t.group_->createDataSet(c.name, file_type(c.type), space, plist);
-    }
+    for (const ColumnSpec& c : schema) create_column(*t.group_, c);
     write_int_attr(*t.group_, "complete", 0);
     t.rows_ = 0;
     return t;
+  }
+
+  // An empty, extendable, chunked and compressed column.
+  static void create_column(H5::Group& g, const ColumnSpec& c) {
+    const hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED};
+    H5::DataSpace space(1, dims, maxdims);
+    H5::DSetCreatPropList plist;
+    const hsize_t chunk[1] = {c.type == Col::kStr ? hsize_t(256) : hsize_t(1024)};
+    plist.setChunk(1, chunk);
+    if (c.type != Col::kStr) plist.setShuffle();
+    plist.setDeflate(4);
+    g.createDataSet(c.name, file_type(c.type), space, plist);
   }
 
   // Opens a table: checks every column exists; rows = min(complete attribute, column extents).
@@ -205,8 +213,13 @@ class Table {
                   name + "/complete");
     hsize_t rows = static_cast<hsize_t>(complete);
     for (const ColumnSpec& c : schema) {
-      if (!exists(*t.group_, c.name))
+      if (!exists(*t.group_, c.name)) {
+        if (c.optional) {
+          t.missing_->insert(c.name);
+          continue;
+        }
         throw Error(ErrorKind::kBadInput, "expected column '" + std::string(c.name) + "', found none", file, name);
+      }
       H5::DataSpace sp = t.group_->openDataSet(c.name).getSpace();
       if (sp.getSimpleExtentNdims() != 1)
         throw Error(ErrorKind::kBadInput, "expected a 1-D column, found rank " +
@@ -232,6 +245,7 @@ class Table {
       SPECLAB_CHECK(len == n, std::string("column ") + c.name + " has a different length");
     }
     if (n == 0 || n == SIZE_MAX) return;
+    create_missing();
     const hsize_t start[1] = {rows_}, count[1] = {n}, total[1] = {rows_ + n};
     for (const ColumnSpec& c : *schema_) {
       H5::DataSet& ds = column(c.name);
@@ -259,7 +273,7 @@ class Table {
   void truncate(hsize_t n) {
     const hsize_t dims[1] = {n};
     for (const ColumnSpec& c : *schema_)
-      if (H5Dset_extent(column(c.name).getId(), dims) < 0)
+      if (!missing_->count(c.name) && H5Dset_extent(column(c.name).getId(), dims) < 0)
         throw H5::DataSetIException("truncate", std::string("cannot resize column ") + c.name);
     rows_ = n;
     commit();
@@ -274,13 +288,13 @@ class Table {
                   file, group_->getObjName());
     const hsize_t start[1] = {0}, count[1] = {n};
     for (const ColumnSpec& c : *schema_) {
-      H5::DataSet ds = group_->openDataSet(c.name);
-      if (n == 0) {
-        if (is_int(c.type)) out.ints[c.name];
-        else if (is_real(c.type)) out.reals[c.name];
-        else out.strs[c.name];
+      if (n == 0 || missing_->count(c.name)) {  // an optional column the file lacks: defaults
+        if (is_int(c.type)) out.ints[c.name].assign(n, 0);
+        else if (is_real(c.type)) out.reals[c.name].assign(n, 0.0);
+        else out.strs[c.name].assign(n, std::string());
         continue;
       }
+      H5::DataSet ds = group_->openDataSet(c.name);
       H5::DataSpace fs = ds.getSpace();
       fs.selectHyperslab(H5S_SELECT_SET, count, start);
       H5::DataSpace ms(1, count);
@@ -333,11 +347,38 @@ class Table {
   }
   static constexpr size_t kColumnCacheSlots = 13, kColumnCacheBytes = 32 * 1024;
 
+  // Creates the optional columns this (older) file lacks, holding rows_ default values, so that
+  // an append writes every column.
+  void create_missing() {
+    for (const ColumnSpec& c : *schema_) {
+      if (!missing_->count(c.name)) continue;
+      create_column(*group_, c);
+      missing_->erase(c.name);
+      if (rows_ == 0) continue;
+      H5::DataSet& ds = column(c.name);
+      const hsize_t total[1] = {rows_};
+      if (H5Dset_extent(ds.getId(), total) < 0)
+        throw H5::DataSetIException("append", std::string("cannot extend column ") + c.name);
+      H5::DataSpace fs = ds.getSpace(), ms(1, total);
+      if (is_int(c.type)) {
+        const std::vector<int64_t> zeros(rows_, 0);
+        ds.write(zeros.data(), H5::PredType::NATIVE_INT64, ms, fs);
+      } else if (is_real(c.type)) {
+        const std::vector<double> zeros(rows_, 0.0);
+        ds.write(zeros.data(), H5::PredType::NATIVE_DOUBLE, ms, fs);
+      } else {
+        const std::vector<const char*> empty(rows_, "");
+        ds.write(empty.data(), utf8_type(), ms, fs);
+      }
+    }
+  }
+
   // Held by pointer: the HDF5 C++ classes have no safe copy assignment.
   std::shared_ptr<H5::Group> group_;
   std::shared_ptr<std::map<std::string, H5::DataSet>> columns_ = std::make_shared<std::map<std::string, H5::DataSet>>();
   const Schema* schema_ = nullptr;
   hsize_t rows_ = 0;
+  std::shared_ptr<std::set<std::string>> missing_ = std::make_shared<std::set<std::string>>();  // optional, absent
 };
 
 void append_summary_rows(Table& t, const std::vector<MethodSummary>& rows) {
@@ -650,6 +691,7 @@ ExperimentData Hdf5Recorder::Impl::read() const {
     st.verify_seconds = s.f("verify_seconds")[i];
     st.accept_seconds = s.f("accept_seconds")[i];
     st.kv_seconds = s.f("kv_seconds")[i];
+    st.source = s.s("source")[i];
     x->steps.push_back(std::move(st));
   }
   Rows p = positions.read(positions.rows(), path, read_limit);
@@ -887,6 +929,7 @@ void Hdf5Recorder::Impl::stage(RunRecord& run) {
       st.add_real("verify_seconds", x.verify_seconds);
       st.add_real("accept_seconds", x.accept_seconds);
       st.add_real("kv_seconds", x.kv_seconds);
+      st.add("source", x.source);
       for (size_t i = 0; i < x.p.size(); ++i) {
         pos.add("run_id", run.run_id);
         pos.add("step", static_cast<int64_t>(s));

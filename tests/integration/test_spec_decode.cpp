@@ -533,7 +533,9 @@ TEST_CASE("prompt_lookup_first: a lookup block where the context has a match, el
   // "5 6" was seen before, followed by 8 9 5: the lookup drafts, the recorder is not asked.
   TokenList t = {5, 6, 8, 9, 5, 6};
   DraftContext ctx{0, &t, 3, &greedy, &rng, 0.0};
-  CHECK(d.propose(ctx, 4).tokens == TokenList{8, 9, 5, 6});
+  const DraftBlock lb = d.propose(ctx, 4);
+  CHECK(lb.tokens == TokenList{8, 9, 5, 6});
+  CHECK(lb.source == "prompt_lookup");  // logged per step (/steps/source)
   d.accept(0, 2);
   CHECK(r.asked.empty());
   CHECK(r.accepted.empty());
@@ -543,7 +545,9 @@ TEST_CASE("prompt_lookup_first: a lookup block where the context has a match, el
   CHECK(r.observed == std::vector<std::pair<int64_t, int64_t>>{{5, 3}});
   // "9 4" and "4" alone: no 2-gram match; the recorder drafts, capped at fallback 2 of gamma 4.
   t = {5, 6, 8, 9, 4};
-  CHECK(d.propose(ctx, 4).tokens == TokenList{7, 7});
+  const DraftBlock fb = d.propose(ctx, 4);
+  CHECK(fb.tokens == TokenList{7, 7});
+  CHECK(fb.source == "recorder");
   d.accept(0, 1);
   CHECK(r.asked == std::vector<int>{2});
   CHECK(r.accepted == std::vector<int>{1});

@@ -58,6 +58,7 @@ RunRecord spec_run(int64_t prompt, int64_t repeat) {
   s.q = {1.0f, 1.0f};
   s.accept_prob = {0.9f, std::nanf("")};
   s.accepted_mask = {1, 0};
+  s.source = "prompt_lookup";
   r.steps = {s, StepRecord{}};
   return r;
 }
@@ -121,6 +122,42 @@ TEST_CASE("recorder round trip: runs, steps, positions, tokens, UTF-8 strings", 
   CHECK(r.steps[0].accepted_mask == want.steps[0].accepted_mask);
   CHECK(std::isnan(r.steps[0].accept_prob[1]));
   CHECK(r.steps[1].drafted == 0);
+  CHECK(r.steps[0].source == "prompt_lookup");
+  CHECK(r.steps[1].source.empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a file from before /steps/source reads it as empty, and resuming it creates the column",
+          "[hdf5][resume]") {
+  const std::string dir = temp_dir(), path = dir + "/old.h5";
+  {
+    Hdf5Recorder rec = Hdf5Recorder::create(path, meta(), points(), prompts(), {"ar", "pl"});
+    RunRecord a = spec_run(0, 0);
+    rec.append(a);
+  }
+  {
+    H5::H5File f(path, H5F_ACC_RDWR);
+    REQUIRE(H5Ldelete(f.getId(), "/steps/source", H5P_DEFAULT) >= 0);  // as files written before it
+  }
+  ExperimentData d = read_experiment(path);
+  REQUIRE(d.runs.size() == 1);
+  REQUIRE(d.runs[0].steps.size() == 2);
+  CHECK(d.runs[0].steps[0].source.empty());
+  CHECK(d.runs[0].steps[0].drafted == 2);
+  {
+    Hdf5Recorder rec = Hdf5Recorder::open_for_append(path);
+    RunRecord b = spec_run(1, 0);
+    rec.append(b);
+  }
+  d = read_experiment(path);
+  REQUIRE(d.runs.size() == 2);
+  CHECK(d.runs[0].steps[0].source.empty());  // the rows from before the column: empty
+  CHECK(d.runs[1].steps[0].source == "prompt_lookup");
+  CHECK(d.runs[1].steps[1].source.empty());
+  H5::H5File f(path, H5F_ACC_RDONLY);
+  hsize_t dims[1];
+  f.openDataSet("/steps/source").getSpace().getSimpleExtentDims(dims);
+  CHECK(dims[0] == 4);  // one entry per committed step
   fs::remove_all(dir);
 }
 

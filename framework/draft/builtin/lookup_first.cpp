@@ -27,11 +27,14 @@ DraftBlock LookupFirstDrafter::propose(const DraftContext& ctx, int max_k) {
   b.tokens = PromptLookupDrafter::lookup(*ctx.tokens, min_n_, max_n_, max_k);
   if (!b.tokens.empty()) {
     ++lookup_steps_;
+    b.source = "prompt_lookup";
     return b;
   }
   fallback_proposed_ = true;
   ++fallback_steps_;
-  return fallback_->propose(ctx, fallback_k_ > 0 ? std::min(max_k, fallback_k_) : max_k);
+  DraftBlock f = fallback_->propose(ctx, fallback_k_ > 0 ? std::min(max_k, fallback_k_) : max_k);
+  if (f.source.empty()) f.source = fallback_->name();
+  return f;
 }
 
 void LookupFirstDrafter::accept(SeqId seq, int n_accepted) {

@@ -17,7 +17,9 @@
 // its own proposals. A drafter must therefore take its context from DraftContext::tokens, not
 // from the tokens it proposed (every built-in one does). A lookup block carries no
 // probabilities (q one-hot at its tokens) and a fallback block whatever its drafter reports:
-// the verifier treats each block on its own, so the output stays the target's.
+// the verifier treats each block on its own, so the output stays the target's. Each block names
+// its source (DraftBlock::source: "prompt_lookup", or the wrapped drafter's name unless it named
+// one itself), which the experiment file keeps per step (/steps/source).
 #pragma once
 
 #include <memory>
