@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 
 #include "framework/core/error.h"
 #include "framework/io/hdf5_journal.h"
@@ -198,7 +198,8 @@ class Table {
     g.createDataSet(c.name, file_type(c.type), space, plist);
   }
 
-  // Opens a table: checks every column exists; rows = min(complete attribute, column extents).
+  // Opens a table: checks every column exists (an optional one may not: `missing_`); rows = min(complete
+  // attribute, column extents).
   static Table open(const H5::Group& parent, const std::string& name, const Schema& schema, const std::string& file) {
     if (!exists(parent, name))
       throw Error(ErrorKind::kBadInput, "expected table '" + name + "', found none (not a SpecLab experiment file?)",
