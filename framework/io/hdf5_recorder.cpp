@@ -29,7 +29,9 @@ struct ColumnSpec {
   const char* name;
   Col type;
   // Added after files were written without it: such a file reads it as empty strings / zeros,
-  // and a writer that resumes the file creates it (its earlier rows filled the same way).
+  // and a writer that resumes the file creates it (its earlier rows filled the same way). It does
+  // not bound the table's rows: a column left shorter (an older binary resumed the file and
+  // appended without it) reads its missing tail the same way, and the next append pads it.
   bool optional = false;
 };
 using Schema = std::vector<ColumnSpec>;
@@ -227,7 +229,7 @@ class Table {
                                               std::to_string(sp.getSimpleExtentNdims()), file, name + "/" + c.name);
       hsize_t d[1];
       sp.getSimpleExtentDims(d);
-      rows = std::min(rows, d[0]);
+      if (!c.optional) rows = std::min(rows, d[0]);
     }
     t.rows_ = rows;
     return t;
@@ -287,41 +289,43 @@ class Table {
       throw Error(ErrorKind::kBadInput, "expected at most " + std::to_string(limit_bytes / 8) + " rows for a " +
                                             std::to_string(limit_bytes) + "-byte budget, found " + std::to_string(n),
                   file, group_->getObjName());
-    const hsize_t start[1] = {0}, count[1] = {n};
     for (const ColumnSpec& c : *schema_) {
-      if (n == 0 || missing_->count(c.name)) {  // an optional column the file lacks: defaults
-        if (is_int(c.type)) out.ints[c.name].assign(n, 0);
-        else if (is_real(c.type)) out.reals[c.name].assign(n, 0.0);
-        else out.strs[c.name].assign(n, std::string());
-        continue;
+      // An optional column the file lacks, or the tail it lacks (ColumnSpec::optional): defaults.
+      hsize_t have = missing_->count(c.name) ? 0 : n;
+      std::unique_ptr<H5::DataSet> ds;
+      if (have > 0) {
+        ds = std::make_unique<H5::DataSet>(group_->openDataSet(c.name));
+        if (c.optional) {
+          hsize_t d[1];
+          ds->getSpace().getSimpleExtentDims(d);
+          have = std::min(have, d[0]);
+        }
       }
-      H5::DataSet ds = group_->openDataSet(c.name);
-      H5::DataSpace fs = ds.getSpace();
+      if (is_int(c.type)) out.ints[c.name].assign(n, 0);
+      else if (is_real(c.type)) out.reals[c.name].assign(n, 0.0);
+      else out.strs[c.name].assign(n, std::string());
+      if (have == 0) continue;
+      const hsize_t start[1] = {0}, count[1] = {have};
+      H5::DataSpace fs = ds->getSpace();
       fs.selectHyperslab(H5S_SELECT_SET, count, start);
       H5::DataSpace ms(1, count);
-      const H5T_class_t cls = ds.getTypeClass();
+      const H5T_class_t cls = ds->getTypeClass();
       const std::string where = group_->getObjName() + "/" + c.name;
       if (is_int(c.type) || is_real(c.type)) {
         if (cls != H5T_INTEGER && cls != H5T_FLOAT)
           throw Error(ErrorKind::kBadInput, "expected a numeric column, found another type class", file, where);
-        if (is_int(c.type)) {
-          auto& v = out.ints[c.name];
-          v.resize(n);
-          ds.read(v.data(), H5::PredType::NATIVE_INT64, ms, fs);
-        } else {
-          auto& v = out.reals[c.name];
-          v.resize(n);
-          ds.read(v.data(), H5::PredType::NATIVE_DOUBLE, ms, fs);
-        }
+        if (is_int(c.type))
+          ds->read(out.ints[c.name].data(), H5::PredType::NATIVE_INT64, ms, fs);
+        else
+          ds->read(out.reals[c.name].data(), H5::PredType::NATIVE_DOUBLE, ms, fs);
       } else {
-        if (cls != H5T_STRING || !ds.getStrType().isVariableStr())
+        if (cls != H5T_STRING || !ds->getStrType().isVariableStr())
           throw Error(ErrorKind::kBadInput, "expected a variable-length string column, found another type", file, where);
-        std::vector<char*> ptrs(n, nullptr);
+        std::vector<char*> ptrs(have, nullptr);
         H5::StrType t = utf8_type();
-        ds.read(ptrs.data(), t, ms, fs);
+        ds->read(ptrs.data(), t, ms, fs);
         auto& v = out.strs[c.name];
-        v.reserve(n);
-        for (char* p : ptrs) v.emplace_back(p ? p : "");
+        for (hsize_t i = 0; i < have; ++i) v[i] = ptrs[i] ? ptrs[i] : "";
         H5::DataSet::vlenReclaim(ptrs.data(), t, ms);
       }
     }
@@ -348,27 +352,36 @@ class Table {
   }
   static constexpr size_t kColumnCacheSlots = 13, kColumnCacheBytes = 32 * 1024;
 
-  // Creates the optional columns this (older) file lacks, holding rows_ default values, so that
-  // an append writes every column.
+  // Creates the optional columns this (older) file lacks and pads the ones left shorter than the
+  // table (ColumnSpec::optional) to rows_ default values, so that an append writes every column
+  // from row rows_.
   void create_missing() {
     for (const ColumnSpec& c : *schema_) {
-      if (!missing_->count(c.name)) continue;
-      create_column(*group_, c);
-      missing_->erase(c.name);
-      if (rows_ == 0) continue;
+      if (!c.optional) continue;
+      hsize_t from = 0;
+      if (missing_->count(c.name)) {
+        create_column(*group_, c);
+        missing_->erase(c.name);
+      } else {
+        hsize_t d[1];
+        column(c.name).getSpace().getSimpleExtentDims(d);
+        from = d[0];
+      }
+      if (from >= rows_) continue;
       H5::DataSet& ds = column(c.name);
-      const hsize_t total[1] = {rows_};
+      const hsize_t total[1] = {rows_}, start[1] = {from}, count[1] = {rows_ - from};
       if (H5Dset_extent(ds.getId(), total) < 0)
         throw H5::DataSetIException("append", std::string("cannot extend column ") + c.name);
-      H5::DataSpace fs = ds.getSpace(), ms(1, total);
+      H5::DataSpace fs = ds.getSpace(), ms(1, count);
+      fs.selectHyperslab(H5S_SELECT_SET, count, start);
       if (is_int(c.type)) {
-        const std::vector<int64_t> zeros(rows_, 0);
+        const std::vector<int64_t> zeros(count[0], 0);
         ds.write(zeros.data(), H5::PredType::NATIVE_INT64, ms, fs);
       } else if (is_real(c.type)) {
-        const std::vector<double> zeros(rows_, 0.0);
+        const std::vector<double> zeros(count[0], 0.0);
         ds.write(zeros.data(), H5::PredType::NATIVE_DOUBLE, ms, fs);
       } else {
-        const std::vector<const char*> empty(rows_, "");
+        const std::vector<const char*> empty(count[0], "");
         ds.write(empty.data(), utf8_type(), ms, fs);
       }
     }

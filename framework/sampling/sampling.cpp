@@ -708,7 +708,8 @@ void logits_to_probs(const float* logits, int64_t vocab, const SamplingOptions& 
   float threshold = -kInf;
   if (opts.top_k > 0 && opts.top_k < vocab) threshold = kth_largest(logits, vocab, opts.top_k, sc);
 #ifdef SPECLAB_X86
-  if (threshold == -kInf && max_lanes >= 8 && have_avx2_fma())
+  // (1 / T must be finite: the vector path multiplies by it; a subnormal T takes the scalar path.)
+  if (threshold == -kInf && max_lanes >= 8 && have_avx2_fma() && std::isfinite(1.0 / opts.temperature))
     return probs_all_avx2(logits, vocab, opts, max_v, probs, sc, max_lanes >= 16);
 #endif
   probs.assign(static_cast<size_t>(vocab), 0.0f);

@@ -158,6 +158,29 @@ TEST_CASE("a file from before /steps/source reads it as empty, and resuming it c
   hsize_t dims[1];
   f.openDataSet("/steps/source").getSpace().getSimpleExtentDims(dims);
   CHECK(dims[0] == 4);  // one entry per committed step
+  f.close();
+  {
+    // An older binary resumed the file and appended a run's steps without the column: it is now
+    // shorter than the table, which it must not cut (its missing tail reads as empty).
+    H5::H5File g(path, H5F_ACC_RDWR);
+    const hsize_t shorter[1] = {3};
+    REQUIRE(H5Dset_extent(g.openDataSet("/steps/source").getId(), shorter) >= 0);
+  }
+  d = read_experiment(path);
+  REQUIRE(d.runs.size() == 2);
+  REQUIRE(d.runs[1].steps.size() == 2);
+  CHECK(d.runs[1].steps[0].source == "prompt_lookup");
+  CHECK(d.runs[1].steps[1].source.empty());
+  {
+    Hdf5Recorder rec = Hdf5Recorder::open_for_append(path);
+    RunRecord c = spec_run(0, 1);
+    rec.append(c);
+  }
+  d = read_experiment(path);
+  REQUIRE(d.runs.size() == 3);
+  CHECK(d.runs[1].steps[0].source == "prompt_lookup");
+  CHECK(d.runs[2].steps[0].source == "prompt_lookup");
+  CHECK(d.runs[2].steps[1].source.empty());
   fs::remove_all(dir);
 }
 

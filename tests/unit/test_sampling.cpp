@@ -428,6 +428,14 @@ TEST_CASE("top-p on a flat 50k vocabulary keeps exactly the lowest ids", "[sampl
 TEST_CASE("a tiny temperature leaves only the maximum", "[sampling]") {
   require_probs(run({1.0f, 3.0f, 2.999f, -4.0f}, 1e-30, 0, 1.0), {0, 1, 0, 0}, 0);
   require_probs(run({1.0f, 3.0f, 2.999f, -4.0f}, 1e-30, 2, 0.9), {0, 1, 0, 0}, 0);
+  // A subnormal temperature (1 / T overflows to inf): still one-hot, not NaN, on every path.
+  for (const int lanes : {16, 8, 1}) {
+    SamplingOptions o;
+    o.temperature = 1e-310;
+    std::vector<float> l{1.0f, 3.0f, 2.999f, -4.0f, 0.5f}, out;
+    logits_to_probs(l.data(), 5, o, out, lanes);
+    require_probs(out, {0, 1, 0, 0, 0}, 0);
+  }
   // A huge temperature makes the distribution uniform.
   require_probs(run({1.0f, 3.0f, 2.0f, -4.0f}, 1e30, 0, 1.0), {0.25, 0.25, 0.25, 0.25}, 1e-7);
 }
