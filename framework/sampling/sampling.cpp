@@ -341,6 +341,13 @@ __attribute__((target("avx2,fma"))) double sum_exp_avx2(const float* logits, int
 // field. Within about 1 ulp of std::exp. Lanes with x > 104 (e^-104 < 7e-46, below the smallest
 // float, so such a token's probability is 0 either way; this includes -inf logits, x = +inf)
 // give exactly 0.
+// e^r's Taylor coefficients 1/13!, 1/12!, ..., 1/1!, 1/0!, highest first (Horner order), shared
+// by the 4- and 8-lane exps so that they stay the same polynomial.
+constexpr double kExpTaylor[14] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
+                                   1.0 / 362880.0,     1.0 / 40320.0,     1.0 / 5040.0,     1.0 / 720.0,
+                                   1.0 / 120.0,        1.0 / 24.0,        1.0 / 6.0,        0.5,
+                                   1.0,                1.0};
+
 __attribute__((target("avx2,fma"))) inline __m256d exp_neg_avx2(__m256d x) {
   const __m256d y = _mm256_sub_pd(_mm256_setzero_pd(), _mm256_min_pd(x, _mm256_set1_pd(104.0)));
   const __m256d shifter = _mm256_set1_pd(6755399441055744.0);  // 1.5 * 2^52
@@ -348,20 +355,8 @@ __attribute__((target("avx2,fma"))) inline __m256d exp_neg_avx2(__m256d x) {
   const __m256d k = _mm256_sub_pd(kd, shifter);
   __m256d r = _mm256_fnmadd_pd(k, _mm256_set1_pd(0x1.62e42fefa39efp-1), y);
   r = _mm256_fnmadd_pd(k, _mm256_set1_pd(0x1.abc9e3b39803fp-56), r);
-  __m256d p = _mm256_set1_pd(1.0 / 6227020800.0);  // 1/13!
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 479001600.0));
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 39916800.0));
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 3628800.0));
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 362880.0));
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 40320.0));
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 5040.0));
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 720.0));
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 120.0));
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 24.0));
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0 / 6.0));
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(0.5));
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0));
-  p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(1.0));
+  __m256d p = _mm256_set1_pd(kExpTaylor[0]);
+  for (int i = 1; i < 14; ++i) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(kExpTaylor[i]));
   // kd's low mantissa bits hold k (kd and the shifter share their exponent): 2^k = (k + 1023) << 52.
   const __m256i ki = _mm256_sub_epi64(_mm256_castpd_si256(kd), _mm256_castpd_si256(shifter));
   const __m256d two_k = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(ki, _mm256_set1_epi64x(1023)), 52));
@@ -428,20 +423,8 @@ __attribute__((target("avx512f,avx512vl"))) inline __m512d exp_neg_avx512(__m512
   const __m512d k = _mm512_sub_pd(_mm512_fmadd_pd(y, _mm512_set1_pd(1.4426950408889634074), shifter), shifter);
   __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(0x1.62e42fefa39efp-1), y);
   r = _mm512_fnmadd_pd(k, _mm512_set1_pd(0x1.abc9e3b39803fp-56), r);
-  __m512d p = _mm512_set1_pd(1.0 / 6227020800.0);
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 479001600.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 39916800.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 3628800.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 362880.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 40320.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 5040.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 720.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 120.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 24.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 6.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(0.5));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
-  p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
+  __m512d p = _mm512_set1_pd(kExpTaylor[0]);
+  for (int i = 1; i < 14; ++i) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kExpTaylor[i]));
   return _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(x, _mm512_set1_pd(104.0), _CMP_LE_OQ), _mm512_scalef_pd(p, k));
 }
 
