@@ -121,6 +121,38 @@ TargetTensors target_tensors(const LoadedModel& target, const std::vector<int64_
   return t;
 }
 
+std::string layer_text(const std::vector<int64_t>& layers) {
+  std::string s;
+  for (int64_t l : layers) s += (s.empty() ? "" : ",") + std::to_string(l);
+  return s;
+}
+
+// An eagle draft's metadata aux_layers ("2,15"; absent or empty: none), each checked against the
+// target's layers (below the last).
+std::vector<int64_t> parse_aux_layers(const std::string& text, const ModelConfig& target, const std::string& path) {
+  std::vector<int64_t> out;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t j = std::min(text.find(',', i), text.size());
+    const std::string item = text.substr(i, j - i);
+    int64_t l = -1;
+    try {
+      size_t used = 0;
+      l = std::stoll(item, &used);
+      if (used != item.size()) l = -1;
+    } catch (const std::exception&) {
+    }
+    if (l < 0 || l >= target.num_hidden_layers - 1)
+      throw Error(ErrorKind::kBadInput,
+                  "metadata aux_layers: expected target layers 0.." + std::to_string(target.num_hidden_layers - 2) +
+                      ", found '" + item + "'",
+                  path);
+    out.push_back(l);
+    i = j + 1;
+  }
+  return out;
+}
+
 void set_frozen(EagleHead& head, const TargetTensors& t) {
   head.target = t.config;
   head.embed = t.embed;
@@ -208,13 +240,16 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
   return samples;
 }
 
-// Stage 2: teacher forcing; features and top-1 of every position.
+// Stage 2: teacher forcing; features and top-1 of every position, and with aux layers their
+// aux features ("aux_features", [N, A d]: eagle_aux_features of each layer, side by side).
 std::map<std::string, at::Tensor> teacher_force(const std::vector<Sample>& samples, const LoadedTarget& target,
-                                                const TargetTensors& frozen, const TrainDraftProgress& progress) {
+                                                const TargetTensors& frozen, const std::vector<int64_t>& aux_layers,
+                                                const TrainDraftProgress& progress) {
   at::NoGradGuard no_grad;
   const Model& model = *target.model;
   const int64_t last = model.config().num_hidden_layers - 1;
-  std::vector<at::Tensor> feats, toks, top1;
+  const size_t A = aux_layers.size();
+  std::vector<at::Tensor> feats, toks, top1, aux;
   std::vector<float> offsets{0}, split, prompt_lengths;
   for (size_t i = 0; i < samples.size(); ++i) {
     TokenList seq = samples[i].prompt;
@@ -225,10 +260,16 @@ std::map<std::string, at::Tensor> teacher_force(const std::vector<Sample>& sampl
     kv.reserve(s.id(), n);
     std::vector<at::Tensor> hidden;
     ForwardOptions fo;
-    fo.hidden_layers = {last};
+    fo.hidden_layers = aux_layers;
+    fo.hidden_layers.push_back(last);
     fo.hidden_out = &hidden;
     const at::Tensor logits = model.forward(token_tensor(seq), at::arange(n, at::kLong), kv.view(s.id(), n), fo);
-    feats.push_back(target_features(hidden[0], frozen.final_norm, frozen.config.rms_norm_eps));
+    feats.push_back(target_features(hidden[A], frozen.final_norm, frozen.config.rms_norm_eps));
+    if (A > 0) {
+      std::vector<at::Tensor> a;
+      for (size_t l = 0; l < A; ++l) a.push_back(eagle_aux_features(hidden[l], frozen.config.rms_norm_eps));
+      aux.push_back(at::cat(a, 1));
+    }
     toks.push_back(token_tensor(seq));
     top1.push_back(logits.argmax(-1));
     offsets.push_back(offsets.back() + static_cast<float>(n));
@@ -237,12 +278,14 @@ std::map<std::string, at::Tensor> teacher_force(const std::vector<Sample>& sampl
     if (progress.stage && (i + 1) % 20 == 0)
       progress.stage("features " + std::to_string(i + 1) + "/" + std::to_string(samples.size()));
   }
-  return {{"features", at::cat(feats)},
-          {"tokens", at::cat(toks).to(at::kFloat)},
-          {"top1", at::cat(top1).to(at::kFloat)},
-          {"offsets", at::tensor(offsets, at::kFloat)},
-          {"validation", at::tensor(split, at::kFloat)},
-          {"prompt_lengths", at::tensor(prompt_lengths, at::kFloat)}};
+  std::map<std::string, at::Tensor> out = {{"features", at::cat(feats)},
+                                            {"tokens", at::cat(toks).to(at::kFloat)},
+                                            {"top1", at::cat(top1).to(at::kFloat)},
+                                            {"offsets", at::tensor(offsets, at::kFloat)},
+                                            {"validation", at::tensor(split, at::kFloat)},
+                                            {"prompt_lengths", at::tensor(prompt_lengths, at::kFloat)}};
+  if (A > 0) out["aux_features"] = at::cat(aux);
+  return out;
 }
 
 // Splits the cached tensors into training and validation sequences.
@@ -266,6 +309,8 @@ void split_data(const std::map<std::string, at::Tensor>& d, DraftTrainData& trai
     DraftTrainData& e = v ? val : train;
     const at::Tensor idx = at::tensor(rows[v], at::kLong);
     e.features = d.at("features").index_select(0, idx);
+    auto aux = d.find("aux_features");
+    if (aux != d.end()) e.aux = aux->second.index_select(0, idx);
     e.tokens = tokens.index_select(0, idx);
     e.target_top1 = top1.index_select(0, idx);
   }
@@ -401,13 +446,22 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   const std::vector<Prompt> prompts = load_prompts(pc);
   const std::string key = cache_key(c, hash, prompts);
   fs::create_directories(c.data.cache_dir);
-  const std::string features_path = c.data.cache_dir + "/features-" + key + ".safetensors";
+  for (int64_t l : c.head.aux_layers)
+    if (l >= frozen.config.num_hidden_layers - 1)
+      throw Error(ErrorKind::kConfig,
+                  "layer " + std::to_string(l) + " is out of range: aux layers are target layers 0.." +
+                      std::to_string(frozen.config.num_hidden_layers - 2) + " (the last layer is read anyway)",
+                  c.source_path, "head.aux_layers");
+  // The answers do not depend on the aux layers; the features file holds them.
+  std::string aux_suffix;
+  for (int64_t l : c.head.aux_layers) aux_suffix += "-aux" + std::to_string(l);
+  const std::string features_path = c.data.cache_dir + "/features-" + key + aux_suffix + ".safetensors";
   std::map<std::string, at::Tensor> data;
   if (fs::exists(features_path)) {
     data = read_tensors(features_path, nullptr);
   } else {
     const auto samples = target_answers(c, *target, prompts, c.data.cache_dir + "/answers-" + key + ".jsonl", progress);
-    data = teacher_force(samples, *target, frozen, progress);
+    data = teacher_force(samples, *target, frozen, c.head.aux_layers, progress);
     write_tensors(features_path, data, {{"target_weights_hash", hash}});
   }
   DraftTrainData train, val;
@@ -449,7 +503,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     trainer = std::make_unique<MedusaTrainer>(medusa, train, val, c.train);
     trained = medusa.trained();
   } else {
-    eagle = init_eagle_head(frozen.config, c.train.seed);
+    eagle = init_eagle_head(frozen.config, c.train.seed, c.head.aux_layers);
     set_frozen(eagle, frozen);
     eagle.vocab_ids = vocab_ids;
     eagle.lm_head = head_rows(frozen.lm_head, vocab_ids);
@@ -461,7 +515,22 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     // vocabulary is not taken: the head rows are the target's, frozen, and this config's data
     // choose them; no trained tensor depends on which rows they are.
     at::Tensor init_ids;
-    const auto init = read_draft(c.train.init, c.architecture, target->info, frozen.config, init_ids);
+    std::map<std::string, std::string> init_meta;
+    auto init = read_draft(c.train.init, c.architecture, target->info, frozen.config, init_ids, &init_meta);
+    if (c.architecture == "eagle") {
+      // An EAGLE head without aux layers starts one with them: its fc gains zero columns over a,
+      // so the new head starts out computing exactly what the old one did (eagle_head.h).
+      const std::vector<int64_t> init_aux = parse_aux_layers(init_meta["aux_layers"], frozen.config, c.train.init);
+      if (init_aux != c.head.aux_layers) {
+        auto fc = init.find("fc.weight");
+        if (!init_aux.empty() || fc == init.end() || fc->second.dim() != 2 || fc->second.size(1) != 2 * frozen.config.hidden_size)
+          throw Error(ErrorKind::kConfig,
+                      "train.init reads aux layers [" + init_meta["aux_layers"] + "], this head [" +
+                          layer_text(c.head.aux_layers) + "]: expected the same, or an init without aux layers",
+                      c.source_path, "train.init");
+        fc->second = at::cat({fc->second, at::zeros({fc->second.size(0), eagle.aux_width()}, fc->second.options())}, 1);
+      }
+    }
     // take_trained checks names and shapes against the fresh tensors and hands over the init's;
     // they are then copied in place (the trainer holds the tensors it optimises).
     std::map<std::string, at::Tensor> loaded;
@@ -475,14 +544,13 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     at::NoGradGuard no_grad;
     for (const auto& kv : trained) kv.second->copy_(loaded.at(kv.first));
   }
-  std::string layer_list;
-  for (int64_t l : c.head.draft_layers) layer_list += (layer_list.empty() ? "" : ",") + std::to_string(l);
   std::map<std::string, std::string> meta = {{"speclab.draft", c.architecture},
                                              {"target_weights_hash", hash},
                                              {"target", fs::path(target->info.source).filename().string()},
                                              {"training_config", c.resolved_yaml}};
+  if (!c.head.aux_layers.empty()) meta["aux_layers"] = layer_text(c.head.aux_layers);
   if (distill) {
-    meta["draft_layers"] = layer_list;
+    meta["draft_layers"] = layer_text(c.head.draft_layers);
     meta["draft_vocab"] = std::to_string(c.head.vocab_top_n);
   }
   TrainLog log;
@@ -553,10 +621,12 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
 std::shared_ptr<EagleHead> load_eagle_head(const std::string& path, const LoadedModel& target) {
   const TargetTensors frozen = target_tensors(target);
   at::Tensor ids;
-  const auto tensors = read_draft(path, "eagle", target, frozen.config, ids);
+  std::map<std::string, std::string> meta;
+  const auto tensors = read_draft(path, "eagle", target, frozen.config, ids, &meta);
   auto head = std::make_shared<EagleHead>();
   set_frozen(*head, frozen);
-  const EagleHead fresh = init_eagle_head(frozen.config, 0);
+  const EagleHead fresh = init_eagle_head(frozen.config, 0, parse_aux_layers(meta["aux_layers"], frozen.config, path));
+  head->aux_layers = fresh.aux_layers;
   take_trained(tensors, head->trained(), fresh.trained(), path);
   head->vocab_ids = ids;
   head->lm_head = head_rows(frozen.lm_head, ids);

@@ -25,7 +25,8 @@ const Table<DraftDataOptions>& data_table() {
 const Table<DraftHeadOptions>& head_table() {
   using H = DraftHeadOptions;
   static const Table<H> t("head", {field("vocab_top_n", {}, &H::vocab_top_n), field("medusa_heads", {}, &H::medusa_heads),
-                                   field("draft_layers", {}, &H::draft_layers, layer_list())});
+                                   field("draft_layers", {}, &H::draft_layers, layer_list()),
+                                   field("aux_layers", {}, &H::aux_layers, layer_list())});
   return t;
 }
 
@@ -115,6 +116,15 @@ void TrainDraftConfig::validate() const {
     bad("head.draft_layers", "expected 1 to 8 target layer indices (the distilled draft's layers start as copies of them)");
   for (int64_t l : head.draft_layers)
     if (l < 0) bad("head.draft_layers", "expected layer indices >= 0, found " + std::to_string(l));
+  if (!head.aux_layers.empty() && architecture != "eagle")
+    bad("head.aux_layers", "only an eagle head reads aux layers; this architecture is " + architecture);
+  if (head.aux_layers.size() > 4) bad("head.aux_layers", "expected at most 4 target layer indices");
+  for (size_t i = 0; i < head.aux_layers.size(); ++i) {
+    if (head.aux_layers[i] < 0) bad("head.aux_layers", "expected layer indices >= 0, found " + std::to_string(head.aux_layers[i]));
+    for (size_t j = 0; j < i; ++j)
+      if (head.aux_layers[j] == head.aux_layers[i])
+        bad("head.aux_layers", "layer " + std::to_string(head.aux_layers[i]) + " is listed twice");
+  }
   if (!(train.medusa_decay > 0 && train.medusa_decay <= 1))
     bad("train.medusa_decay", "expected a decay in (0, 1], found " + config::to_text(train.medusa_decay));
   if (train.steps < 1) bad("train.steps", "expected at least 1 step");

@@ -6,7 +6,7 @@
 //            validation_fraction, cache_dir
 //   architecture: eagle | medusa | draft_model
 //   head:    vocab_top_n (0 = the target's full LM head; N = its N most frequent tokens),
-//            medusa_heads, draft_layers
+//            medusa_heads, draft_layers, aux_layers
 //   train:   steps, batch_tokens, lr, warmup, weight_decay, grad_clip, token_loss_weight,
 //            feature_noise, unroll, unroll_decay, medusa_decay, init, eval_every, checkpoint_every, seed
 //   output:  path (.safetensors), log (.h5), checkpoint (.safetensors), dtype
@@ -35,6 +35,10 @@ struct DraftHeadOptions {
   // architecture draft_model: the distilled draft has one decoder layer per entry, starting as a
   // copy of that target layer (1 to 8 entries, e.g. [0, 29]: the target's first and last).
   std::vector<int64_t> draft_layers;
+  // architecture eagle: target layers (each below the last, at most 4, distinct) whose residual
+  // stream the head's first draft step also reads (EAGLE-3's fused features, eagle_head.h);
+  // empty: the last layer's features only (EAGLE).
+  std::vector<int64_t> aux_layers;
 };
 
 struct DraftTrainOptions {

@@ -16,6 +16,11 @@ EagleTrainer::EagleTrainer(EagleHead& head, const DraftTrainData& train, const D
     : head_(head), train_(train), val_(validation), o_(options), adam_(head.trained()) {
   check_train_data(train_, head_.target.hidden_size, "training data");
   check_train_data(val_, head_.target.hidden_size, "validation data");
+  for (const DraftTrainData* d : {&train_, &val_})
+    if ((d->aux.defined() ? d->aux.size(1) : 0) != head_.aux_width())
+      throw Error(ErrorKind::kBadInput,
+                  "the head reads " + std::to_string(head_.aux_layers.size()) + " aux layers; the data's aux features do not match",
+                  d == &train_ ? "training data" : "validation data");
   feature_rms_ = train_.features.pow(2).mean().sqrt().item<double>();
   head_index_ = head_row_index(head_.vocab_ids, head_.target.vocab_size);
   for (auto& kv : head_.trained()) kv.second->requires_grad_(true);
@@ -40,7 +45,8 @@ TrainStepLog EagleTrainer::step() {
   const at::Tensor feat_next = train_.features.index_select(0, next);
   const at::Tensor top1_next = head_index_.index_select(0, train_.target_top1.index_select(0, next));
   const std::vector<at::Tensor> preds =
-      eagle_forward_unrolled(head_, inputs, tokens_next, p.positions, p.segments, o_.unroll);
+      eagle_forward_unrolled(head_, inputs, tokens_next, p.positions, p.segments, o_.unroll, true,
+                             train_.aux.defined() ? train_.aux.index_select(0, p.in_rows) : at::Tensor());
   at::Tensor feature_loss = at::zeros({}, at::kFloat), token_loss = at::zeros({}, at::kFloat);
   double weight_sum = 0.0;
   for (int64_t k = 1; k <= o_.unroll; ++k) {
@@ -83,7 +89,8 @@ std::vector<double> EagleTrainer::step_agreements(int64_t steps) const {
     const at::Tensor next = p.in_rows + 1;
     const std::vector<at::Tensor> preds =
         eagle_forward_unrolled(head_, val_.features.index_select(0, p.in_rows), val_.tokens.index_select(0, next),
-                               p.positions, p.segments, steps);
+                               p.positions, p.segments, steps, true,
+                               val_.aux.defined() ? val_.aux.index_select(0, p.in_rows) : at::Tensor());
     const at::Tensor counted = answer_labels(p, next);
     const at::Tensor top1 = val_.target_top1.index_select(0, next);
     for (int64_t k = 1; k <= steps; ++k) {

@@ -8,7 +8,8 @@
 // With train.unroll U > 1 (training-time test: EAGLE-3, Li et al. 2025; HASS, Zhang et al.
 // 2024) the head also runs draft steps 2..U on its own predicted features, as drafting does
 // (eagle_forward_unrolled), and L is the mean over steps k of L_k weighted unroll_decay^(k-1),
-// L_k over the rows that stand for a k-th draft token. U = 1 is EAGLE's loss.
+// L_k over the rows that stand for a k-th draft token. U = 1 is EAGLE's loss. A head with aux
+// layers reads the data's aux rows (DraftTrainData::aux) at step 1 and a = 0 after it.
 // Optimizer and schedule: adamw.h. Batches: train_data.h (a pure function of (seed, step), so a
 // resumed run (load_state) continues exactly as an uninterrupted one); so is the input noise
 // (train.feature_noise, EAGLE's uniform augmentation), drawn from the batch's Rng after it. Initial weights: init_eagle_head(seed).

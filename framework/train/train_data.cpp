@@ -20,6 +20,8 @@ void check_train_data(const DraftTrainData& d, int64_t hidden, const std::string
   if (d.features.dim() != 2 || d.features.size(0) != n || d.features.size(1) != hidden || d.tokens.numel() != n ||
       d.target_top1.numel() != n)
     throw Error(ErrorKind::kBadInput, "features, tokens and target_top1 disagree with the offsets or the target", what);
+  if (d.aux.defined() && (d.aux.dim() != 2 || d.aux.size(0) != n || d.aux.size(1) % hidden != 0))
+    throw Error(ErrorKind::kBadInput, "aux features disagree with the offsets or the target's hidden size", what);
   if (!d.prompt_lengths.empty()) {
     if (static_cast<int64_t>(d.prompt_lengths.size()) != d.n_sequences())
       throw Error(ErrorKind::kBadInput, "prompt_lengths needs one entry per sequence", what);

@@ -22,6 +22,8 @@ namespace speclab {
 // Teacher-forced sequences of the target.
 struct DraftTrainData {
   at::Tensor features;          // [N, d] float32 the target's features (eagle_features) at each position
+  at::Tensor aux;               // [N, A d] float32 an EAGLE head's auxiliary features (eagle_aux_features of
+                                // its aux layers, side by side) at each position; undefined when A = 0
   at::Tensor tokens;            // [N] int64 the token at each position
   at::Tensor target_top1;       // [N] int64 the target's argmax at each position (predicts the next token)
   std::vector<int64_t> offsets;  // [S + 1] sequence s is rows [offsets[s], offsets[s + 1])
@@ -35,7 +37,7 @@ struct DraftTrainData {
 
 // Throws Error(kBadInput, what) unless d has a sequence of two or more tokens and its tensors
 // agree with its offsets and with the target's hidden size (and prompt_lengths, when given, has
-// one length per sequence, none longer than its sequence).
+// one length per sequence, none longer than its sequence; aux, when defined, one row per position).
 void check_train_data(const DraftTrainData& d, int64_t hidden, const std::string& what);
 
 // The Rng of step `step`'s batch (0-based).

@@ -344,8 +344,10 @@ at::Tensor reference_forward(const EagleHead& h, const at::Tensor& f /*[n, d]*/,
 }
 
 // The same pairs through PackedEagleHead on `target`'s kernels: the first n - 1 in one call, the
-// last alone (as propose() runs them), K/V in a one-layer pool of a fresh manager.
-at::Tensor packed_forward(const EagleHead& h, const Model& target, const at::Tensor& f, const at::Tensor& next) {
+// last alone (as propose() runs them), K/V in a one-layer pool of a fresh manager. aux: the
+// rows' aux features [n, A d], or undefined (a = 0).
+at::Tensor packed_forward(const EagleHead& h, const Model& target, const at::Tensor& f, const at::Tensor& next,
+                          const at::Tensor& aux = {}) {
   std::unique_ptr<PackedEagleHead> p = PackedEagleHead::make(h, target);
   REQUIRE(p != nullptr);
   KvOptions kvo;
@@ -358,10 +360,11 @@ at::Tensor packed_forward(const EagleHead& h, const Model& target, const at::Ten
   const int64_t n = f.size(0), d = f.size(1);
   kv.reserve(seq, n);
   at::Tensor out = at::empty({n, d}, at::kFloat);
-  const at::Tensor fc = f.contiguous(), nc = next.contiguous();
+  const at::Tensor fc = f.contiguous(), nc = next.contiguous(), ac = aux.defined() ? aux.contiguous() : at::Tensor();
+  const int64_t w = h.aux_width();
   for (const auto& [a, b] : {std::pair<int64_t, int64_t>{0, n - 1}, {n - 1, n}}) {
-    p->step(fc.data_ptr<float>() + a * d, nc.data_ptr<int64_t>() + a, b - a, a, kv.view_at(seq, a, b - a),
-            out.data_ptr<float>() + a * d);
+    p->step(fc.data_ptr<float>() + a * d, ac.defined() ? ac.data_ptr<float>() + a * w : nullptr,
+            nc.data_ptr<int64_t>() + a, b - a, a, kv.view_at(seq, a, b - a), out.data_ptr<float>() + a * d);
     REQUIRE(kv.commit(seq, b - a) == KvStatus::kOk);
   }
   return out;
@@ -539,6 +542,110 @@ TEST_CASE("train.init starts from a trained draft's weights; a draft of another 
   const TrainDraftConfig bad =
       load_train_config(write_config("init_bad", 1).string(), {"train.init=init_medusa.safetensors"});
   CHECK_THROWS_WITH(train_draft(bad, false), Catch::Contains("not an eagle draft"));
+}
+
+TEST_CASE("head.aux_layers (EAGLE-3's fused features): the drafter reads them, greedy equals AR, an EAGLE head "
+          "starts one exactly, bad layers are refused",
+          "[train][eagle]") {
+  // stories260K has layers 0..4; the head reads layers 1 and 2 besides the last.
+  const TrainDraftConfig c = load_train_config(write_config("aux", 120).string(), {"head.aux_layers=[1, 2]"});
+  const TrainDraftResult rc = train_draft(c, false);
+  CHECK(rc.validation_agreement > 0.0);
+  CHECK(SafetensorsFile::open(c.output.path).metadata().at("aux_layers") == "1,2");
+  ModelSource src;
+  src.path = "stories260K";
+  auto target = load_target(src);
+  const std::shared_ptr<EagleHead> h = load_eagle_head(c.output.path, target->info);
+  const int64_t d = h->target.hidden_size;
+  REQUIRE(h->aux_layers == std::vector<int64_t>{1, 2});
+  CHECK(h->fc_weight.sizes() == at::IntArrayRef{d, 4 * d});
+
+  KvOptions kvo;
+  kvo.budget_bytes = 64 << 20;
+  SessionParts parts(*target, kvo);
+  DrafterOptions o;
+  o.name = "eagle";
+  o.draft_model = c.output.path;
+  o.num_speculative_tokens = 4;
+  Drafter& dr = parts.add_drafter(o);
+  CHECK(dr.target_hidden_layers() == std::vector<int64_t>{1, 2, 4});
+  int64_t accepted = 0, drafted = 0;
+  greedy_equals_ar(*target, parts, dr, o, accepted, drafted);
+  INFO("accepted " << accepted << " of " << drafted);
+  CHECK(accepted > 0);
+  CHECK(parts.kv().bytes_used() == 0);
+  {  // the head on libtorch ops (a target without packed kernels)
+    const NoKernels bare(*target->model);
+    EagleDrafter lt(h, DrafterEnv{&bare, &parts.kv(), parts.kv_target().pool, bare.config().vocab_size});
+    int64_t lt_accepted = 0, lt_drafted = 0;
+    const TokenList ids = target->info.tokenizer->encode("Once upon a time", true);
+    GenerationOptions gen;
+    gen.max_new_tokens = 32;
+    Session s(bare, *target->info.tokenizer, parts.kv_target());
+    CHECK(run_counting(s, Request{ids, {&lt, o}, gen, {}}, lt_accepted, lt_drafted).tokens ==
+          generate_ar(*target->model, *target->info.tokenizer, ids, gen, SamplingOptions{}, KvMode::kCached, {},
+                      parts.kv_target())
+              .tokens);
+    CHECK(lt_accepted > 0);
+  }
+
+  c10::InferenceMode guard;
+  const int64_t n = 9;
+  const at::Tensor f = eagle_features(*h, at::sin(at::arange(n * d, at::kFloat).view({n, d}) * 0.37) * 2.0);
+  const at::Tensor aux = eagle_aux_features(at::cos(at::arange(n * 2 * d, at::kFloat).view({2 * n, d}) * 0.11) * 3.0,
+                                            h->target.rms_norm_eps)
+                             .view({n, 2 * d});
+  const at::Tensor next = (at::arange(n, at::kLong) * 7919 + 11) % h->target.vocab_size;
+  const at::Tensor pos = at::arange(n, at::kLong), seg = at::zeros({n}, at::kLong);
+  const at::Tensor ref = eagle_forward_packed(*h, f, next, pos, seg, aux);
+  SECTION("the packed head reads the aux rows as the libtorch head does") {
+    ModelSource f32 = src;
+    f32.activations = "f32";
+    auto t32 = load_target(f32);
+    const double tol = 1e-4 * (1.0 + ref.abs().max().item<double>());
+    CHECK((packed_forward(*h, *t32->model, f, next, aux) - ref).abs().max().item<double>() < tol);
+    // negative control: the same pairs with a = 0 (a drafted pair's input) are another forward
+    const at::Tensor zero_aux = eagle_forward_packed(*h, f, next, pos, seg);
+    CHECK((packed_forward(*h, *t32->model, f, next) - zero_aux).abs().max().item<double>() < tol);
+    CHECK((zero_aux - ref).abs().max().item<double>() > 100 * tol);
+  }
+  SECTION("train.init from an EAGLE head without aux layers: zero columns over a, the same forward") {
+    const TrainDraftConfig e = load_train_config(write_config("aux_base", 30).string());
+    train_draft(e, false);
+    const TrainDraftConfig g = load_train_config(
+        write_config("aux_init", 1).string(),
+        {"head.aux_layers=[1, 2]", "train.init=aux_base.safetensors", "train.lr=1e-9", "train.warmup=0"});
+    train_draft(g, false);
+    const std::shared_ptr<EagleHead> base = load_eagle_head(e.output.path, target->info);
+    const std::shared_ptr<EagleHead> grown = load_eagle_head(g.output.path, target->info);
+    CHECK(grown->fc_weight.narrow(1, 2 * d, 2 * d).abs().max().item<double>() < 1e-6);
+    const at::Tensor want = eagle_forward_packed(*base, f, next, pos, seg);
+    const double tol = 1e-4 * (1.0 + want.abs().max().item<double>());
+    CHECK((eagle_forward_packed(*grown, f, next, pos, seg, aux) - want).abs().max().item<double>() < tol);
+    // negative control: the trained aux head's fc does read a
+    CHECK((ref - eagle_forward_packed(*h, f, next, pos, seg)).abs().max().item<double>() > 100 * tol);
+    // an init with other aux layers than the config's is refused
+    const TrainDraftConfig other = load_train_config(write_config("aux_other", 1).string(),
+                                                     {"head.aux_layers=[0]", "train.init=aux.safetensors"});
+    const Error err = test::catch_error([&] { train_draft(other, false); });
+    CHECK(err.kind() == ErrorKind::kConfig);
+    CHECK(err.field() == "train.init");
+  }
+  SECTION("bad aux layers: the last layer, a repeat, another architecture") {
+    const TrainDraftConfig last = load_train_config(write_config("aux_last", 1).string(), {"head.aux_layers=[4]"});
+    const Error e1 = test::catch_error([&] { train_draft(last, false); });
+    CHECK(e1.kind() == ErrorKind::kConfig);
+    CHECK(e1.field() == "head.aux_layers");
+    CHECK_THAT(e1.what(), Catch::Contains("0..3"));
+    const Error e2 =
+        test::catch_error([] { load_train_config(write_config("aux_twice", 1).string(), {"head.aux_layers=[1, 1]"}); });
+    CHECK(e2.field() == "head.aux_layers");
+    CHECK_THAT(e2.what(), Catch::Contains("listed twice"));
+    const Error e3 = test::catch_error(
+        [] { load_train_config(write_config("aux_medusa", 1, "prompts.jsonl", "medusa").string(), {"head.aux_layers=[1]"}); });
+    CHECK(e3.field() == "head.aux_layers");
+    CHECK_THAT(e3.what(), Catch::Contains("only an eagle head"));
+  }
 }
 
 TEST_CASE("a float16 draft: half the bytes, vocab_ids exact, the float32 draft's weights to f16 precision", "[train]") {

@@ -27,16 +27,24 @@ EagleDrafter::EagleDrafter(std::shared_ptr<const EagleHead> head, const DrafterE
   packed_ = PackedEagleHead::make(*head_, *env.target);
 }
 
+std::vector<int64_t> EagleDrafter::target_hidden_layers() const {
+  std::vector<int64_t> layers = head_->aux_layers;
+  layers.push_back(head_->target.num_hidden_layers - 1);
+  return layers;
+}
+
 void EagleDrafter::begin(SeqId, const TokenList&) {
   if (hseq_ >= 0) (void)kv_->release(hseq_);
   hseq_ = kv_->create(pool_);
   head_len_ = 0;
   known_.clear();
+  known_aux_.clear();
 }
 
 void EagleDrafter::observe_target_hidden(SeqId, const std::vector<const float*>& hidden, int64_t n, int64_t d,
                                          int64_t first_pos) {
-  SPECLAB_CHECK(hidden.size() == 1 && d == head_->target.hidden_size, "eagle: unexpected target hidden states");
+  const size_t A = head_->aux_layers.size();
+  SPECLAB_CHECK(hidden.size() == A + 1 && d == head_->target.hidden_size, "eagle: unexpected target hidden states");
   SPECLAB_CHECK(first_pos >= head_len_, "eagle: target features behind the head");
   // Keep the features of positions before first_pos that the head has not consumed yet.
   const int64_t known_rows = static_cast<int64_t>(known_.size()) / d;
@@ -44,25 +52,37 @@ void EagleDrafter::observe_target_hidden(SeqId, const std::vector<const float*>&
   SPECLAB_CHECK(keep == first_pos - head_len_, "eagle: a gap in the target features");
   known_.resize(static_cast<size_t>((keep + n) * d));
   float* f = known_.data() + keep * d;
+  const int64_t w = head_->aux_width();
+  known_aux_.resize(static_cast<size_t>((keep + n) * w));
   if (packed_) {
-    packed_->features(hidden[0], n, f);
+    packed_->features(hidden[A], n, f);
+    for (size_t l = 0; l < A; ++l) packed_->aux_features(hidden[l], n, known_aux_.data() + keep * w + l * d, w);
   } else {
     at::NoGradGuard no_grad;
-    const at::Tensor t =
-        eagle_features(*head_, at::from_blob(const_cast<float*>(hidden[0]), {n, d}, at::kFloat)).contiguous();
+    const auto rows = [&](const float* h) { return at::from_blob(const_cast<float*>(h), {n, d}, at::kFloat); };
+    const at::Tensor t = eagle_features(*head_, rows(hidden[A])).contiguous();
     std::copy(t.data_ptr<float>(), t.data_ptr<float>() + n * d, f);
+    if (A > 0) {
+      std::vector<at::Tensor> a;
+      for (size_t l = 0; l < A; ++l) a.push_back(eagle_aux_features(rows(hidden[l]), head_->target.rms_norm_eps));
+      const at::Tensor at_ = at::cat(a, 1).contiguous();
+      std::copy(at_.data_ptr<float>(), at_.data_ptr<float>() + n * w, known_aux_.data() + keep * w);
+    }
   }
 }
 
-void EagleDrafter::run_head(const float* features, const int64_t* next, int64_t n, int64_t pos, float* out) {
+void EagleDrafter::run_head(const float* features, const float* aux, const int64_t* next, int64_t n, int64_t pos,
+                            float* out) {
   const int64_t d = head_->target.hidden_size;
   const KvView v = kv_->view_at(hseq_, pos, n);
   if (packed_) {
-    packed_->step(features, next, n, pos, v, out);
+    packed_->step(features, aux, next, n, pos, v, out);
   } else {
     const at::Tensor f = at::from_blob(const_cast<float*>(features), {n, d}, at::kFloat);
     const at::Tensor t = at::from_blob(const_cast<int64_t*>(next), {n}, at::kLong);
-    const at::Tensor x = eagle_input(*head_, f, t);
+    const at::Tensor a =
+        aux ? at::from_blob(const_cast<float*>(aux), {n, head_->aux_width()}, at::kFloat) : at::Tensor();
+    const at::Tensor x = eagle_input(*head_, f, t, a);
     const EagleQkv qkv = eagle_qkv(*head_, x, at::arange(pos, pos + n, at::kLong));
     at::Tensor kc = v.k_cache[0], vc = v.v_cache[0];  // [slots, KVH, hd]
     kc.index_copy_(0, v.write_slots, qkv.k);
@@ -89,8 +109,10 @@ DraftBlock EagleDrafter::propose(const DraftContext& ctx, int max_k) {
   kv_->reserve(hseq_, n_new + max_k);
   next_.assign(t.begin() + head_len_ + 1, t.end());
   out_.resize(static_cast<size_t>(n_new * d));
-  run_head(known_.data(), next_.data(), n_new, head_len_, out_.data());
+  const int64_t w = head_->aux_width();
+  run_head(known_.data(), w > 0 ? known_aux_.data() : nullptr, next_.data(), n_new, head_len_, out_.data());
   known_.erase(known_.begin(), known_.begin() + n_new * d);
+  known_aux_.erase(known_aux_.begin(), known_aux_.begin() + n_new * w);
   head_len_ = T - 1;
   // f: the predicted feature of the last pair.
   f_.assign(out_.end() - d, out_.end());
@@ -113,7 +135,7 @@ DraftBlock EagleDrafter::propose(const DraftContext& ctx, int max_k) {
     if (i + 1 == max_k) break;
     const int64_t x = b.tokens.back();
     out_.resize(static_cast<size_t>(d));
-    run_head(f_.data(), &x, 1, pos++, out_.data());
+    run_head(f_.data(), nullptr, &x, 1, pos++, out_.data());
     f_.assign(out_.begin(), out_.end());
   }
   return b;
@@ -130,6 +152,7 @@ void EagleDrafter::end(SeqId) {
     hseq_ = -1;
   }
   known_.clear();
+  known_aux_.clear();
 }
 
 }  // namespace speclab

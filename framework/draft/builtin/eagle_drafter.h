@@ -2,7 +2,9 @@
 // last-layer features (Li et al. 2024).
 //
 // It asks the engine for the target's last layer (Drafter::target_hidden_layers) and turns each
-// row into a feature f_i (eagle_features). Its one layer keeps K/V in its own sequence of its own
+// row into a feature f_i (eagle_features); a head with aux layers (eagle_head.h) also asks for
+// those and keeps each position's a_i, which only the pairs of the target's own rows read (a
+// drafted pair's a is 0). Its one layer keeps K/V in its own sequence of its own
 // pool (one layer of the target's KV geometry) in the shared KvCacheManager, one slot per head
 // position i, the pair (f_i, t_{i+1}). Each propose():
 //   1. feeds the pairs whose feature the target has given since the last step (positions up to
@@ -42,14 +44,15 @@ class EagleDrafter : public Drafter {
   DraftBlock propose(const DraftContext& ctx, int max_k) override;
   void accept(SeqId seq, int n_accepted) override;
   void end(SeqId seq) override;
-  std::vector<int64_t> target_hidden_layers() const override { return {head_->target.num_hidden_layers - 1}; }
+  // The aux layers, then the last.
+  std::vector<int64_t> target_hidden_layers() const override;
   void observe_target_hidden(SeqId seq, const std::vector<const float*>& hidden, int64_t n, int64_t d,
                              int64_t first_pos) override;
 
  private:
   // One head step over the pairs at positions [pos, pos + n): writes and commits their K/V.
-  // features: [n, d]; next: [n] token ids; out: [n, d] f^.
-  void run_head(const float* features, const int64_t* next, int64_t n, int64_t pos, float* out);
+  // features: [n, d]; aux: [n, A d] or null (a = 0); next: [n] token ids; out: [n, d] f^.
+  void run_head(const float* features, const float* aux, const int64_t* next, int64_t n, int64_t pos, float* out);
 
   std::shared_ptr<const EagleHead> head_;
   std::unique_ptr<PackedEagleHead> packed_;  // the head on the target's kernels, or null (libtorch ops)
@@ -59,6 +62,7 @@ class EagleDrafter : public Drafter {
   SeqId hseq_ = -1;          // the head's KV sequence
   int64_t head_len_ = 0;     // head positions computed from the target's features
   std::vector<float> known_;  // [m, d] target features of positions [head_len_, head_len_ + m)
+  std::vector<float> known_aux_;  // [m, A d] their aux features (empty when A = 0)
   std::vector<float> full_logits_;  // [vocab] scratch
   std::vector<float> out_, f_;      // [n, d] head outputs; [d] the feature the next token is drafted from
   std::vector<int64_t> next_;       // [n] the tokens paired with the new features

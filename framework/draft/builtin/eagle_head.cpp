@@ -18,17 +18,19 @@ std::map<std::string, const at::Tensor*> EagleHead::trained() const {
   return out;
 }
 
-EagleHead init_eagle_head(const ModelConfig& c, uint64_t seed) {
+EagleHead init_eagle_head(const ModelConfig& c, uint64_t seed, const std::vector<int64_t>& aux_layers) {
   const int64_t d = c.hidden_size;
   SPECLAB_CHECK(d > 0, "eagle head: the target config has no shapes");
   Rng rng(seed);
   EagleHead h;
   h.target = c;
+  h.aux_layers = aux_layers;
   h.fc_weight = normal_tensor(rng, {d, 2 * d}, 0.02);
   h.fc_bias = at::zeros({d}, at::kFloat);
   ModelConfig no_bias = c;  // the head's layer has no q/k/v biases, whatever the target's
   no_bias.attention_bias = false;
   h.layer = init_decoder_layer(no_bias, rng);
+  if (!aux_layers.empty()) h.fc_weight = at::cat({h.fc_weight, normal_tensor(rng, {d, h.aux_width()}, 0.02)}, 1);
   return h;
 }
 
@@ -40,9 +42,19 @@ at::Tensor eagle_features(const EagleHead& head, const at::Tensor& hidden) {
   return target_features(hidden, head.final_norm, head.target.rms_norm_eps);
 }
 
-at::Tensor eagle_input(const EagleHead& head, const at::Tensor& features, const at::Tensor& next_tokens) {
+at::Tensor eagle_aux_features(const at::Tensor& hidden, double eps) {
+  return rms_norm_rows(hidden, at::ones({hidden.size(1)}, at::kFloat), eps);
+}
+
+at::Tensor eagle_input(const EagleHead& head, const at::Tensor& features, const at::Tensor& next_tokens,
+                       const at::Tensor& aux) {
   const at::Tensor e = head.embed.index_select(0, next_tokens);
-  return at::linear(at::cat({features, e}, -1), head.fc_weight, head.fc_bias);
+  const int64_t w = head.aux_width();
+  if (w == 0) return at::linear(at::cat({features, e}, -1), head.fc_weight, head.fc_bias);
+  SPECLAB_CHECK(!aux.defined() || (aux.dim() == 2 && aux.size(0) == features.size(0) && aux.size(1) == w),
+                "eagle_input: aux rows must be [n, " + std::to_string(w) + "]");
+  const at::Tensor a = aux.defined() ? aux : at::zeros({features.size(0), w}, features.options());
+  return at::linear(at::cat({features, e, a}, -1), head.fc_weight, head.fc_bias);
 }
 
 EagleQkv eagle_qkv(const EagleHead& head, const at::Tensor& x, const at::Tensor& positions) {
@@ -57,13 +69,14 @@ at::Tensor eagle_attend(const EagleHead& head, const at::Tensor& x, const EagleQ
 at::Tensor eagle_logits(const EagleHead& head, const at::Tensor& predicted) { return at::linear(predicted, head.lm_head); }
 
 at::Tensor eagle_forward_packed(const EagleHead& head, const at::Tensor& features, const at::Tensor& next_tokens,
-                                const at::Tensor& positions, const at::Tensor& segments) {
-  return decoder_layer_packed(head.target, head.layer, eagle_input(head, features, next_tokens), positions, segments);
+                                const at::Tensor& positions, const at::Tensor& segments, const at::Tensor& aux) {
+  return decoder_layer_packed(head.target, head.layer, eagle_input(head, features, next_tokens, aux), positions, segments);
 }
 
 std::vector<at::Tensor> eagle_forward_unrolled(const EagleHead& head, const at::Tensor& features,
                                                const at::Tensor& next_tokens, const at::Tensor& positions,
-                                               const at::Tensor& segments, int64_t steps, bool detach_inputs) {
+                                               const at::Tensor& segments, int64_t steps, bool detach_inputs,
+                                               const at::Tensor& aux) {
   SPECLAB_CHECK(steps >= 1, "eagle_forward_unrolled: steps < 1");
   const int64_t n = features.size(0);
   const at::Tensor idx = at::arange(n, at::kLong);
@@ -78,7 +91,7 @@ std::vector<at::Tensor> eagle_forward_unrolled(const EagleHead& head, const at::
       const at::Tensor prev = detach_inputs ? preds.back().detach() : preds.back();
       input = n > 1 ? at::cat({features.narrow(0, 0, 1), prev.narrow(0, 0, n - 1)}, 0) : features;
     }
-    const at::Tensor x = eagle_input(head, input, next_tokens);
+    const at::Tensor x = eagle_input(head, input, next_tokens, k == 1 ? aux : at::Tensor());
     const EagleQkv qkv = eagle_qkv(head, x, positions);
     ks.push_back(qkv.k);
     vs.push_back(qkv.v);

@@ -14,6 +14,15 @@
 // or its rows of the N most frequent target tokens (FR-Spec's reduced head, V' = N; vocab_ids
 // maps row -> target token id). The layer has the target's shapes (heads, kv heads, head_dim,
 // intermediate size), RoPE in the HF rotate_half layout.
+//
+// Auxiliary layers (EAGLE-3's feature fusion, Li et al. 2025, section 3.2: the last layer is
+// specialised for the very next token, lower layers carry more of what follows). With aux_layers
+// l_1..l_A, fc also reads a_i = [RMS(h^{l_1}_i) ; ... ; RMS(h^{l_A}_i)], the target's residual
+// stream after those layers at position i, each row scaled to unit RMS (no weight):
+//   x_i = fc([f_i ; E[t_{i+1}] ; a_i])                [n, (2 + A) d] -> [n, d]
+// Only the first draft step has them: a later step's input is the head's own f^, and its a is 0
+// (also in training, eagle_forward_unrolled). A head without aux layers (A = 0) is the EAGLE head
+// above, and one with A > 0 whose fc columns over a are 0 computes exactly what it computes.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -30,9 +39,10 @@ namespace speclab {
 
 struct EagleHead {
   ModelConfig target;  // the target's config: shapes, rope_theta, rms_norm_eps
+  std::vector<int64_t> aux_layers;  // target layers (each below the last) fc also reads; empty: EAGLE
 
   // Trained (float32):
-  at::Tensor fc_weight;          // [d, 2d]
+  at::Tensor fc_weight;          // [d, (2 + A) d], A = aux_layers.size()
   at::Tensor fc_bias;            // [d]
   DecoderLayerWeights layer;     // the decoder layer (decoder_layer.h), without biases
 
@@ -46,11 +56,13 @@ struct EagleHead {
   std::map<std::string, at::Tensor*> trained();
   std::map<std::string, const at::Tensor*> trained() const;
   int64_t head_vocab() const { return lm_head.size(0); }
+  int64_t aux_width() const { return static_cast<int64_t>(aux_layers.size()) * target.hidden_size; }  // A d
 };
 
 // A fresh head for `target` with weights drawn from a seeded normal (std 0.02; norms 1, fc
-// bias 0): deterministic given the seed. Frozen tensors are left undefined.
-EagleHead init_eagle_head(const ModelConfig& target, uint64_t seed);
+// bias 0): deterministic given the seed (the fc columns over a are drawn after the others, so
+// the rest does not depend on aux_layers). Frozen tensors are left undefined.
+EagleHead init_eagle_head(const ModelConfig& target, uint64_t seed, const std::vector<int64_t>& aux_layers = {});
 
 // The target's features f from its last layer's residual stream: RMSNorm(h) * final_norm (the
 // target's final norm weight [d] and epsilon). Every drafter on target features uses this.
@@ -59,9 +71,14 @@ at::Tensor target_features(const at::Tensor& hidden /*[n, d]*/, const at::Tensor
 // target_features with the head's frozen final norm.
 at::Tensor eagle_features(const EagleHead& head, const at::Tensor& hidden /*[n, d]*/);  // -> [n, d]
 
-// The head's layer input x = fc([f ; E[next]]).
+// The auxiliary features a from the residual stream of one aux layer: RMS-normalised rows
+// (unit weight, the target's epsilon). The drafter's a row is these, one per aux layer, side by side.
+at::Tensor eagle_aux_features(const at::Tensor& hidden /*[n, d]*/, double eps);  // -> [n, d]
+
+// The head's layer input x = fc([f ; E[next] ; a]); aux undefined: a = 0 (a later draft step).
 at::Tensor eagle_input(const EagleHead& head, const at::Tensor& features /*[n, d]*/,
-                       const at::Tensor& next_tokens /*[n] int64*/);  // -> [n, d]
+                       const at::Tensor& next_tokens /*[n] int64*/,
+                       const at::Tensor& aux = {} /*[n, A d] or undefined*/);  // -> [n, d]
 
 // q, k, v of the layer for x at `positions` (RoPE applied to q and k): decoder_qkv.
 using EagleQkv = LayerQkv;
@@ -78,9 +95,10 @@ at::Tensor eagle_logits(const EagleHead& head, const at::Tensor& predicted /*[n,
 
 // The whole head over packed training sequences: row r attends to rows r' <= r of its own
 // segment (segment ids [n] int64). Returns f^ [n, d].
+// aux: the rows' a, or undefined (0).
 at::Tensor eagle_forward_packed(const EagleHead& head, const at::Tensor& features /*[n, d]*/,
                                 const at::Tensor& next_tokens /*[n]*/, const at::Tensor& positions /*[n]*/,
-                                const at::Tensor& segments /*[n]*/);
+                                const at::Tensor& segments /*[n]*/, const at::Tensor& aux = {} /*[n, A d]*/);
 
 // Draft steps 1..steps of the head over packed training sequences, as drafting runs them
 // (training-time test: EAGLE-3, Li et al. 2025, section 3.3; HASS, Zhang et al. 2024). Step 1 is
@@ -91,10 +109,12 @@ at::Tensor eagle_forward_packed(const EagleHead& head, const at::Tensor& feature
 // attends to what the drafter's KV holds then: step 1's K/V of rows <= s of its sequence (the
 // target's real features) and step m's K/V of row s + m - 1 for m = 2..k (its own earlier
 // drafts, itself last). Returns [steps] predictions f^, each [n, d]; the rows of step k with
-// position < k - 1 have no such chain and must be ignored.
+// position < k - 1 have no such chain and must be ignored. aux: step 1's a (undefined: 0);
+// steps k > 1 read a = 0, as drafting does.
 std::vector<at::Tensor> eagle_forward_unrolled(const EagleHead& head, const at::Tensor& features /*[n, d]*/,
                                                const at::Tensor& next_tokens /*[n]*/,
                                                const at::Tensor& positions /*[n]*/, const at::Tensor& segments /*[n]*/,
-                                               int64_t steps, bool detach_inputs = true);
+                                               int64_t steps, bool detach_inputs = true,
+                                               const at::Tensor& aux = {} /*[n, A d]*/);
 
 }  // namespace speclab

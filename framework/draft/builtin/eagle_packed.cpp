@@ -10,14 +10,15 @@ namespace speclab {
 
 namespace {
 
-// y = x / rms(x) * w over rows of d.
-void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, double eps) {
+// y = x / rms(x) * w over rows of d (w null: 1); row i of y at y + i * y_stride.
+void rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t d, double eps, int64_t y_stride = 0) {
+  if (y_stride == 0) y_stride = d;
   for (int64_t i = 0; i < n; ++i) {
     const float* xi = x + i * d;
     double ss = 0.0;
     for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(xi[j]) * xi[j];
     const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-    for (int64_t j = 0; j < d; ++j) y[i * d + j] = xi[j] * r * w[j];
+    for (int64_t j = 0; j < d; ++j) y[i * y_stride + j] = w ? xi[j] * r * w[j] : xi[j] * r;
   }
 }
 
@@ -52,22 +53,29 @@ std::unique_ptr<PackedEagleHead> PackedEagleHead::make(const EagleHead& h, const
   return p;
 }
 
-void PackedEagleHead::step(const float* features, const int64_t* next, int64_t n, int64_t pos, const KvView& kv,
-                           float* out) {
+void PackedEagleHead::step(const float* features, const float* aux, const int64_t* next, int64_t n, int64_t pos,
+                           const KvView& kv, float* out) {
   const EagleHead& h = *head_;
   const ModelConfig& c = h.target;
   const int64_t d = c.hidden_size, H = c.num_attention_heads, KVH = c.num_key_value_heads, hd = c.head_dim;
   const int64_t qd = H * hd, kvd = KVH * hd, I = c.intermediate_size;
   SPECLAB_CHECK(kv.ctx_len == pos + n, "eagle: the head's KV view does not end at the new pairs");
   const auto size = [](std::vector<float>& v, int64_t k) { v.resize(static_cast<size_t>(k)); };
-  size(in_, n * 2 * d), size(x_, n * d), size(xn_, n * d), size(qkv_out_, n * (qd + 2 * kvd));
+  const int64_t w = h.aux_width(), in = 2 * d + w;
+  size(in_, n * in), size(x_, n * d), size(xn_, n * d), size(qkv_out_, n * (qd + 2 * kvd));
   size(att_, n * qd), size(h_, n * d), size(gu_, n * 2 * I), size(act_, n * I);
 
-  // x = fc([f ; E[next]]) + b
+  // x = fc([f ; E[next] ; a]) + b
   const float* embed = h.embed.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(&in_[static_cast<size_t>(i * 2 * d)], features + i * d, sizeof(float) * d);
-    std::memcpy(&in_[static_cast<size_t>(i * 2 * d + d)], embed + next[i] * d, sizeof(float) * d);
+    float* row = &in_[static_cast<size_t>(i * in)];
+    std::memcpy(row, features + i * d, sizeof(float) * d);
+    std::memcpy(row + d, embed + next[i] * d, sizeof(float) * d);
+    if (w == 0) continue;
+    if (aux)
+      std::memcpy(row + 2 * d, aux + i * w, sizeof(float) * w);
+    else
+      std::fill(row + 2 * d, row + in, 0.0f);
   }
   fc_->multiply(in_.data(), h.fc_bias.data_ptr<float>(), x_.data(), n);
   // q, k, v of N1 x; RoPE; K/V into the write slots.
@@ -173,6 +181,11 @@ void PackedEagleHead::attend(int64_t n, int64_t pos, const KvView& kv) {
 void PackedEagleHead::features(const float* hidden, int64_t n, float* out) const {
   const ModelConfig& c = head_->target;
   rms_norm(hidden, head_->final_norm.data_ptr<float>(), out, n, c.hidden_size, c.rms_norm_eps);
+}
+
+void PackedEagleHead::aux_features(const float* hidden, int64_t n, float* out, int64_t out_stride) const {
+  const ModelConfig& c = head_->target;
+  rms_norm(hidden, nullptr, out, n, c.hidden_size, c.rms_norm_eps, out_stride);
 }
 
 void PackedEagleHead::logits(const float* f, float* out) { lm_->multiply(f, nullptr, out, 1); }

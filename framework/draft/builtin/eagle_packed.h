@@ -29,11 +29,16 @@ class PackedEagleHead {
 
   // The pairs (features[i], next[i]) at head positions [pos, pos + n): writes their K/V to
   // kv.write_slots (layer 0 of a one-layer cache) and attends causally over kv's ctx_len =
-  // pos + n positions. features: [n, d] float32; next: [n] token ids; out: [n, d] f^.
-  void step(const float* features, const int64_t* next, int64_t n, int64_t pos, const KvView& kv, float* out);
+  // pos + n positions. features: [n, d] float32; aux: [n, A d] the rows' aux features, or null
+  // (a = 0; ignored when A = 0); next: [n] token ids; out: [n, d] f^.
+  void step(const float* features, const float* aux, const int64_t* next, int64_t n, int64_t pos, const KvView& kv,
+            float* out);
   // The target's features of its last layer's residual stream (eagle_features: the final
   // RMSNorm) in a plain loop. hidden: [n, d]; out: [n, d].
   void features(const float* hidden, int64_t n, float* out) const;
+  // One aux layer's features (eagle_aux_features: unit-weight RMSNorm) in a plain loop.
+  // hidden: [n, d]; out: row i at out + i * out_stride, d floats.
+  void aux_features(const float* hidden, int64_t n, float* out, int64_t out_stride) const;
   // Head logits of one predicted feature f [d]: out [V'] in lm_head row order (vocab_ids).
   void logits(const float* f, float* out);
   int64_t head_vocab() const { return lm_->rows(); }
