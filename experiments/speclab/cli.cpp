@@ -55,6 +55,8 @@ void DrafterArgs::add_to(po::options_description& desc) {
       ("schedule", po::value(&schedule)->default_value(schedule), "draft length schedule: constant | heuristic | cost (gamma 0..--gamma by measured costs)")
       ("confidence-threshold", po::value(&confidence_threshold)->default_value(confidence_threshold),
        "stop drafting below this draft top probability (0 = off)")
+      ("confidence-from-token", po::value(&confidence_from_token)->default_value(confidence_from_token),
+       "the first draft position the confidence threshold applies to (earlier tokens are always drafted)")
       ("prompt-lookup-min", po::value(&lookup_min)->default_value(lookup_min), "prompt_lookup: shortest n-gram")
       ("prompt-lookup-max", po::value(&lookup_max)->default_value(lookup_max), "prompt_lookup: longest n-gram")
       ("prompt-lookup-first", po::bool_switch(&lookup_first),
@@ -77,6 +79,7 @@ DrafterOptions DrafterArgs::options() const {
   o.max_speculative_tokens = std::max(gamma, 16);
   o.schedule = schedule;
   o.confidence_threshold = confidence_threshold;
+  o.confidence_from_token = confidence_from_token;
   o.prompt_lookup_min = lookup_min;
   o.prompt_lookup_max = lookup_max;
   o.prompt_lookup_first = lookup_first;

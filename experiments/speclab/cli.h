@@ -66,6 +66,7 @@ struct DrafterArgs {
   int gamma = 4;
   std::string schedule = "constant";
   double confidence_threshold = 0.0;
+  int confidence_from_token = 1;
   int lookup_min = 1, lookup_max = 3;
   bool lookup_first = false;
   int fallback_gamma = 0;

@@ -51,6 +51,11 @@ struct DraftContext {
   const SamplingOptions* sampling = nullptr;  // the run's sampling options (q uses the same)
   Rng* rng = nullptr;                  // the drafter's own stream (never the verifier's)
   double min_confidence = 0.0;         // stop drafting once the top draft prob drops below this
+  int confidence_from_token = 1;       // ... at this draft position (1-based) or later; earlier ones always go
+  // Whether the threshold stops the draft token that would follow `drafted` tokens.
+  bool confidence_applies(size_t drafted) const {
+    return min_confidence > 0.0 && static_cast<int64_t>(drafted) + 1 >= confidence_from_token;
+  }
   // The caller reads DraftBlock::logits (an equivalence check's control that recomputes q from
   // them; AcceptanceRule::needs_draft_logits). Otherwise a drafter need not copy [vocab] logits
   // per draft token.

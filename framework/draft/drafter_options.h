@@ -21,6 +21,10 @@ struct DrafterOptions {
   // Stop drafting when the drafter's top probability falls below this (HF
   // assistant_confidence_threshold, llama.cpp --draft-p-min). 0 = off.
   double confidence_threshold = 0.0;
+  // The first draft position (1-based) the threshold applies to: earlier tokens are always
+  // drafted (e.g. 2: every step drafts at least one token, a second and later only while
+  // confident). 1 = from the first.
+  int confidence_from_token = 1;
   // prompt_lookup (HF prompt_lookup_num_tokens is gamma; vLLM prompt_lookup_min/max)
   int prompt_lookup_min = 1;
   int prompt_lookup_max = 3;

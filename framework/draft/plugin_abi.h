@@ -16,6 +16,8 @@
 // to a plugin (the host exports no symbols). 2 — create(options, const SpeclabHostApi*, ...).
 // 3 — DrafterOptions::draft_vocab (the struct's layout changed);
 // Drafter::target_hidden_layers() and observe_target_hidden() (new virtual functions).
+// 4 — DraftContext::want_logits, DraftBlock::source, and confidence_from_token in DrafterOptions
+// and DraftContext (the structs' layouts changed; want_logits and source came in without a bump).
 #pragma once
 
 #include <cstddef>
@@ -24,7 +26,7 @@
 #include "framework/draft/drafter.h"
 #include "framework/draft/host_api.h"
 
-#define SPECLAB_DRAFTER_ABI_VERSION 3
+#define SPECLAB_DRAFTER_ABI_VERSION 4
 #define SPECLAB_DRAFTER_PLUGIN_SYMBOL "speclab_drafter_plugin"
 
 namespace speclab {

@@ -178,6 +178,7 @@ DraftBlock Session::propose(Sequence& s) {
   ctx.sampling = &s.req.sampling;
   ctx.rng = &s.draft_rng;
   ctx.min_confidence = s.req.method.options.confidence_threshold;
+  ctx.confidence_from_token = s.req.method.options.confidence_from_token;
   ctx.want_logits = rule_.needs_draft_logits;
   DraftBlock d = drafter->propose(ctx, max_k);
   check_draft_block(d, max_k, c.vocab_size, drafter->name());

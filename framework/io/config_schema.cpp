@@ -233,6 +233,7 @@ const Table<DrafterEntry>& drafter_table() {
           field("schedule", {"num_assistant_tokens_schedule"}, &E::options, &O::schedule),
           field("max_speculative_tokens", {}, &E::options, &O::max_speculative_tokens),
           field("confidence_threshold", {"assistant_confidence_threshold"}, &E::options, &O::confidence_threshold),
+          field("confidence_from_token", {}, &E::options, &O::confidence_from_token),
           field("prompt_lookup_min", {}, &E::options, &O::prompt_lookup_min),
           field("prompt_lookup_max", {"max_matching_ngram_size"}, &E::options, &O::prompt_lookup_max),
           field("prompt_lookup_first", {}, &E::options, &O::prompt_lookup_first),

@@ -544,6 +544,61 @@ TEST_CASE("train.init starts from a trained draft's weights; a draft of another 
   CHECK_THROWS_WITH(train_draft(bad, false), Catch::Contains("not an eagle draft"));
 }
 
+TEST_CASE("confidence_from_token: the threshold stops drafting only from that draft position on; greedy equals AR",
+          "[train][eagle]") {
+  const TrainDraftConfig a = load_train_config(write_config("conf", 120).string());
+  train_draft(a, false);
+  ModelSource src;
+  src.path = "stories260K";
+  auto target = load_target(src);
+  KvOptions kvo;
+  kvo.budget_bytes = 64 << 20;
+  SessionParts parts(*target, kvo);
+  DrafterOptions o;
+  o.name = "eagle";
+  o.draft_model = a.output.path;
+  o.num_speculative_tokens = 4;
+  o.confidence_threshold = 0.98;  // a weak head: most tokens fall below it
+  DrafterOptions o2 = o;
+  o2.confidence_from_token = 2;
+  REQUIRE_NOTHROW(o2.validate());
+  Drafter& d1 = parts.add_drafter(o);
+  Drafter& d2 = parts.add_drafter(o2);
+  int64_t empty1 = 0, empty2 = 0, steps2 = 0, drafted1 = 0, drafted2 = 0;
+  for (const char* text : {"Once upon a time", "The dog ran to", "Lily and Ben"}) {
+    const TokenList ids = target->info.tokenizer->encode(text, true);
+    GenerationOptions gen;
+    gen.max_new_tokens = 48;
+    const GenerationResult ar = generate_ar(*target->model, *target->info.tokenizer, ids, gen, SamplingOptions{},
+                                            KvMode::kCached, {}, parts.kv_target());
+    Session s(*target->model, *target->info.tokenizer, parts.kv_target());
+    for (int which = 1; which <= 2; ++which) {
+      s.begin(Request{ids, {which == 1 ? &d1 : &d2, which == 1 ? o : o2}, gen, {}});
+      while (!s.done()) {
+        const SpecStep st = s.step();
+        (which == 1 ? drafted1 : drafted2) += st.drafted;
+        // A step with one token left to emit drafts none whatever the threshold: not counted.
+        if (st.drafted == 0 && !s.done()) ++(which == 1 ? empty1 : empty2);
+        if (which == 2) ++steps2;
+      }
+      CHECK(s.end().tokens == ar.tokens);
+    }
+  }
+  INFO("steps without a draft: " << empty1 << " from token 1, " << empty2 << " from token 2 (of " << steps2
+                                 << "); drafted " << drafted1 << " / " << drafted2);
+  CHECK(empty1 > 3);   // negative control: the threshold from the first token leaves steps undrafted
+  CHECK(empty2 == 0);  // from the second: every step drafts its first token
+  CHECK(drafted2 > drafted1);
+  CHECK(drafted2 < 4 * steps2);  // and the threshold still cuts later positions
+
+  DrafterOptions bad = o;
+  bad.confidence_from_token = 0;
+  CHECK(test::catch_error([&] { bad.validate(); }).field() == "confidence_from_token");
+  bad.confidence_from_token = 2;
+  bad.confidence_threshold = 0.0;
+  CHECK_THAT(test::catch_error([&] { bad.validate(); }).what(), Catch::Contains("confidence_threshold > 0"));
+}
+
 TEST_CASE("head.aux_layers (EAGLE-3's fused features): the drafter reads them, greedy equals AR, an EAGLE head "
           "starts one exactly, bad layers are refused",
           "[train][eagle]") {

@@ -203,7 +203,7 @@ class MedusaExt final : public speclab::Drafter {
         double z = 0.0;
         for (int64_t id : ids) z += std::exp(static_cast<double>(full[id] - full[ids[best]]));
         conf = static_cast<float>(1.0 / z);
-        if (conf < ctx.min_confidence) return false;
+        if (conf < ctx.min_confidence && ctx.confidence_applies(b.tokens.size())) return false;
       }
     } else {
       std::vector<float> head_logits(static_cast<size_t>(vocab_), -INFINITY), q(static_cast<size_t>(vocab_));
@@ -211,7 +211,7 @@ class MedusaExt final : public speclab::Drafter {
       check(host_->probs(speclab_sampling(ctx), head_logits.data(), vocab_, q.data(), error_, sizeof error_));
       x = draw(q, speclab_rng(ctx));
       conf = *std::max_element(q.begin(), q.end());
-      if (ctx.min_confidence > 0.0 && conf < ctx.min_confidence) return false;
+      if (ctx.confidence_applies(b.tokens.size()) && conf < ctx.min_confidence) return false;
       b.probs.push_back(std::move(q));
       b.logits.push_back(std::move(head_logits));
     }

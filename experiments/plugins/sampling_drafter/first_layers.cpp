@@ -72,7 +72,7 @@ class FirstLayers final : public speclab::Drafter {
         check(host_->probs(speclab_sampling(ctx), logits.data(), vocab_, q.data(), error_, sizeof error_));
         x = draw(sampled_from(ctx, logits, q), speclab_rng(ctx));
         const float confidence = *std::max_element(q.begin(), q.end());
-        if (ctx.min_confidence > 0.0 && confidence < ctx.min_confidence) break;
+        if (ctx.confidence_applies(block.tokens.size()) && confidence < ctx.min_confidence) break;
         block.probs.push_back(q);
         block.confidence.push_back(confidence);
       }

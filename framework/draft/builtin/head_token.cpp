@@ -20,7 +20,7 @@ bool append_head_token(const float* lp, const int64_t* ids, int64_t hv, int64_t 
       // (relative error < 1e-6); a loop of std::exp in double took about 40 us per draft token
       // over an 8,192-row head.
       conf = static_cast<float>(softmax_prob(lp, hv, static_cast<int32_t>(best)));
-      if (conf < ctx.min_confidence) return false;
+      if (conf < ctx.min_confidence && ctx.confidence_applies(b.tokens.size())) return false;
     }
   } else {
     // q over the head's rows (the tokens outside it have logit -inf: probability 0 under any
@@ -32,7 +32,7 @@ bool append_head_token(const float* lp, const int64_t* ids, int64_t hv, int64_t 
     const Token j = sample(q_head, *ctx.rng);
     x = static_cast<Token>(ids[j]);
     conf = *std::max_element(q_head.begin(), q_head.end());
-    if (ctx.min_confidence > 0.0 && conf < ctx.min_confidence) return false;
+    if (ctx.confidence_applies(b.tokens.size()) && conf < ctx.min_confidence) return false;
     std::vector<float> q(static_cast<size_t>(vocab), 0.0f);
     for (int64_t r = 0; r < hv; ++r)
       q[static_cast<size_t>(ids[r])] += q_head[static_cast<size_t>(r)];  // a repeated id (a foreign file) sums its rows

@@ -123,11 +123,11 @@ DraftBlock ModelDrafter::propose(const DraftContext& ctx, int max_k) {
       logits_to_probs(lp, vocab, s, q);
       x = sample(q, *ctx.rng);
       conf = *std::max_element(q.begin(), q.end());
-      if (ctx.min_confidence > 0.0 && conf < ctx.min_confidence) break;
+      if (ctx.confidence_applies(b.tokens.size()) && conf < ctx.min_confidence) break;
       b.probs.push_back(std::move(q));
       if (ctx.want_logits) b.logits.emplace_back(lp, lp + vocab);
     }
-    if (s.greedy() && ctx.min_confidence > 0.0 && conf < ctx.min_confidence) break;
+    if (s.greedy() && ctx.confidence_applies(b.tokens.size()) && conf < ctx.min_confidence) break;
     b.tokens.push_back(x);
     b.confidence.push_back(conf);
     feed.assign(1, x);
