@@ -135,6 +135,22 @@ void greedy_equals_ar(const LoadedTarget& target, SessionParts& parts, Drafter& 
   }
 }
 
+// A 64 MiB KV budget: room for the target, a head's own KV and a draft model's.
+KvOptions kv_64mib() {
+  KvOptions k;
+  k.budget_bytes = 64 << 20;
+  return k;
+}
+
+// Drafter `name` (eagle, medusa, draft_model) on the trained draft at `path`, gamma tokens per step.
+DrafterOptions trained_drafter(const std::string& name, const std::string& path, int gamma) {
+  DrafterOptions o;
+  o.name = name;
+  o.draft_model = path;
+  o.num_speculative_tokens = gamma;
+  return o;
+}
+
 double mean(const std::vector<double>& v, size_t a, size_t b) {
   return std::accumulate(v.begin() + a, v.begin() + b, 0.0) / static_cast<double>(b - a);
 }
@@ -253,13 +269,8 @@ TEST_CASE("the eagle drafter: greedy output equals AR; a draft for another targe
   CHECK(e.kind() == ErrorKind::kConfig);
   CHECK_THAT(e.what(), Catch::Contains("trained for stories260K.bin") && Catch::Contains("not for the target"));
 
-  KvOptions kvo;
-  kvo.budget_bytes = 64 << 20;
-  SessionParts parts(*target, kvo);
-  DrafterOptions o;
-  o.name = "eagle";
-  o.draft_model = a.output.path;
-  o.num_speculative_tokens = 4;
+  SessionParts parts(*target, kv_64mib());
+  DrafterOptions o = trained_drafter("eagle", a.output.path, 4);
   Drafter& d = parts.add_drafter(o);
   DrafterOptions oc = o;  // greedy with a confidence threshold: fewer drafts, the same output
   oc.confidence_threshold = 0.6;
@@ -551,13 +562,8 @@ TEST_CASE("confidence_from_token: the threshold stops drafting only from that dr
   ModelSource src;
   src.path = "stories260K";
   auto target = load_target(src);
-  KvOptions kvo;
-  kvo.budget_bytes = 64 << 20;
-  SessionParts parts(*target, kvo);
-  DrafterOptions o;
-  o.name = "eagle";
-  o.draft_model = a.output.path;
-  o.num_speculative_tokens = 4;
+  SessionParts parts(*target, kv_64mib());
+  DrafterOptions o = trained_drafter("eagle", a.output.path, 4);
   o.confidence_threshold = 0.98;  // a weak head: most tokens fall below it
   DrafterOptions o2 = o;
   o2.confidence_from_token = 2;
@@ -615,13 +621,8 @@ TEST_CASE("head.aux_layers (EAGLE-3's fused features): the drafter reads them, g
   REQUIRE(h->aux_layers == std::vector<int64_t>{1, 2});
   CHECK(h->fc_weight.sizes() == at::IntArrayRef{d, 4 * d});
 
-  KvOptions kvo;
-  kvo.budget_bytes = 64 << 20;
-  SessionParts parts(*target, kvo);
-  DrafterOptions o;
-  o.name = "eagle";
-  o.draft_model = c.output.path;
-  o.num_speculative_tokens = 4;
+  SessionParts parts(*target, kv_64mib());
+  DrafterOptions o = trained_drafter("eagle", c.output.path, 4);
   Drafter& dr = parts.add_drafter(o);
   CHECK(dr.target_hidden_layers() == std::vector<int64_t>{1, 2, 4});
   int64_t accepted = 0, drafted = 0;
@@ -938,13 +939,8 @@ TEST_CASE("the medusa drafter: head k's tokens and q are the heads' own; greedy 
     ModelSource src8;
     src8.path = "stories260K";
     auto target8 = load_target(src8);
-    KvOptions kvo;
-    kvo.budget_bytes = 64 << 20;
-    SessionParts parts(*target8, kvo);
-    DrafterOptions o;
-    o.name = "medusa";
-    o.draft_model = m.output.path;
-    o.num_speculative_tokens = 3;
+    SessionParts parts(*target8, kv_64mib());
+    DrafterOptions o = trained_drafter("medusa", m.output.path, 3);
     Drafter& d = parts.add_drafter(o);
     int64_t accepted = 0, drafted = 0;
     greedy_equals_ar(*target8, parts, d, o, accepted, drafted);
@@ -1031,13 +1027,8 @@ TEST_CASE("train-draft draft_model: a distilled 2-layer draft; the runtime model
     ModelSource src8;
     src8.path = "stories260K";
     auto target8 = load_target(src8);
-    KvOptions kvo;
-    kvo.budget_bytes = 64 << 20;
-    SessionParts parts(*target8, kvo);
-    DrafterOptions o;
-    o.name = "draft_model";
-    o.draft_model = c.output.path;
-    o.num_speculative_tokens = 4;
+    SessionParts parts(*target8, kv_64mib());
+    DrafterOptions o = trained_drafter("draft_model", c.output.path, 4);
     Drafter& d = parts.add_drafter(o);
     int64_t accepted = 0, drafted = 0;
     greedy_equals_ar(*target8, parts, d, o, accepted, drafted);
@@ -1119,10 +1110,7 @@ TEST_CASE("medusa as an out-of-tree plugin (host services v2): the built-in medu
   src.path = "stories260K";
   src.activations = "f32";
   auto target = load_target(src);
-  DrafterOptions built_in;
-  built_in.name = "medusa";
-  built_in.draft_model = m.output.path;
-  built_in.num_speculative_tokens = 3;
+  DrafterOptions built_in = trained_drafter("medusa", m.output.path, 3);
   DrafterOptions ext;
   ext.plugin = plugin;
   ext.name = "medusa_ext";
