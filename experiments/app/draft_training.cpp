@@ -1,6 +1,7 @@
 #include "experiments/app/draft_training.h"
 
 #include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
 
@@ -127,12 +128,17 @@ std::string layer_text(const std::vector<int64_t>& layers) {
   return s;
 }
 
-// An eagle draft's metadata aux_layers ("2,15"; absent or empty: none), each checked against the
-// target's layers (below the last).
+// Whether l can be an aux layer of `target`: a layer below its last (which the head reads anyway).
+bool valid_aux_layer(int64_t l, const ModelConfig& target) { return l >= 0 && l < target.num_hidden_layers - 1; }
+std::string aux_range(const ModelConfig& target) { return "0.." + std::to_string(target.num_hidden_layers - 2); }
+
+// An eagle draft's metadata aux_layers ("2,15"; absent or empty: none): distinct target layers
+// below the last. Error(kBadInput, path) otherwise.
 std::vector<int64_t> parse_aux_layers(const std::string& text, const ModelConfig& target, const std::string& path) {
   std::vector<int64_t> out;
+  if (text.empty()) return out;
   size_t i = 0;
-  while (i < text.size()) {
+  while (true) {
     const size_t j = std::min(text.find(',', i), text.size());
     const std::string item = text.substr(i, j - i);
     int64_t l = -1;
@@ -142,15 +148,14 @@ std::vector<int64_t> parse_aux_layers(const std::string& text, const ModelConfig
       if (used != item.size()) l = -1;
     } catch (const std::exception&) {
     }
-    if (l < 0 || l >= target.num_hidden_layers - 1)
+    if (!valid_aux_layer(l, target) || std::find(out.begin(), out.end(), l) != out.end())
       throw Error(ErrorKind::kBadInput,
-                  "metadata aux_layers: expected target layers 0.." + std::to_string(target.num_hidden_layers - 2) +
-                      ", found '" + item + "'",
+                  "metadata aux_layers: expected distinct target layers " + aux_range(target) + ", found '" + text + "'",
                   path);
     out.push_back(l);
+    if (j == text.size()) return out;
     i = j + 1;
   }
-  return out;
 }
 
 void set_frozen(EagleHead& head, const TargetTensors& t) {
@@ -432,6 +437,9 @@ void take_trained(const std::map<std::string, at::Tensor>& tensors, const std::m
 
 TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const TrainDraftProgress& progress,
                              int64_t stop_after) {
+  // Autograd on, even when called under a caller's InferenceMode or NoGradGuard: without it every
+  // step would leave the weights where they are, silently.
+  c10::InferenceMode grad_on(false);
   const auto t_data = Clock::now();
   if (resume && !fs::exists(c.output.checkpoint))
     throw Error(ErrorKind::kIo, "--resume: no checkpoint to resume from", c.output.checkpoint);
@@ -447,11 +455,23 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   const std::string key = cache_key(c, hash, prompts);
   fs::create_directories(c.data.cache_dir);
   for (int64_t l : c.head.aux_layers)
-    if (l >= frozen.config.num_hidden_layers - 1)
+    if (!valid_aux_layer(l, frozen.config))
       throw Error(ErrorKind::kConfig,
-                  "layer " + std::to_string(l) + " is out of range: aux layers are target layers 0.." +
-                      std::to_string(frozen.config.num_hidden_layers - 2) + " (the last layer is read anyway)",
+                  "layer " + std::to_string(l) + " is out of range: aux layers are target layers " +
+                      aux_range(frozen.config) + " (the last layer is read anyway)",
                   c.source_path, "head.aux_layers");
+  // An eagle init with other aux layers is refused before the data stage (which can take minutes).
+  std::vector<int64_t> init_aux;
+  if (c.architecture == "eagle" && !c.train.init.empty()) {
+    const auto meta = SafetensorsFile::open(c.train.init).metadata();
+    const auto listed = meta.find("aux_layers");
+    init_aux = parse_aux_layers(listed == meta.end() ? "" : listed->second, frozen.config, c.train.init);
+    if (!init_aux.empty() && init_aux != c.head.aux_layers)
+      throw Error(ErrorKind::kConfig,
+                  "train.init reads aux layers [" + layer_text(init_aux) + "], this head [" +
+                      layer_text(c.head.aux_layers) + "]: expected the same, or an init without aux layers",
+                  c.source_path, "train.init");
+  }
   // The answers do not depend on the aux layers; the features file holds them.
   std::string aux_suffix;
   for (int64_t l : c.head.aux_layers) aux_suffix += "-aux" + std::to_string(l);
@@ -466,6 +486,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   }
   DraftTrainData train, val;
   split_data(data, train, val);
+  data.clear();  // the split holds copies (with aux layers, several GB on SmolLM2)
   if (val.n_sequences() < 1)
     throw Error(ErrorKind::kConfig, "no validation prompt: use more prompts or a larger validation_fraction",
                 c.source_path, "data.validation_fraction");
@@ -515,21 +536,14 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     // vocabulary is not taken: the head rows are the target's, frozen, and this config's data
     // choose them; no trained tensor depends on which rows they are.
     at::Tensor init_ids;
-    std::map<std::string, std::string> init_meta;
-    auto init = read_draft(c.train.init, c.architecture, target->info, frozen.config, init_ids, &init_meta);
-    if (c.architecture == "eagle") {
+    auto init = read_draft(c.train.init, c.architecture, target->info, frozen.config, init_ids);
+    if (c.architecture == "eagle" && init_aux.empty() && !c.head.aux_layers.empty()) {
       // An EAGLE head without aux layers starts one with them: its fc gains zero columns over a,
-      // so the new head starts out computing exactly what the old one did (eagle_head.h).
-      const std::vector<int64_t> init_aux = parse_aux_layers(init_meta["aux_layers"], frozen.config, c.train.init);
-      if (init_aux != c.head.aux_layers) {
-        auto fc = init.find("fc.weight");
-        if (!init_aux.empty() || fc == init.end() || fc->second.dim() != 2 || fc->second.size(1) != 2 * frozen.config.hidden_size)
-          throw Error(ErrorKind::kConfig,
-                      "train.init reads aux layers [" + init_meta["aux_layers"] + "], this head [" +
-                          layer_text(c.head.aux_layers) + "]: expected the same, or an init without aux layers",
-                      c.source_path, "train.init");
+      // so the new head starts out computing exactly what the old one did (eagle_head.h). A
+      // misshapen fc is left to take_trained, which names it.
+      auto fc = init.find("fc.weight");
+      if (fc != init.end() && fc->second.dim() == 2)
         fc->second = at::cat({fc->second, at::zeros({fc->second.size(0), eagle.aux_width()}, fc->second.options())}, 1);
-      }
     }
     // take_trained checks names and shapes against the fresh tensors and hands over the init's;
     // they are then copied in place (the trainer holds the tensors it optimises).

@@ -9,7 +9,8 @@
 //              costs more than the drafts earn (a CPU: each extra row is arithmetic) the schedule
 //              falls back to AR instead of running slower than it.
 // The confidence threshold (stop drafting early when the drafter's top probability falls
-// below it) is applied inside propose() through DraftContext::min_confidence.
+// below it, from draft position confidence_from_token on) is applied inside propose() through
+// DraftContext::min_confidence and confidence_applies().
 //
 // `cost` and reproducibility: the draft lengths follow wall-clock timings, so under sampling
 // the same seed can give different (equally distributed) samples from run to run; greedy output

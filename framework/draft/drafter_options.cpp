@@ -22,7 +22,9 @@ void DrafterOptions::validate() const {
   if (confidence_from_token < 1 || confidence_from_token > 64)
     bad("confidence_from_token", "expected a draft position 1..64, found " + std::to_string(confidence_from_token));
   if (confidence_from_token > 1 && confidence_threshold == 0.0)
-    bad("confidence_from_token", "expected confidence_threshold > 0 beside it (it says where the threshold starts)");
+    bad("confidence_from_token", "expected confidence_threshold > 0 beside it (it says where the threshold starts), "
+                                 "found confidence_from_token: " + std::to_string(confidence_from_token) +
+                                 " and confidence_threshold: 0");
   if (prompt_lookup_min < 1 || prompt_lookup_max < prompt_lookup_min)
     bad("prompt_lookup_min", "expected 1 <= prompt_lookup_min <= prompt_lookup_max, found " +
                                  std::to_string(prompt_lookup_min) + " and " + std::to_string(prompt_lookup_max));

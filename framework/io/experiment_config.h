@@ -5,7 +5,7 @@
 //   name:        free text
 //   models:      target: {path, format, tokenizer}   draft: {...} (optional; for draft_model)
 //   drafters:    list of {label, name | plugin, num_speculative_tokens (alias gamma), schedule,
-//                max_speculative_tokens, confidence_threshold, prompt_lookup_min/max,
+//                max_speculative_tokens, confidence_threshold, confidence_from_token, prompt_lookup_min/max,
 //                draft_layers (list or "0-5"), draft_layers_first, draft_model, params: {k: v}}
 //                AR decoding is always run as the baseline ("ar") and needs no entry.
 //   sampling:    {temperature, top_k, top_p, seed}

@@ -118,7 +118,8 @@ void TrainDraftConfig::validate() const {
     if (l < 0) bad("head.draft_layers", "expected layer indices >= 0, found " + std::to_string(l));
   if (!head.aux_layers.empty() && architecture != "eagle")
     bad("head.aux_layers", "only an eagle head reads aux layers; this architecture is " + architecture);
-  if (head.aux_layers.size() > 4) bad("head.aux_layers", "expected at most 4 target layer indices");
+  if (head.aux_layers.size() > 4)
+    bad("head.aux_layers", "expected at most 4 target layer indices, found " + std::to_string(head.aux_layers.size()));
   for (size_t i = 0; i < head.aux_layers.size(); ++i) {
     if (head.aux_layers[i] < 0) bad("head.aux_layers", "expected layer indices >= 0, found " + std::to_string(head.aux_layers[i]));
     for (size_t j = 0; j < i; ++j)

@@ -19,7 +19,9 @@ EagleTrainer::EagleTrainer(EagleHead& head, const DraftTrainData& train, const D
   for (const DraftTrainData* d : {&train_, &val_})
     if ((d->aux.defined() ? d->aux.size(1) : 0) != head_.aux_width())
       throw Error(ErrorKind::kBadInput,
-                  "the head reads " + std::to_string(head_.aux_layers.size()) + " aux layers; the data's aux features do not match",
+                  "expected aux features " + std::to_string(head_.aux_width()) + " wide (the head reads " +
+                      std::to_string(head_.aux_layers.size()) + " aux layers), found " +
+                      std::to_string(d->aux.defined() ? d->aux.size(1) : 0),
                   d == &train_ ? "training data" : "validation data");
   feature_rms_ = train_.features.pow(2).mean().sqrt().item<double>();
   head_index_ = head_row_index(head_.vocab_ids, head_.target.vocab_size);

@@ -565,12 +565,14 @@ TEST_CASE("confidence_from_token: the threshold stops drafting only from that dr
   SessionParts parts(*target, kv_64mib());
   DrafterOptions o = trained_drafter("eagle", a.output.path, 4);
   o.confidence_threshold = 0.98;  // a weak head: most tokens fall below it
-  DrafterOptions o2 = o;
+  DrafterOptions o2 = o, o5 = o;
   o2.confidence_from_token = 2;
+  o5.confidence_from_token = 5;  // past gamma: the threshold never applies
   REQUIRE_NOTHROW(o2.validate());
   Drafter& d1 = parts.add_drafter(o);
   Drafter& d2 = parts.add_drafter(o2);
-  int64_t empty1 = 0, empty2 = 0, steps2 = 0, drafted1 = 0, drafted2 = 0;
+  Drafter& d5 = parts.add_drafter(o5);
+  int64_t empty1 = 0, empty2 = 0, steps2 = 0, drafted1 = 0, drafted2 = 0, drafted5 = 0;
   for (const char* text : {"Once upon a time", "The dog ran to", "Lily and Ben"}) {
     const TokenList ids = target->info.tokenizer->encode(text, true);
     GenerationOptions gen;
@@ -589,13 +591,25 @@ TEST_CASE("confidence_from_token: the threshold stops drafting only from that dr
       }
       CHECK(s.end().tokens == ar.tokens);
     }
+    s.begin(Request{ids, {&d5, o5}, gen, {}});
+    while (!s.done()) drafted5 += s.step().drafted;
+    CHECK(s.end().tokens == ar.tokens);
   }
+  INFO("drafted with the threshold from token 5 (never): " << drafted5);
   INFO("steps without a draft: " << empty1 << " from token 1, " << empty2 << " from token 2 (of " << steps2
                                  << "); drafted " << drafted1 << " / " << drafted2);
   CHECK(empty1 > 3);   // negative control: the threshold from the first token leaves steps undrafted
   CHECK(empty2 == 0);  // from the second: every step drafts its first token
   CHECK(drafted2 > drafted1);
-  CHECK(drafted2 < 4 * steps2);  // and the threshold still cuts later positions
+  CHECK(drafted2 < drafted5);  // and the threshold still cuts the later positions
+  DraftContext ctx;
+  ctx.min_confidence = 0.5;
+  ctx.confidence_from_token = 2;
+  CHECK_FALSE(ctx.confidence_applies(0));  // the first draft token
+  CHECK(ctx.confidence_applies(1));
+  CHECK(ctx.confidence_applies(3));
+  ctx.min_confidence = 0.0;
+  CHECK_FALSE(ctx.confidence_applies(3));
 
   DrafterOptions bad = o;
   bad.confidence_from_token = 0;
@@ -605,11 +619,34 @@ TEST_CASE("confidence_from_token: the threshold stops drafting only from that dr
   CHECK_THAT(test::catch_error([&] { bad.validate(); }).what(), Catch::Contains("confidence_threshold > 0"));
 }
 
-TEST_CASE("head.aux_layers (EAGLE-3's fused features): the drafter reads them, greedy equals AR, an EAGLE head "
-          "starts one exactly, bad layers are refused",
-          "[train][eagle]") {
-  // stories260K has layers 0..4; the head reads layers 1 and 2 besides the last.
-  const TrainDraftConfig c = load_train_config(write_config("aux", 120).string(), {"head.aux_layers=[1, 2]"});
+namespace {
+
+// A head reading stories260K's layers 1 and 2 (of 0..4) besides the last, trained 120 steps.
+TrainDraftConfig aux_head_config() {
+  return load_train_config(write_config("aux", 120).string(), {"head.aux_layers=[1, 2]"});
+}
+
+// Synthetic rows for a head of width d: [n, d] features, [n, 2 d] aux features, [n] next tokens.
+struct AuxRows {
+  at::Tensor f, aux, next, pos, seg;
+};
+AuxRows aux_rows(const EagleHead& h, int64_t n) {
+  const int64_t d = h.target.hidden_size;
+  AuxRows r;
+  r.f = eagle_features(h, at::sin(at::arange(n * d, at::kFloat).view({n, d}) * 0.37) * 2.0);
+  r.aux = eagle_aux_features(at::cos(at::arange(n * 2 * d, at::kFloat).view({2 * n, d}) * 0.11) * 3.0,
+                             h.target.rms_norm_eps)
+              .view({n, 2 * d});
+  r.next = (at::arange(n, at::kLong) * 7919 + 11) % h.target.vocab_size;
+  r.pos = at::arange(n, at::kLong);
+  r.seg = at::zeros({n}, at::kLong);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("head.aux_layers (EAGLE-3's fused features): the drafter reads them, greedy equals AR", "[train][eagle]") {
+  const TrainDraftConfig c = aux_head_config();
   const TrainDraftResult rc = train_draft(c, false);
   CHECK(rc.validation_agreement > 0.0);
   CHECK(SafetensorsFile::open(c.output.path).metadata().at("aux_layers") == "1,2");
@@ -617,7 +654,7 @@ TEST_CASE("head.aux_layers (EAGLE-3's fused features): the drafter reads them, g
   src.path = "stories260K";
   auto target = load_target(src);
   const std::shared_ptr<EagleHead> h = load_eagle_head(c.output.path, target->info);
-  const int64_t d = h->target.hidden_size;
+  const int64_t d = h->target.hidden_size, V = h->target.vocab_size;
   REQUIRE(h->aux_layers == std::vector<int64_t>{1, 2});
   CHECK(h->fc_weight.sizes() == at::IntArrayRef{d, 4 * d});
 
@@ -645,63 +682,116 @@ TEST_CASE("head.aux_layers (EAGLE-3's fused features): the drafter reads them, g
     CHECK(lt_accepted > 0);
   }
 
+  // The drafter's first draft token from target hidden rows of layers 1, 2 and 4 (observe_target_hidden,
+  // then propose, sampling so that its logits come back) against the libtorch head on the same rows.
   c10::InferenceMode guard;
-  const int64_t n = 9;
-  const at::Tensor f = eagle_features(*h, at::sin(at::arange(n * d, at::kFloat).view({n, d}) * 0.37) * 2.0);
-  const at::Tensor aux = eagle_aux_features(at::cos(at::arange(n * 2 * d, at::kFloat).view({2 * n, d}) * 0.11) * 3.0,
-                                            h->target.rms_norm_eps)
-                             .view({n, 2 * d});
-  const at::Tensor next = (at::arange(n, at::kLong) * 7919 + 11) % h->target.vocab_size;
-  const at::Tensor pos = at::arange(n, at::kLong), seg = at::zeros({n}, at::kLong);
-  const at::Tensor ref = eagle_forward_packed(*h, f, next, pos, seg, aux);
-  SECTION("the packed head reads the aux rows as the libtorch head does") {
-    ModelSource f32 = src;
-    f32.activations = "f32";
-    auto t32 = load_target(f32);
-    const double tol = 1e-4 * (1.0 + ref.abs().max().item<double>());
-    CHECK((packed_forward(*h, *t32->model, f, next, aux) - ref).abs().max().item<double>() < tol);
-    // negative control: the same pairs with a = 0 (a drafted pair's input) are another forward
-    const at::Tensor zero_aux = eagle_forward_packed(*h, f, next, pos, seg);
-    CHECK((packed_forward(*h, *t32->model, f, next) - zero_aux).abs().max().item<double>() < tol);
-    CHECK((zero_aux - ref).abs().max().item<double>() > 100 * tol);
+  const int64_t n = 7;
+  const at::Tensor h1 = at::sin(at::arange(n * d, at::kFloat).view({n, d}) * 0.23) * 4.0;
+  const at::Tensor h2 = at::cos(at::arange(n * d, at::kFloat).view({n, d}) * 0.41) * 2.5;
+  const at::Tensor hl = at::sin(at::arange(n * d, at::kFloat).view({n, d}) * 0.37) * 2.0;
+  TokenList tokens;
+  for (int64_t i = 0; i <= n; ++i) tokens.push_back(static_cast<Token>((i * 7919 + 11) % V));  // T = n + 1
+  const at::Tensor next = at::tensor(std::vector<int64_t>(tokens.begin() + 1, tokens.end()), at::kLong);
+  const auto reference = [&](const at::Tensor& a1, const at::Tensor& a2) {  // [V] logits, -inf outside the head
+    const at::Tensor aux = at::cat({eagle_aux_features(a1, h->target.rms_norm_eps), eagle_aux_features(a2, h->target.rms_norm_eps)}, 1);
+    const at::Tensor pred = eagle_forward_packed(*h, eagle_features(*h, hl), next, at::arange(n, at::kLong),
+                                                 at::zeros({n}, at::kLong), aux);
+    at::Tensor full = at::full({V}, -INFINITY, at::kFloat);
+    full.index_put_({h->vocab_ids}, eagle_logits(*h, pred.narrow(0, n - 1, 1))[0]);
+    return full;
+  };
+  const at::Tensor want = reference(h1, h2), swapped = reference(h2, h1);
+  const auto finite = [](const at::Tensor& x) { return x.masked_fill(x.isinf(), 0.0); };
+  const double tol = 1e-4 * (1.0 + finite(want).abs().max().item<double>());
+  ModelSource f32 = src;
+  f32.activations = "f32";  // the packed head in float32 matrices: the libtorch head's numbers
+  auto t32 = load_target(f32);
+  const NoKernels bare32(*t32->model);
+  for (const Model* m : {static_cast<const Model*>(t32->model.get()), static_cast<const Model*>(&bare32)}) {
+    KvCacheManager kv(kv_64mib());
+    EagleDrafter e(h, DrafterEnv{m, &kv, -1, V});
+    e.begin(0, tokens);
+    e.observe_target_hidden(0, {h1.data_ptr<float>(), h2.data_ptr<float>(), hl.data_ptr<float>()}, n, d, 0);
+    SamplingOptions warm;
+    warm.temperature = 1.0;
+    Rng rng(3);
+    DraftContext ctx{0, &tokens, 1, &warm, &rng, 0.0};
+    ctx.want_logits = true;
+    const DraftBlock b = e.propose(ctx, 1);
+    REQUIRE(b.logits.size() == 1);
+    const at::Tensor got = at::tensor(b.logits[0]);
+    INFO((m == &bare32 ? "libtorch ops" : "packed kernels"));
+    CHECK(at::equal(got.isinf(), want.isinf()));
+    CHECK((finite(got) - finite(want)).abs().max().item<double>() < tol);
+    // negative control: layers 1 and 2 swapped give other logits
+    CHECK((finite(got) - finite(swapped)).abs().max().item<double>() > 100 * tol);
+    e.end(0);
   }
-  SECTION("train.init from an EAGLE head without aux layers: zero columns over a, the same forward") {
-    const TrainDraftConfig e = load_train_config(write_config("aux_base", 30).string());
-    train_draft(e, false);
-    const TrainDraftConfig g = load_train_config(
-        write_config("aux_init", 1).string(),
-        {"head.aux_layers=[1, 2]", "train.init=aux_base.safetensors", "train.lr=1e-9", "train.warmup=0"});
-    train_draft(g, false);
-    const std::shared_ptr<EagleHead> base = load_eagle_head(e.output.path, target->info);
-    const std::shared_ptr<EagleHead> grown = load_eagle_head(g.output.path, target->info);
-    CHECK(grown->fc_weight.narrow(1, 2 * d, 2 * d).abs().max().item<double>() < 1e-6);
-    const at::Tensor want = eagle_forward_packed(*base, f, next, pos, seg);
-    const double tol = 1e-4 * (1.0 + want.abs().max().item<double>());
-    CHECK((eagle_forward_packed(*grown, f, next, pos, seg, aux) - want).abs().max().item<double>() < tol);
-    // negative control: the trained aux head's fc does read a
-    CHECK((ref - eagle_forward_packed(*h, f, next, pos, seg)).abs().max().item<double>() > 100 * tol);
-    // an init with other aux layers than the config's is refused
-    const TrainDraftConfig other = load_train_config(write_config("aux_other", 1).string(),
-                                                     {"head.aux_layers=[0]", "train.init=aux.safetensors"});
-    const Error err = test::catch_error([&] { train_draft(other, false); });
-    CHECK(err.kind() == ErrorKind::kConfig);
-    CHECK(err.field() == "train.init");
-  }
-  SECTION("bad aux layers: the last layer, a repeat, another architecture") {
-    const TrainDraftConfig last = load_train_config(write_config("aux_last", 1).string(), {"head.aux_layers=[4]"});
-    const Error e1 = test::catch_error([&] { train_draft(last, false); });
-    CHECK(e1.kind() == ErrorKind::kConfig);
-    CHECK(e1.field() == "head.aux_layers");
-    CHECK_THAT(e1.what(), Catch::Contains("0..3"));
-    const Error e2 =
-        test::catch_error([] { load_train_config(write_config("aux_twice", 1).string(), {"head.aux_layers=[1, 1]"}); });
-    CHECK(e2.field() == "head.aux_layers");
-    CHECK_THAT(e2.what(), Catch::Contains("listed twice"));
-    const Error e3 = test::catch_error(
-        [] { load_train_config(write_config("aux_medusa", 1, "prompts.jsonl", "medusa").string(), {"head.aux_layers=[1]"}); });
-    CHECK(e3.field() == "head.aux_layers");
-    CHECK_THAT(e3.what(), Catch::Contains("only an eagle head"));
-  }
+}
+
+TEST_CASE("head.aux_layers: the packed head reads the aux rows as the libtorch head does; an EAGLE head starts one "
+          "exactly",
+          "[train][eagle]") {
+  const TrainDraftConfig c = aux_head_config();
+  train_draft(c, false);
+  const TrainDraftConfig e = load_train_config(write_config("aux_base", 30).string());
+  train_draft(e, false);
+  const TrainDraftConfig g = load_train_config(
+      write_config("aux_init", 1).string(),
+      {"head.aux_layers=[1, 2]", "train.init=aux_base.safetensors", "train.lr=1e-9", "train.warmup=0"});
+  train_draft(g, false);
+  c10::InferenceMode guard;  // after the training runs (train_draft turns autograd on anyway)
+  ModelSource src;
+  src.path = "stories260K";
+  src.activations = "f32";
+  auto t32 = load_target(src);
+  const std::shared_ptr<EagleHead> h = load_eagle_head(c.output.path, t32->info);
+  const int64_t d = h->target.hidden_size;
+  const AuxRows r = aux_rows(*h, 9);
+  const at::Tensor ref = eagle_forward_packed(*h, r.f, r.next, r.pos, r.seg, r.aux);
+  const double tol = 1e-4 * (1.0 + ref.abs().max().item<double>());
+  CHECK((packed_forward(*h, *t32->model, r.f, r.next, r.aux) - ref).abs().max().item<double>() < tol);
+  // negative control: the same pairs with a = 0 (a drafted pair's input) are another forward
+  const at::Tensor zero_aux = eagle_forward_packed(*h, r.f, r.next, r.pos, r.seg);
+  CHECK((packed_forward(*h, *t32->model, r.f, r.next) - zero_aux).abs().max().item<double>() < tol);
+  CHECK((zero_aux - ref).abs().max().item<double>() > 100 * tol);
+
+  // train.init from the EAGLE head without aux layers: zero columns over a, the same forward
+  const std::shared_ptr<EagleHead> base = load_eagle_head(e.output.path, t32->info);
+  const std::shared_ptr<EagleHead> grown = load_eagle_head(g.output.path, t32->info);
+  CHECK(grown->fc_weight.narrow(1, 2 * d, 2 * d).abs().max().item<double>() < 1e-6);
+  const at::Tensor want = eagle_forward_packed(*base, r.f, r.next, r.pos, r.seg);
+  CHECK((eagle_forward_packed(*grown, r.f, r.next, r.pos, r.seg, r.aux) - want).abs().max().item<double>() < tol);
+}
+
+TEST_CASE("head.aux_layers refused: the last layer, a repeat, another architecture, an init with other aux layers",
+          "[train][eagle]") {
+  const TrainDraftConfig last = load_train_config(write_config("aux_last", 1).string(), {"head.aux_layers=[4]"});
+  const Error e1 = test::catch_error([&] { train_draft(last, false); });
+  CHECK(e1.kind() == ErrorKind::kConfig);
+  CHECK(e1.field() == "head.aux_layers");
+  CHECK_THAT(e1.what(), Catch::Contains("0..3"));
+  const Error e2 =
+      test::catch_error([] { load_train_config(write_config("aux_twice", 1).string(), {"head.aux_layers=[1, 1]"}); });
+  CHECK(e2.field() == "head.aux_layers");
+  CHECK_THAT(e2.what(), Catch::Contains("listed twice"));
+  const Error e3 = test::catch_error(
+      [] { load_train_config(write_config("aux_medusa", 1, "prompts.jsonl", "medusa").string(), {"head.aux_layers=[1]"}); });
+  CHECK(e3.field() == "head.aux_layers");
+  CHECK_THAT(e3.what(), Catch::Contains("only an eagle head"));
+  // An init whose aux layers differ from the config's: refused before the data stage (no
+  // features file for layer 0 is written).
+  train_draft(aux_head_config(), false);
+  const TrainDraftConfig other =
+      load_train_config(write_config("aux_other", 1).string(), {"head.aux_layers=[0]", "train.init=aux.safetensors"});
+  const Error e4 = test::catch_error([&] { train_draft(other, false); });
+  CHECK(e4.kind() == ErrorKind::kConfig);
+  CHECK(e4.field() == "train.init");
+  CHECK_THAT(e4.what(), Catch::Contains("[1,2]") && Catch::Contains("[0]"));
+  bool aux0_cached = false;
+  for (const auto& entry : fs::directory_iterator(kDir / "cache"))
+    aux0_cached = aux0_cached || entry.path().filename().string().find("-aux0") != std::string::npos;
+  CHECK_FALSE(aux0_cached);
 }
 
 TEST_CASE("a float16 draft: half the bytes, vocab_ids exact, the float32 draft's weights to f16 precision", "[train]") {

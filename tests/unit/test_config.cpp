@@ -315,6 +315,7 @@ TEST_CASE("HF GenerationConfig and vLLM speculative_config names map onto SpecLa
                            "    num_assistant_tokens: 3\n"
                            "    num_assistant_tokens_schedule: heuristic\n"
                            "    assistant_confidence_threshold: 0.4\n"
+                           "    confidence_from_token: 2\n"
                            "    assistant_early_exit: 6\n"
                            "  - {name: draft_model, model: stories260K, num_speculative_tokens: 2}\n"
                            "sampling: {temperature: 0.8, top_k: -1, top_p: 0.95, seed: 7}\n"
@@ -330,6 +331,8 @@ TEST_CASE("HF GenerationConfig and vLLM speculative_config names map onto SpecLa
   CHECK(ls.num_speculative_tokens == 3);
   CHECK(ls.schedule == "heuristic");
   CHECK(ls.confidence_threshold == 0.4);
+  CHECK(ls.confidence_from_token == 2);
+  CHECK(pl.confidence_from_token == 1);  // the default
   CHECK(ls.draft_layers_first == 6);
   CHECK(c.drafters[2].options.draft_model == "stories260K");
   CHECK(c.sampling.top_k == 0);  // vLLM's -1 = off

@@ -15,7 +15,8 @@
 //      is the next pair. These speculative pairs are truncated at the next propose/accept,
 //      since their features were the head's guesses, not the target's.
 //      With a confidence_threshold, drafting stops at the first token whose probability under
-//      the head (greedy: softmax at temperature 1 over its rows; sampling: q) is below it; EAGLE-2
+//      the head (greedy: softmax at temperature 1 over its rows; sampling: q) is below it (from
+//      draft position confidence_from_token on; earlier tokens are always drafted); EAGLE-2
 //      (Li et al. 2024b) shows the draft's confidence tracks acceptance, and every row not
 //      drafted is a row the verification pass does not pay for.
 // The forward runs on the target's own matrix kernels (eagle_packed.h) where the target packs

@@ -18,7 +18,8 @@
 namespace speclab {
 
 // Appends the chosen token (and, sampling, its q and, when ctx.want_logits, its full logits) to
-// `b` and returns true; or, when ctx.min_confidence > 0 and the token's confidence is below it,
+// `b` and returns true; or, when ctx.confidence_applies(b.tokens.size()) (a threshold that
+// applies at this draft position) and the token's confidence is below ctx.min_confidence,
 // appends nothing and returns false (drafting stops there). logits: [hv] in head row order; ids: [hv] target ids;
 // vocab: the target's vocabulary size; scratch: reused between calls.
 bool append_head_token(const float* logits, const int64_t* ids, int64_t hv, int64_t vocab, const DraftContext& ctx,

@@ -9,7 +9,8 @@
 // residual blocks as one [K d, d] matrix, then the shared LM head once for the K rows). Token
 // choice: head_token.h (greedy argmax; sampling draws from q over the full vocabulary and reports
 // it, q independent of the earlier drafts, which rejection sampling allows). A
-// confidence_threshold stops at the first head below it. No KV of its own.
+// confidence_threshold stops at the first head below it (from draft position
+// confidence_from_token on). No KV of its own.
 // Lossless as every drafter: the target verifies each token.
 #pragma once
 
