@@ -40,6 +40,7 @@ std::unique_ptr<PackedEagleHead> PackedEagleHead::make(const EagleHead& h, const
   p->target_ = &target;
   p->fc_ = target.pack_matrix(h.fc_weight);
   if (!p->fc_) return nullptr;
+  if (h.aux_width() > 0) p->fc_base_ = target.pack_matrix(h.fc_weight.narrow(1, 0, 2 * h.target.hidden_size).contiguous());
   p->qkv_ = target.pack_matrix(at::cat({h.layer.q_proj, h.layer.k_proj, h.layer.v_proj}, 0));
   p->o_ = target.pack_matrix(h.layer.o_proj);
   p->gate_up_ = target.pack_matrix(at::cat({h.layer.gate_proj, h.layer.up_proj}, 0));
@@ -61,7 +62,8 @@ void PackedEagleHead::step(const float* features, const float* aux, const int64_
   const int64_t qd = H * hd, kvd = KVH * hd, I = c.intermediate_size;
   SPECLAB_CHECK(kv.ctx_len == pos + n, "eagle: the head's KV view does not end at the new pairs");
   const auto size = [](std::vector<float>& v, int64_t k) { v.resize(static_cast<size_t>(k)); };
-  const int64_t w = h.aux_width(), in = 2 * d + w;
+  // A pair without aux rows (a drafted one: a = 0) skips fc's columns over a (fc_base_).
+  const int64_t w = aux ? h.aux_width() : 0, in = 2 * d + w;
   size(in_, n * in), size(x_, n * d), size(xn_, n * d), size(qkv_out_, n * (qd + 2 * kvd));
   size(att_, n * qd), size(h_, n * d), size(gu_, n * 2 * I), size(act_, n * I);
 
@@ -71,13 +73,9 @@ void PackedEagleHead::step(const float* features, const float* aux, const int64_
     float* row = &in_[static_cast<size_t>(i * in)];
     std::memcpy(row, features + i * d, sizeof(float) * d);
     std::memcpy(row + d, embed + next[i] * d, sizeof(float) * d);
-    if (w == 0) continue;
-    if (aux)
-      std::memcpy(row + 2 * d, aux + i * w, sizeof(float) * w);
-    else
-      std::fill(row + 2 * d, row + in, 0.0f);
+    if (w > 0) std::memcpy(row + 2 * d, aux + i * w, sizeof(float) * w);
   }
-  fc_->multiply(in_.data(), h.fc_bias.data_ptr<float>(), x_.data(), n);
+  (w == 0 && fc_base_ ? fc_base_ : fc_)->multiply(in_.data(), h.fc_bias.data_ptr<float>(), x_.data(), n);
   // q, k, v of N1 x; RoPE; K/V into the write slots.
   rms_norm(x_.data(), h.layer.input_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
   qkv_->multiply(xn_.data(), nullptr, qkv_out_.data(), n);

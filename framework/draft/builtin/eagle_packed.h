@@ -30,7 +30,8 @@ class PackedEagleHead {
   // The pairs (features[i], next[i]) at head positions [pos, pos + n): writes their K/V to
   // kv.write_slots (layer 0 of a one-layer cache) and attends causally over kv's ctx_len =
   // pos + n positions. features: [n, d] float32; aux: [n, A d] the rows' aux features, or null
-  // (a = 0; ignored when A = 0); next: [n] token ids; out: [n, d] f^.
+  // (a = 0, computed with fc's other columns only; ignored when A = 0); next: [n] token ids;
+  // out: [n, d] f^.
   void step(const float* features, const float* aux, const int64_t* next, int64_t n, int64_t pos, const KvView& kv,
             float* out);
   // The target's features of its last layer's residual stream (eagle_features: the final
@@ -54,6 +55,7 @@ class PackedEagleHead {
   const EagleHead* head_ = nullptr;
   const Model* target_ = nullptr;                 // its attention kernel (Model::attend_rows)
   std::shared_ptr<const PackedMatrix> fc_, qkv_, o_, gate_up_, down_, lm_;
+  std::shared_ptr<const PackedMatrix> fc_base_;   // fc's columns over [f ; E[next]] (heads with aux layers)
   std::vector<double> inv_freq_;                  // [hd/2] RoPE frequencies
   std::vector<float> rope_;                       // [positions, 2, hd/2]: cos, then sin
   std::vector<int64_t> limits_;                   // [n] keys each row attends
