@@ -115,9 +115,11 @@ double prefill_seconds(const Model& model, int64_t n, int reps) {
 }
 
 // Seconds for one forward of n new tokens on top of `ctx` cached ones (a verification pass of
-// gamma = n - 1 drafts), best of `reps` (the cache is rolled back between them).
-double batch_forward_seconds(const Model& model, int64_t ctx, int64_t n, int reps) {
-  const ModelConfig& c = model.config();
+// gamma = n - 1 drafts), best of `reps` (the cache is rolled back between them). `kv_dtype` as
+// for cached_step_seconds.
+double batch_forward_seconds(const Model& model, int64_t ctx, int64_t n, int reps, const std::string& kv_dtype = "") {
+  ModelConfig c = model.config();
+  if (!kv_dtype.empty()) c.kv_dtype = kv_dtype;
   ContiguousKv kv(c.kv_geometry(), ctx + n);
   model.forward(synthetic_tokens(ctx, c.vocab_size), at::arange(ctx, at::kLong), kv.append_view(ctx),
                 ForwardOptions{{}, 1});
@@ -513,6 +515,20 @@ int cmd_bench(const std::vector<std::string>& args) {
     report["verify_cost"][std::to_string(n)] = t / one;
     report["verify_ms"][std::to_string(n)] = t * 1e3;
   }
+  // The same passes over an int8 cache (beside the int8 decode rates above): on AVX-512 VNNI its
+  // attention runs on integer dot products (models/llama/attention_int8_vnni.h).
+  std::map<int64_t, double> verify_cost8;
+  if (!decode_rate8.empty()) {
+    const double one8 = batch_forward_seconds(model, verify_ctx, 1, verify_reps, "int8");
+    say("over an int8 K/V cache (--kv-dtype int8): n = 1 %.2f ms", one8 * 1e3);
+    for (int64_t n : {5, 9, 17}) {
+      const double t = batch_forward_seconds(model, verify_ctx, n, verify_reps, "int8");
+      verify_cost8[n] = t / one8;
+      say(", n = %lld %.2f ms (%.2fx)", static_cast<long long>(n), t * 1e3, t / one8);
+      report["verify_cost_kv_int8"][std::to_string(n)] = t / one8;
+    }
+    say("\n");
+  }
 
   const double rss_mib = peak_rss_mib();
   const double bw = on_device ? device_copy_bandwidth(c.device, int64_t(2) << 30) : read_bandwidth(int64_t(1) << 30);
@@ -587,6 +603,11 @@ int cmd_bench(const std::vector<std::string>& args) {
   for (int64_t n : {5, 9, 17})
     row("verification of n = " + std::to_string(n) + " vs one decode step, context " + std::to_string(verify_ctx),
         verify_cost[n], 0.0, verify_targets[vi++]);
+  vi = 0;
+  for (int64_t n : {5, 9, 17})
+    if (verify_cost8.count(n))
+      row("... n = " + std::to_string(n) + " over an int8 K/V cache (--kv-dtype int8)", verify_cost8[n], 0.0,
+          verify_targets[vi++]);
   if (!draft_model.empty())
     row("speculative step: share outside model forwards, gamma " + std::to_string(spec_gamma), spec.outside_share, 0.0,
         "<= 0.03");

@@ -15,6 +15,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
+#include "models/llama/attention_int8_vnni.h"
 #include "models/llama/cpu_ops.h"
 #include "models/llama/gemv.h"
 #include "models/llama/packed_blocks_avx2.h"
@@ -417,7 +418,7 @@ inline void prefetch_lines(const char* p, int64_t len) {
 
 // Partial result of one (query, split): running max m, sum l of exp(s - m), and
 // acc = sum exp(s - m) v. Stored as [m, l, acc[D]].
-inline int64_t partial_stride(int64_t D) { return D + 2; }
+using detail::partial_stride;
 
 // The online-softmax update of one tile for Q query heads h..h+Q-1 of row i (one kv head): each
 // query's scores, max, rescale factor, exps and weighted values, as a function of its own data
@@ -510,9 +511,10 @@ void attend_tile(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int
 // L1 by the (r1 - r0) * G queries that read them. How the work is cut into items does not change
 // any result: each query's arithmetic depends only on its own keys. part: [n * H, D + 2]
 // partials of this split, query (i, h) at row i * H + h; an item writes only its own queries'.
+// qq: the call's quantized queries when the int8 VNNI flavour runs (attention_int8_vnni.h), else null.
 template <class Ops>
-void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int64_t g0, int64_t g1,
-              int64_t max_limit, float* part) {
+void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t split, int64_t r0, int64_t r1,
+              int64_t g0, int64_t g1, int64_t max_limit, float* part) {
   const int64_t D = a.head_dim, H = a.n_heads, G = H / a.n_kv_heads, kv_dim = a.n_kv_heads * D,
                 ps = partial_stride(D);
   const int64_t j0 = split * kSplit, j1 = std::min(j0 + kSplit, max_limit);
@@ -541,7 +543,10 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
   const int64_t hs = q8 ? D + kKvInt8ScaleBytes : D;  // stored elements per kv head
   const int64_t row = a.n_kv_heads * hs, es = q8 ? 1 : f16 ? 2 : 4;
   const bool raw = !q8 && !f16 ? true : Ops::kReadsRaw;  // tiles hold the stored bytes (float32: always)
-  const size_t tile_bytes = static_cast<size_t>(kTile * (raw ? row * es : kv_dim * 4));
+  // The int8 VNNI flavour takes tiles of kInt8VnniTile keys (its per-tile steps cost more, its
+  // per-key steps less).
+  const int64_t tile = qq ? detail::kInt8VnniTile : kTile;
+  const size_t tile_bytes = static_cast<size_t>(tile * (raw ? row * es : kv_dim * 4));
   thread_local std::vector<float> kbuf, vbuf;  // float-aligned; raw tiles use them as bytes
   if (kbuf.size() * sizeof(float) < tile_bytes) {
     kbuf.resize((tile_bytes + 3) / 4);
@@ -552,8 +557,8 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
   const char* const kc = static_cast<const char*>(a.k);
   const char* const vc = static_cast<const char*>(a.v);
   const int64_t c0 = g0 * hs, cn = (g1 - g0) * hs;  // the copied elements of a slot's row
-  for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
-    const int64_t nk_all = std::min(kTile, j1 - t0);
+  for (int64_t t0 = j0; t0 < j1; t0 += tile) {
+    const int64_t nk_all = std::min(tile, j1 - t0);
     // Slots in a run of consecutive slots (a paged block's) are copied as one range when whole
     // rows are copied (cn == row): one memcpy per run instead of one per row.
     for (int64_t j = 0; j < nk_all;) {
@@ -578,15 +583,20 @@ void run_item(const AttentionArgs& a, int64_t split, int64_t r0, int64_t r1, int
       }
       j += run;
     }
-    if (t0 + kTile < j1) {
-      const int64_t nk_next = std::min(kTile, j1 - t0 - kTile);
+    if (t0 + tile < j1) {
+      const int64_t nk_next = std::min(tile, j1 - t0 - tile);
       for (int64_t j = 0; j < nk_next; ++j) {
-        const int64_t off = (slot_of(a, t0 + kTile + j) * row + c0) * es;
+        const int64_t off = (slot_of(a, t0 + tile + j) * row + c0) * es;
         prefetch_lines(kc + off, cn * es);
         prefetch_lines(vc + off, cn * es);
       }
     }
     if constexpr (Ops::kReadsRaw) {
+      if (q8 && qq) {
+        detail::attend_tile_int8_vnni(a, *qq, r0, r1, g0, g1, t0, nk_all, reinterpret_cast<const int8_t*>(kt),
+                                      reinterpret_cast<const int8_t*>(vt), part);
+        continue;
+      }
       if (q8) {
         attend_tile<Ops, int8_t>(a, r0, r1, g0, g1, t0, nk_all, reinterpret_cast<const int8_t*>(kt),
                                  reinterpret_cast<const int8_t*>(vt), hs, part, s);
@@ -696,6 +706,13 @@ void attend_rows(const AttentionArgs& a) {
   const ItemPlan plan = plan_items(max_limit, a.n, a.n_kv_heads, threads);
   const int64_t row_blocks = (a.n + plan.rows - 1) / plan.rows, head_groups = (a.n_kv_heads + plan.heads - 1) / plan.heads;
   const int64_t items = n_splits * row_blocks * head_groups;
+  // The int8 VNNI flavour quantizes the queries once per call (the caller's scratch, as partials).
+  thread_local detail::Int8Queries int8_queries;
+  const detail::Int8Queries* qq = nullptr;
+  if (int8_vnni_attention(a.kv, D)) {
+    detail::quantize_queries(a, int8_queries);
+    qq = &int8_queries;
+  }
   const bool avx512 = kernel_isa() >= KernelIsa::kAvx512 && D % 16 == 0;
   const bool avx2 = kernel_isa() >= KernelIsa::kAvx2 && D % 8 == 0;
   auto work = [&](int64_t begin, int64_t end) {
@@ -705,11 +722,11 @@ void attend_rows(const AttentionArgs& a) {
       const int64_t r0 = rb * plan.rows, r1 = std::min(a.n, r0 + plan.rows);
       const int64_t g0 = hg * plan.heads, g1 = std::min(a.n_kv_heads, g0 + plan.heads);
       if (avx512)
-        run_item<Avx512Ops>(a, sp, r0, r1, g0, g1, max_limit, part + sp * split_floats);
+        run_item<Avx512Ops>(a, qq, sp, r0, r1, g0, g1, max_limit, part + sp * split_floats);
       else if (avx2)
-        run_item<Avx2Ops>(a, sp, r0, r1, g0, g1, max_limit, part + sp * split_floats);
+        run_item<Avx2Ops>(a, qq, sp, r0, r1, g0, g1, max_limit, part + sp * split_floats);
       else
-        run_item<ScalarOps>(a, sp, r0, r1, g0, g1, max_limit, part + sp * split_floats);
+        run_item<ScalarOps>(a, qq, sp, r0, r1, g0, g1, max_limit, part + sp * split_floats);
     }
   };
   if (threads <= 1 || items == 1)

@@ -20,7 +20,10 @@
 // therefore bit-identical to a 1-row call with the same limit. Arithmetic is AVX-512 when
 // kernel_isa() (models/llama/gemv.h) allows it and head_dim is a multiple of 16, else AVX2+FMA
 // when it allows that and head_dim is a multiple of 8, else scalar; the paths agree to float
-// rounding, not bit for bit (each is bit-identical across n, rows and threads).
+// rounding, not bit for bit (each is bit-identical across n, rows and threads). Over an int8
+// cache under kAvx512Vnni with head_dim 64, 128, 192 or 256, scores and values are integer dot
+// products instead (attention_int8_vnni.h): the queries are rounded to int8 as the cache is, so
+// that flavour agrees with the others to the queries' rounding.
 //
 // Must not be called from inside a parallel_chunks() job (the pool runs one job at a time).
 #pragma once

@@ -14,6 +14,7 @@
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
 #include "models/llama/attention_cpu.h"
+#include "models/llama/attention_int8_vnni.h"
 #include "models/llama/cpu_ops.h"
 #include "models/llama/gemv.h"
 #include "models/loaders/dequant.h"
@@ -94,6 +95,19 @@ struct Case {
     cpu::dequantize_kv_heads(v8.data(), heads, D, v.data());
   }
 
+  // Replaces each query head by the values its int8 quantization (quantize_kv_heads, as the
+  // int8 VNNI flavour quantizes queries) stands for: the reference then computes what that
+  // flavour's integer scores compute.
+  void round_queries_to_int8() {
+    std::vector<int8_t> q8(static_cast<size_t>(D + cpu::kKvInt8ScaleBytes));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t h = 0; h < H; ++h) {
+        float* head = q.data() + i * q_stride + h * D;
+        cpu::quantize_kv_heads(head, 1, D, q8.data());
+        cpu::dequantize_kv_heads(q8.data(), 1, D, head);
+      }
+  }
+
   // Rows [r0, r0 + rows) with their own limits (or `limit_override` for every row when > 0).
   std::vector<float> run(int64_t r0, int64_t rows, int64_t limit_override = 0, bool f16 = false) const {
     return run_kv(r0, rows, limit_override, f16 ? cpu::KvElement::kFloat16 : cpu::KvElement::kFloat32);
@@ -161,6 +175,9 @@ struct Case {
 };
 
 constexpr double kTol = 1e-5;
+// The int8 VNNI flavour rounds each tile's softmax weights to int16 against the tile's largest
+// (attention_int8_vnni.h): up to 1/65534 of it per weight.
+constexpr double kTolInt16Weights = 2e-4;
 
 bool same_bits(const float* a, const float* b, int64_t count) {
   return std::memcmp(a, b, static_cast<size_t>(count) * sizeof(float)) == 0;
@@ -391,7 +408,8 @@ TEST_CASE("attend_rows over an int8 cache equals the float64 reference over its 
   const KernelIsa isa = GENERATE(from_range(runnable_isas()));
   set_kernel_isa_cap(isa);
   INFO("kernel ISA " << kernel_isa_name(isa));
-  for (const Shape& sh : std::vector<Shape>{{9, 3, 64}, {12, 2, 128}, {4, 4, 64}, {6, 2, 72}, {3, 1, 36}, {8, 4, 8}})
+  for (const Shape& sh :
+       std::vector<Shape>{{9, 3, 64}, {12, 2, 128}, {4, 4, 64}, {6, 2, 72}, {3, 1, 36}, {8, 4, 8}, {6, 2, 192}, {4, 1, 256}})
     for (int64_t ctx : {1, 7, 33, 257, 530, 2100})
       for (int64_t n : {1, 5})
         for (bool paged : {true, false}) {
@@ -400,7 +418,19 @@ TEST_CASE("attend_rows over an int8 cache equals the float64 reference over its 
           const std::vector<float> exact = c.run(0, n);
           c.int8();
           const std::vector<float> got = c.run_kv(0, n, 0, cpu::KvElement::kInt8);
-          REQUIRE(c.max_error(got) < kTol);
+          if (cpu::int8_vnni_attention(cpu::KvElement::kInt8, sh.D)) {
+            // The integer flavour: the reference over the queries' int8 values, within the
+            // softmax weights' int16 rounding; and further from the unrounded queries' (the
+            // queries really are quantized, as attention_int8_vnni.h says).
+            Case cq = c;
+            cq.round_queries_to_int8();
+            const double err = cq.max_error(got), err_unrounded = c.max_error(got);
+            INFO("error vs rounded queries " << err << ", vs the float queries " << err_unrounded);
+            REQUIRE(err < kTolInt16Weights);
+            if (ctx > 1) CHECK(err_unrounded > 4 * err);
+          } else {
+            REQUIRE(c.max_error(got) < kTol);
+          }
           // The kernel's output is that of the quantized values, not the originals (the reference
           // comparison above is what catches a wrong scale: dropping the K scale, or the last
           // key's V scale, fails it).
@@ -414,7 +444,7 @@ TEST_CASE("attend_rows over an int8 cache: a row is bit-identical alone, among n
   const KernelIsa isa = GENERATE(from_range(runnable_isas()));
   set_kernel_isa_cap(isa);
   INFO("kernel ISA " << kernel_isa_name(isa));
-  for (const Shape& sh : std::vector<Shape>{{9, 3, 64}, {12, 2, 128}})
+  for (const Shape& sh : std::vector<Shape>{{9, 3, 64}, {12, 2, 128}, {4, 1, 256}})
     for (int64_t ctx : {40, 300, 2100}) {
       const int64_t row = sh.H * sh.D;
       Case c(32, sh.H, sh.KVH, sh.D, ctx, true, static_cast<uint32_t>(ctx + 3));
@@ -436,6 +466,43 @@ TEST_CASE("attend_rows over an int8 cache: a row is bit-identical alone, among n
       bumped.k8[static_cast<size_t>(bumped.slot(0) * sh.KVH * (sh.D + cpu::kKvInt8ScaleBytes) + sh.D + 3)] ^= 0x01;
       CHECK_FALSE(same_bits(bumped.run_kv(31, 1, c.limits[31], cpu::KvElement::kInt8).data(), alone[31].data(), row));
     }
+}
+
+TEST_CASE("the int8 VNNI flavour quantizes each query head as quantize_kv_heads does, byte for byte",
+          "[attention][int8]") {
+  Restore restore;
+  if (best_kernel_isa() < KernelIsa::kAvx512Vnni) {
+    WARN("skipped: this CPU has no AVX-512 VNNI, the only ISA that calls quantize_queries");
+    return;
+  }
+  for (int64_t D : {64, 128, 192, 256}) {
+    Case c(3, 4, 2, D, 10, false, static_cast<uint32_t>(D));
+    float* q = c.q.data();
+    std::fill(q + c.q_stride, q + c.q_stride + D, 0.f);  // row 1, head 0: all zero (scale 0)
+    q[2 * c.q_stride + D + 5] = 1e30f;                   // row 2, head 1: one huge element
+    q[2 * c.q_stride + D + 6] = -3e29f;
+    q[2 * c.q_stride + 2 * D + 7] = 0.5f * 127.f / 3.f;  // a value on a rounding boundary after scaling
+    cpu::AttentionArgs a;
+    a.q = q;
+    a.q_stride = c.q_stride;
+    a.n = c.n;
+    a.n_heads = c.H;
+    a.head_dim = D;
+    cpu::detail::Int8Queries qq;
+    cpu::detail::quantize_queries(a, qq);
+    const int64_t hs = D + cpu::kKvInt8ScaleBytes;
+    std::vector<int8_t> want(static_cast<size_t>(c.H * hs));
+    for (int64_t i = 0; i < c.n; ++i) {
+      cpu::quantize_kv_heads(q + i * c.q_stride, c.H, D, want.data());
+      INFO("D " << D << " row " << i);
+      REQUIRE(std::memcmp(qq.q8.data() + i * c.H * hs, want.data(), want.size()) == 0);
+      for (int64_t h = 0; h < c.H; ++h) {
+        int32_t sum = 0;
+        for (int64_t d = 0; d < D; ++d) sum += want[static_cast<size_t>(h * hs + d)];
+        CHECK(qq.qsum[static_cast<size_t>(i * c.H + h)] == sum);
+      }
+    }
+  }
 }
 
 TEST_CASE("attend_rows rejects inconsistent arguments", "[attention]") {
