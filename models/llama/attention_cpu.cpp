@@ -538,7 +538,10 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
   // at context 2048 (perf). Both give the same bits for float16. Whole rows of consecutive slots
   // (a paged block's) go in one memcpy: one call per row cost more than the bytes it moved (a
   // SmolLM2 decode step's attention at context 512 took 30% less time with one call per run).
-  // The next tile's rows are prefetched while this tile's arithmetic runs.
+  // The next tile's rows are prefetched while this tile's arithmetic runs. The int8 VNNI flavour
+  // takes no copy: it reads each cache row once per kv head, in place (attention_int8_vnni.h;
+  // attention_bench --kv i8, 1 thread, context 2048, 1 row: 58-61 us with the copy, 46-49
+  // without).
   const bool q8 = a.kv == KvElement::kInt8, f16 = a.kv == KvElement::kFloat16;
   const int64_t hs = q8 ? D + kKvInt8ScaleBytes : D;  // stored elements per kv head
   const int64_t row = a.n_kv_heads * hs, es = q8 ? 1 : f16 ? 2 : 4;
@@ -559,6 +562,25 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
   const int64_t c0 = g0 * hs, cn = (g1 - g0) * hs;  // the copied elements of a slot's row
   for (int64_t t0 = j0; t0 < j1; t0 += tile) {
     const int64_t nk_all = std::min(tile, j1 - t0);
+    if (qq) {  // the int8 VNNI flavour reads the cache rows in place
+      const int8_t* krow[detail::kInt8VnniTile];
+      const int8_t* vrow[detail::kInt8VnniTile];
+      for (int64_t j = 0; j < nk_all; ++j) {
+        const int64_t off = slot_of(a, t0 + j) * row;
+        krow[j] = static_cast<const int8_t*>(a.k) + off;
+        vrow[j] = static_cast<const int8_t*>(a.v) + off;
+      }
+      if (t0 + tile < j1) {
+        const int64_t nk_next = std::min(tile, j1 - t0 - tile);
+        for (int64_t j = 0; j < nk_next; ++j) {
+          const int64_t off = slot_of(a, t0 + tile + j) * row + c0;
+          prefetch_lines(kc + off, cn);
+          prefetch_lines(vc + off, cn);
+        }
+      }
+      detail::attend_tile_int8_vnni(a, *qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part);
+      continue;
+    }
     // Slots in a run of consecutive slots (a paged block's) are copied as one range when whole
     // rows are copied (cn == row): one memcpy per run instead of one per row.
     for (int64_t j = 0; j < nk_all;) {
@@ -592,11 +614,6 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
       }
     }
     if constexpr (Ops::kReadsRaw) {
-      if (q8 && qq) {
-        detail::attend_tile_int8_vnni(a, *qq, r0, r1, g0, g1, t0, nk_all, reinterpret_cast<const int8_t*>(kt),
-                                      reinterpret_cast<const int8_t*>(vt), part);
-        continue;
-      }
       if (q8) {
         attend_tile<Ops, int8_t>(a, r0, r1, g0, g1, t0, nk_all, reinterpret_cast<const int8_t*>(kt),
                                  reinterpret_cast<const int8_t*>(vt), hs, part, s);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "framework/core/error.h"
 #include "models/llama/gemv.h"
 #include "models/llama/simd_exp.h"
 
@@ -193,36 +194,57 @@ SPECLAB_VNNI void run_block(const AttentionArgs& a, const Int8Queries& qq, const
   }
 }
 
+// Query heads per batch of tile_impl (a kv head group's heads times rows of a work item).
+constexpr int64_t kMaxQueries = 128;
+
+// The queries qs[0, count) in blocks of Q (the last one smaller).
+template <int Q, int NV>
+SPECLAB_VNNI void run_queries(const AttentionArgs& a, const Int8Queries& qq, const QueryRef* qs, int64_t count,
+                              const __m512i* kt, const __m512i* vi, const float* kmul, const float* vmul, float* part) {
+  for (int64_t b = 0; b < count; b += Q) {
+    switch (std::min<int64_t>(Q, count - b)) {
+      case 4: run_block<(Q >= 4 ? 4 : 1), NV>(a, qq, qs + b, kt, vi, kmul, vmul, part); break;
+      case 3: run_block<(Q >= 3 ? 3 : 1), NV>(a, qq, qs + b, kt, vi, kmul, vmul, part); break;
+      case 2: run_block<(Q >= 2 ? 2 : 1), NV>(a, qq, qs + b, kt, vi, kmul, vmul, part); break;
+      default: run_block<1, NV>(a, qq, qs + b, kt, vi, kmul, vmul, part); break;
+    }
+  }
+}
+
 template <int NV>
 SPECLAB_VNNI void tile_impl(const AttentionArgs& a, const Int8Queries& qq, int64_t r0, int64_t r1, int64_t g0, int64_t g1,
-                            int64_t t0, int64_t nk_all, const int8_t* kb, const int8_t* vb, float* part) {
+                            int64_t t0, int64_t nk_all, const int8_t* const* krow, const int8_t* const* vrow,
+                            float* part) {
   constexpr int64_t D = 16 * NV;
   constexpr int Q = NV <= 4 ? 4 : NV <= 8 ? 2 : 1;  // queries per block: Q * NV value accumulators
-  const int64_t G = a.n_heads / a.n_kv_heads, hs = D + kKvInt8ScaleBytes, row = a.n_kv_heads * hs;
+  const int64_t G = a.n_heads / a.n_kv_heads, hs = D + kKvInt8ScaleBytes;
   alignas(64) __m512i kt[D / 4 * kGroups];
   alignas(64) __m512i vi[kTile / 2 * NV];
   alignas(64) float kmul[kTile], vmul[kTile];
-  thread_local std::vector<QueryRef> queries;  // the (row, head) pairs of one kv head
+  QueryRef queries[kMaxQueries];  // the (row, head) pairs of one kv head
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  std::fill(kmul + nk_all, kmul + kTile, 0.f);
+  std::fill(vmul + nk_all, vmul + kTile, 0.f);
   for (int64_t g = g0; g < g1; ++g) {
-    for (int64_t j = 0; j < kTile; ++j) {
-      kmul[j] = vmul[j] = 0.f;
-      if (j < nk_all) {
-        float ks, vs;
-        std::memcpy(&ks, kb + j * row + g * hs + D, sizeof(float));
-        std::memcpy(&vs, vb + j * row + g * hs + D, sizeof(float));
-        kmul[j] = ks * a.scale;
-        vmul[j] = vs;
-      }
+    const int64_t at = g * hs;  // the kv head's bytes in a slot's row
+    for (int64_t j = 0; j < nk_all; ++j) {
+      float ks, vs;
+      std::memcpy(&ks, krow[j] + at + D, sizeof(float));
+      std::memcpy(&vs, vrow[j] + at + D, sizeof(float));
+      kmul[j] = ks * a.scale;
+      vmul[j] = vs;
     }
     // Keys transposed 16 at a time, each 64-byte chunk of the head (keys past the tile: zero).
     for (int64_t c = 0; c < D / 64; ++c)
       for (int64_t kg = 0; kg < kGroups; ++kg) {
+        if (16 * kg >= nk_all) {  // no key of this group: zero lanes (their scores are never used)
+          for (int64_t e = 0; e < 16; ++e) _mm512_store_si512(kt + kGroups * (16 * c + e) + kg, bias);
+          continue;
+        }
         __m512i r[16];
         for (int64_t t = 0; t < 16; ++t) {
           const int64_t j = 16 * kg + t;
-          r[t] = _mm512_xor_si512(j < nk_all ? _mm512_loadu_si512(kb + j * row + g * hs + 64 * c) : _mm512_setzero_si512(),
-                                  bias);
+          r[t] = _mm512_xor_si512(j < nk_all ? _mm512_loadu_si512(krow[j] + at + 64 * c) : _mm512_setzero_si512(), bias);
         }
         transpose16(r);
         for (int64_t e = 0; e < 16; ++e) _mm512_store_si512(kt + kGroups * (16 * c + e) + kg, r[e]);
@@ -230,9 +252,9 @@ SPECLAB_VNNI void tile_impl(const AttentionArgs& a, const Int8Queries& qq, int64
     // Values as int16 pairs of keys (2p, 2p + 1); keys past the tile: zero.
     const int64_t pairs = (nk_all + 1) / 2;
     for (int64_t p = 0; p < pairs; ++p) {
-      const int8_t* v0 = vb + (2 * p) * row + g * hs;
-      const int8_t* v1 = vb + (2 * p + 1) * row + g * hs;
+      const int8_t* v0 = vrow[2 * p] + at;
       const bool has1 = 2 * p + 1 < nk_all;
+      const int8_t* v1 = has1 ? vrow[2 * p + 1] + at : v0;
       for (int64_t c = 0; c < D / 32; ++c) {
         const __m512i x = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v0 + 32 * c)));
         const __m512i y = has1 ? _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v1 + 32 * c)))
@@ -241,21 +263,17 @@ SPECLAB_VNNI void tile_impl(const AttentionArgs& a, const Int8Queries& qq, int64
         _mm512_store_si512(vi + p * NV + 2 * c + 1, _mm512_unpackhi_epi16(x, y));
       }
     }
-    queries.clear();
-    for (int64_t i = r0; i < r1; ++i) {
-      const int64_t nk = std::min(nk_all, a.limits[i] - t0);
-      if (nk <= 0) continue;
-      for (int64_t h = g * G; h < (g + 1) * G; ++h) queries.push_back({i, h, nk});
-    }
-    const int64_t count = static_cast<int64_t>(queries.size());
-    for (int64_t b = 0; b < count; b += Q) {
-      const QueryRef* qs = queries.data() + b;
-      switch (std::min<int64_t>(Q, count - b)) {
-        case 4: run_block<(Q >= 4 ? 4 : 1), NV>(a, qq, qs, kt, vi, kmul, vmul, part); break;
-        case 3: run_block<(Q >= 3 ? 3 : 1), NV>(a, qq, qs, kt, vi, kmul, vmul, part); break;
-        case 2: run_block<(Q >= 2 ? 2 : 1), NV>(a, qq, qs, kt, vi, kmul, vmul, part); break;
-        default: run_block<1, NV>(a, qq, qs, kt, vi, kmul, vmul, part); break;
+    // The group's queries in batches of at most kMaxQueries (rows [r0, r1) are few: a work item's).
+    int64_t i = r0;
+    while (i < r1) {
+      int64_t count = 0;
+      for (; i < r1 && count + G <= kMaxQueries; ++i) {
+        const int64_t nk = std::min(nk_all, a.limits[i] - t0);
+        if (nk <= 0) continue;
+        for (int64_t h = g * G; h < (g + 1) * G; ++h) queries[count++] = {i, h, nk};
       }
+      SPECLAB_CHECK(count > 0 || i == r1, "attend_rows: a kv head group of more than kMaxQueries query heads");
+      run_queries<Q, NV>(a, qq, queries, count, kt, vi, kmul, vmul, part);
     }
   }
 }
@@ -291,12 +309,13 @@ void quantize_queries(const AttentionArgs& a, Int8Queries& qq) {
 }
 
 void attend_tile_int8_vnni(const AttentionArgs& a, const Int8Queries& qq, int64_t r0, int64_t r1, int64_t g0,
-                           int64_t g1, int64_t t0, int64_t nk_all, const int8_t* kb, const int8_t* vb, float* part) {
+                           int64_t g1, int64_t t0, int64_t nk_all, const int8_t* const* krow,
+                           const int8_t* const* vrow, float* part) {
   switch (a.head_dim) {
-    case 64: return tile_impl<4>(a, qq, r0, r1, g0, g1, t0, nk_all, kb, vb, part);
-    case 128: return tile_impl<8>(a, qq, r0, r1, g0, g1, t0, nk_all, kb, vb, part);
-    case 192: return tile_impl<12>(a, qq, r0, r1, g0, g1, t0, nk_all, kb, vb, part);
-    default: return tile_impl<16>(a, qq, r0, r1, g0, g1, t0, nk_all, kb, vb, part);
+    case 64: return tile_impl<4>(a, qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part);
+    case 128: return tile_impl<8>(a, qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part);
+    case 192: return tile_impl<12>(a, qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part);
+    default: return tile_impl<16>(a, qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part);
   }
 }
 

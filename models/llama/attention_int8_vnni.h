@@ -52,12 +52,15 @@ struct Int8Queries {
 void quantize_queries(const AttentionArgs& a, Int8Queries& qq);
 
 // The online-softmax update of one tile for the query heads of rows [r0, r1) and kv heads
-// [g0, g1): nk_all keys from key t0, whose K and V rows are kb, vb ([nk_all, n_kv_heads,
-// D + kKvInt8ScaleBytes] bytes, int8 heads with their scales). Row i uses its first
+// [g0, g1): nk_all <= kInt8VnniTile keys from key t0, read in place: krow[j], vrow[j] point at
+// key t0 + j's K and V cache rows ([n_kv_heads, D + kKvInt8ScaleBytes] bytes, int8 heads with
+// their scales). Each row is read once per kv head (into the transposed and paired layouts), so
+// unlike the float flavours this one gains nothing from a tile copy. Row i uses its first
 // min(nk_all, limits[i] - t0) keys. part: [n * H, partial_stride(D)] this split's partials,
 // (i, h) at row i * H + h.
 void attend_tile_int8_vnni(const AttentionArgs& a, const Int8Queries& qq, int64_t r0, int64_t r1, int64_t g0,
-                           int64_t g1, int64_t t0, int64_t nk_all, const int8_t* kb, const int8_t* vb, float* part);
+                           int64_t g1, int64_t t0, int64_t nk_all, const int8_t* const* krow,
+                           const int8_t* const* vrow, float* part);
 
 }  // namespace detail
 
