@@ -278,34 +278,21 @@ SPECLAB_VNNI void tile_impl(const AttentionArgs& a, const Int8Queries& qq, int64
   }
 }
 
-// One head of D floats as quantize_kv_heads stores it (the same bytes: max is exact, and the
-// conversion rounds to nearest even as std::nearbyint does), and the sum of its int8 values.
-SPECLAB_VNNI void quantize_head(const float* x, int64_t D, int8_t* out, int32_t* sum) {
-  __m512 amax = _mm512_setzero_ps();
-  for (int64_t d = 0; d < D; d += 16) amax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + d)), amax);
-  const float am = _mm512_reduce_max_ps(amax);
-  const float scale = am / 127.f, inv = am > 0.f ? 127.f / am : 0.f;
-  const __m512 iv = _mm512_set1_ps(inv);
-  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-  __m512i s = _mm512_setzero_si512();
-  for (int64_t d = 0; d < D; d += 16) {
-    const __m512i r = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + d), iv)), lo), hi);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + d), _mm512_cvtepi32_epi8(r));
-    s = _mm512_add_epi32(s, r);
-  }
-  *sum = _mm512_reduce_add_epi32(s);
-  std::memcpy(out + D, &scale, sizeof(float));
-}
-
 }  // namespace
 
 void quantize_queries(const AttentionArgs& a, Int8Queries& qq) {
   const int64_t D = a.head_dim, H = a.n_heads, hs = D + kKvInt8ScaleBytes;
   qq.q8.resize(static_cast<size_t>(a.n * H * hs));
   qq.qsum.resize(static_cast<size_t>(a.n * H));
-  for (int64_t i = 0; i < a.n; ++i)
-    for (int64_t h = 0; h < H; ++h)
-      quantize_head(a.q + i * a.q_stride + h * D, D, qq.q8.data() + (i * H + h) * hs, qq.qsum.data() + i * H + h);
+  for (int64_t i = 0; i < a.n; ++i) {
+    int8_t* row = qq.q8.data() + i * H * hs;
+    quantize_kv_heads(a.q + i * a.q_stride, H, D, row);
+    for (int64_t h = 0; h < H; ++h) {
+      int32_t sum = 0;
+      for (int64_t d = 0; d < D; ++d) sum += row[h * hs + d];
+      qq.qsum[static_cast<size_t>(i * H + h)] = sum;
+    }
+  }
 }
 
 void attend_tile_int8_vnni(const AttentionArgs& a, const Int8Queries& qq, int64_t r0, int64_t r1, int64_t g0,

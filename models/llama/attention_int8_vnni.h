@@ -48,7 +48,7 @@ struct Int8Queries {
   std::vector<int32_t> qsum;  // [n * H]: the sum of each head's D int8 values
 };
 
-// Fills qq for a.q (the same bytes as quantize_kv_heads over each row's n_heads heads; SIMD).
+// Fills qq for a.q (quantize_kv_heads over each row's n_heads heads).
 void quantize_queries(const AttentionArgs& a, Int8Queries& qq);
 
 // The online-softmax update of one tile for the query heads of rows [r0, r1) and kv heads

@@ -19,7 +19,8 @@ static_assert(kKvInt8ScaleBytes == sizeof(float), "the scale is one float32");
 // out[h][0..D) = q with q[d] = round-to-nearest-even(x[h][d] * 127 / max|x[h]|), clamped to
 // [-127, 127], and out[h][D..D+4) the float32 scale s = max|x[h]| / 127 (0 when the head is all
 // zero: q = 0). Non-finite input is not carried: a NaN element is skipped by the max and stored
-// as -127 (a float16 or float32 cache would keep it).
+// as -127 (a float16 or float32 cache would keep it). The same bytes on every ISA (AVX-512 when
+// kernel_isa() allows it and D % 16 == 0, else scalar).
 // x: [heads, D] float32; out: [heads, D + kKvInt8ScaleBytes] bytes.
 void quantize_kv_heads(const float* x, int64_t heads, int64_t D, int8_t* out);
 

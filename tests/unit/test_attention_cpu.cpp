@@ -468,40 +468,47 @@ TEST_CASE("attend_rows over an int8 cache: a row is bit-identical alone, among n
     }
 }
 
-TEST_CASE("the int8 VNNI flavour quantizes each query head as quantize_kv_heads does, byte for byte",
+TEST_CASE("quantize_kv_heads gives the scalar loop's bytes on every ISA; quantize_queries sums them",
           "[attention][int8]") {
   Restore restore;
-  if (best_kernel_isa() < KernelIsa::kAvx512Vnni) {
-    WARN("skipped: this CPU has no AVX-512 VNNI, the only ISA that calls quantize_queries");
-    return;
-  }
-  for (int64_t D : {64, 128, 192, 256}) {
+  for (int64_t D : {8, 36, 64, 128, 192, 256}) {
     Case c(3, 4, 2, D, 10, false, static_cast<uint32_t>(D));
     float* q = c.q.data();
     std::fill(q + c.q_stride, q + c.q_stride + D, 0.f);  // row 1, head 0: all zero (scale 0)
     q[2 * c.q_stride + D + 5] = 1e30f;                   // row 2, head 1: one huge element
     q[2 * c.q_stride + D + 6] = -3e29f;
-    q[2 * c.q_stride + 2 * D + 7] = 0.5f * 127.f / 3.f;  // a value on a rounding boundary after scaling
-    cpu::AttentionArgs a;
-    a.q = q;
-    a.q_stride = c.q_stride;
-    a.n = c.n;
-    a.n_heads = c.H;
-    a.head_dim = D;
-    cpu::detail::Int8Queries qq;
-    cpu::detail::quantize_queries(a, qq);
+    q[2 * c.q_stride + 2 * D + 1] = std::nanf("");       // row 2, head 2: a NaN (skipped, stored as -127)
+    // Row 0, head 3: values on rounding boundaries after scaling (127 / max = 1: x.5 ties to even).
+    for (int64_t d = 0; d < D; ++d) q[3 * D + d] = d == 0 ? 127.f : static_cast<float>(d % 7) - 3.5f;
     const int64_t hs = D + cpu::kKvInt8ScaleBytes;
-    std::vector<int8_t> want(static_cast<size_t>(c.H * hs));
-    for (int64_t i = 0; i < c.n; ++i) {
-      cpu::quantize_kv_heads(q + i * c.q_stride, c.H, D, want.data());
-      INFO("D " << D << " row " << i);
-      REQUIRE(std::memcmp(qq.q8.data() + i * c.H * hs, want.data(), want.size()) == 0);
-      for (int64_t h = 0; h < c.H; ++h) {
-        int32_t sum = 0;
-        for (int64_t d = 0; d < D; ++d) sum += want[static_cast<size_t>(h * hs + d)];
-        CHECK(qq.qsum[static_cast<size_t>(i * c.H + h)] == sum);
+    std::vector<int8_t> want(static_cast<size_t>(c.n * c.H * hs)), got(want.size());
+    set_kernel_isa_cap(KernelIsa::kScalar);
+    for (int64_t i = 0; i < c.n; ++i) cpu::quantize_kv_heads(q + i * c.q_stride, c.H, D, want.data() + i * c.H * hs);
+    for (KernelIsa isa : runnable_isas()) {
+      set_kernel_isa_cap(isa);
+      INFO("D " << D << " kernel ISA " << kernel_isa_name(isa));
+      for (int64_t i = 0; i < c.n; ++i) cpu::quantize_kv_heads(q + i * c.q_stride, c.H, D, got.data() + i * c.H * hs);
+      REQUIRE(std::memcmp(got.data(), want.data(), want.size()) == 0);
+      if (cpu::int8_vnni_attention(cpu::KvElement::kInt8, D)) {
+        cpu::AttentionArgs a;
+        a.q = q;
+        a.q_stride = c.q_stride;
+        a.n = c.n;
+        a.n_heads = c.H;
+        a.head_dim = D;
+        cpu::detail::Int8Queries qq;
+        cpu::detail::quantize_queries(a, qq);
+        REQUIRE(std::memcmp(qq.q8.data(), want.data(), want.size()) == 0);
+        for (int64_t h = 0; h < c.n * c.H; ++h) {
+          int32_t sum = 0;
+          for (int64_t d = 0; d < D; ++d) sum += want[static_cast<size_t>(h * hs + d)];
+          CHECK(qq.qsum[static_cast<size_t>(h)] == sum);
+        }
       }
     }
+    CHECK(want[static_cast<size_t>((2 * c.H + 2) * hs + 1)] == -127);  // the NaN
+    CHECK(want[static_cast<size_t>(3 * hs + 1)] == -2);                // -2.5 ties to even
+    CHECK(want[static_cast<size_t>(3 * hs + 2)] == -2);                // -1.5 ties to even
   }
 }
 
