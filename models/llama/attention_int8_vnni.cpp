@@ -10,7 +10,6 @@
 #include <cstring>
 #include <limits>
 
-#include "framework/core/error.h"
 #include "models/llama/gemv.h"
 #include "models/llama/simd_exp.h"
 
@@ -138,7 +137,9 @@ SPECLAB_VNNI void run_block(const AttentionArgs& a, const Int8Queries& qq, const
     for (int kg = 0; kg < kGroups; ++kg) {
       const __m512 p = _mm512_maskz_mov_ps(m[kg], exp16_avx512(_mm512_sub_ps(sc[kg], mv)));  // 0 past nk
       psum = _mm512_add_ps(psum, p);
-      sc[kg] = _mm512_mul_ps(p, _mm512_load_ps(vmul + 16 * kg));  // the weight p_j s_vj
+      // The weight p_j s_vj, 0 past nk (masked: a key this row does not read may hold an inf
+      // scale, and 0 * inf would make W NaN for every row that shares the tile).
+      sc[kg] = _mm512_maskz_mul_ps(m[kg], p, _mm512_load_ps(vmul + 16 * kg));
       wmax = _mm512_max_ps(wmax, sc[kg]);
     }
     st[k][1] = st[k][1] * alpha[k] + _mm512_reduce_add_ps(psum);
@@ -194,7 +195,7 @@ SPECLAB_VNNI void run_block(const AttentionArgs& a, const Int8Queries& qq, const
   }
 }
 
-// Query heads per batch of tile_impl (a kv head group's heads times rows of a work item).
+// Query heads per batch of tile_impl (a kv head group's heads times a work item's rows).
 constexpr int64_t kMaxQueries = 128;
 
 // The queries qs[0, count) in blocks of Q (the last one smaller).
@@ -263,18 +264,20 @@ SPECLAB_VNNI void tile_impl(const AttentionArgs& a, const Int8Queries& qq, int64
         _mm512_store_si512(vi + p * NV + 2 * c + 1, _mm512_unpackhi_epi16(x, y));
       }
     }
-    // The group's queries in batches of at most kMaxQueries (rows [r0, r1) are few: a work item's).
-    int64_t i = r0;
-    while (i < r1) {
-      int64_t count = 0;
-      for (; i < r1 && count + G <= kMaxQueries; ++i) {
-        const int64_t nk = std::min(nk_all, a.limits[i] - t0);
-        if (nk <= 0) continue;
-        for (int64_t h = g * G; h < (g + 1) * G; ++h) queries[count++] = {i, h, nk};
+    // The group's queries, in batches of at most kMaxQueries.
+    int64_t count = 0;
+    for (int64_t i = r0; i < r1; ++i) {
+      const int64_t nk = std::min(nk_all, a.limits[i] - t0);
+      if (nk <= 0) continue;
+      for (int64_t h = g * G; h < (g + 1) * G; ++h) {
+        queries[count++] = {i, h, nk};
+        if (count == kMaxQueries) {
+          run_queries<Q, NV>(a, qq, queries, count, kt, vi, kmul, vmul, part);
+          count = 0;
+        }
       }
-      SPECLAB_CHECK(count > 0 || i == r1, "attend_rows: a kv head group of more than kMaxQueries query heads");
-      run_queries<Q, NV>(a, qq, queries, count, kt, vi, kmul, vmul, part);
     }
+    if (count > 0) run_queries<Q, NV>(a, qq, queries, count, kt, vi, kmul, vmul, part);
   }
 }
 

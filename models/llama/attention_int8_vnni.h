@@ -14,8 +14,9 @@
 // weights' (up to 1/65534 of the tile's largest): see tests/unit/test_attention_cpu.cpp.
 //
 // Bit-identity (attention_cpu.h): integer sums are exact whatever order or grouping computes
-// them, and every float step of a query is a function of its own data and key count, so a row's
-// result is the same alone, among n rows and on any thread count. It differs from the float
+// them, and every float step of a query is a function of its own data and key count (keys past
+// a row's count are masked out, even where their scales are not finite), so a row's result is
+// the same alone, among n rows and on any thread count. It differs from the float
 // flavours' (another arithmetic), as they differ from each other.
 //
 // Internal to attend_rows(): the tile loop, splits and merge stay attention_cpu.cpp's.
@@ -34,8 +35,8 @@ bool int8_vnni_attention(KvElement kv, int64_t head_dim);
 
 namespace detail {
 
-// Keys per tile of this flavour (attend_rows() copies tiles of this size for it): a multiple of
-// 16, dividing kAttentionSplit. Fixed: changing it changes results in the last bits.
+// Keys per tile of this flavour (attend_rows() hands it tiles of this size, read in place): a
+// multiple of 16, dividing kAttentionSplit. Fixed: changing it changes results in the last bits.
 constexpr int64_t kInt8VnniTile = 64;
 static_assert(kAttentionSplit % kInt8VnniTile == 0, "tiles must not straddle splits");
 

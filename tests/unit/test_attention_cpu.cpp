@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -444,7 +445,9 @@ TEST_CASE("attend_rows over an int8 cache: a row is bit-identical alone, among n
   const KernelIsa isa = GENERATE(from_range(runnable_isas()));
   set_kernel_isa_cap(isa);
   INFO("kernel ISA " << kernel_isa_name(isa));
-  for (const Shape& sh : std::vector<Shape>{{9, 3, 64}, {12, 2, 128}, {4, 1, 256}})
+  if (best_kernel_isa() < KernelIsa::kAvx512Vnni)
+    WARN("this CPU has no AVX-512 VNNI: the integer flavour (attention_int8_vnni.h) is not exercised here");
+  for (const Shape& sh : std::vector<Shape>{{9, 3, 64}, {12, 2, 128}, {6, 2, 192}, {4, 1, 256}})
     for (int64_t ctx : {40, 300, 2100}) {
       const int64_t row = sh.H * sh.D;
       Case c(32, sh.H, sh.KVH, sh.D, ctx, true, static_cast<uint32_t>(ctx + 3));
@@ -465,6 +468,18 @@ TEST_CASE("attend_rows over an int8 cache: a row is bit-identical alone, among n
       Case bumped = c;
       bumped.k8[static_cast<size_t>(bumped.slot(0) * sh.KVH * (sh.D + cpu::kKvInt8ScaleBytes) + sh.D + 3)] ^= 0x01;
       CHECK_FALSE(same_bits(bumped.run_kv(31, 1, c.limits[31], cpu::KvElement::kInt8).data(), alone[31].data(), row));
+      // A key only the last row reads, with an infinite V scale (quantize_kv_heads stores one for
+      // an infinite value): the other rows, which share its tile, keep their bits.
+      Case poisoned = c;
+      const float inf = std::numeric_limits<float>::infinity();
+      for (int64_t g = 0; g < sh.KVH; ++g)
+        std::memcpy(poisoned.v8.data() + (poisoned.slot(ctx - 1) * sh.KVH + g) * (sh.D + cpu::kKvInt8ScaleBytes) + sh.D,
+                    &inf, sizeof(float));
+      const std::vector<float> among = poisoned.run_kv(0, 32, 0, cpu::KvElement::kInt8);
+      for (int64_t i = 0; i < 31; ++i) {
+        INFO("H " << sh.H << " ctx " << ctx << " row " << i << " beside a key with an infinite V scale");
+        REQUIRE(same_bits(among.data() + i * row, alone[i].data(), row));
+      }
     }
 }
 
@@ -478,6 +493,8 @@ TEST_CASE("quantize_kv_heads gives the scalar loop's bytes on every ISA; quantiz
     q[2 * c.q_stride + D + 5] = 1e30f;                   // row 2, head 1: one huge element
     q[2 * c.q_stride + D + 6] = -3e29f;
     q[2 * c.q_stride + 2 * D + 1] = std::nanf("");       // row 2, head 2: a NaN (skipped, stored as -127)
+    // Row 1, head 1: so small that 127 / max overflows to inf (products +-inf, and 0 * inf NaN).
+    for (int64_t d = 0; d < D; ++d) q[c.q_stride + D + d] = d % 3 == 0 ? 0.f : d % 3 == 1 ? 1e-38f : -2e-38f;
     // Row 0, head 3: values on rounding boundaries after scaling (127 / max = 1: x.5 ties to even).
     for (int64_t d = 0; d < D; ++d) q[3 * D + d] = d == 0 ? 127.f : static_cast<float>(d % 7) - 3.5f;
     const int64_t hs = D + cpu::kKvInt8ScaleBytes;
@@ -509,6 +526,8 @@ TEST_CASE("quantize_kv_heads gives the scalar loop's bytes on every ISA; quantiz
     CHECK(want[static_cast<size_t>((2 * c.H + 2) * hs + 1)] == -127);  // the NaN
     CHECK(want[static_cast<size_t>(3 * hs + 1)] == -2);                // -2.5 ties to even
     CHECK(want[static_cast<size_t>(3 * hs + 2)] == -2);                // -1.5 ties to even
+    CHECK(want[static_cast<size_t>((c.H + 1) * hs + 1)] == 127);       // tiny: +inf product
+    CHECK(want[static_cast<size_t>((c.H + 1) * hs + 2)] == -127);      // tiny: -inf product
   }
 }
 
