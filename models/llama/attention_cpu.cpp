@@ -546,10 +546,38 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
   const int64_t hs = q8 ? D + kKvInt8ScaleBytes : D;  // stored elements per kv head
   const int64_t row = a.n_kv_heads * hs, es = q8 ? 1 : f16 ? 2 : 4;
   const bool raw = !q8 && !f16 ? true : Ops::kReadsRaw;  // tiles hold the stored bytes (float32: always)
+  const char* const kc = static_cast<const char*>(a.k);
+  const char* const vc = static_cast<const char*>(a.v);
+  const int64_t c0 = g0 * hs, cn = (g1 - g0) * hs;  // the copied elements of a slot's row
   // The int8 VNNI flavour takes tiles of kInt8VnniTile keys (its per-tile steps cost more, its
   // per-key steps less).
   const int64_t tile = qq ? detail::kInt8VnniTile : kTile;
-  const size_t tile_bytes = static_cast<size_t>(tile * (raw ? row * es : kv_dim * 4));
+  // Hints the rows of the tile after the one at t0 (this split's) into L1.
+  const auto prefetch_next = [&](int64_t t0) {
+    if (t0 + tile >= j1) return;
+    const int64_t nk_next = std::min(tile, j1 - t0 - tile);
+    for (int64_t j = 0; j < nk_next; ++j) {
+      const int64_t off = (slot_of(a, t0 + tile + j) * row + c0) * es;
+      prefetch_lines(kc + off, cn * es);
+      prefetch_lines(vc + off, cn * es);
+    }
+  };
+  if (qq) {  // the int8 VNNI flavour reads the cache rows in place
+    const int8_t* krow[detail::kInt8VnniTile];
+    const int8_t* vrow[detail::kInt8VnniTile];
+    for (int64_t t0 = j0; t0 < j1; t0 += tile) {
+      const int64_t nk_all = std::min(tile, j1 - t0);
+      for (int64_t j = 0; j < nk_all; ++j) {
+        const int64_t off = slot_of(a, t0 + j) * row;
+        krow[j] = reinterpret_cast<const int8_t*>(kc) + off;
+        vrow[j] = reinterpret_cast<const int8_t*>(vc) + off;
+      }
+      prefetch_next(t0);
+      detail::attend_tile_int8_vnni(a, *qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part);
+    }
+    return;
+  }
+  const size_t tile_bytes = static_cast<size_t>(kTile * (raw ? row * es : kv_dim * 4));
   thread_local std::vector<float> kbuf, vbuf;  // float-aligned; raw tiles use them as bytes
   if (kbuf.size() * sizeof(float) < tile_bytes) {
     kbuf.resize((tile_bytes + 3) / 4);
@@ -557,30 +585,8 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
   }
   char* const kt = reinterpret_cast<char*>(kbuf.data());
   char* const vt = reinterpret_cast<char*>(vbuf.data());
-  const char* const kc = static_cast<const char*>(a.k);
-  const char* const vc = static_cast<const char*>(a.v);
-  const int64_t c0 = g0 * hs, cn = (g1 - g0) * hs;  // the copied elements of a slot's row
-  for (int64_t t0 = j0; t0 < j1; t0 += tile) {
-    const int64_t nk_all = std::min(tile, j1 - t0);
-    if (qq) {  // the int8 VNNI flavour reads the cache rows in place
-      const int8_t* krow[detail::kInt8VnniTile];
-      const int8_t* vrow[detail::kInt8VnniTile];
-      for (int64_t j = 0; j < nk_all; ++j) {
-        const int64_t off = slot_of(a, t0 + j) * row;
-        krow[j] = static_cast<const int8_t*>(a.k) + off;
-        vrow[j] = static_cast<const int8_t*>(a.v) + off;
-      }
-      if (t0 + tile < j1) {
-        const int64_t nk_next = std::min(tile, j1 - t0 - tile);
-        for (int64_t j = 0; j < nk_next; ++j) {
-          const int64_t off = slot_of(a, t0 + tile + j) * row + c0;
-          prefetch_lines(kc + off, cn);
-          prefetch_lines(vc + off, cn);
-        }
-      }
-      detail::attend_tile_int8_vnni(a, *qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part);
-      continue;
-    }
+  for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
+    const int64_t nk_all = std::min(kTile, j1 - t0);
     // Slots in a run of consecutive slots (a paged block's) are copied as one range when whole
     // rows are copied (cn == row): one memcpy per run instead of one per row.
     for (int64_t j = 0; j < nk_all;) {
@@ -605,14 +611,7 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
       }
       j += run;
     }
-    if (t0 + tile < j1) {
-      const int64_t nk_next = std::min(tile, j1 - t0 - tile);
-      for (int64_t j = 0; j < nk_next; ++j) {
-        const int64_t off = (slot_of(a, t0 + tile + j) * row + c0) * es;
-        prefetch_lines(kc + off, cn * es);
-        prefetch_lines(vc + off, cn * es);
-      }
-    }
+    prefetch_next(t0);
     if constexpr (Ops::kReadsRaw) {
       if (q8) {
         attend_tile<Ops, int8_t>(a, r0, r1, g0, g1, t0, nk_all, reinterpret_cast<const int8_t*>(kt),
