@@ -25,6 +25,7 @@
 
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
+#include "framework/core/step_profile.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/observers.h"
 #include "framework/draft/builtin/model_drafter.h"
@@ -117,7 +118,9 @@ double prefill_seconds(const Model& model, int64_t n, int reps) {
 // Seconds for one forward of n new tokens on top of `ctx` cached ones (a verification pass of
 // gamma = n - 1 drafts), best of `reps` (the cache is rolled back between them). `kv_dtype` as
 // for cached_step_seconds.
-double batch_forward_seconds(const Model& model, int64_t ctx, int64_t n, int reps, const std::string& kv_dtype = "") {
+// With `profile`, each pass also adds its time per layer-loop step to *profile.
+double batch_forward_seconds(const Model& model, int64_t ctx, int64_t n, int reps, const std::string& kv_dtype = "",
+                             StepProfile* profile = nullptr) {
   ModelConfig c = model.config();
   if (!kv_dtype.empty()) c.kv_dtype = kv_dtype;
   ContiguousKv kv(c.kv_geometry(), ctx + n);
@@ -125,13 +128,63 @@ double batch_forward_seconds(const Model& model, int64_t ctx, int64_t n, int rep
                 ForwardOptions{{}, 1});
   kv.commit(ctx);
   at::Tensor toks = synthetic_tokens(n, c.vocab_size), pos = at::arange(ctx, ctx + n, at::kLong);
+  ForwardOptions opts;
+  opts.profile = profile;
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
-    model.forward(toks, pos, kv.append_view(n));
+    model.forward(toks, pos, kv.append_view(n), opts);
     best = std::min(best, since(t0));
   }
   return best;
+}
+
+// --step-profile: where a verification pass's time goes, step by step of the layer loop
+// (step_profile.h), for each n of `ns`: microseconds per forward (the mean over `reps` passes,
+// run after the timed ones), then what each extra row adds over n = 1 per step, in decode steps
+// (t_n - t_1) / (n - 1) / T_1, with T_1 the one-row pass's total. Fills report["step_profile"].
+void print_step_profile(const Model& model, int64_t ctx, const std::vector<int64_t>& ns, int reps,
+                        const std::string& kv_dtype, bool human, nlohmann::json& report) {
+  constexpr int kSteps = static_cast<int>(LoopStep::kCount);
+  std::map<int64_t, StepProfile> prof;
+  for (int64_t n : ns) batch_forward_seconds(model, ctx, n, reps, kv_dtype, &prof[n]);
+  const auto per_forward = [&](int64_t n, int k) {
+    const StepProfile& p = prof.at(n);
+    return p.seconds[static_cast<size_t>(k)] / static_cast<double>(std::max<int64_t>(1, p.forwards));
+  };
+  const auto total = [&](int64_t n) {
+    double t = 0.0;
+    for (int k = 0; k < kSteps; ++k) t += per_forward(n, k);
+    return t;
+  };
+  const std::string cache = kv_dtype.empty() ? "the model's" : kv_dtype;
+  if (human) {
+    std::printf("\nwhere a pass's time goes (--step-profile), context %lld, %s K/V cache: us per forward, mean of %d\n",
+                static_cast<long long>(ctx), cache.c_str(), reps);
+    std::printf("%-4s", "n");
+    for (int k = 0; k < kSteps; ++k) std::printf(" %10s", loop_step_name(static_cast<LoopStep>(k)));
+    std::printf(" %10s\n", "total");
+    for (int64_t n : ns) {
+      std::printf("%-4lld", static_cast<long long>(n));
+      for (int k = 0; k < kSteps; ++k) std::printf(" %10.1f", per_forward(n, k) * 1e6);
+      std::printf(" %10.1f\n", total(n) * 1e6);
+    }
+  }
+  const bool have_one = prof.count(1) != 0;
+  if (human && have_one) {
+    std::printf("added per extra row over n = 1, in one-row passes (%.1f us)\n", total(1) * 1e6);
+    for (int64_t n : ns) {
+      if (n == 1) continue;
+      std::printf("%-4lld", static_cast<long long>(n));
+      for (int k = 0; k < kSteps; ++k)
+        std::printf(" %10.3f", (per_forward(n, k) - per_forward(1, k)) / static_cast<double>(n - 1) / total(1));
+      std::printf(" %10.3f\n", (total(n) - total(1)) / static_cast<double>(n - 1) / total(1));
+    }
+  }
+  nlohmann::json& out = report["step_profile"][kv_dtype.empty() ? "model" : kv_dtype];
+  for (int64_t n : ns)
+    for (int k = 0; k < kSteps; ++k)
+      out[std::to_string(n)][loop_step_name(static_cast<LoopStep>(k))] = per_forward(n, k) * 1e6;
 }
 
 // Read bandwidth in bytes/s: summing a buffer much larger than the caches on the kernels'
@@ -369,7 +422,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   int steps = 16, naive_steps = 3;
   std::string llama_cpp = "auto", draft_model;
   int spec_gamma = 4, spec_steps = 24;
-  bool json_out = false, f32_compare = false;
+  bool json_out = false, f32_compare = false, step_profile = false;
   po::options_description desc("speclab bench");
   margs.add_to(desc);
   desc.add_options()
@@ -388,6 +441,9 @@ int cmd_bench(const std::vector<std::string>& args) {
        "and dtype): the share of a step spent outside model forwards")
       ("spec-gamma", po::value(&spec_gamma)->default_value(spec_gamma), "drafts per speculative step (--draft-model)")
       ("spec-steps", po::value(&spec_steps)->default_value(spec_steps), "speculative steps timed (--draft-model)")
+      ("step-profile", po::bool_switch(&step_profile),
+       "also time each step of the layer loop (norms, matmuls, attention, ...) in the verification passes, "
+       "over the model's cache and int8 (CPU only)")
       ("json", po::bool_switch(&json_out), "print one JSON object instead of the tables");
   po::variables_map vm;
   if (!parse_or_help("usage: speclab bench [options]", desc, args, vm)) return kExitOk;
@@ -528,6 +584,14 @@ int cmd_bench(const std::vector<std::string>& args) {
       report["verify_cost_kv_int8"][std::to_string(n)] = t / one8;
     }
     say("\n");
+  }
+  if (step_profile) {
+    if (on_device)
+      say("--step-profile: skipped on %s (the steps are asynchronous launches there)\n", c.device.c_str());
+    else {
+      print_step_profile(model, verify_ctx, verify_ns, verify_reps, "", !json_out, report);
+      if (!decode_rate8.empty()) print_step_profile(model, verify_ctx, verify_ns, verify_reps, "int8", !json_out, report);
+    }
   }
 
   const double rss_mib = peak_rss_mib();

@@ -21,6 +21,8 @@
 
 namespace speclab {
 
+struct StepProfile;  // framework/core/step_profile.h
+
 struct ForwardOptions {
   // Layers to run, ascending; empty = all. Skipped layers neither read nor write their KV.
   std::vector<int64_t> layers;
@@ -36,6 +38,9 @@ struct ForwardOptions {
   // null when hidden_layers is not empty.
   std::vector<int64_t> hidden_layers = {};
   std::vector<at::Tensor>* hidden_out = nullptr;  // [hidden_layers.size()] of [n, hidden]
+  // When set, the layer loop adds its wall time per step to *profile (step_profile.h; host
+  // time, meaningful on the CPU). Never changes a result.
+  StepProfile* profile = nullptr;
 };
 
 // Token ids as the [n] int64 tensor Model::forward takes.

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "framework/core/model.h"
+#include "framework/core/step_profile.h"
 #include "models/llama/llama_weights.h"
 
 namespace speclab {
@@ -52,19 +53,43 @@ inline void keep_hidden(const ForwardOptions& opts, int64_t l, const at::Tensor&
 template <class Ops>
 at::Tensor run_layers(Ops& ops, const LlamaWeights& w, const std::vector<int64_t>& layers, int64_t n, int64_t n_out,
                       const ForwardOptions& opts) {
+  StepClock clock(opts.profile);  // per-step wall time when opts.profile is set (step_profile.h)
   auto x = ops.embed();
+  clock.lap(LoopStep::kEmbed);
   for (int64_t l : layers) {
     const LlamaLayer& L = w.layers[static_cast<size_t>(l)];
     ops.begin_layer();
-    auto qkv = ops.linear(L.w_qkv, ops.rms_norm(x, L.attn_norm), L.b_qkv);
+    auto h = ops.rms_norm(x, L.attn_norm);
+    clock.lap(LoopStep::kNorm);
+    auto qkv = ops.linear(L.w_qkv, h, L.b_qkv);
+    clock.lap(LoopStep::kQkv);
     ops.rope_and_store(l, qkv);
-    ops.add(x, ops.linear(L.w_o, ops.attention(l, qkv), at::Tensor()));
-    auto gate_up = ops.linear(L.w_gate_up, ops.rms_norm(x, L.mlp_norm), at::Tensor());
-    ops.add(x, ops.linear(L.w_down, ops.swiglu(gate_up), at::Tensor()));
+    clock.lap(LoopStep::kRopeStore);
+    auto att = ops.attention(l, qkv);
+    clock.lap(LoopStep::kAttention);
+    auto o = ops.linear(L.w_o, att, at::Tensor());
+    clock.lap(LoopStep::kOutProj);
+    ops.add(x, o);
+    clock.lap(LoopStep::kAdd);
+    auto h2 = ops.rms_norm(x, L.mlp_norm);
+    clock.lap(LoopStep::kNorm);
+    auto gate_up = ops.linear(L.w_gate_up, h2, at::Tensor());
+    clock.lap(LoopStep::kGateUp);
+    auto act = ops.swiglu(gate_up);
+    clock.lap(LoopStep::kSwiglu);
+    auto down = ops.linear(L.w_down, act, at::Tensor());
+    clock.lap(LoopStep::kDown);
+    ops.add(x, down);
+    clock.lap(LoopStep::kAdd);
     if (!opts.hidden_layers.empty()) keep_hidden(opts, l, ops.view(x));
   }
   ops.begin_layer();
-  return ops.logits(ops.rms_norm(ops.last_rows(x, n_out < n ? n_out : n), w.final_norm));
+  auto hf = ops.rms_norm(ops.last_rows(x, n_out < n ? n_out : n), w.final_norm);
+  clock.lap(LoopStep::kNorm);
+  at::Tensor logits = ops.logits(hf);
+  clock.lap(LoopStep::kLmHead);
+  clock.finish();
+  return logits;
 }
 
 }  // namespace speclab

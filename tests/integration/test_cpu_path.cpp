@@ -13,6 +13,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/kv_geometry.h"
+#include "framework/core/step_profile.h"
 #include "models/llama/llama_model.h"
 #include "models/model_loader.h"
 #include "tests/support/stories260k.h"
@@ -297,4 +298,33 @@ TEST_CASE("hidden states: the CPU path equals the libtorch-op path, and the last
   subset.hidden_layers = {2};  // not run
   CHECK_THROWS_WITH(s.model->forward(t, p, sub.view(0, n, false), subset),
                     Catch::Contains("hidden layer 2 is not one of the layers that run"));
+}
+
+TEST_CASE("step profile: every step of the layer loop is timed, on both paths, and the logits do not change",
+          "[model][cpu_path][profile]") {
+  auto& s = testing::stories();
+  const ModelConfig& c = s.model->config();
+  const at::Tensor t = at::tensor(std::vector<int64_t>{1, 403, 407, 261, 378}, at::kLong);
+  const at::Tensor p = at::arange(5, at::kLong);
+  for (bool aten : {false, true}) {
+    INFO("libtorch-op path " << aten);
+    ScatteredKv a(c, 8, true), b(c, 8, true);
+    ForwardOptions plain, profiled;
+    plain.aten_reference = profiled.aten_reference = aten;
+    StepProfile prof;
+    profiled.profile = &prof;
+    const at::Tensor x = s.model->forward(t, p, a.view(0, 5, false), plain);
+    const at::Tensor y = s.model->forward(t, p, b.view(0, 5, false), profiled);
+    CHECK(at::equal(x, y));
+    CHECK(prof.forwards == 1);
+    for (int k = 0; k < static_cast<int>(LoopStep::kCount); ++k) {
+      INFO("step " << loop_step_name(static_cast<LoopStep>(k)));
+      CHECK(prof.seconds[static_cast<size_t>(k)] > 0.0);
+    }
+    // A second forward adds to the same profile.
+    const StepProfile before = prof;
+    s.model->forward(t.slice(0, 0, 1), at::arange(5, 6, at::kLong), b.view(5, 1, false), profiled);
+    CHECK(prof.forwards == 2);
+    CHECK(prof.at(LoopStep::kAttention) > before.at(LoopStep::kAttention));
+  }
 }
