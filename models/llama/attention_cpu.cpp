@@ -20,6 +20,7 @@
 #include "models/llama/gemv.h"
 #include "models/llama/packed_blocks_avx2.h"
 #include "models/llama/simd_exp.h"
+#include "models/llama/tile_prefetch.h"
 
 namespace speclab::cpu {
 
@@ -84,8 +85,9 @@ struct ScalarOps : QueryByQuery<ScalarOps> {
   // after the other.
   template <int Q, class E>
   static void scores_q(const float* const* q, const E* const* krow, int64_t nk, int64_t D, float scale,
-                       const float* mul, float* const* s) {
+                       const float* mul, float* const* s, detail::TilePrefetch* pf) {
     static_assert(std::is_same_v<E, float>, "the scalar flavour reads float32 tiles (kReadsRaw is false)");
+    if (pf) pf->step();
     for (int i = 0; i < Q; ++i) scores(q[i], krow, nk, D, scale, mul, s[i]);
   }
   template <int Q, class E>
@@ -223,9 +225,10 @@ struct Avx2Ops : QueryByQuery<Avx2Ops> {
   template <int Q, class E>
   __attribute__((target("avx2,fma,f16c"))) static void scores_q(const float* const* q, const E* const* krow,
                                                                 int64_t nk, int64_t D, float scale, const float* mul,
-                                                                float* const* s) {
+                                                                float* const* s, detail::TilePrefetch* pf) {
     const __m128 sc = _mm_set1_ps(scale);
-    for (int64_t j = 0; j < nk; j += 8)
+    for (int64_t j = 0; j < nk; j += 8) {
+      if (pf) pf->step();
       for (int64_t half = 0; half < 8; half += 4) {
         const E* k[4];
         for (int64_t t = 0; t < 4; ++t) k[t] = krow[j + half + t < nk ? j + half + t : j];
@@ -246,6 +249,7 @@ struct Avx2Ops : QueryByQuery<Avx2Ops> {
           _mm_storeu_ps(s[i] + j + half, _mm_mul_ps(r, mul ? _mm_loadu_ps(mul + j + half) : sc));
         }
       }
+    }
   }
 
   // values() for Q <= 3 queries at once: each V vector is loaded once for the Q queries (blocks
@@ -315,9 +319,10 @@ struct Avx512Ops {
   // Q <= 3 queries of one kv head: 8 keys x Q queries accumulators, each K vector loaded once.
   template <int Q, class E>
   SPECLAB_A512 static void scores_q(const float* const* q, const E* const* krow, int64_t nk, int64_t D,
-                                    float scale, const float* mul, float* const* s) {
+                                    float scale, const float* mul, float* const* s, detail::TilePrefetch* pf) {
     const __m256 sc = _mm256_set1_ps(scale);
     for (int64_t j = 0; j < nk; j += 8) {
+      if (pf) pf->step();
       const E* k[8];
       for (int64_t t = 0; t < 8; ++t) k[t] = krow[j + t < nk ? j + t : j];
       __m512 acc[Q][8];
@@ -410,12 +415,6 @@ struct Avx512Ops {
 
 inline int64_t slot_of(const AttentionArgs& a, int64_t j) { return a.slots ? a.slots[j] : a.slot_base + j; }
 
-// Hints every 64-byte line that bytes [p, p + len) touch into L1.
-inline void prefetch_lines(const char* p, int64_t len) {
-  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63), end = reinterpret_cast<uintptr_t>(p) + len;
-  for (uintptr_t line = first; line < end; line += 64) _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
-}
-
 // Partial result of one (query, split): running max m, sum l of exp(s - m), and
 // acc = sum exp(s - m) v. Stored as [m, l, acc[D]].
 using detail::partial_stride;
@@ -424,10 +423,11 @@ using detail::partial_stride;
 // query's scores, max, rescale factor, exps and weighted values, as a function of its own data
 // only. st = [m, l, acc[D]] per query (partial_stride); s: [Q, kTile] scratch. kmul, vmul (int8
 // tiles; else null): per key, the factor of its score (its K scale times a.scale) and of its
-// softmax weight in the values (its V scale); the sum l takes the weights before vmul.
+// softmax weight in the values (its V scale); the sum l takes the weights before vmul. pf (or
+// null): the next tile's prefetch, stepped by the scores.
 template <class Ops, int Q, class E>
 void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const E* const* krow, const E* const* vrow,
-                  const float* kmul, const float* vmul, int64_t nk, float* part, float* s) {
+                  const float* kmul, const float* vmul, int64_t nk, float* part, float* s, detail::TilePrefetch* pf) {
   const int64_t D = a.head_dim, H = a.n_heads, ps = partial_stride(D);
   const float* q[Q];
   float* st[Q];
@@ -440,7 +440,7 @@ void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const E* const* 
     sq[k] = s + k * kTile;
     acc[k] = st[k] + 2;
   }
-  Ops::template scores_q<Q, E>(q, krow, nk, D, a.scale, kmul, sq);
+  Ops::template scores_q<Q, E>(q, krow, nk, D, a.scale, kmul, sq, pf);
   float tmax[Q], tsum[Q];
   Ops::template max_q<Q>(sq, nk, tmax);
   for (int k = 0; k < Q; ++k) {
@@ -462,10 +462,12 @@ void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const E* const* 
 // The queries of rows [r0, r1) and kv heads [g0, g1) over one tile: nk_all keys from key t0,
 // whose K and V rows are kb, vb: [nk_all, n_kv_heads, hs] elements of type E (float32; binary16
 // that the kernels widen as they load, hs = D; int8 values with their head's float32 scale in
-// the 4 bytes after them, hs = D + 4), kv heads [g0, g1) at their own offsets.
+// the 4 bytes after them, hs = D + 4), kv heads [g0, g1) at their own offsets. pf (or null)
+// steps once per block of 8 keys scored (score_steps() counts them).
 template <class Ops, class E>
 void attend_tile(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, int64_t t0,
-                 int64_t nk_all, const E* kb, const E* vb, int64_t hs, float* part, float* s) {
+                 int64_t nk_all, const E* kb, const E* vb, int64_t hs, float* part, float* s,
+                 detail::TilePrefetch* pf) {
   constexpr bool kQ8 = std::is_same_v<E, int8_t>;
   const int64_t D = a.head_dim, G = a.n_heads / a.n_kv_heads, row = a.n_kv_heads * hs;
   const E* krow[kTile];
@@ -496,14 +498,28 @@ void attend_tile(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int
       for (int64_t h = g * G; h < (g + 1) * G; h += 3) {
         const int64_t q_n = std::min<int64_t>(3, (g + 1) * G - h);
         if (q_n == 3)
-          tile_queries<Ops, 3>(a, i, h, krow, vrow, km, vm, nk, part, s);
+          tile_queries<Ops, 3>(a, i, h, krow, vrow, km, vm, nk, part, s, pf);
         else if (q_n == 2)
-          tile_queries<Ops, 2>(a, i, h, krow, vrow, km, vm, nk, part, s);
+          tile_queries<Ops, 2>(a, i, h, krow, vrow, km, vm, nk, part, s, pf);
         else
-          tile_queries<Ops, 1>(a, i, h, krow, vrow, km, vm, nk, part, s);
+          tile_queries<Ops, 1>(a, i, h, krow, vrow, km, vm, nk, part, s, pf);
       }
     }
   }
+}
+
+// How many blocks of 8 keys attend_tile() scores over a tile of nk_all keys from t0 (the steps
+// of its TilePrefetch): per kv head and row, ceil(nk / 8) per batch of up to 3 query heads. (The
+// scalar flavour steps once per batch; TilePrefetch::finish() hints what its steps left.)
+inline int64_t score_steps(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, int64_t t0,
+                           int64_t nk_all) {
+  const int64_t G = a.n_heads / a.n_kv_heads, batches = (G + 2) / 3;
+  int64_t blocks = 0;
+  for (int64_t i = r0; i < r1; ++i) {
+    const int64_t nk = std::min(nk_all, a.limits[i] - t0);
+    if (nk > 0) blocks += (nk + 7) / 8;
+  }
+  return blocks * batches * (g1 - g0);
 }
 
 // One work item: the keys of split `split`, rows [r0, r1), kv heads [g0, g1) and their query
@@ -538,7 +554,9 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
   // at context 2048 (perf). Both give the same bits for float16. Whole rows of consecutive slots
   // (a paged block's) go in one memcpy: one call per row cost more than the bytes it moved (a
   // SmolLM2 decode step's attention at context 512 took 30% less time with one call per run).
-  // The next tile's rows are prefetched while this tile's arithmetic runs. The int8 VNNI flavour
+  // The next tile's rows are prefetched while this tile's arithmetic runs, a few keys per block
+  // of scores (tile_prefetch.h: all at once, the hints stalled the core as long as the copy
+  // they were meant to hide). The int8 VNNI flavour
   // takes no copy: it reads each cache row once per kv head, in place (attention_int8_vnni.h;
   // attention_bench --kv i8, 1 thread, CPU time, context 512, 1 row: 12.4-13.2 us with the
   // copy, 9.9-10.2 without; context 2048: 58-61 with it, 46-62 without).
@@ -552,16 +570,15 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
   // The int8 VNNI flavour takes tiles of kInt8VnniTile keys (its per-tile steps cost more, its
   // per-key steps less).
   const int64_t tile = qq ? detail::kInt8VnniTile : kTile;
-  // Hints the rows of the tile after the one at t0 (this split's) into L1.
-  const auto prefetch_next = [&](int64_t t0) {
-    if (t0 + tile >= j1) return;
-    const int64_t nk_next = std::min(tile, j1 - t0 - tile);
-    for (int64_t j = 0; j < nk_next; ++j) {
-      const int64_t off = (slot_of(a, t0 + tile + j) * row + c0) * es;
-      prefetch_lines(kc + off, cn * es);
-      prefetch_lines(vc + off, cn * es);
-    }
-  };
+  // The next tile's rows, hinted a few keys at a time during this tile's arithmetic (tile_prefetch.h).
+  detail::TilePrefetch next_tile;
+  next_tile.slots = a.slots;
+  next_tile.slot_base = a.slot_base;
+  next_tile.k = kc;
+  next_tile.v = vc;
+  next_tile.row_bytes = row * es;
+  next_tile.offset = c0 * es;
+  next_tile.bytes = cn * es;
   if (qq) {  // the int8 VNNI flavour reads the cache rows in place
     const int8_t* krow[detail::kInt8VnniTile];
     const int8_t* vrow[detail::kInt8VnniTile];
@@ -572,8 +589,9 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
         krow[j] = reinterpret_cast<const int8_t*>(kc) + off;
         vrow[j] = reinterpret_cast<const int8_t*>(vc) + off;
       }
-      prefetch_next(t0);
-      detail::attend_tile_int8_vnni(a, *qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part);
+      next_tile.aim(t0 + tile, std::min(t0 + 2 * tile, j1), (g1 - g0) * detail::int8_vnni_prefetch_steps(D));
+      detail::attend_tile_int8_vnni(a, *qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part, &next_tile);
+      next_tile.finish();
     }
     return;
   }
@@ -611,20 +629,20 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
       }
       j += run;
     }
-    prefetch_next(t0);
+    next_tile.aim(t0 + kTile, std::min(t0 + 2 * kTile, j1), score_steps(a, r0, r1, g0, g1, t0, nk_all));
     if constexpr (Ops::kReadsRaw) {
-      if (q8) {
+      if (q8)
         attend_tile<Ops, int8_t>(a, r0, r1, g0, g1, t0, nk_all, reinterpret_cast<const int8_t*>(kt),
-                                 reinterpret_cast<const int8_t*>(vt), hs, part, s);
-        continue;
-      }
-      if (f16) {
+                                 reinterpret_cast<const int8_t*>(vt), hs, part, s, &next_tile);
+      else if (f16)
         attend_tile<Ops, uint16_t>(a, r0, r1, g0, g1, t0, nk_all, reinterpret_cast<const uint16_t*>(kt),
-                                   reinterpret_cast<const uint16_t*>(vt), D, part, s);
-        continue;
-      }
+                                   reinterpret_cast<const uint16_t*>(vt), D, part, s, &next_tile);
+      else
+        attend_tile<Ops, float>(a, r0, r1, g0, g1, t0, nk_all, kbuf.data(), vbuf.data(), D, part, s, &next_tile);
+    } else {
+      attend_tile<Ops, float>(a, r0, r1, g0, g1, t0, nk_all, kbuf.data(), vbuf.data(), D, part, s, &next_tile);
     }
-    attend_tile<Ops, float>(a, r0, r1, g0, g1, t0, nk_all, kbuf.data(), vbuf.data(), D, part, s);
+    next_tile.finish();
   }
 }
 

@@ -215,7 +215,7 @@ SPECLAB_VNNI void run_queries(const AttentionArgs& a, const Int8Queries& qq, con
 template <int NV>
 SPECLAB_VNNI void tile_impl(const AttentionArgs& a, const Int8Queries& qq, int64_t r0, int64_t r1, int64_t g0, int64_t g1,
                             int64_t t0, int64_t nk_all, const int8_t* const* krow, const int8_t* const* vrow,
-                            float* part) {
+                            float* part, TilePrefetch* pf) {
   constexpr int64_t D = 16 * NV;
   constexpr int Q = NV <= 4 ? 4 : NV <= 8 ? 2 : 1;  // queries per block: Q * NV value accumulators
   const int64_t G = a.n_heads / a.n_kv_heads, hs = D + kKvInt8ScaleBytes;
@@ -238,6 +238,7 @@ SPECLAB_VNNI void tile_impl(const AttentionArgs& a, const Int8Queries& qq, int64
     // Keys transposed 16 at a time, each 64-byte chunk of the head (keys past the tile: zero).
     for (int64_t c = 0; c < D / 64; ++c)
       for (int64_t kg = 0; kg < kGroups; ++kg) {
+        if (pf) pf->step();
         if (16 * kg >= nk_all) {  // no key of this group: zero lanes (their scores are never used)
           for (int64_t e = 0; e < 16; ++e) _mm512_store_si512(kt + kGroups * (16 * c + e) + kg, bias);
           continue;
@@ -253,6 +254,7 @@ SPECLAB_VNNI void tile_impl(const AttentionArgs& a, const Int8Queries& qq, int64
     // Values as int16 pairs of keys (2p, 2p + 1); keys past the tile: zero.
     const int64_t pairs = (nk_all + 1) / 2;
     for (int64_t p = 0; p < pairs; ++p) {
+      if (pf && p % 8 == 0) pf->step();
       const int8_t* v0 = vrow[2 * p] + at;
       const bool has1 = 2 * p + 1 < nk_all;
       const int8_t* v1 = has1 ? vrow[2 * p + 1] + at : v0;
@@ -300,12 +302,12 @@ void quantize_queries(const AttentionArgs& a, Int8Queries& qq) {
 
 void attend_tile_int8_vnni(const AttentionArgs& a, const Int8Queries& qq, int64_t r0, int64_t r1, int64_t g0,
                            int64_t g1, int64_t t0, int64_t nk_all, const int8_t* const* krow,
-                           const int8_t* const* vrow, float* part) {
+                           const int8_t* const* vrow, float* part, TilePrefetch* pf) {
   switch (a.head_dim) {
-    case 64: return tile_impl<4>(a, qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part);
-    case 128: return tile_impl<8>(a, qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part);
-    case 192: return tile_impl<12>(a, qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part);
-    default: return tile_impl<16>(a, qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part);
+    case 64: return tile_impl<4>(a, qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part, pf);
+    case 128: return tile_impl<8>(a, qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part, pf);
+    case 192: return tile_impl<12>(a, qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part, pf);
+    default: return tile_impl<16>(a, qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part, pf);
   }
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "models/llama/attention_cpu.h"
+#include "models/llama/tile_prefetch.h"
 
 namespace speclab::cpu {
 
@@ -58,10 +59,17 @@ void quantize_queries(const AttentionArgs& a, Int8Queries& qq);
 // their scales). Each row is read once per kv head (into the transposed and paired layouts), so
 // unlike the float flavours this one gains nothing from a tile copy. Row i uses its first
 // min(nk_all, limits[i] - t0) keys. part: [n * H, partial_stride(D)] this split's partials,
-// (i, h) at row i * H + h.
+// (i, h) at row i * H + h. pf (or null): the next tile's prefetch, stepped
+// int8_vnni_prefetch_steps(head_dim) times per kv head.
 void attend_tile_int8_vnni(const AttentionArgs& a, const Int8Queries& qq, int64_t r0, int64_t r1, int64_t g0,
                            int64_t g1, int64_t t0, int64_t nk_all, const int8_t* const* krow,
-                           const int8_t* const* vrow, float* part);
+                           const int8_t* const* vrow, float* part, TilePrefetch* pf);
+
+// How many times attend_tile_int8_vnni() steps its TilePrefetch per kv head of a tile: once per
+// group of 16 keys it transposes (D / 64 chunks each) and once per 8 value pairs.
+constexpr int64_t int8_vnni_prefetch_steps(int64_t head_dim) {
+  return head_dim / 64 * (kInt8VnniTile / 16) + kInt8VnniTile / 16;
+}
 
 }  // namespace detail
 
