@@ -460,16 +460,16 @@ void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const E* const* 
 }
 
 // The queries of rows [r0, r1) and kv heads [g0, g1) over one tile: nk_all keys from key t0,
-// whose K and V rows are kb, vb: [nk_all, n_kv_heads, hs] elements of type E (float32; binary16
-// that the kernels widen as they load, hs = D; int8 values with their head's float32 scale in
-// the 4 bytes after them, hs = D + 4), kv heads [g0, g1) at their own offsets. pf (or null)
-// steps once per block of 8 keys scored (score_steps() counts them).
+// key j's K and V rows at kr[j], vr[j]: [n_kv_heads, hs] elements of type E each (float32;
+// binary16 that the kernels widen as they load, hs = D; int8 values with their head's float32
+// scale in the 4 bytes after them, hs = D + 4), kv head g at g * hs. pf (or null) steps once per
+// block of 8 keys scored (score_steps() counts them).
 template <class Ops, class E>
 void attend_tile(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, int64_t t0,
-                 int64_t nk_all, const E* kb, const E* vb, int64_t hs, float* part, float* s,
+                 int64_t nk_all, const E* const* kr, const E* const* vr, int64_t hs, float* part, float* s,
                  detail::TilePrefetch* pf) {
   constexpr bool kQ8 = std::is_same_v<E, int8_t>;
-  const int64_t D = a.head_dim, G = a.n_heads / a.n_kv_heads, row = a.n_kv_heads * hs;
+  const int64_t D = a.head_dim, G = a.n_heads / a.n_kv_heads;
   const E* krow[kTile];
   const E* vrow[kTile];
   float kmul[kTile], vmul[kTile];  // int8 only; zero past nk_all (scores there are discarded)
@@ -479,8 +479,8 @@ void attend_tile(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int
   }
   for (int64_t g = g0; g < g1; ++g) {
     for (int64_t j = 0; j < nk_all; ++j) {
-      krow[j] = kb + j * row + g * hs;
-      vrow[j] = vb + j * row + g * hs;
+      krow[j] = kr[j] + g * hs;
+      vrow[j] = vr[j] + g * hs;
       if constexpr (kQ8) {
         float ks, vs;
         std::memcpy(&ks, krow[j] + D, sizeof(float));
@@ -522,6 +522,29 @@ inline int64_t score_steps(const AttentionArgs& a, int64_t r0, int64_t r1, int64
   return blocks * batches * (g1 - g0);
 }
 
+// The tiles of keys [j0, j1) read where the cache holds them (E: the cache's element type, which
+// the flavour reads as stored), the next tile's rows hinted meanwhile.
+template <class Ops, class E>
+void tiles_in_place(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, int64_t j0, int64_t j1,
+                    int64_t hs, float* part, float* s, detail::TilePrefetch& next_tile) {
+  const int64_t row = a.n_kv_heads * hs;
+  const E* const k = static_cast<const E*>(a.k);
+  const E* const v = static_cast<const E*>(a.v);
+  const E* kr[kTile];
+  const E* vr[kTile];
+  for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
+    const int64_t nk_all = std::min(kTile, j1 - t0);
+    for (int64_t j = 0; j < nk_all; ++j) {
+      const int64_t off = slot_of(a, t0 + j) * row;
+      kr[j] = k + off;
+      vr[j] = v + off;
+    }
+    next_tile.aim(t0 + kTile, std::min(t0 + 2 * kTile, j1), score_steps(a, r0, r1, g0, g1, t0, nk_all));
+    attend_tile<Ops, E>(a, r0, r1, g0, g1, t0, nk_all, kr, vr, hs, part, s, &next_tile);
+    next_tile.finish();
+  }
+}
+
 // One work item: the keys of split `split`, rows [r0, r1), kv heads [g0, g1) and their query
 // heads. For each tile and kv head g, the tile's K and V rows of g are loaded once and reused from
 // L1 by the (r1 - r0) * G queries that read them. How the work is cut into items does not change
@@ -542,31 +565,24 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
       std::fill(st + 2, st + 2 + D, 0.f);
     }
   float s[3 * kTile];
-  // The tile's K and V cache rows (kv heads [g0, g1) of each slot, contiguous), copied into
-  // [kTile, row] buffers at their own offsets: the copy reads each slot's row front to back,
-  // which the hardware prefetchers follow, and the kernels then read L1/L2. Read in place, one kv
-  // head's D of every kv_dim floats at a time, the rows streamed at a third of the memory
-  // bandwidth (decode at context 2048); attend_rows() therefore splits by kv head only when a
-  // call has too few (split, row block) items to keep the threads busy (short contexts).
-  // A float16 or int8 cache is copied as it is when the kernels widen as they load (the SIMD
-  // flavours): widening while copying stored twice the bytes, and the two float32 tiles (48 KiB
-  // for SmolLM2) overflowed a 32-48 KiB L1, which made the copy half of a decode step's attention
-  // at context 2048 (perf). Both give the same bits for float16. Whole rows of consecutive slots
-  // (a paged block's) go in one memcpy: one call per row cost more than the bytes it moved (a
-  // SmolLM2 decode step's attention at context 512 took 30% less time with one call per run).
-  // The next tile's rows are prefetched while this tile's arithmetic runs, a few keys per block
-  // of scores (tile_prefetch.h: all at once, the hints stalled the core as long as the copy
-  // they were meant to hide). The int8 VNNI flavour
-  // takes no copy: it reads each cache row once per kv head, in place (attention_int8_vnni.h;
-  // attention_bench --kv i8, 1 thread, CPU time, context 512, 1 row: 12.4-13.2 us with the
-  // copy, 9.9-10.2 without; context 2048: 58-61 with it, 46-62 without).
+  // The kernels read each tile's K and V rows where the cache holds them, while the next tile's
+  // rows are hinted into L1 a few keys per block of scores (tile_prefetch.h). Until 2026-11-27
+  // the rows were copied into [kTile, row] buffers first, one memcpy per run of consecutive slots,
+  // because read in place (one kv head's D of every row at a time) they streamed at a third of
+  // the memory bandwidth; the hints then went out all at once before the arithmetic and stalled
+  // the core as long as the loads they were meant to hide. With the hints spread over the tile,
+  // reading in place is faster than the copy (attention_bench --kv f16 --slots sequential
+  // --threads 1 --cpu-time 1, us per layer, three alternated rounds, SmolLM2: context 512, 1 row
+  // 17.5-17.7 -> 13.6-14.2; 2048, 1 row 80.5-83.0 -> 69.4-72.5; 512, 5 rows 58.5-60.6 ->
+  // 53.4-55.0). Only the scalar flavour still copies, to widen a float16 or dequantize an int8
+  // cache into float32 tiles. The int8 VNNI flavour reads in place too (attention_int8_vnni.h).
   const bool q8 = a.kv == KvElement::kInt8, f16 = a.kv == KvElement::kFloat16;
   const int64_t hs = q8 ? D + kKvInt8ScaleBytes : D;  // stored elements per kv head
   const int64_t row = a.n_kv_heads * hs, es = q8 ? 1 : f16 ? 2 : 4;
-  const bool raw = !q8 && !f16 ? true : Ops::kReadsRaw;  // tiles hold the stored bytes (float32: always)
+  const bool raw = !q8 && !f16 ? true : Ops::kReadsRaw;  // the flavour reads the stored elements (float32: always)
   const char* const kc = static_cast<const char*>(a.k);
   const char* const vc = static_cast<const char*>(a.v);
-  const int64_t c0 = g0 * hs, cn = (g1 - g0) * hs;  // the copied elements of a slot's row
+  const int64_t c0 = g0 * hs, cn = (g1 - g0) * hs;  // the elements of a slot's row this item reads
   // The int8 VNNI flavour takes tiles of kInt8VnniTile keys (its per-tile steps cost more, its
   // per-key steps less).
   const int64_t tile = qq ? detail::kInt8VnniTile : kTile;
@@ -595,53 +611,40 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
     }
     return;
   }
-  const size_t tile_bytes = static_cast<size_t>(kTile * (raw ? row * es : kv_dim * 4));
-  thread_local std::vector<float> kbuf, vbuf;  // float-aligned; raw tiles use them as bytes
-  if (kbuf.size() * sizeof(float) < tile_bytes) {
-    kbuf.resize((tile_bytes + 3) / 4);
-    vbuf.resize((tile_bytes + 3) / 4);
+  if (raw) {  // the tiles in place
+    if constexpr (Ops::kReadsRaw) {
+      if (q8) return tiles_in_place<Ops, int8_t>(a, r0, r1, g0, g1, j0, j1, hs, part, s, next_tile);
+      if (f16) return tiles_in_place<Ops, uint16_t>(a, r0, r1, g0, g1, j0, j1, hs, part, s, next_tile);
+    }
+    return tiles_in_place<Ops, float>(a, r0, r1, g0, g1, j0, j1, hs, part, s, next_tile);
   }
-  char* const kt = reinterpret_cast<char*>(kbuf.data());
-  char* const vt = reinterpret_cast<char*>(vbuf.data());
+  // The scalar flavour over a float16 or int8 cache: each tile widened into float32 buffers,
+  // [kTile, kv_dim], kv heads [g0, g1) of each key at their own offsets.
+  thread_local std::vector<float> kbuf, vbuf;
+  if (kbuf.size() < static_cast<size_t>(kTile * kv_dim)) {
+    kbuf.resize(static_cast<size_t>(kTile * kv_dim));
+    vbuf.resize(static_cast<size_t>(kTile * kv_dim));
+  }
+  const float* kr[kTile];
+  const float* vr[kTile];
+  for (int64_t j = 0; j < kTile; ++j) {
+    kr[j] = kbuf.data() + j * kv_dim;
+    vr[j] = vbuf.data() + j * kv_dim;
+  }
   for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
     const int64_t nk_all = std::min(kTile, j1 - t0);
-    // Slots in a run of consecutive slots (a paged block's) are copied as one range when whole
-    // rows are copied (cn == row): one memcpy per run instead of one per row.
-    for (int64_t j = 0; j < nk_all;) {
-      const int64_t slot = slot_of(a, t0 + j);
-      int64_t run = 1;
-      if (cn == row)
-        while (j + run < nk_all && slot_of(a, t0 + j + run) == slot + run) ++run;
-      const int64_t off = slot * row + c0, len = (run - 1) * row + cn;
-      if (raw) {
-        const int64_t at = (j * row + c0) * es;
-        std::memcpy(kt + at, kc + off * es, static_cast<size_t>(len * es));
-        std::memcpy(vt + at, vc + off * es, static_cast<size_t>(len * es));
-      } else if (f16) {  // widened while copied (exact)
-        load_f16(reinterpret_cast<const uint16_t*>(kc) + off, kbuf.data() + j * kv_dim + c0, len);
-        load_f16(reinterpret_cast<const uint16_t*>(vc) + off, vbuf.data() + j * kv_dim + c0, len);
-      } else {  // int8, dequantized while copied (the scalar flavour)
-        for (int64_t r = 0; r < run; ++r) {
-          const int64_t src = (slot + r) * row + c0, dst = (j + r) * kv_dim + g0 * D;
-          dequantize_kv_heads(reinterpret_cast<const int8_t*>(kc) + src, g1 - g0, D, kbuf.data() + dst);
-          dequantize_kv_heads(reinterpret_cast<const int8_t*>(vc) + src, g1 - g0, D, vbuf.data() + dst);
-        }
+    for (int64_t j = 0; j < nk_all; ++j) {
+      const int64_t off = slot_of(a, t0 + j) * row + c0, dst = j * kv_dim + c0;
+      if (f16) {  // exact
+        load_f16(reinterpret_cast<const uint16_t*>(kc) + off, kbuf.data() + dst, cn);
+        load_f16(reinterpret_cast<const uint16_t*>(vc) + off, vbuf.data() + dst, cn);
+      } else {
+        dequantize_kv_heads(reinterpret_cast<const int8_t*>(kc) + off, g1 - g0, D, kbuf.data() + j * kv_dim + g0 * D);
+        dequantize_kv_heads(reinterpret_cast<const int8_t*>(vc) + off, g1 - g0, D, vbuf.data() + j * kv_dim + g0 * D);
       }
-      j += run;
     }
     next_tile.aim(t0 + kTile, std::min(t0 + 2 * kTile, j1), score_steps(a, r0, r1, g0, g1, t0, nk_all));
-    if constexpr (Ops::kReadsRaw) {
-      if (q8)
-        attend_tile<Ops, int8_t>(a, r0, r1, g0, g1, t0, nk_all, reinterpret_cast<const int8_t*>(kt),
-                                 reinterpret_cast<const int8_t*>(vt), hs, part, s, &next_tile);
-      else if (f16)
-        attend_tile<Ops, uint16_t>(a, r0, r1, g0, g1, t0, nk_all, reinterpret_cast<const uint16_t*>(kt),
-                                   reinterpret_cast<const uint16_t*>(vt), D, part, s, &next_tile);
-      else
-        attend_tile<Ops, float>(a, r0, r1, g0, g1, t0, nk_all, kbuf.data(), vbuf.data(), D, part, s, &next_tile);
-    } else {
-      attend_tile<Ops, float>(a, r0, r1, g0, g1, t0, nk_all, kbuf.data(), vbuf.data(), D, part, s, &next_tile);
-    }
+    attend_tile<Ops, float>(a, r0, r1, g0, g1, t0, nk_all, kr, vr, D, part, s, &next_tile);
     next_tile.finish();
   }
 }
@@ -652,11 +655,11 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
 // per thread (under 768 keys on 2 threads) one item can hold most of the work while the other
 // threads wait: one split of n <= 8 rows ran on one thread, and 300 keys split 256 + 44. Then the
 // plan with the shortest estimated makespan (if at least 3% shorter than the default's) is taken
-// among kv-head groups (each item copies only its
-// heads' part of a tile; partial rows read less efficiently) and row blocks (each block copies
-// the tile again). The estimate: an item costs keys * heads * (rows + copy), copy = 1 row's worth
-// of arithmetic for whole rows (the tile copy took about as long as one row's scores, exps and
-// values, perf) and 1.5 for partial ones, items placed longest first on the least-loaded thread.
+// among kv-head groups (each item reads only its heads' part of a tile; partial rows read less
+// efficiently) and row blocks (each block reads the tile again). The estimate: an item costs
+// keys * heads * (rows + copy), copy = 1 row's worth of arithmetic for whole rows and 1.5 for
+// partial ones (set when the tiles were copied before use: the copy took about as long as one
+// row's scores, exps and values, perf), items placed longest first on the least-loaded thread.
 struct ItemPlan {
   int64_t rows, heads;
 };
