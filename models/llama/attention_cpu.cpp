@@ -463,7 +463,8 @@ void tile_queries(const AttentionArgs& a, int64_t i, int64_t h, const E* const* 
 // key j's K and V rows at kr[j], vr[j]: [n_kv_heads, hs] elements of type E each (float32;
 // binary16 that the kernels widen as they load, hs = D; int8 values with their head's float32
 // scale in the 4 bytes after them, hs = D + 4), kv head g at g * hs. pf (or null) steps once per
-// block of 8 keys scored (score_steps() counts them).
+// block of 8 keys scored by the SIMD flavours, once per batch of queries by the scalar one
+// (score_steps() counts the former).
 template <class Ops, class E>
 void attend_tile(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, int64_t t0,
                  int64_t nk_all, const E* const* kr, const E* const* vr, int64_t hs, float* part, float* s,
@@ -571,11 +572,10 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
   // because read in place (one kv head's D of every row at a time) they streamed at a third of
   // the memory bandwidth; the hints then went out all at once before the arithmetic and stalled
   // the core as long as the loads they were meant to hide. With the hints spread over the tile,
-  // reading in place is faster than the copy (attention_bench --kv f16 --slots sequential
-  // --threads 1 --cpu-time 1, us per layer, three alternated rounds, SmolLM2: context 512, 1 row
-  // 17.5-17.7 -> 13.6-14.2; 2048, 1 row 80.5-83.0 -> 69.4-72.5; 512, 5 rows 58.5-60.6 ->
-  // 53.4-55.0). Only the scalar flavour still copies, to widen a float16 or dequantize an int8
-  // cache into float32 tiles. The int8 VNNI flavour reads in place too (attention_int8_vnni.h).
+  // reading in place is faster than the copy (docs/performance.md, "The next tile's prefetch
+  // spread over the current tile"). Only the scalar flavour still copies, to widen a float16 or
+  // dequantize an int8 cache into float32 tiles. The int8 VNNI flavour reads in place too
+  // (attention_int8_vnni.h).
   const bool q8 = a.kv == KvElement::kInt8, f16 = a.kv == KvElement::kFloat16;
   const int64_t hs = q8 ? D + kKvInt8ScaleBytes : D;  // stored elements per kv head
   const int64_t row = a.n_kv_heads * hs, es = q8 ? 1 : f16 ? 2 : 4;
@@ -587,14 +587,7 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
   // per-key steps less).
   const int64_t tile = qq ? detail::kInt8VnniTile : kTile;
   // The next tile's rows, hinted a few keys at a time during this tile's arithmetic (tile_prefetch.h).
-  detail::TilePrefetch next_tile;
-  next_tile.slots = a.slots;
-  next_tile.slot_base = a.slot_base;
-  next_tile.k = kc;
-  next_tile.v = vc;
-  next_tile.row_bytes = row * es;
-  next_tile.offset = c0 * es;
-  next_tile.bytes = cn * es;
+  detail::TilePrefetch next_tile(a.slots, a.slot_base, kc, vc, row * es, c0 * es, cn * es);
   if (qq) {  // the int8 VNNI flavour reads the cache rows in place
     const int8_t* krow[detail::kInt8VnniTile];
     const int8_t* vrow[detail::kInt8VnniTile];
@@ -634,13 +627,13 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
   for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
     const int64_t nk_all = std::min(kTile, j1 - t0);
     for (int64_t j = 0; j < nk_all; ++j) {
-      const int64_t off = slot_of(a, t0 + j) * row + c0, dst = j * kv_dim + c0;
+      const int64_t off = slot_of(a, t0 + j) * row + c0, dst = j * kv_dim + g0 * D;
       if (f16) {  // exact
         load_f16(reinterpret_cast<const uint16_t*>(kc) + off, kbuf.data() + dst, cn);
         load_f16(reinterpret_cast<const uint16_t*>(vc) + off, vbuf.data() + dst, cn);
       } else {
-        dequantize_kv_heads(reinterpret_cast<const int8_t*>(kc) + off, g1 - g0, D, kbuf.data() + j * kv_dim + g0 * D);
-        dequantize_kv_heads(reinterpret_cast<const int8_t*>(vc) + off, g1 - g0, D, vbuf.data() + j * kv_dim + g0 * D);
+        dequantize_kv_heads(reinterpret_cast<const int8_t*>(kc) + off, g1 - g0, D, kbuf.data() + dst);
+        dequantize_kv_heads(reinterpret_cast<const int8_t*>(vc) + off, g1 - g0, D, vbuf.data() + dst);
       }
     }
     next_tile.aim(t0 + kTile, std::min(t0 + 2 * kTile, j1), score_steps(a, r0, r1, g0, g1, t0, nk_all));
@@ -651,7 +644,7 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
 
 // How attend_rows() cuts a call into work items: `rows` rows by `heads` kv heads per (split, row
 // block, head group) item. The default, whole cache rows (all kv heads of a slot) and blocks of
-// kRowBlock rows, keeps long contexts reading each row front to back. With fewer than two splits
+// kRowBlock rows, keeps long contexts reading every line of each row once per item. With fewer than two splits
 // per thread (under 768 keys on 2 threads) one item can hold most of the work while the other
 // threads wait: one split of n <= 8 rows ran on one thread, and 300 keys split 256 + 44. Then the
 // plan with the shortest estimated makespan (if at least 3% shorter than the default's) is taken

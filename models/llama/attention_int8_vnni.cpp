@@ -12,6 +12,7 @@
 
 #include "models/llama/gemv.h"
 #include "models/llama/simd_exp.h"
+#include "models/llama/tile_prefetch.h"
 
 namespace speclab::cpu {
 

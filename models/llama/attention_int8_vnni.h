@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "models/llama/attention_cpu.h"
-#include "models/llama/tile_prefetch.h"
 
 namespace speclab::cpu {
 
@@ -35,6 +34,8 @@ namespace speclab::cpu {
 bool int8_vnni_attention(KvElement kv, int64_t head_dim);
 
 namespace detail {
+
+class TilePrefetch;  // tile_prefetch.h
 
 // Keys per tile of this flavour (attend_rows() hands it tiles of this size, read in place): a
 // multiple of 16, dividing kAttentionSplit. Fixed: changing it changes results in the last bits.
@@ -56,8 +57,8 @@ void quantize_queries(const AttentionArgs& a, Int8Queries& qq);
 // The online-softmax update of one tile for the query heads of rows [r0, r1) and kv heads
 // [g0, g1): nk_all <= kInt8VnniTile keys from key t0, read in place: krow[j], vrow[j] point at
 // key t0 + j's K and V cache rows ([n_kv_heads, D + kKvInt8ScaleBytes] bytes, int8 heads with
-// their scales). Each row is read once per kv head (into the transposed and paired layouts), so
-// unlike the float flavours this one gains nothing from a tile copy. Row i uses its first
+// their scales). Each row is read once per kv head (into the transposed and paired layouts). Row
+// i uses its first
 // min(nk_all, limits[i] - t0) keys. part: [n * H, partial_stride(D)] this split's partials,
 // (i, h) at row i * H + h. pf (or null): the next tile's prefetch, stepped
 // int8_vnni_prefetch_steps(head_dim) times per kv head.

@@ -279,7 +279,7 @@ TEST_CASE("attend_rows: results do not depend on the thread count", "[attention]
   INFO("kernel ISA " << kernel_isa_name(isa));
   // Contexts under one split (240) and of two or three splits (300, 600) are cut by kv head and
   // by row when a call has too few (split, row block) items for the threads (plan_items); 2048
-  // and 2500 are not. Both caches: the float16 copy takes only the item's kv heads.
+  // and 2500 are not. Both caches: an item reads (and the scalar flavour widens) only its kv heads.
   for (const Shape& sh : std::vector<Shape>{{9, 3, 64}, {12, 2, 128}})
     for (int64_t ctx : {240, 300, 600, 2048, 2500})
       for (int64_t n : {1, 5, 17})
