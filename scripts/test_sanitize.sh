@@ -19,10 +19,12 @@ case "$SUBSET" in
 esac
 JOBS=${JOBS:-$(nproc)}
 
-# The torch-free libraries' tests (speclab_core/tokenizers/loaders/math) and the fuzz
-# regressions: a few minutes, against ~1 h for the whole suite under ASan.
+# The torch-free libraries' tests (speclab_core/tokenizers/loaders/math), the CPU attention
+# kernel's (speclab_kernels: paged slot reads and next-tile prefetch over every cache type and
+# ISA; about 2 minutes instrumented on 2 cores) and the fuzz regressions: a few minutes, against
+# ~1 h for the whole suite under ASan.
 CI_TESTS=(test_core test_tokenizers test_chat_template test_gguf test_dequant test_safetensors test_llama2c
-          test_sampling test_acceptance test_block_manager test_fuzz_regressions)
+          test_sampling test_acceptance test_block_manager test_attention_cpu test_fuzz_regressions)
 
 bash scripts/setup.sh
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
