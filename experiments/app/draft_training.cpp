@@ -618,8 +618,11 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     agreement = trainer->validation_agreement();
   }
   if (c.architecture == "medusa") r.head_agreements = static_cast<MedusaTrainer&>(*trainer).head_agreements();
-  if (c.architecture == "eagle")  // draft steps 1..max(4, unroll): 4 is the default gamma
-    r.head_agreements = static_cast<EagleTrainer&>(*trainer).step_agreements(std::max<int64_t>(4, c.train.unroll));
+  if (c.architecture == "eagle") {  // draft steps 1..max(4, unroll): 4 is the default gamma
+    const auto& eagle = static_cast<const EagleTrainer&>(*trainer);
+    r.head_agreements = eagle.step_agreements(std::max<int64_t>(4, c.train.unroll));
+    r.first_step_topk = eagle.first_step_topk({1, 2, 4, 8});
+  }
   std::map<std::string, at::Tensor> out;
   for (const auto& kv : trained) out[kv.first] = *kv.second;
   out["vocab_ids"] = vocab_ids.to(at::kFloat);

@@ -49,6 +49,9 @@ struct TrainDraftResult {
   // By draft position k = 1..K: medusa per head (MedusaTrainer::head_agreements), eagle per
   // draft step on its own features (EagleTrainer::step_agreements, K = max(4, train.unroll)).
   std::vector<double> head_agreements;
+  // eagle: the first draft step's top-k coverage for k = 1, 2, 4, 8 (EagleTrainer::first_step_topk):
+  // what a draft tree with k first-level candidates could accept there.
+  std::vector<double> first_step_topk;
   int64_t train_pairs = 0, validation_pairs = 0, steps = 0;
 };
 

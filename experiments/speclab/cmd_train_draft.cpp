@@ -59,6 +59,10 @@ int cmd_train_draft(const std::vector<std::string>& args) {
     for (size_t k = 0; k < r.head_agreements.size(); ++k) std::printf(" %zu: %.3f", k + 1, r.head_agreements[k]);
     std::printf("\n");
   }
+  if (r.first_step_topk.size() == 4)
+    std::printf("first draft token: the target's token among the head's top 1 / 2 / 4 / 8: %.3f / %.3f / %.3f / %.3f "
+                "(what a draft tree with that many first-level candidates could accept)\n",
+                r.first_step_topk[0], r.first_step_topk[1], r.first_step_topk[2], r.first_step_topk[3]);
   return kExitOk;
 }
 

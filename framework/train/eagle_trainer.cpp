@@ -3,7 +3,9 @@
 #include <ATen/core/Reduction.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <utility>
 
 #include "framework/core/error.h"
@@ -105,6 +107,37 @@ std::vector<double> EagleTrainer::step_agreements(int64_t steps) const {
   std::vector<double> out;
   for (int64_t k = 0; k < steps; ++k)
     out.push_back(total[static_cast<size_t>(k)] ? static_cast<double>(agree[static_cast<size_t>(k)]) / static_cast<double>(total[static_cast<size_t>(k)]) : 0.0);
+  return out;
+}
+
+std::vector<double> EagleTrainer::first_step_topk(const std::vector<int64_t>& ks) const {
+  at::NoGradGuard no_grad;
+  int64_t kmax = 1;
+  for (int64_t k : ks) {
+    if (k < 1) throw Error(ErrorKind::kBadInput, "first_step_topk: k must be >= 1, got " + std::to_string(k));
+    kmax = std::max(kmax, k);
+  }
+  std::vector<int64_t> hit(ks.size(), 0);
+  int64_t total = 0;
+  for_each_pair_chunk(val_, 16, [&](const PairRows& p) {
+    const at::Tensor next = p.in_rows + 1;
+    const std::vector<at::Tensor> preds =
+        eagle_forward_unrolled(head_, val_.features.index_select(0, p.in_rows), val_.tokens.index_select(0, next),
+                               p.positions, p.segments, 1, true,
+                               val_.aux.defined() ? val_.aux.index_select(0, p.in_rows) : at::Tensor());
+    const at::Tensor rows = answer_labels(p, next);
+    const at::Tensor logits = eagle_logits(head_, preds[0]);  // [rows, head vocabulary]
+    const int64_t kk = std::min<int64_t>(kmax, logits.size(-1));
+    // [rows, kk] target ids of the head's kk best rows, best first (sorted, ties to the lower row).
+    const at::Tensor top = head_.vocab_ids.index_select(0, std::get<1>(logits.topk(kk, -1, true, true)).reshape({-1}))
+                               .reshape({-1, kk});
+    const at::Tensor match = top.eq(val_.target_top1.index_select(0, next).unsqueeze(1));  // [rows, kk]
+    for (size_t i = 0; i < ks.size(); ++i)
+      hit[i] += match.narrow(1, 0, std::min<int64_t>(ks[i], kk)).any(1).logical_and(rows).sum().item<int64_t>();
+    total += rows.sum().item<int64_t>();
+  });
+  std::vector<double> out;
+  for (int64_t h : hit) out.push_back(total ? static_cast<double>(h) / static_cast<double>(total) : 0.0);
   return out;
 }
 

@@ -46,6 +46,12 @@ class EagleTrainer : public DraftTrainer {
   // the target's top-1, over the answer-labelled rows that have a k-th draft token. Element 0 is
   // validation_agreement(). Conditional on the earlier tokens being right, as acceptance is.
   std::vector<double> step_agreements(int64_t steps) const;
+  // The first draft step's top-k coverage on the same pairs: for each k in ks (>= 1), the fraction
+  // where the target's top-1 is among the head's k most probable tokens (through its head
+  // vocabulary; ties to the lower row). Element for k = 1 is validation_agreement(). What a draft
+  // tree with k candidates at its first level could accept there (EAGLE-2, Li et al. 2024; a
+  // chain drafts only the top 1). Throws Error(kBadInput) for k < 1.
+  std::vector<double> first_step_topk(const std::vector<int64_t>& ks) const;
   int64_t steps_done() const override { return step_; }
 
   // Everything a resumed run needs: trained weights, AdamW moments ("adam_m."/"adam_v." + name)

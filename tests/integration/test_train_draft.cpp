@@ -489,6 +489,13 @@ TEST_CASE("train.unroll: the unrolled steps are the drafter's k-th drafts; train
   REQUIRE(r.head_agreements.size() == 4);  // draft steps 1..max(4, unroll)
   CHECK(r.head_agreements[0] == r.validation_agreement);
   for (double x : r.head_agreements) CHECK((x >= 0.0 && x <= 1.0));
+  // Top-k coverage of the first step (k = 1, 2, 4, 8): top 1 is the agreement itself (topk's
+  // best row is argmax's), and a wider top never covers less.
+  REQUIRE(r.first_step_topk.size() == 4);
+  CHECK(r.first_step_topk[0] == r.validation_agreement);
+  for (size_t i = 1; i < r.first_step_topk.size(); ++i) CHECK(r.first_step_topk[i] >= r.first_step_topk[i - 1]);
+  CHECK(r.first_step_topk[3] <= 1.0);
+  CHECK(r.first_step_topk[3] > r.first_step_topk[0]);  // a 40-step head is not that sure of itself
 
   c10::InferenceMode guard;
   ModelSource src;
