@@ -523,25 +523,27 @@ inline int64_t score_steps(const AttentionArgs& a, int64_t r0, int64_t r1, int64
   return blocks * batches * (g1 - g0);
 }
 
-// The tiles of keys [j0, j1) read where the cache holds them (E: the cache's element type, which
-// the flavour reads as stored), the next tile's rows hinted meanwhile.
-template <class Ops, class E>
-void tiles_in_place(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t g0, int64_t g1, int64_t j0, int64_t j1,
-                    int64_t hs, float* part, float* s, detail::TilePrefetch& next_tile) {
+// The tiles of `Tile` keys over [j0, j1), read where the cache holds them (E: the cache's element
+// type, read as stored), the next tile's rows hinted meanwhile: for each tile from key t0 with
+// nk keys, attend(t0, nk, kr, vr) gets key j's K and V rows at kr[j], vr[j] ([n_kv_heads, hs]
+// elements each) and steps next_tile steps(t0, nk) times.
+template <class E, int64_t Tile, class Steps, class Attend>
+void tiles_in_place(const AttentionArgs& a, int64_t j0, int64_t j1, int64_t hs, detail::TilePrefetch& next_tile,
+                    const Steps& steps, const Attend& attend) {
   const int64_t row = a.n_kv_heads * hs;
   const E* const k = static_cast<const E*>(a.k);
   const E* const v = static_cast<const E*>(a.v);
-  const E* kr[kTile];
-  const E* vr[kTile];
-  for (int64_t t0 = j0; t0 < j1; t0 += kTile) {
-    const int64_t nk_all = std::min(kTile, j1 - t0);
+  const E* kr[Tile];
+  const E* vr[Tile];
+  for (int64_t t0 = j0; t0 < j1; t0 += Tile) {
+    const int64_t nk_all = std::min(Tile, j1 - t0);
     for (int64_t j = 0; j < nk_all; ++j) {
       const int64_t off = slot_of(a, t0 + j) * row;
       kr[j] = k + off;
       vr[j] = v + off;
     }
-    next_tile.aim(t0 + kTile, std::min(t0 + 2 * kTile, j1), score_steps(a, r0, r1, g0, g1, t0, nk_all));
-    attend_tile<Ops, E>(a, r0, r1, g0, g1, t0, nk_all, kr, vr, hs, part, s, &next_tile);
+    next_tile.aim(t0 + Tile, std::min(t0 + 2 * Tile, j1), steps(t0, nk_all));
+    attend(t0, nk_all, kr, vr);
     next_tile.finish();
   }
 }
@@ -583,33 +585,30 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
   const char* const kc = static_cast<const char*>(a.k);
   const char* const vc = static_cast<const char*>(a.v);
   const int64_t c0 = g0 * hs, cn = (g1 - g0) * hs;  // the elements of a slot's row this item reads
-  // The int8 VNNI flavour takes tiles of kInt8VnniTile keys (its per-tile steps cost more, its
-  // per-key steps less).
-  const int64_t tile = qq ? detail::kInt8VnniTile : kTile;
   // The next tile's rows, hinted a few keys at a time during this tile's arithmetic (tile_prefetch.h).
   detail::TilePrefetch next_tile(a.slots, a.slot_base, kc, vc, row * es, c0 * es, cn * es);
-  if (qq) {  // the int8 VNNI flavour reads the cache rows in place
-    const int8_t* krow[detail::kInt8VnniTile];
-    const int8_t* vrow[detail::kInt8VnniTile];
-    for (int64_t t0 = j0; t0 < j1; t0 += tile) {
-      const int64_t nk_all = std::min(tile, j1 - t0);
-      for (int64_t j = 0; j < nk_all; ++j) {
-        const int64_t off = slot_of(a, t0 + j) * row;
-        krow[j] = reinterpret_cast<const int8_t*>(kc) + off;
-        vrow[j] = reinterpret_cast<const int8_t*>(vc) + off;
-      }
-      next_tile.aim(t0 + tile, std::min(t0 + 2 * tile, j1), (g1 - g0) * detail::int8_vnni_prefetch_steps(D));
-      detail::attend_tile_int8_vnni(a, *qq, r0, r1, g0, g1, t0, nk_all, krow, vrow, part, &next_tile);
-      next_tile.finish();
-    }
-    return;
-  }
-  if (raw) {  // the tiles in place
+  // The int8 VNNI flavour takes tiles of kInt8VnniTile keys (its per-tile steps cost more, its
+  // per-key steps less).
+  if (qq)
+    return tiles_in_place<int8_t, detail::kInt8VnniTile>(
+        a, j0, j1, hs, next_tile, [&](int64_t, int64_t) { return (g1 - g0) * detail::int8_vnni_prefetch_steps(D); },
+        [&](int64_t t0, int64_t nk, const int8_t* const* kr, const int8_t* const* vr) {
+          detail::attend_tile_int8_vnni(a, *qq, r0, r1, g0, g1, t0, nk, kr, vr, part, &next_tile);
+        });
+  if (raw) {  // the float flavours over the stored elements
+    const auto steps = [&](int64_t t0, int64_t nk) { return score_steps(a, r0, r1, g0, g1, t0, nk); };
+    const auto in_place = [&](auto element) {
+      using E = decltype(element);
+      tiles_in_place<E, kTile>(a, j0, j1, hs, next_tile, steps,
+                               [&](int64_t t0, int64_t nk, const E* const* kr, const E* const* vr) {
+                                 attend_tile<Ops, E>(a, r0, r1, g0, g1, t0, nk, kr, vr, hs, part, s, &next_tile);
+                               });
+    };
     if constexpr (Ops::kReadsRaw) {
-      if (q8) return tiles_in_place<Ops, int8_t>(a, r0, r1, g0, g1, j0, j1, hs, part, s, next_tile);
-      if (f16) return tiles_in_place<Ops, uint16_t>(a, r0, r1, g0, g1, j0, j1, hs, part, s, next_tile);
+      if (q8) return in_place(int8_t{});
+      if (f16) return in_place(uint16_t{});
     }
-    return tiles_in_place<Ops, float>(a, r0, r1, g0, g1, j0, j1, hs, part, s, next_tile);
+    return in_place(float{});
   }
   // The scalar flavour over a float16 or int8 cache: each tile widened into float32 buffers,
   // [kTile, kv_dim], kv heads [g0, g1) of each key at their own offsets.
