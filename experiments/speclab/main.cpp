@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "experiments/speclab/cli.h"
+#include "framework/core/blas_core.h"
 #include "framework/core/error.h"
 
 namespace {
@@ -36,6 +37,9 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
   using namespace speclab::cli;
+  // OpenBLAS's kernels for this CPU where it fell back to generic ones (libtorch's float32
+  // matmuls: train-draft, the libtorch-op backend); may execute the program again.
+  speclab::select_native_blas_core(argv);
   // A file-size limit (ulimit -f) makes writes fail with EFBIG, reported as an error, instead
   // of killing the process with SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);

@@ -13,6 +13,10 @@
 //     raw 64-bit outputs of the same stream.
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
+#include "framework/core/blas_core.h"
+
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -157,4 +161,20 @@ TEST_CASE("SPECLAB_CHECK throws kInternal naming the condition, and evaluates it
     CHECK(e.kind() == ErrorKind::kInternal);
     CHECK(e.message() == "internal check failed: refcount >= 0: block 7");
   }
+}
+
+TEST_CASE("native_blas_core: a generic OpenBLAS core on a CPU with AVX2 or AVX-512 is replaced", "[blas]") {
+  using speclab::native_blas_core;
+  // The fallback Debian's OpenBLAS 0.3.21 chose on an Intel Xeon of family 6 model 207.
+  REQUIRE(std::strcmp(native_blas_core("Prescott", true, true), "SkylakeX") == 0);
+  REQUIRE(std::strcmp(native_blas_core("prescott", true, false), "Haswell") == 0);
+  REQUIRE(std::strcmp(native_blas_core("Sandybridge", true, false), "Haswell") == 0);
+  REQUIRE(std::strcmp(native_blas_core("Bulldozer", true, true), "SkylakeX") == 0);
+  // A core with AVX2 kernels stays; so does any core on a CPU without AVX2 and FMA, and no OpenBLAS.
+  REQUIRE(native_blas_core("Haswell", true, true) == nullptr);
+  REQUIRE(native_blas_core("SkylakeX", true, true) == nullptr);
+  REQUIRE(native_blas_core("Zen", true, false) == nullptr);
+  REQUIRE(native_blas_core("Cooperlake", true, true) == nullptr);
+  REQUIRE(native_blas_core("Prescott", false, false) == nullptr);
+  REQUIRE(native_blas_core(nullptr, true, true) == nullptr);
 }

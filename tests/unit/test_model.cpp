@@ -1,6 +1,7 @@
 // Model building blocks checked against libtorch's own reference ops.
 #include "tests/torch_catch.h"
 
+#include "framework/core/blas_core.h"
 #include "models/llama/gemv.h"
 #include "models/loaders/dequant.h"
 #include "tests/support/kernel_isas.h"
@@ -127,4 +128,18 @@ TEST_CASE("gemm_small_packed with a corrupted block differs: the comparison can 
   gemm_small_packed(packed.data(), static_cast<uint32_t>(GgmlType::Q4_1), x.data_ptr<float>(), nullptr,
                     y.data_ptr<float>(), 1, 8, 64);
   CHECK((y - at::linear(x, deq)).abs().max().item<double>() > 1e-3);
+}
+
+// libtorch's float32 matmuls run on OpenBLAS here; main() (tests/catch_main.cpp, as the speclab
+// command line) makes it use this CPU's kernels where its own detection fell back to a generic
+// core (framework/core/blas_core.h). Fails when OPENBLAS_CORETYPE=Prescott is forced on an
+// AVX2 machine.
+TEST_CASE("OpenBLAS runs kernels for this CPU after main()", "[blas]") {
+  const char* core = speclab::loaded_blas_core();
+  if (!core) {
+    WARN("this libtorch does not load OpenBLAS (e.g. a wheel with MKL): nothing to check");
+    return;
+  }
+  INFO("OpenBLAS core: " << core);
+  REQUIRE(speclab::native_blas_core(core) == nullptr);
 }
