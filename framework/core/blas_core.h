@@ -6,7 +6,7 @@
 // kernels once, as the library loads, from the CPU's family and model; a CPU newer than the build
 // falls back to a generic core. On an Intel Xeon of family 6 model 207 (AVX-512) it chose
 // "Prescott", SSE3 kernels: sgemm ran at about 32 GFLOP/s against about 200 with "SkylakeX", and
-// a train-draft step took 3.2x as long (docs/performance.md). The only switch is the environment
+// a train-draft step took 2.3-3.2x as long (docs/performance.md). The only switch is the environment
 // variable OPENBLAS_CORETYPE, read at load time, so a program that finds such a fallback sets it
 // and executes itself again.
 #pragma once

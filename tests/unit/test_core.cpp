@@ -13,17 +13,15 @@
 //     raw 64-bit outputs of the same stream.
 #include <catch2/catch.hpp>
 
-#include <cstring>
-
-#include "framework/core/blas_core.h"
-
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <set>
 #include <stdexcept>
 #include <string>
 
+#include "framework/core/blas_core.h"
 #include "framework/core/error.h"
 #include "framework/core/rng.h"
 
