@@ -16,6 +16,7 @@
 
 #include "framework/core/error.h"
 #include "framework/engine/ar_decode.h"
+#include "framework/engine/batch_decode.h"
 #include "framework/io/prompt_loader.h"
 #include "framework/io/train_log.h"
 #include "framework/train/distill_trainer.h"
@@ -223,10 +224,10 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
   if (!out) throw Error(ErrorKind::kIo, "cannot write the answer cache", path);
   const bool chat = use_chat_template(target.info, c.data.prompts.chat);
   const int64_t K = std::max<int64_t>(2, std::llround(1.0 / c.data.validation_fraction));
-  GenerationOptions gen;
-  gen.max_new_tokens = c.data.answer_tokens;
-  SamplingOptions greedy;
   std::vector<Sample> samples;
+  std::vector<size_t> prompt_of;                  // samples[s] answers prompts[prompt_of[s]]
+  std::vector<TokenList> todo;                    // prompts without a cached answer
+  std::vector<size_t> todo_sample;                // their samples
   for (size_t i = 0; i < prompts.size(); ++i) {
     Sample s;
     s.prompt = encode_prompt(target.info, prompts[i].text, chat, c.data.prompts.system);
@@ -236,12 +237,26 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
     if (it != cached.end()) {
       s.answer = it->second;
     } else {
-      s.answer = generate_ar(*target.model, *target.info.tokenizer, s.prompt, gen, greedy).tokens;
-      out << nlohmann::json{{"i", i}, {"answer", s.answer}}.dump() << "\n" << std::flush;
+      todo.push_back(s.prompt);
+      todo_sample.push_back(samples.size());
     }
+    prompt_of.push_back(i);
     samples.push_back(std::move(s));
-    if (progress.stage && (i + 1) % 10 == 0) progress.stage("answers " + std::to_string(i + 1) + "/" + std::to_string(prompts.size()));
   }
+  // The missing answers, data.answer_batch prompts decoded together (engine/batch_decode.h:
+  // the same tokens as generate_ar's), each appended as it finishes.
+  GenerationOptions gen;
+  gen.max_new_tokens = c.data.answer_tokens;
+  BatchDecodeOptions batch;
+  batch.width = c.data.answer_batch;
+  size_t done = samples.size() - todo.size();
+  generate_ar_batch(*target.model, *target.info.tokenizer, todo, gen, batch, [&](size_t t, const TokenList& answer) {
+    Sample& s = samples[todo_sample[t]];
+    s.answer = answer;
+    out << nlohmann::json{{"i", prompt_of[todo_sample[t]]}, {"answer", s.answer}}.dump() << "\n" << std::flush;
+    if (progress.stage && ++done % 10 == 0)
+      progress.stage("answers " + std::to_string(done) + "/" + std::to_string(samples.size()));
+  });
   return samples;
 }
 

@@ -74,6 +74,26 @@ class Model {
   virtual at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                              const ForwardOptions& opts = {}) const = 0;
 
+  // One new token for each of B sequences in one pass (batched decoding, e.g. the target
+  // answering many prompts: engine/batch_decode.h).
+  //   tokens:    [B] int64, token b is sequence b's next token
+  //   positions: [B] int64, its position (the last of its view's ctx_len)
+  //   kv:        [B] views, kv[b] writing exactly one slot; all over the same cache tensors
+  // returns:     [B, vocab] float32 logits; row b is what forward() of token b alone over kv[b]
+  //              returns, bit for bit where B <= row_exact_batch().
+  // This default runs those B forwards one after the other; a model with a batched kernel
+  // path overrides it.
+  virtual at::Tensor forward_decode_batch(const at::Tensor& tokens, const at::Tensor& positions,
+                                          const std::vector<KvView>& kv) const {
+    std::vector<at::Tensor> rows;
+    rows.reserve(kv.size());
+    for (size_t b = 0; b < kv.size(); ++b) {
+      const int64_t i = static_cast<int64_t>(b);
+      rows.push_back(forward(tokens.narrow(0, i, 1), positions.narrow(0, i, 1), kv[b]));
+    }
+    return at::cat(rows, 0);
+  }
+
   // Bytes held by the weights in memory.
   virtual uint64_t weight_bytes() const = 0;
   // Bytes of weights one decode step reads: weight_bytes() less what a step does not stream (an

@@ -15,6 +15,7 @@ const Table<DraftDataOptions>& data_table() {
   static const Table<D> t("data", {
       field("prompts", {}, &D::prompts, section(prompt_options_table())),
       field("answer_tokens", {}, &D::answer_tokens),
+      field("answer_batch", {}, &D::answer_batch),
       field("max_prompt_tokens", {}, &D::max_prompt_tokens),
       field("validation_fraction", {}, &D::validation_fraction),
       field("cache_dir", {}, &D::cache_dir, path()),
@@ -105,6 +106,8 @@ void TrainDraftConfig::validate() const {
     if (const char* set = config::evaluation_set(f))
       bad("data.prompts", "training prompts must not come from an evaluation set: " + f + " is " + set);
   if (data.answer_tokens < 1) bad("data.answer_tokens", "expected at least 1, found " + std::to_string(data.answer_tokens));
+  if (data.answer_batch < 1 || data.answer_batch > 32)
+    bad("data.answer_batch", "expected 1 to 32 prompts answered together, found " + std::to_string(data.answer_batch));
   if (data.max_prompt_tokens < 1)
     bad("data.max_prompt_tokens", "expected at least 1, found " + std::to_string(data.max_prompt_tokens));
   if (!(data.validation_fraction > 0 && data.validation_fraction < 1))

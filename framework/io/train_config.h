@@ -2,8 +2,8 @@
 // field tables and validate() in framework/io/train_config.cpp; torch-free).
 //
 //   target:  a model source (as models.target of `speclab run`)
-//   data:    prompts (the `prompts` section of `speclab run`), answer_tokens, max_prompt_tokens,
-//            validation_fraction, cache_dir
+//   data:    prompts (the `prompts` section of `speclab run`), answer_tokens, answer_batch,
+//            max_prompt_tokens, validation_fraction, cache_dir
 //   architecture: eagle | medusa | draft_model
 //   head:    vocab_top_n (0 = the target's full LM head; N = its N most frequent tokens),
 //            medusa_heads, draft_layers, aux_layers
@@ -24,6 +24,9 @@ namespace speclab {
 struct DraftDataOptions {
   PromptsOptions prompts;            // the training prompts (never an evaluation set)
   int64_t answer_tokens = 64;        // the target's greedy answer to each prompt, at most this long
+  // Prompts the target answers together (engine/batch_decode.h; 1 = one at a time). The answers
+  // are the same tokens at any width, so it is not part of the cache key.
+  int64_t answer_batch = 16;
   int64_t max_prompt_tokens = 256;   // longer prompts (chat template included) are skipped
   double validation_fraction = 0.1;  // the last fraction of the prompts, held apart
   std::string cache_dir = ".cache/draft_data";  // answers and features, keyed by target + data

@@ -29,22 +29,32 @@ class CpuOps {
  public:
   using Rows = CpuRows;
 
+  // The rows of one sequence within a call: rows [row0, row0 + rows) attend that sequence's
+  // context (read_slots, or the range from read_base when read_slots is null; ctx keys).
+  struct Segment {
+    int64_t row0 = 0, rows = 0;
+    const int64_t* read_slots = nullptr;  // [ctx] or null
+    int64_t read_base = -1, ctx = 0;
+  };
+
+  // segments: the call's sequences in row order, covering rows [0, n); every write slot and
+  // read slot lies in the caches of `kv` (the storage all segments share).
   CpuOps(const ModelConfig& c, const LlamaWeights& w, Activations act, const int64_t* tokens,
-         const int64_t* positions /*[n]*/, const int64_t* write_slots /*[n]*/, const int64_t* read_slots /*[ctx] or null*/,
-         int64_t n, const KvView& kv)
-      : c_(c), w_(w), act_(act), tokens_(tokens), positions_(positions), write_slots_(write_slots),
-        read_slots_(read_slots), read_base_(kv.read_base), n_(n), ctx_(kv.ctx_len),
+         const int64_t* positions /*[n]*/, const int64_t* write_slots /*[n]*/, int64_t n, std::vector<Segment> segments,
+         const KvView& kv)
+      : c_(c), w_(w), act_(act), tokens_(tokens), positions_(positions), write_slots_(write_slots), n_(n),
         kv_dim_(c.num_key_value_heads * c.head_dim), slot_stride_(c.num_key_value_heads * kv.k_cache.size(3)),
         layer_stride_(kv.k_cache.size(1) * slot_stride_),
         kv_elem_(kv.k_cache.scalar_type() == at::kHalf   ? cpu::KvElement::kFloat16
                  : kv.k_cache.scalar_type() == at::kChar ? cpu::KvElement::kInt8
                                                          : cpu::KvElement::kFloat32),
         kv_elem_bytes_(static_cast<int64_t>(kv.k_cache.element_size())), k_base_(kv.k_cache.data_ptr()),
-        v_base_(kv.v_cache.data_ptr()) {
+        v_base_(kv.v_cache.data_ptr()), segments_(std::move(segments)) {
     const int64_t q_dim = c.num_attention_heads * c.head_dim;
     // One layer's temporaries: two norms, qkv, attention, output projection, gate/up, SwiGLU, down.
     limits_.resize(static_cast<size_t>(n));
-    cpu::causal_limits(positions, n, ctx_, limits_.data());
+    for (const Segment& g : segments_)  // each sequence's causal rule, as if it ran alone
+      cpu::causal_limits(positions + g.row0, g.rows, g.ctx, limits_.data() + g.row0);
     arena_.resize(static_cast<size_t>(
         n * (4 * c.hidden_size + q_dim + 2 * kv_dim_ + q_dim + 3 * c.intermediate_size)));
   }
@@ -101,15 +111,14 @@ class CpuOps {
     }
   }
 
-  // Causal attention of every q head over the layer's cache (attention_cpu.h): row i sees keys
-  // j < limits_[i], the same keys whether it runs alone or among n rows.
+  // Causal attention of every q head over the layer's cache (attention_cpu.h), one call per
+  // segment: row i of a segment sees keys j < limits_[i] of its own sequence, the same keys
+  // and the same call whether its sequence runs alone or beside others.
   Rows attention(int64_t layer, const Rows& qkv) {
     const int64_t H = c_.num_attention_heads, D = c_.head_dim;
     Rows out = alloc(n_, H * D);
     cpu::AttentionArgs a;
-    a.q = qkv.data;
     a.q_stride = qkv.cols;
-    a.n = n_;
     a.n_heads = H;
     a.n_kv_heads = c_.num_key_value_heads;
     a.head_dim = D;
@@ -117,12 +126,16 @@ class CpuOps {
     a.k = static_cast<const char*>(k_base_) + layer_bytes;
     a.v = static_cast<const char*>(v_base_) + layer_bytes;
     a.kv = kv_elem_;
-    a.slots = read_slots_;
-    a.slot_base = read_base_;
-    a.limits = limits_.data();
     a.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    a.out = out.data;
-    cpu::attend_rows(a);
+    for (const Segment& g : segments_) {
+      a.q = qkv.data + g.row0 * qkv.cols;
+      a.n = g.rows;
+      a.slots = g.read_slots;
+      a.slot_base = g.read_base;
+      a.limits = limits_.data() + g.row0;
+      a.out = out.data + g.row0 * H * D;
+      cpu::attend_rows(a);
+    }
     return out;
   }
 
@@ -173,14 +186,15 @@ class CpuOps {
   const ModelConfig& c_;
   const LlamaWeights& w_;
   const Activations act_;
-  const int64_t *tokens_, *positions_, *write_slots_, *read_slots_;
+  const int64_t *tokens_, *positions_, *write_slots_;
   // Stored elements per slot (kv heads x stored head dim: head_dim, or head_dim + 4 for int8)
   // and per layer (slots x slot_stride_).
-  const int64_t read_base_, n_, ctx_, kv_dim_, slot_stride_, layer_stride_;
+  const int64_t n_, kv_dim_, slot_stride_, layer_stride_;
   const cpu::KvElement kv_elem_;  // what the cache holds (float32, binary16, or int8 heads with scales)
   const int64_t kv_elem_bytes_;   // bytes of one stored element (4, 2 or 1)
   void *k_base_, *v_base_;
-  std::vector<int64_t> limits_;  // [n] keys each row attends (causal_limits)
+  std::vector<Segment> segments_;  // the call's sequences, in row order
+  std::vector<int64_t> limits_;    // [n] keys each row attends (causal_limits per segment)
   std::vector<float> residual_;  // [n, hidden], the residual stream
   std::vector<float> arena_;     // one layer's temporaries
   size_t used_ = 0;
@@ -217,6 +231,41 @@ bool LlamaModel::attend_rows(const AttentionRows& call) const {
   return true;
 }
 
+namespace {
+
+// Checks a call's ids against the model and the cache (thrown as Error(kInternal)): tokens and
+// positions [n], write slots [n] within n_slots.
+void check_rows(const ModelConfig& c, const int64_t* tokens, const int64_t* positions, const int64_t* write_slots,
+                int64_t n, int64_t n_slots) {
+  for (int64_t i = 0; i < n; ++i) {
+    SPECLAB_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "token id out of range: " + std::to_string(tokens[i]));
+    SPECLAB_CHECK(positions[i] >= 0 && positions[i] < c.max_position_embeddings,
+                  "position out of range: " + std::to_string(positions[i]));
+    SPECLAB_CHECK(write_slots[i] >= 0 && write_slots[i] < n_slots, "kv write slot out of range");
+  }
+}
+
+// The read side of one view as a CpuOps segment of `rows` rows from row0; read_t keeps the
+// slots alive (an int64 copy when the view's are not). Checks them against n_slots.
+CpuOps::Segment read_segment(const KvView& kv, int64_t row0, int64_t rows, int64_t n_slots, at::Tensor& read_t) {
+  CpuOps::Segment g;
+  g.row0 = row0;
+  g.rows = rows;
+  g.ctx = kv.ctx_len;
+  g.read_base = kv.read_base;
+  if (kv.read_base >= 0) {
+    SPECLAB_CHECK(kv.read_base + kv.ctx_len <= n_slots, "kv read range out of range");
+    return g;
+  }
+  read_t = kv.read_slots.to(at::kLong).contiguous();
+  g.read_slots = read_t.data_ptr<int64_t>();
+  for (int64_t j = 0; j < kv.ctx_len; ++j)
+    SPECLAB_CHECK(g.read_slots[j] >= 0 && g.read_slots[j] < n_slots, "kv read slot out of range");
+  return g;
+}
+
+}  // namespace
+
 at::Tensor LlamaModel::forward_cpu(const at::Tensor& tokens_in, const at::Tensor& positions_in, const KvView& kv,
                                    const ForwardOptions& opts) const {
   const ModelConfig& c = config_;
@@ -224,26 +273,51 @@ at::Tensor LlamaModel::forward_cpu(const at::Tensor& tokens_in, const at::Tensor
   const at::Tensor tokens_t = tokens_in.to(at::kLong).contiguous();
   const at::Tensor positions_t = positions_in.to(at::kLong).contiguous();
   const at::Tensor write_t = kv.write_slots.to(at::kLong).contiguous();
-  const at::Tensor read_t = kv.read_base >= 0 ? at::Tensor() : kv.read_slots.to(at::kLong).contiguous();
   const int64_t* tokens = tokens_t.data_ptr<int64_t>();
   const int64_t* positions = positions_t.data_ptr<int64_t>();
   const int64_t* write_slots = write_t.data_ptr<int64_t>();
-  const int64_t* read_slots = read_t.defined() ? read_t.data_ptr<int64_t>() : nullptr;
   const int64_t n_slots = kv.k_cache.size(1);
-  for (int64_t i = 0; i < n; ++i) {
-    SPECLAB_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "token id out of range: " + std::to_string(tokens[i]));
-    SPECLAB_CHECK(positions[i] >= 0 && positions[i] < c.max_position_embeddings,
-                  "position out of range: " + std::to_string(positions[i]));
-    SPECLAB_CHECK(write_slots[i] >= 0 && write_slots[i] < n_slots, "kv write slot out of range");
-  }
-  if (read_slots)
-    for (int64_t j = 0; j < kv.ctx_len; ++j)
-      SPECLAB_CHECK(read_slots[j] >= 0 && read_slots[j] < n_slots, "kv read slot out of range");
-  else
-    SPECLAB_CHECK(kv.read_base + kv.ctx_len <= n_slots, "kv read range out of range");
-  CpuOps ops(c, w_, activations_, tokens, positions, write_slots, read_slots, n, kv);
+  check_rows(c, tokens, positions, write_slots, n, n_slots);
+  at::Tensor read_t;
+  std::vector<CpuOps::Segment> segments{read_segment(kv, 0, n, n_slots, read_t)};
+  CpuOps ops(c, w_, activations_, tokens, positions, write_slots, n, std::move(segments), kv);
   const int64_t n_out = opts.logits_last_n > 0 && opts.logits_last_n < n ? opts.logits_last_n : n;
   return run_layers(ops, w_, layers_to_run(opts), n, n_out, opts);
+}
+
+at::Tensor LlamaModel::forward_decode_batch(const at::Tensor& tokens_in, const at::Tensor& positions_in,
+                                            const std::vector<KvView>& kv) const {
+  c10::InferenceMode guard;
+  const int64_t B = static_cast<int64_t>(kv.size());
+  SPECLAB_CHECK(B >= 1 && tokens_in.dim() == 1 && tokens_in.size(0) == B && positions_in.dim() == 1 &&
+                    positions_in.size(0) == B,
+                "forward_decode_batch: tokens and positions must be [B], one per view");
+  // The batched CPU pass needs every view on the CPU backend's storage, and all on one storage;
+  // anything else (a device cache, separate pools) runs as B forwards.
+  for (const KvView& v : kv) check_cache(v);
+  bool batched = can_run_cpu(kv[0]);
+  for (const KvView& v : kv)
+    batched = batched && v.k_cache.data_ptr() == kv[0].k_cache.data_ptr() &&
+              v.v_cache.data_ptr() == kv[0].v_cache.data_ptr() && v.k_cache.sizes() == kv[0].k_cache.sizes();
+  if (!batched) return Model::forward_decode_batch(tokens_in, positions_in, kv);
+  const at::Tensor tokens_t = tokens_in.to(at::kLong).contiguous();
+  const at::Tensor positions_t = positions_in.to(at::kLong).contiguous();
+  const int64_t* tokens = tokens_t.data_ptr<int64_t>();
+  const int64_t* positions = positions_t.data_ptr<int64_t>();
+  const int64_t n_slots = kv[0].k_cache.size(1);
+  std::vector<int64_t> write_slots(static_cast<size_t>(B));
+  std::vector<at::Tensor> read_ts(static_cast<size_t>(B));
+  std::vector<CpuOps::Segment> segments;
+  for (int64_t b = 0; b < B; ++b) {
+    const KvView& v = kv[static_cast<size_t>(b)];
+    SPECLAB_CHECK(v.write_slots.numel() == 1 && v.ctx_len >= 1,
+                  "forward_decode_batch: each view must write exactly one slot");
+    write_slots[static_cast<size_t>(b)] = v.write_slots.to(at::kLong).item<int64_t>();
+    segments.push_back(read_segment(v, b, 1, n_slots, read_ts[static_cast<size_t>(b)]));
+  }
+  check_rows(config_, tokens, positions, write_slots.data(), B, n_slots);
+  CpuOps ops(config_, w_, activations_, tokens, positions, write_slots.data(), B, std::move(segments), kv[0]);
+  return full_vocab(run_layers(ops, w_, layers_to_run({}), B, B, ForwardOptions{}));
 }
 
 }  // namespace speclab

@@ -203,13 +203,7 @@ void LlamaModel::prepare_hidden(const ForwardOptions& opts) const {
   opts.hidden_out->assign(opts.hidden_layers.size(), at::Tensor());
 }
 
-at::Tensor LlamaModel::forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
-                               const ForwardOptions& opts) const {
-  c10::InferenceMode guard;
-  const int64_t n = tokens.size(0);
-  SPECLAB_CHECK(tokens.dim() == 1 && positions.dim() == 1 && positions.size(0) == n, "tokens/positions must be [n]");
-  SPECLAB_CHECK(kv.write_slots.size(0) == n, "kv.write_slots must have one slot per token");
-  SPECLAB_CHECK(kv.ctx_len >= n, "kv.ctx_len must include the new tokens");
+void LlamaModel::check_cache(const KvView& kv) const {
   // The caches' shape (kv_view.h): an int8 head carries its scale after its values.
   const int64_t stored_hd =
       kv.k_cache.scalar_type() == at::kChar ? config_.head_dim + KvGeometry::kInt8ScaleBytes : config_.head_dim;
@@ -221,6 +215,16 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens, const at::Tensor& posit
                     "] of one dtype (an int8 head: head_dim + 4 bytes)");
   SPECLAB_CHECK(kv.read_base >= 0 || (kv.read_slots.defined() && kv.read_slots.size(0) == kv.ctx_len),
                 "kv.read_slots must list ctx_len slots");
+}
+
+at::Tensor LlamaModel::forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
+                               const ForwardOptions& opts) const {
+  c10::InferenceMode guard;
+  const int64_t n = tokens.size(0);
+  SPECLAB_CHECK(tokens.dim() == 1 && positions.dim() == 1 && positions.size(0) == n, "tokens/positions must be [n]");
+  SPECLAB_CHECK(kv.write_slots.size(0) == n, "kv.write_slots must have one slot per token");
+  SPECLAB_CHECK(kv.ctx_len >= n, "kv.ctx_len must include the new tokens");
+  check_cache(kv);
   prepare_hidden(opts);
   at::Tensor logits = !opts.aten_reference && can_run_cpu(kv) ? forward_cpu(tokens, positions, kv, opts)
                                                               : forward_aten(tokens, positions, kv, opts);

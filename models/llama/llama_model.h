@@ -44,6 +44,11 @@ class LlamaModel : public Model {
   // backend (aten_backend.cpp), which ForwardOptions::aten_reference also selects.
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
                      const ForwardOptions& opts = {}) const override;
+  // On the CPU backend, one pass of B rows (cpu_backend.cpp): the matmuls over all rows, the
+  // attention one call per sequence; bit-identical per row to forward() where B <= kMaxRowExact.
+  // Elsewhere (a device cache, views over different storages) Model's default, B forwards.
+  at::Tensor forward_decode_batch(const at::Tensor& tokens, const at::Tensor& positions,
+                                  const std::vector<KvView>& kv) const override;
   uint64_t weight_bytes() const override { return weight_bytes_; }
   uint64_t step_weight_bytes() const override { return step_weight_bytes_; }
   std::string weight_storage() const override { return weight_storage_; }
@@ -79,6 +84,8 @@ class LlamaModel : public Model {
   std::vector<int64_t> layers_to_run(const ForwardOptions& opts) const;
   // Checks opts.hidden_layers against the layers that run and sizes *opts.hidden_out.
   void prepare_hidden(const ForwardOptions& opts) const;
+  // Checks the view's caches against this model's shape and its read side (Error(kInternal)).
+  void check_cache(const KvView& kv) const;
   // Whether the CPU backend can serve this call (CPU float32 contiguous caches and weights).
   bool can_run_cpu(const KvView& kv) const;
   // The two backends' entry points; arguments as forward().

@@ -26,7 +26,9 @@
 #include <fstream>
 #include <map>
 
+#include "framework/core/error.h"
 #include "framework/engine/ar_decode.h"
+#include "framework/engine/batch_decode.h"
 #include "framework/kv/contiguous_kv.h"
 #include "models/llama/llama_model.h"
 #include "models/model_loader.h"
@@ -351,4 +353,105 @@ TEST_CASE("SmolLM2 with an int8 K/V cache follows llama.cpp until a near-tie", "
   const auto [all, summary] = follow_reference(s8, 8);
   WARN("int8 K/V cache and activations: " << all << " of " << reference().at("prompts").size()
                                          << " llama.cpp reference prompts reproduce every token;" << summary);
+}
+
+// Batched decoding (engine/batch_decode.h, LlamaModel::forward_decode_batch): one pass for the
+// next token of several sequences. Row b must be what a one-row forward of sequence b alone
+// computes, bit for bit (matmul rows are row-exact, and each sequence attends its own context in
+// its own attention call), so that the batched answers of `train-draft` are generate_ar's.
+namespace {
+
+// Three sequences of different lengths prefilled one by one into one paged cache, then one more
+// token each: the single forwards' logits, and the views of that last step.
+struct ThreeSequences {
+  std::unique_ptr<KvCacheManager> kv;
+  std::vector<std::unique_ptr<KvSequence>> seqs;
+  std::vector<KvView> views;
+  at::Tensor tokens, positions;
+};
+
+ThreeSequences three_sequences(const Model& m, const std::vector<TokenList>& prompts) {
+  ThreeSequences t;
+  t.kv = std::make_unique<KvCacheManager>(kv_options_for(m.config(), 3 * 256));
+  const PoolId pool = t.kv->add_pool(m.config().kv_geometry());
+  std::vector<int64_t> toks, pos;
+  for (const TokenList& p : prompts) {
+    t.seqs.push_back(std::make_unique<KvSequence>(*t.kv, pool));
+    const SeqId id = t.seqs.back()->id();
+    const int64_t n = static_cast<int64_t>(p.size()) - 1;  // the last token is the batched step's
+    t.kv->reserve(id, n + 1);
+    TokenList head(p.begin(), p.end() - 1);
+    m.forward(token_tensor(head), position_tensor(0, n), t.kv->view(id, n), ForwardOptions{{}, 1});
+    REQUIRE(t.kv->commit(id, n) == KvStatus::kOk);
+    t.views.push_back(t.kv->view(id, 1));
+    toks.push_back(p.back());
+    pos.push_back(n);
+  }
+  t.tokens = at::tensor(toks, at::kLong);
+  t.positions = at::tensor(pos, at::kLong);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("SmolLM2 batched decode rows are the one-row forwards' logits bit for bit, each over its own context",
+          "[smollm2][batch]") {
+  for (const char* kv_dtype : {"auto", "int8"}) {
+    SmolLM2 s = load_smollm2(Activations::kInt8, kv_dtype);
+    const std::vector<TokenList> prompts = {prompt_ids("Name three colors."),
+                                            prompt_ids("Write a haiku about the sea, then explain it line by line."),
+                                            prompt_ids("Hi")};
+    ThreeSequences t = three_sequences(*s.model, prompts);
+    std::vector<at::Tensor> single;
+    for (size_t b = 0; b < t.views.size(); ++b) {
+      const int64_t i = static_cast<int64_t>(b);
+      single.push_back(s.model->forward(t.tokens.narrow(0, i, 1), t.positions.narrow(0, i, 1), t.views[b]));
+    }
+    const at::Tensor batched = s.model->forward_decode_batch(t.tokens, t.positions, t.views);
+    REQUIRE(batched.sizes() == at::IntArrayRef({3, s.model->config().vocab_size}));
+    for (int64_t b = 0; b < 3; ++b) CHECK(at::equal(batched[b], single[static_cast<size_t>(b)][0]));
+    // The check can fail: with the first two views swapped, rows 0 and 1 attend the other
+    // sequence's context, and their logits move.
+    std::vector<KvView> swapped = {t.views[1], t.views[0], t.views[2]};
+    const at::Tensor wrong = s.model->forward_decode_batch(t.tokens, t.positions, swapped);
+    CHECK_FALSE(at::equal(wrong[0], single[0][0]));
+    CHECK((wrong[1] - single[1][0]).abs().max().item<float>() > 0.1f);
+    CHECK(at::equal(wrong[2], single[2][0]));
+  }
+}
+
+TEST_CASE("SmolLM2 batched greedy decoding (generate_ar_batch) equals generate_ar token for token",
+          "[smollm2][batch]") {
+  SmolLM2 s = load_smollm2(Activations::kInt8);
+  std::vector<TokenList> prompts;
+  for (const auto& rec : reference().at("prompts")) prompts.push_back(prompt_ids(rec.at("user")));
+  prompts.push_back(prompt_ids("Hi"));
+  prompts.push_back(prompt_ids("Reply with the single word yes."));  // stops early at EOS
+  GenerationOptions gen;
+  gen.max_new_tokens = 40;
+  SamplingOptions greedy;
+  std::vector<TokenList> ar;
+  std::vector<StopReason> reasons;
+  for (const TokenList& p : prompts) {
+    const GenerationResult r = generate_ar(*s.model, *s.info.tokenizer, p, gen, greedy);
+    ar.push_back(r.tokens);
+    reasons.push_back(r.stop_reason);
+  }
+  CHECK(std::count(reasons.begin(), reasons.end(), StopReason::kEos) >= 1);  // lanes refill mid-run
+  for (int64_t width : {1, 3, 16}) {
+    std::vector<TokenList> got(prompts.size());
+    std::vector<size_t> order;
+    BatchDecodeOptions bo;
+    bo.width = width;
+    generate_ar_batch(*s.model, *s.info.tokenizer, prompts, gen, bo, [&](size_t i, const TokenList& toks) {
+      got[i] = toks;
+      order.push_back(i);
+    });
+    INFO("width " << width);
+    REQUIRE(order.size() == prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) CHECK(got[i] == ar[i]);
+  }
+  BatchDecodeOptions bad;
+  bad.width = 0;
+  CHECK_THROWS_AS(generate_ar_batch(*s.model, *s.info.tokenizer, prompts, gen, bad, {}), Error);
 }

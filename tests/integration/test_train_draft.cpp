@@ -9,11 +9,13 @@
 #include "tests/torch_catch.h"
 
 #include <c10/core/InferenceMode.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -226,6 +228,56 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   const Error e = test::catch_error([&] { train_draft(a, true); });
   CHECK(e.kind() == ErrorKind::kBadInput);
   CHECK(e.file() == a.output.checkpoint);
+}
+
+// The data stage answers data.answer_batch prompts together (engine/batch_decode.h): the same
+// answers as generate_ar one prompt at a time, at any width. Widths outside 1..32 are refused.
+TEST_CASE("train-draft's answers are generate_ar's at any data.answer_batch", "[train]") {
+  fs::remove_all(kDir);
+  const std::string yaml = read_bytes(write_config("answers", 1));
+  std::map<int64_t, std::string> answers;  // width -> the answer cache's lines, sorted
+  for (int64_t width : {1, 5, 32}) {
+    const std::string dir = "cache_w" + std::to_string(width);
+    std::string y = yaml;
+    y.replace(y.find("cache_dir: cache"), 16, "cache_dir: " + dir + "\n  answer_batch: " + std::to_string(width));
+    const fs::path cfg = kDir / ("answers_w" + std::to_string(width) + ".yaml");
+    std::ofstream(cfg) << y;
+    const TrainDraftConfig c = load_train_config(cfg.string());
+    REQUIRE(c.data.answer_batch == width);
+    train_draft(c, false);
+    std::vector<std::string> lines;
+    for (const auto& e : fs::directory_iterator(kDir / dir))
+      if (e.path().filename().string().rfind("answers-", 0) == 0) {
+        std::ifstream in(e.path());
+        for (std::string line; std::getline(in, line);) lines.push_back(line);
+      }
+    REQUIRE(lines.size() == 24);
+    std::sort(lines.begin(), lines.end());
+    std::string all;
+    for (const std::string& l : lines) all += l + "\n";
+    answers[width] = all;
+  }
+  CHECK(answers[5] == answers[1]);
+  CHECK(answers[32] == answers[1]);
+  // Width 1 is generate_ar's answer itself, prompt by prompt (the first prompt checked here).
+  ModelSource src;
+  src.path = "stories260K";
+  auto target = load_target(src);
+  GenerationOptions gen;
+  gen.max_new_tokens = 24;
+  const TokenList ids = encode_prompt(target->info, "Once upon a time", false, "");
+  const TokenList ar = generate_ar(*target->model, *target->info.tokenizer, ids, gen, SamplingOptions{}).tokens;
+  CHECK_THAT(answers[1], Catch::Contains(nlohmann::json{{"i", 0}, {"answer", ar}}.dump()));
+
+  for (const char* bad : {"0", "33"}) {
+    std::string y = yaml;
+    y.replace(y.find("cache_dir: cache"), 16, std::string("cache_dir: cache\n  answer_batch: ") + bad);
+    const fs::path cfg = kDir / "answers_bad.yaml";
+    std::ofstream(cfg) << y;
+    const Error e = test::catch_error([&] { load_train_config(cfg.string()); });
+    CHECK(e.kind() == ErrorKind::kConfig);
+    CHECK_THAT(e.what(), Catch::Contains("answer_batch"));
+  }
 }
 
 TEST_CASE("train-draft refuses training prompts from an evaluation set", "[train]") {
