@@ -190,7 +190,31 @@ at::Tensor head_rows(const at::Tensor& lm_head /*[V, d]*/, const at::Tensor& ids
 struct Sample {
   TokenList prompt, answer;
   bool validation = false;
+  // Stage 2's rows of prompt + answer when stage 1 already computed them (the answer was
+  // generated in this run); undefined for a cached answer, which is teacher-forced.
+  at::Tensor features, aux, top1;  // [n, d], [n, A d] (A > 0), [n] int64
 };
+
+// The target layers stage 2 reads: the aux layers, then the last.
+std::vector<int64_t> feature_layers(const Model& model, const std::vector<int64_t>& aux_layers) {
+  std::vector<int64_t> layers = aux_layers;
+  layers.push_back(model.config().num_hidden_layers - 1);
+  return layers;
+}
+
+// A sample's stage-2 rows from the residual streams of feature_layers() (hidden[A] the last's)
+// and the target's top-1 at each position.
+void set_features(Sample& s, const std::vector<at::Tensor>& hidden /*[A + 1] of [n, d]*/, const at::Tensor& top1 /*[n]*/,
+                  const TargetTensors& frozen) {
+  const size_t A = hidden.size() - 1;
+  s.features = target_features(hidden[A], frozen.final_norm, frozen.config.rms_norm_eps);
+  if (A > 0) {
+    std::vector<at::Tensor> a;
+    for (size_t l = 0; l < A; ++l) a.push_back(eagle_aux_features(hidden[l], frozen.config.rms_norm_eps));
+    s.aux = at::cat(a, 1);
+  }
+  s.top1 = top1;
+}
 
 std::string cache_key(const TrainDraftConfig& c, const std::string& target_hash, const std::vector<Prompt>& prompts) {
   Fnv f;
@@ -204,9 +228,11 @@ std::string cache_key(const TrainDraftConfig& c, const std::string& target_hash,
   return f.hex();
 }
 
-// Stage 1: the target's greedy answers, appended to the cache as they come.
+// Stage 1: the target's greedy answers, appended to the cache as they come. An answer generated
+// here also keeps its stage-2 rows (the passes that generated it computed them).
 std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& target, const std::vector<Prompt>& prompts,
-                                   const std::string& path, const TrainDraftProgress& progress) {
+                                   const std::string& path, const TargetTensors& frozen,
+                                   const std::vector<int64_t>& aux_layers, const TrainDraftProgress& progress) {
   std::map<int64_t, TokenList> cached;
   {
     std::ifstream in(path);
@@ -244,15 +270,19 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
     samples.push_back(std::move(s));
   }
   // The missing answers, data.answer_batch prompts decoded together (engine/batch_decode.h:
-  // the same tokens as generate_ar's), each appended as it finishes.
+  // the same tokens as generate_ar's), each appended as it finishes, with the rows of
+  // feature_layers() that stage 2 would otherwise compute again by teacher forcing.
   GenerationOptions gen;
   gen.max_new_tokens = c.data.answer_tokens;
   BatchDecodeOptions batch;
   batch.width = c.data.answer_batch;
+  batch.hidden_layers = feature_layers(*target.model, aux_layers);
   size_t done = samples.size() - todo.size();
-  generate_ar_batch(*target.model, *target.info.tokenizer, todo, gen, batch, [&](size_t t, const TokenList& answer) {
+  at::NoGradGuard no_grad;
+  generate_ar_batch(*target.model, *target.info.tokenizer, todo, gen, batch, [&](size_t t, const BatchAnswer& answer) {
     Sample& s = samples[todo_sample[t]];
-    s.answer = answer;
+    s.answer = answer.tokens;
+    set_features(s, answer.hidden, answer.top1, frozen);
     out << nlohmann::json{{"i", prompt_of[todo_sample[t]]}, {"answer", s.answer}}.dump() << "\n" << std::flush;
     if (progress.stage && ++done % 10 == 0)
       progress.stage("answers " + std::to_string(done) + "/" + std::to_string(samples.size()));
@@ -260,43 +290,44 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
   return samples;
 }
 
-// Stage 2: teacher forcing; features and top-1 of every position, and with aux layers their
-// aux features ("aux_features", [N, A d]: eagle_aux_features of each layer, side by side).
-std::map<std::string, at::Tensor> teacher_force(const std::vector<Sample>& samples, const LoadedTarget& target,
+// Stage 2: features and top-1 of every position, and with aux layers their aux features
+// ("aux_features", [N, A d]: eagle_aux_features of each layer, side by side): the rows stage 1
+// kept, else teacher forcing prompt + answer through the target (an answer from the cache).
+std::map<std::string, at::Tensor> teacher_force(std::vector<Sample>& samples, const LoadedTarget& target,
                                                 const TargetTensors& frozen, const std::vector<int64_t>& aux_layers,
                                                 const TrainDraftProgress& progress) {
   at::NoGradGuard no_grad;
   const Model& model = *target.model;
-  const int64_t last = model.config().num_hidden_layers - 1;
   const size_t A = aux_layers.size();
   std::vector<at::Tensor> feats, toks, top1, aux;
   std::vector<float> offsets{0}, split, prompt_lengths;
+  int64_t forced = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
-    TokenList seq = samples[i].prompt;
-    seq.insert(seq.end(), samples[i].answer.begin(), samples[i].answer.end());
+    Sample& smp = samples[i];
+    TokenList seq = smp.prompt;
+    seq.insert(seq.end(), smp.answer.begin(), smp.answer.end());
     const int64_t n = static_cast<int64_t>(seq.size());
-    KvCacheManager kv(kv_options_for(model.config(), n));
-    KvSequence s(kv, kv.add_pool(model.config().kv_geometry()));
-    kv.reserve(s.id(), n);
-    std::vector<at::Tensor> hidden;
-    ForwardOptions fo;
-    fo.hidden_layers = aux_layers;
-    fo.hidden_layers.push_back(last);
-    fo.hidden_out = &hidden;
-    const at::Tensor logits = model.forward(token_tensor(seq), at::arange(n, at::kLong), kv.view(s.id(), n), fo);
-    feats.push_back(target_features(hidden[A], frozen.final_norm, frozen.config.rms_norm_eps));
-    if (A > 0) {
-      std::vector<at::Tensor> a;
-      for (size_t l = 0; l < A; ++l) a.push_back(eagle_aux_features(hidden[l], frozen.config.rms_norm_eps));
-      aux.push_back(at::cat(a, 1));
+    if (!smp.features.defined()) {
+      KvCacheManager kv(kv_options_for(model.config(), n));
+      KvSequence s(kv, kv.add_pool(model.config().kv_geometry()));
+      kv.reserve(s.id(), n);
+      std::vector<at::Tensor> hidden;
+      ForwardOptions fo;
+      fo.hidden_layers = feature_layers(model, aux_layers);
+      fo.hidden_out = &hidden;
+      const at::Tensor logits = model.forward(token_tensor(seq), at::arange(n, at::kLong), kv.view(s.id(), n), fo);
+      set_features(smp, hidden, logits.argmax(-1), frozen);
+      if (progress.stage && ++forced % 20 == 0) progress.stage("features " + std::to_string(forced));
     }
+    SPECLAB_CHECK(smp.features.size(0) == n && smp.top1.size(0) == n, "stage-2 rows of a training sequence");
+    feats.push_back(smp.features);
+    if (A > 0) aux.push_back(smp.aux);
     toks.push_back(token_tensor(seq));
-    top1.push_back(logits.argmax(-1));
+    top1.push_back(smp.top1);
+    smp.features = smp.aux = smp.top1 = at::Tensor();  // moved into the lists
     offsets.push_back(offsets.back() + static_cast<float>(n));
-    split.push_back(samples[i].validation ? 1.f : 0.f);
-    prompt_lengths.push_back(static_cast<float>(samples[i].prompt.size()));
-    if (progress.stage && (i + 1) % 20 == 0)
-      progress.stage("features " + std::to_string(i + 1) + "/" + std::to_string(samples.size()));
+    split.push_back(smp.validation ? 1.f : 0.f);
+    prompt_lengths.push_back(static_cast<float>(smp.prompt.size()));
   }
   std::map<std::string, at::Tensor> out = {{"features", at::cat(feats)},
                                             {"tokens", at::cat(toks).to(at::kFloat)},
@@ -495,7 +526,8 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   if (fs::exists(features_path)) {
     data = read_tensors(features_path, nullptr);
   } else {
-    const auto samples = target_answers(c, *target, prompts, c.data.cache_dir + "/answers-" + key + ".jsonl", progress);
+    auto samples = target_answers(c, *target, prompts, c.data.cache_dir + "/answers-" + key + ".jsonl", frozen,
+                                  c.head.aux_layers, progress);
     data = teacher_force(samples, *target, frozen, c.head.aux_layers, progress);
     write_tensors(features_path, data, {{"target_weights_hash", hash}});
   }

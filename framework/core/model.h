@@ -79,17 +79,28 @@ class Model {
   //   tokens:    [B] int64, token b is sequence b's next token
   //   positions: [B] int64, its position (the last of its view's ctx_len)
   //   kv:        [B] views, kv[b] writing exactly one slot; all over the same cache tensors
-  // returns:     [B, vocab] float32 logits; row b is what forward() of token b alone over kv[b]
-  //              returns, bit for bit where B <= row_exact_batch().
+  //   opts:      hidden_layers / hidden_out as forward()'s ([B, hidden] each); the other fields
+  //              must keep their defaults (all layers, every row's logits, the fast path)
+  // returns:     [B, vocab] float32 logits; row b (and hidden row b) is what forward() of token b
+  //              alone over kv[b] returns, bit for bit where B <= row_exact_batch().
   // This default runs those B forwards one after the other; a model with a batched kernel
   // path overrides it.
   virtual at::Tensor forward_decode_batch(const at::Tensor& tokens, const at::Tensor& positions,
-                                          const std::vector<KvView>& kv) const {
+                                          const std::vector<KvView>& kv, const ForwardOptions& opts = {}) const {
     std::vector<at::Tensor> rows;
+    std::vector<std::vector<at::Tensor>> hidden(opts.hidden_layers.size());
     rows.reserve(kv.size());
     for (size_t b = 0; b < kv.size(); ++b) {
       const int64_t i = static_cast<int64_t>(b);
-      rows.push_back(forward(tokens.narrow(0, i, 1), positions.narrow(0, i, 1), kv[b]));
+      std::vector<at::Tensor> h;
+      ForwardOptions one = opts;
+      one.hidden_out = opts.hidden_layers.empty() ? nullptr : &h;
+      rows.push_back(forward(tokens.narrow(0, i, 1), positions.narrow(0, i, 1), kv[b], one));
+      for (size_t l = 0; l < h.size(); ++l) hidden[l].push_back(h[l]);
+    }
+    if (!opts.hidden_layers.empty()) {
+      opts.hidden_out->clear();
+      for (const auto& h : hidden) opts.hidden_out->push_back(at::cat(h, 0));
     }
     return at::cat(rows, 0);
   }

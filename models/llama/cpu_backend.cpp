@@ -286,12 +286,15 @@ at::Tensor LlamaModel::forward_cpu(const at::Tensor& tokens_in, const at::Tensor
 }
 
 at::Tensor LlamaModel::forward_decode_batch(const at::Tensor& tokens_in, const at::Tensor& positions_in,
-                                            const std::vector<KvView>& kv) const {
+                                            const std::vector<KvView>& kv, const ForwardOptions& opts) const {
   c10::InferenceMode guard;
   const int64_t B = static_cast<int64_t>(kv.size());
   SPECLAB_CHECK(B >= 1 && tokens_in.dim() == 1 && tokens_in.size(0) == B && positions_in.dim() == 1 &&
                     positions_in.size(0) == B,
                 "forward_decode_batch: tokens and positions must be [B], one per view");
+  SPECLAB_CHECK(opts.layers.empty() && opts.logits_last_n == 0 && !opts.aten_reference,
+                "forward_decode_batch runs every layer and returns every row's logits");
+  prepare_hidden(opts);
   // The batched CPU pass needs every view on the CPU backend's storage, and all on one storage;
   // anything else (a device cache, separate pools) runs as B forwards.
   for (const KvView& v : kv) check_cache(v);
@@ -299,7 +302,7 @@ at::Tensor LlamaModel::forward_decode_batch(const at::Tensor& tokens_in, const a
   for (const KvView& v : kv)
     batched = batched && v.k_cache.data_ptr() == kv[0].k_cache.data_ptr() &&
               v.v_cache.data_ptr() == kv[0].v_cache.data_ptr() && v.k_cache.sizes() == kv[0].k_cache.sizes();
-  if (!batched) return Model::forward_decode_batch(tokens_in, positions_in, kv);
+  if (!batched) return Model::forward_decode_batch(tokens_in, positions_in, kv, opts);
   const at::Tensor tokens_t = tokens_in.to(at::kLong).contiguous();
   const at::Tensor positions_t = positions_in.to(at::kLong).contiguous();
   const int64_t* tokens = tokens_t.data_ptr<int64_t>();
@@ -317,7 +320,7 @@ at::Tensor LlamaModel::forward_decode_batch(const at::Tensor& tokens_in, const a
   }
   check_rows(config_, tokens, positions, write_slots.data(), B, n_slots);
   CpuOps ops(config_, w_, activations_, tokens, positions, write_slots.data(), B, std::move(segments), kv[0]);
-  return full_vocab(run_layers(ops, w_, layers_to_run({}), B, B, ForwardOptions{}));
+  return full_vocab(run_layers(ops, w_, layers_to_run(opts), B, B, opts));
 }
 
 }  // namespace speclab

@@ -47,8 +47,8 @@ class LlamaModel : public Model {
   // On the CPU backend, one pass of B rows (cpu_backend.cpp): the matmuls over all rows, the
   // attention one call per sequence; bit-identical per row to forward() where B <= kMaxRowExact.
   // Elsewhere (a device cache, views over different storages) Model's default, B forwards.
-  at::Tensor forward_decode_batch(const at::Tensor& tokens, const at::Tensor& positions,
-                                  const std::vector<KvView>& kv) const override;
+  at::Tensor forward_decode_batch(const at::Tensor& tokens, const at::Tensor& positions, const std::vector<KvView>& kv,
+                                  const ForwardOptions& opts = {}) const override;
   uint64_t weight_bytes() const override { return weight_bytes_; }
   uint64_t step_weight_bytes() const override { return step_weight_bytes_; }
   std::string weight_storage() const override { return weight_storage_; }

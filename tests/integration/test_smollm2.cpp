@@ -443,8 +443,9 @@ TEST_CASE("SmolLM2 batched greedy decoding (generate_ar_batch) equals generate_a
     std::vector<size_t> order;
     BatchDecodeOptions bo;
     bo.width = width;
-    generate_ar_batch(*s.model, *s.info.tokenizer, prompts, gen, bo, [&](size_t i, const TokenList& toks) {
-      got[i] = toks;
+    generate_ar_batch(*s.model, *s.info.tokenizer, prompts, gen, bo, [&](size_t i, const BatchAnswer& a) {
+      got[i] = a.tokens;
+      CHECK(a.hidden.empty());
       order.push_back(i);
     });
     INFO("width " << width);
@@ -454,4 +455,57 @@ TEST_CASE("SmolLM2 batched greedy decoding (generate_ar_batch) equals generate_a
   BatchDecodeOptions bad;
   bad.width = 0;
   CHECK_THROWS_AS(generate_ar_batch(*s.model, *s.info.tokenizer, prompts, gen, bad, {}), Error);
+}
+
+// With hidden layers, each answer carries the rows teacher forcing prompt + answer would give
+// (what train-draft's features are made of), from the passes that generated it: the same
+// tokens, and rows equal to one teacher-forced pass's to float rounding (prefill and decode
+// arithmetic differ in their last bits), a top-1 that is the answer itself.
+TEST_CASE("SmolLM2 batched decoding keeps each answer's hidden rows: a teacher-forced pass's, to rounding",
+          "[smollm2][batch]") {
+  SmolLM2 s = load_smollm2(Activations::kInt8);
+  const ModelConfig& c = s.model->config();
+  const std::vector<TokenList> prompts = {prompt_ids("Name three colors."), prompt_ids("Hi"),
+                                          prompt_ids("Write a haiku about the sea.")};
+  GenerationOptions gen;
+  gen.max_new_tokens = 24;
+  BatchDecodeOptions bo;
+  bo.width = 2;
+  bo.hidden_layers = {3, c.num_hidden_layers - 1};
+  std::vector<BatchAnswer> got(prompts.size());
+  generate_ar_batch(*s.model, *s.info.tokenizer, prompts, gen, bo, [&](size_t i, const BatchAnswer& a) { got[i] = a; });
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("prompt " << i);
+    const TokenList& p = prompts[i];
+    TokenList seq = p;
+    seq.insert(seq.end(), got[i].tokens.begin(), got[i].tokens.end());
+    const int64_t n = static_cast<int64_t>(seq.size());
+    CHECK(got[i].tokens == generate_ar(*s.model, *s.info.tokenizer, p, gen, SamplingOptions{}).tokens);
+    REQUIRE(got[i].hidden.size() == 2);
+    REQUIRE(got[i].top1.size(0) == n);
+    // The answer is the top-1 of the rows before it.
+    for (size_t k = 0; k < got[i].tokens.size(); ++k)
+      CHECK(got[i].top1[static_cast<int64_t>(p.size() + k) - 1].item<int64_t>() == got[i].tokens[k]);
+    ContiguousKv kv(c.kv_geometry(), n);
+    std::vector<at::Tensor> hidden;
+    ForwardOptions fo;
+    fo.hidden_layers = bo.hidden_layers;
+    fo.hidden_out = &hidden;
+    const at::Tensor logits = s.model->forward(token_tensor(seq), at::arange(n, at::kLong), kv.append_view(n), fo);
+    for (size_t l = 0; l < 2; ++l) {
+      REQUIRE(got[i].hidden[l].sizes() == hidden[l].sizes());
+      const double scale = hidden[l].abs().max().item<double>();
+      const double diff = (got[i].hidden[l] - hidden[l]).abs().max().item<double>();
+      CHECK(diff < 1e-2 * scale);
+      // The check can fail: the rows one position off differ by far more.
+      const double shifted = (got[i].hidden[l].narrow(0, 1, n - 1) - hidden[l].narrow(0, 0, n - 1)).abs().max().item<double>();
+      CHECK(shifted > 0.1 * scale);
+    }
+    // Every row's top-1 is the teacher-forced pass's, but where the two top logits are a near-tie.
+    const at::Tensor forced = logits.argmax(-1);
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t a = got[i].top1[r].item<int64_t>(), b = forced[r].item<int64_t>();
+      if (a != b) CHECK(std::abs(logits[r][a].item<float>() - logits[r][b].item<float>()) < 0.05f);
+    }
+  }
 }
