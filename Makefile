@@ -61,8 +61,8 @@ bench: build
 # (packed weights: about 0.4 of a target step per draft token here, against 0.6 as float32).
 # And the trained draft (issue 13): an EAGLE head for SmolLM2, configs/train/eagle_smollm2.yaml
 # (35 min on a 2-core Intel Xeon: data stage 11, training 24; the target's answers and features
-# are cached under .cache/draft_data; --resume continues an interrupted run). The `eagle` drafter reads it from this default path, and
-# otherwise the copy the repository ships (assets/drafts/).
+# are cached under .cache/draft_data; --resume continues an interrupted run). The `eagle` drafter
+# reads it from this default path, and otherwise the copy the repository ships (assets/drafts/).
 DRAFT_MODEL := .cache/models/smollm2-draft-6l.gguf
 EAGLE_DRAFT := .cache/drafts/SmolLM2-135M-Instruct.Q4_1.eagle.safetensors
 draft-model: build
@@ -73,7 +73,8 @@ draft-model: build
 	@echo "eagle draft: $(EAGLE_DRAFT)"
 
 # Medusa heads for SmolLM2 (configs/train/medusa_smollm2.yaml; docs/train-draft.md): their own
-# 1,200 training prompts (about 30 min of target answers on 2 cores, cached), then a few minutes
+# 1,200 training prompts (about 30 min of target answers on 2 cores before the data stage was
+# batched, 2026-11-28; not timed since), cached, then a few minutes
 # of training. The `medusa` drafter reads them from this path, else the copy in assets/drafts/.
 MEDUSA_DRAFT := .cache/drafts/SmolLM2-135M-Instruct.Q4_1.medusa.safetensors
 medusa-model: build
