@@ -2,7 +2,7 @@
 // activations (gemm_packed_int8) and, on AVX2 and better, int8 activations on repacked weights
 // (gemm_x8_int8: what models run), side by side, on SmolLM2-135M-sized (or Qwen-sized) matrices.
 //
-//   build/kernel_bench [--threads 2] [--seconds 0.15]
+//   build/kernel_bench [--threads 2] [--seconds 0.15] [--isa avx2]
 //
 // For each weight type, matrix and row count n it prints the time per call and the weight
 // traffic in GB/s (packed weight bytes / time). The weights are random blocks with finite
@@ -167,9 +167,21 @@ int main(int argc, char** argv) {
       shape_set = argv[i + 1];
     else if (a == "--n")
       only_n = std::atoll(argv[i + 1]);
-    else {
+    else if (a == "--isa") {
+      const std::string v = argv[i + 1];
+      const KernelIsa isa = v == "scalar"       ? KernelIsa::kScalar
+                            : v == "avx2"       ? KernelIsa::kAvx2
+                            : v == "avx512"     ? KernelIsa::kAvx512
+                            : v == "avx512vnni" ? KernelIsa::kAvx512Vnni
+                                                : KernelIsa(-1);
+      if (isa == KernelIsa(-1)) {
+        std::fprintf(stderr, "kernel_bench: --isa: expected scalar, avx2, avx512 or avx512vnni, got '%s'\n", v.c_str());
+        return 2;
+      }
+      set_kernel_isa_cap(isa);
+    } else {
       std::fprintf(stderr,
-                   "usage: kernel_bench [--threads N] [--seconds S] [--type Q4_K] [--shapes smollm2|qwen1.5b|qwen0.5b|cached] [--n N] [--best] [--cpu-time] [--ceiling]\n");
+                   "usage: kernel_bench [--threads N] [--seconds S] [--type Q4_K] [--shapes smollm2|qwen1.5b|qwen0.5b|cached] [--n N] [--isa avx512vnni] [--best] [--cpu-time] [--ceiling]\n");
       return 2;
     }
   }

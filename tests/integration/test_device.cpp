@@ -221,8 +221,15 @@ TEST_CASE("speclab bench on synthetic shapes: decode, verification and the specu
   // The first and last contexts again over an int8 K/V cache (the model's own is float32 here).
   CHECK(j.at("decode_tok_s_kv_int8").at("16").get<double>() > 0);
   CHECK(j.at("decode_tok_s_kv_int8").at("32").get<double>() > 0);
+  // Each round's ratio t_n / t_1 is exactly 1 for n = 1, so its median is too; every other size
+  // has a cost and a fastest pass.
   CHECK(j.at("verify_cost").at("1").get<double>() == 1.0);
   CHECK(j.at("verify_cost").contains("17"));
+  for (const auto& [n, cost] : j.at("verify_cost").items()) {
+    INFO("n = " << n);
+    CHECK(cost.get<double>() > 0.0);
+    CHECK(j.at("verify_ms").at(n).get<double>() > 0.0);
+  }
   // The long-context ratio's bandwidth floor, (weights + K/V at 16) / (weights + K/V at 32): below
   // 1, and higher over int8 K/V (fewer bytes per token) than over the model's float32.
   const double floor32 = j.at("context_ratio_floor").at("float32").get<double>();
