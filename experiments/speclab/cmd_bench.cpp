@@ -115,40 +115,20 @@ double prefill_seconds(const Model& model, int64_t n, int reps) {
   return best;
 }
 
-// Seconds for one forward of n new tokens on top of `ctx` cached ones (a verification pass of
-// gamma = n - 1 drafts), best of `reps` (the cache is rolled back between them). `kv_dtype` as
-// for cached_step_seconds.
-// With `profile`, each pass also adds its time per layer-loop step to *profile.
-double batch_forward_seconds(const Model& model, int64_t ctx, int64_t n, int reps, const std::string& kv_dtype = "",
-                             StepProfile* profile = nullptr) {
-  ModelConfig c = model.config();
-  if (!kv_dtype.empty()) c.kv_dtype = kv_dtype;
-  ContiguousKv kv(c.kv_geometry(), ctx + n);
-  model.forward(synthetic_tokens(ctx, c.vocab_size), at::arange(ctx, at::kLong), kv.append_view(ctx),
-                ForwardOptions{{}, 1});
-  kv.commit(ctx);
-  at::Tensor toks = synthetic_tokens(n, c.vocab_size), pos = at::arange(ctx, ctx + n, at::kLong);
-  ForwardOptions opts;
-  opts.profile = profile;
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
-    model.forward(toks, pos, kv.append_view(n), opts);
-    best = std::min(best, since(t0));
-  }
-  return best;
-}
-
 // Verification passes of every n in `ns` (which starts with 1) over one cache of `ctx` tokens,
 // in `rounds` rounds: each round times one pass of each n back to back, so a round's passes see
 // the same state of a shared machine. cost[n] is the median over rounds of the round's
 // t_n / t_1 (a drift between rounds, which moved a best-of ratio by 25% from run to run here,
-// cancels in each round's ratio); best_s[n] the fastest pass of n.
+// cancels in each round's ratio); best_s[n] the fastest pass of n. `kv_dtype` as for
+// cached_step_seconds. With `profile`, every pass of n also adds its time per layer-loop step to
+// (*profile)[n].
 struct VerificationTimes {
   std::map<int64_t, double> best_s, cost;
 };
 VerificationTimes verification_rounds(const Model& model, int64_t ctx, const std::vector<int64_t>& ns, int rounds,
-                                      const std::string& kv_dtype = "") {
+                                      const std::string& kv_dtype = "",
+                                      std::map<int64_t, StepProfile>* profile = nullptr) {
+  SPECLAB_CHECK(!ns.empty() && ns.front() == 1 && rounds >= 1, "verification sizes start with 1, at least one round");
   ModelConfig c = model.config();
   if (!kv_dtype.empty()) c.kv_dtype = kv_dtype;
   const int64_t max_n = *std::max_element(ns.begin(), ns.end());
@@ -166,12 +146,14 @@ VerificationTimes verification_rounds(const Model& model, int64_t ctx, const std
   for (int r = 0; r < rounds; ++r) {
     std::map<int64_t, double> t;
     for (int64_t n : ns) {  // each pass writes the same uncommitted slots after the context
+      ForwardOptions opts;
+      if (profile) opts.profile = &(*profile)[n];
       auto t0 = Clock::now();
-      model.forward(toks[n], pos[n], kv.append_view(n), ForwardOptions{});
+      model.forward(toks[n], pos[n], kv.append_view(n), opts);
       t[n] = since(t0);
       out.best_s[n] = r == 0 ? t[n] : std::min(out.best_s[n], t[n]);
     }
-    for (int64_t n : ns) ratios[n].push_back(t[n] / t[1]);
+    for (int64_t n : ns) ratios[n].push_back(t[n] / t.at(1));
   }
   for (auto& [n, v] : ratios) {
     std::sort(v.begin(), v.end());
@@ -189,7 +171,7 @@ void print_step_profile(const Model& model, int64_t ctx, const std::vector<int64
                         const std::string& kv_dtype, bool human, nlohmann::json& report) {
   constexpr int kSteps = static_cast<int>(LoopStep::kCount);
   std::map<int64_t, StepProfile> prof;
-  for (int64_t n : ns) batch_forward_seconds(model, ctx, n, reps, kv_dtype, &prof[n]);
+  verification_rounds(model, ctx, ns, reps, kv_dtype, &prof);
   const auto per_forward = [&](int64_t n, int k) {
     const StepProfile& p = prof.at(n);
     return p.seconds[static_cast<size_t>(k)] / static_cast<double>(std::max<int64_t>(1, p.forwards));
