@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -164,6 +165,14 @@ void set_frozen(EagleHead& head, const TargetTensors& t) {
   head.embed = t.embed;
   head.final_norm = t.final_norm;
   head.lm_head = t.lm_head;
+}
+
+// The decoder layers of an eagle draft whose tensor names `has` knows: the first ("layer.")
+// and every "layers.<l>." after it (eagle_layer_prefix).
+int64_t eagle_draft_layers(const std::function<bool(const std::string&)>& has) {
+  int64_t l = 1;
+  while (has(eagle_layer_prefix(l) + "self_attn.q_proj.weight")) ++l;
+  return l;
 }
 
 void set_frozen(MedusaHeads& heads, const TargetTensors& t) {
@@ -508,8 +517,16 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
                   c.source_path, "head.aux_layers");
   // An eagle init with other aux layers is refused before the data stage (which can take minutes).
   std::vector<int64_t> init_aux;
+  int64_t init_layers = 0;
   if (c.architecture == "eagle" && !c.train.init.empty()) {
-    const auto meta = SafetensorsFile::open(c.train.init).metadata();
+    const SafetensorsFile init_file = SafetensorsFile::open(c.train.init);
+    init_layers = eagle_draft_layers([&](const std::string& name) { return init_file.contains(name); });
+    if (init_layers > c.head.layers)
+      throw Error(ErrorKind::kConfig,
+                  "train.init has " + std::to_string(init_layers) + " decoder layers, this head " +
+                      std::to_string(c.head.layers) + " (head.layers): expected at most as many",
+                  c.source_path, "train.init");
+    const auto meta = init_file.metadata();
     const auto listed = meta.find("aux_layers");
     init_aux = parse_aux_layers(listed == meta.end() ? "" : listed->second, frozen.config, c.train.init);
     if (!init_aux.empty() && init_aux != c.head.aux_layers)
@@ -571,7 +588,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     trainer = std::make_unique<MedusaTrainer>(medusa, train, val, c.train);
     trained = medusa.trained();
   } else {
-    eagle = init_eagle_head(frozen.config, c.train.seed, c.head.aux_layers);
+    eagle = init_eagle_head(frozen.config, c.train.seed, c.head.aux_layers, c.head.layers);
     set_frozen(eagle, frozen);
     eagle.vocab_ids = vocab_ids;
     eagle.lm_head = head_rows(frozen.lm_head, vocab_ids);
@@ -592,6 +609,14 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
       if (fc != init.end() && fc->second.dim() == 2)
         fc->second = at::cat({fc->second, at::zeros({fc->second.size(0), eagle.aux_width()}, fc->second.options())}, 1);
     }
+    // A head with fewer layers grows: each new layer is the fresh one with its o and down
+    // projections 0, so it adds nothing to its input (the identity), and the grown head starts out
+    // computing exactly what the init did (eagle_head.h); training then moves them off 0.
+    for (int64_t l = init_layers; c.architecture == "eagle" && l < eagle.n_layers(); ++l)
+      for (const auto& [name, t] : eagle.layers[static_cast<size_t>(l)].named(eagle_layer_prefix(l))) {
+        const bool zero = t == &eagle.layers[static_cast<size_t>(l)].o_proj || t == &eagle.layers[static_cast<size_t>(l)].down_proj;
+        init[name] = zero ? at::zeros_like(*t) : t->detach().clone();
+      }
     // take_trained checks names and shapes against the fresh tensors and hands over the init's;
     // they are then copied in place (the trainer holds the tensors it optimises).
     std::map<std::string, at::Tensor> loaded;
@@ -610,6 +635,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
                                              {"target", fs::path(target->info.source).filename().string()},
                                              {"training_config", c.resolved_yaml}};
   if (!c.head.aux_layers.empty()) meta["aux_layers"] = layer_text(c.head.aux_layers);
+  if (c.head.layers > 1) meta["head_layers"] = std::to_string(c.head.layers);  // for readers; loading counts the tensors
   if (distill) {
     meta["draft_layers"] = layer_text(c.head.draft_layers);
     meta["draft_vocab"] = std::to_string(c.head.vocab_top_n);
@@ -689,8 +715,11 @@ std::shared_ptr<EagleHead> load_eagle_head(const std::string& path, const Loaded
   const auto tensors = read_draft(path, "eagle", target, frozen.config, ids, &meta);
   auto head = std::make_shared<EagleHead>();
   set_frozen(*head, frozen);
-  const EagleHead fresh = init_eagle_head(frozen.config, 0, parse_aux_layers(meta["aux_layers"], frozen.config, path));
+  const int64_t n_layers = eagle_draft_layers([&](const std::string& name) { return tensors.count(name) != 0; });
+  const EagleHead fresh =
+      init_eagle_head(frozen.config, 0, parse_aux_layers(meta["aux_layers"], frozen.config, path), n_layers);
   head->aux_layers = fresh.aux_layers;
+  head->layers.resize(fresh.layers.size());
   take_trained(tensors, head->trained(), fresh.trained(), path);
   head->vocab_ids = ids;
   head->lm_head = head_rows(frozen.lm_head, ids);

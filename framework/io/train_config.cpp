@@ -27,7 +27,8 @@ const Table<DraftHeadOptions>& head_table() {
   using H = DraftHeadOptions;
   static const Table<H> t("head", {field("vocab_top_n", {}, &H::vocab_top_n), field("medusa_heads", {}, &H::medusa_heads),
                                    field("draft_layers", {}, &H::draft_layers, layer_list()),
-                                   field("aux_layers", {}, &H::aux_layers, layer_list())});
+                                   field("aux_layers", {}, &H::aux_layers, layer_list()),
+                                   field("layers", {}, &H::layers)});
   return t;
 }
 
@@ -121,6 +122,10 @@ void TrainDraftConfig::validate() const {
     if (l < 0) bad("head.draft_layers", "expected layer indices >= 0, found " + std::to_string(l));
   if (!head.aux_layers.empty() && architecture != "eagle")
     bad("head.aux_layers", "only an eagle head reads aux layers; this architecture is " + architecture);
+  if (head.layers != 1 && architecture != "eagle")
+    bad("head.layers", "only an eagle head has this many decoder layers; this architecture is " + architecture);
+  if (head.layers < 1 || head.layers > 4)
+    bad("head.layers", "expected 1 to 4 decoder layers, found " + std::to_string(head.layers));
   if (head.aux_layers.size() > 4)
     bad("head.aux_layers", "expected at most 4 target layer indices, found " + std::to_string(head.aux_layers.size()));
   for (size_t i = 0; i < head.aux_layers.size(); ++i) {

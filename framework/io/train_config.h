@@ -6,7 +6,7 @@
 //            max_prompt_tokens, validation_fraction, cache_dir
 //   architecture: eagle | medusa | draft_model
 //   head:    vocab_top_n (0 = the target's full LM head; N = its N most frequent tokens),
-//            medusa_heads, draft_layers, aux_layers
+//            medusa_heads, draft_layers, aux_layers, layers
 //   train:   steps, batch_tokens, lr, warmup, weight_decay, grad_clip, token_loss_weight,
 //            feature_noise, unroll, unroll_decay, medusa_decay, init, eval_every, checkpoint_every, seed
 //   output:  path (.safetensors), log (.h5), checkpoint (.safetensors), dtype
@@ -42,6 +42,8 @@ struct DraftHeadOptions {
   // stream the head's first draft step also reads (EAGLE-3's fused features, eagle_head.h);
   // empty: the last layer's features only (EAGLE).
   std::vector<int64_t> aux_layers;
+  // architecture eagle: decoder layers in the head (EAGLE: 1; eagle_head.h), 1 to 4.
+  int64_t layers = 1;
 };
 
 struct DraftTrainOptions {

@@ -407,7 +407,7 @@ at::Tensor reference_forward(const EagleHead& h, const at::Tensor& f /*[n, d]*/,
 }
 
 // The same pairs through PackedEagleHead on `target`'s kernels: the first n - 1 in one call, the
-// last alone (as propose() runs them), K/V in a one-layer pool of a fresh manager. aux: the
+// last alone (as propose() runs them), K/V in a pool of the head's layers in a fresh manager. aux: the
 // rows' aux features [n, A d], or undefined (a = 0).
 at::Tensor packed_forward(const EagleHead& h, const Model& target, const at::Tensor& f, const at::Tensor& next,
                           const at::Tensor& aux = {}) {
@@ -417,7 +417,7 @@ at::Tensor packed_forward(const EagleHead& h, const Model& target, const at::Ten
   kvo.budget_bytes = 16 << 20;
   KvCacheManager kv(kvo);
   KvGeometry g = target.config().kv_geometry();
-  g.n_layers = 1;
+  g.n_layers = h.n_layers();
   const PoolId pool = kv.add_pool(g);
   const SeqId seq = kv.create(pool);
   const int64_t n = f.size(0), d = f.size(1);
@@ -460,13 +460,17 @@ class AttentionKernelProbe : public Model {
 }  // namespace
 
 TEST_CASE("the packed eagle head computes the libtorch head's forward on the target's kernels", "[train][eagle]") {
-  const TrainDraftConfig a = load_train_config(write_config("packed", 60).string());
+  const int layers = GENERATE(1, 2);  // EAGLE's one decoder layer, and a head of two (head.layers)
+  INFO("head.layers " << layers);
+  const TrainDraftConfig a = load_train_config(write_config("packed" + std::to_string(layers), 60).string(),
+                                               {"head.layers=" + std::to_string(layers)});
   train_draft(a, false);
   c10::InferenceMode guard;
   ModelSource src;
   src.path = "stories260K";
   const LoadedModel info = load_model(src);
   const std::shared_ptr<EagleHead> h = load_eagle_head(a.output.path, info);
+  REQUIRE(h->n_layers() == layers);
   const int64_t d = h->target.hidden_size, n = 9;
   const at::Tensor f = eagle_features(*h, at::sin(at::arange(n * d, at::kFloat).view({n, d}) * 0.37) * 2.0);
   const at::Tensor next = (at::arange(n, at::kLong) * 7919 + 11) % h->target.vocab_size;
@@ -493,7 +497,7 @@ TEST_CASE("the packed eagle head computes the libtorch head's forward on the tar
     const AttentionKernelProbe with(*target->model, true), without(*target->model, false);
     const at::Tensor got_kernel = packed_forward(*h, with, f, next);
     const at::Tensor got_loop = packed_forward(*h, without, f, next);
-    CHECK(with.calls == 2);  // one per step() call: the kernel really ran
+    CHECK(with.calls == 2 * layers);  // one per layer and step() call: the kernel really ran
     const double tol = 1e-4 * (1.0 + ref.abs().max().item<double>());
     CHECK((got_kernel - ref).abs().max().item<double>() < tol);
     CHECK((got_loop - ref).abs().max().item<double>() < tol);
@@ -514,20 +518,30 @@ namespace {
 // k - 1 steps on its own last prediction, each step's K/V appended to the context it attends to.
 // f: [n, d] one sequence's features, next: [n] its next tokens. Returns f^ [d].
 at::Tensor drafted_prediction(const EagleHead& h, const at::Tensor& f, const at::Tensor& next, int64_t r, int64_t k) {
-  const int64_t s = r - k + 1;
+  const int64_t s = r - k + 1, L = h.n_layers();
   const at::Tensor pos = at::arange(s + 1, at::kLong);
-  const at::Tensor x = eagle_input(h, f.narrow(0, 0, s + 1), next.narrow(0, 0, s + 1));
-  const EagleQkv qkv = eagle_qkv(h, x, pos);
   const at::Tensor causal = pos.unsqueeze(0).le(pos.unsqueeze(1));
-  at::Tensor g = eagle_attend(h, x, qkv, qkv.k, qkv.v, causal).narrow(0, s, 1);
-  at::Tensor kc = qkv.k, vc = qkv.v;
+  std::vector<at::Tensor> kc(static_cast<size_t>(L)), vc(static_cast<size_t>(L));  // each layer's K/V so far
+  at::Tensor x = eagle_input(h, f.narrow(0, 0, s + 1), next.narrow(0, 0, s + 1));
+  for (int64_t l = 0; l < L; ++l) {
+    const EagleQkv qkv = eagle_qkv(h, l, x, pos);
+    kc[static_cast<size_t>(l)] = qkv.k;
+    vc[static_cast<size_t>(l)] = qkv.v;
+    x = eagle_attend(h, l, x, qkv, qkv.k, qkv.v, causal);
+  }
+  at::Tensor g = x.narrow(0, s, 1);
   for (int64_t m = 2; m <= k; ++m) {
     const int64_t row = s + m - 1;
-    const at::Tensor xm = eagle_input(h, g, next.narrow(0, row, 1));
-    const EagleQkv q = eagle_qkv(h, xm, at::full({1}, row, at::kLong));
-    kc = at::cat({kc, q.k}, 0);
-    vc = at::cat({vc, q.v}, 0);
-    g = eagle_attend(h, xm, q, kc, vc, at::ones({1, kc.size(0)}, at::kBool));
+    x = eagle_input(h, g, next.narrow(0, row, 1));
+    for (int64_t l = 0; l < L; ++l) {
+      at::Tensor& kl = kc[static_cast<size_t>(l)];
+      at::Tensor& vl = vc[static_cast<size_t>(l)];
+      const EagleQkv q = eagle_qkv(h, l, x, at::full({1}, row, at::kLong));
+      kl = at::cat({kl, q.k}, 0);
+      vl = at::cat({vl, q.v}, 0);
+      x = eagle_attend(h, l, x, q, kl, vl, at::ones({1, kl.size(0)}, at::kBool));
+    }
+    g = x;
   }
   return g[0];
 }
@@ -536,7 +550,10 @@ at::Tensor drafted_prediction(const EagleHead& h, const at::Tensor& f, const at:
 
 TEST_CASE("train.unroll: the unrolled steps are the drafter's k-th drafts; training reports agreement by draft step",
           "[train][eagle]") {
-  const TrainDraftConfig a = load_train_config(write_config("unroll", 40).string(), {"train.unroll=3"});
+  const int layers = GENERATE(1, 2);
+  INFO("head.layers " << layers);
+  const TrainDraftConfig a = load_train_config(write_config("unroll" + std::to_string(layers), 40).string(),
+                                               {"train.unroll=3", "head.layers=" + std::to_string(layers)});
   const TrainDraftResult r = train_draft(a, false);
   REQUIRE(r.head_agreements.size() == 4);  // draft steps 1..max(4, unroll)
   CHECK(r.head_agreements[0] == r.validation_agreement);
@@ -554,6 +571,7 @@ TEST_CASE("train.unroll: the unrolled steps are the drafter's k-th drafts; train
   src.path = "stories260K";
   const LoadedModel info = load_model(src);
   const std::shared_ptr<EagleHead> h = load_eagle_head(a.output.path, info);
+  REQUIRE(h->n_layers() == layers);
   const int64_t d = h->target.hidden_size, n1 = 7, n2 = 6, n = n1 + n2;
   const at::Tensor f = eagle_features(*h, at::sin(at::arange(n * d, at::kFloat).view({n, d}) * 0.37) * 2.0);
   const at::Tensor next = (at::arange(n, at::kLong) * 7919 + 11) % h->target.vocab_size;
@@ -851,6 +869,86 @@ TEST_CASE("head.aux_layers refused: the last layer, a repeat, another architectu
   for (const auto& entry : fs::directory_iterator(kDir / "cache"))
     aux0_cached = aux0_cached || entry.path().filename().string().find("-aux0") != std::string::npos;
   CHECK_FALSE(aux0_cached);
+}
+
+TEST_CASE("head.layers: a two-layer eagle head drafts through the engine (greedy equals AR, packed and libtorch); a "
+          "one-layer head grows into it exactly; bad layer counts are refused",
+          "[train][eagle]") {
+  const TrainDraftConfig two = load_train_config(write_config("two_layers", 60).string(), {"head.layers=2"});
+  const TrainDraftResult r = train_draft(two, false);
+  CHECK(r.validation_agreement > 0.0);
+  CHECK(SafetensorsFile::open(two.output.path).metadata().at("head_layers") == "2");
+  CHECK(SafetensorsFile::open(two.output.path).contains("layers.1.mlp.down_proj.weight"));
+  ModelSource src;
+  src.path = "stories260K";
+  auto target = load_target(src);
+  const std::shared_ptr<EagleHead> h = load_eagle_head(two.output.path, target->info);
+  REQUIRE(h->n_layers() == 2);
+
+  SessionParts parts(*target, kv_64mib());
+  DrafterOptions o = trained_drafter("eagle", two.output.path, 4);
+  Drafter& dr = parts.add_drafter(o);
+  int64_t accepted = 0, drafted = 0;
+  greedy_equals_ar(*target, parts, dr, o, accepted, drafted);
+  INFO("accepted " << accepted << " of " << drafted);
+  CHECK(accepted > 0);
+  CHECK(parts.kv().bytes_used() == 0);
+  {  // the head on libtorch ops (a target without packed kernels): the same drafts
+    const NoKernels bare(*target->model);
+    EagleDrafter lt(h, DrafterEnv{&bare, &parts.kv(), parts.kv_target().pool, bare.config().vocab_size});
+    const TokenList ids = target->info.tokenizer->encode("Once upon a time", true);
+    GenerationOptions gen;
+    gen.max_new_tokens = 32;
+    Session s(bare, *target->info.tokenizer, parts.kv_target());
+    int64_t lt_accepted = 0, lt_drafted = 0;
+    CHECK(run_counting(s, Request{ids, {&lt, o}, gen, {}}, lt_accepted, lt_drafted).tokens ==
+          generate_ar(*target->model, *target->info.tokenizer, ids, gen, SamplingOptions{}, KvMode::kCached, {},
+                      parts.kv_target())
+              .tokens);
+    CHECK(lt_accepted > 0);
+  }
+
+  // train.init from a one-layer head: the second layer starts as the identity (o and down 0), so
+  // the grown head computes the one-layer head's forward; one step at lr 1e-9 keeps it there.
+  const TrainDraftConfig one = load_train_config(write_config("one_layer", 30).string());
+  train_draft(one, false);
+  const TrainDraftConfig grow = load_train_config(
+      write_config("grown_layers", 1).string(),
+      {"head.layers=2", "train.init=one_layer.safetensors", "train.lr=1e-9", "train.warmup=0"});
+  train_draft(grow, false);
+  c10::InferenceMode guard;
+  const std::shared_ptr<EagleHead> base = load_eagle_head(one.output.path, target->info);
+  const std::shared_ptr<EagleHead> grown = load_eagle_head(grow.output.path, target->info);
+  REQUIRE(grown->n_layers() == 2);
+  CHECK(grown->layers[1].o_proj.abs().max().item<double>() < 1e-6);
+  CHECK(grown->layers[1].down_proj.abs().max().item<double>() < 1e-6);
+  CHECK(grown->layers[1].q_proj.abs().max().item<double>() > 1e-3);  // drawn, not zero
+  const int64_t d = base->target.hidden_size, n = 9;
+  const at::Tensor f = eagle_features(*base, at::sin(at::arange(n * d, at::kFloat).view({n, d}) * 0.37) * 2.0);
+  const at::Tensor next = (at::arange(n, at::kLong) * 7919 + 11) % base->target.vocab_size;
+  const at::Tensor pos = at::arange(n, at::kLong), seg = at::zeros({n}, at::kLong);
+  const at::Tensor want = eagle_forward_packed(*base, f, next, pos, seg);
+  const double tol = 1e-4 * (1.0 + want.abs().max().item<double>());
+  CHECK((eagle_forward_packed(*grown, f, next, pos, seg) - want).abs().max().item<double>() < tol);
+  // negative control: the trained two-layer head is another forward
+  CHECK((eagle_forward_packed(*h, f, next, pos, seg) - want).abs().max().item<double>() > 100 * tol);
+
+  // Refused: 0 or 5 layers, layers on another architecture, an init deeper than the head.
+  for (const char* bad : {"head.layers=0", "head.layers=5"}) {
+    const Error e = test::catch_error([&] { load_train_config(write_config("bad_layers", 1).string(), {bad}); });
+    CHECK(e.field() == "head.layers");
+    CHECK_THAT(e.what(), Catch::Contains("1 to 4"));
+  }
+  const Error em = test::catch_error(
+      [] { load_train_config(write_config("layers_medusa", 1, "prompts.jsonl", "medusa").string(), {"head.layers=2"}); });
+  CHECK(em.field() == "head.layers");
+  CHECK_THAT(em.what(), Catch::Contains("only an eagle head"));
+  const TrainDraftConfig shallow =
+      load_train_config(write_config("shallow", 1).string(), {"train.init=two_layers.safetensors"});
+  const Error ei = test::catch_error([&] { train_draft(shallow, false); });
+  CHECK(ei.kind() == ErrorKind::kConfig);
+  CHECK(ei.field() == "train.init");
+  CHECK_THAT(ei.what(), Catch::Contains("has 2 decoder layers"));
 }
 
 TEST_CASE("a float16 draft: half the bytes, vocab_ids exact, the float32 draft's weights to f16 precision", "[train]") {

@@ -20,7 +20,7 @@ EagleDrafter::EagleDrafter(std::shared_ptr<const EagleHead> head, const DrafterE
     throw Error(ErrorKind::kConfig, "the eagle head was built for another target shape", "drafter", "draft_model");
   kv_ = env.kv;
   KvGeometry g = t.kv_geometry();
-  g.n_layers = 1;
+  g.n_layers = head_->n_layers();
   g.device = "cpu";  // the head runs on the CPU whatever the target's device
   g.dtype = "float32";
   pool_ = kv_->add_pool(g);
@@ -82,16 +82,19 @@ void EagleDrafter::run_head(const float* features, const float* aux, const int64
     const at::Tensor t = at::from_blob(const_cast<int64_t*>(next), {n}, at::kLong);
     const at::Tensor a =
         aux ? at::from_blob(const_cast<float*>(aux), {n, head_->aux_width()}, at::kFloat) : at::Tensor();
-    const at::Tensor x = eagle_input(*head_, f, t, a);
-    const EagleQkv qkv = eagle_qkv(*head_, x, at::arange(pos, pos + n, at::kLong));
-    at::Tensor kc = v.k_cache[0], vc = v.v_cache[0];  // [slots, KVH, hd]
-    kc.index_copy_(0, v.write_slots, qkv.k);
-    vc.index_copy_(0, v.write_slots, qkv.v);
-    const at::Tensor k_ctx = v.read_base >= 0 ? kc.narrow(0, v.read_base, v.ctx_len) : kc.index_select(0, v.read_slots);
-    const at::Tensor v_ctx = v.read_base >= 0 ? vc.narrow(0, v.read_base, v.ctx_len) : vc.index_select(0, v.read_slots);
+    at::Tensor x = eagle_input(*head_, f, t, a);
     const at::Tensor rows = at::arange(pos, pos + n, at::kLong).unsqueeze(1);
     const at::Tensor allowed = at::arange(v.ctx_len, at::kLong).unsqueeze(0).le(rows);  // [n, ctx]
-    const at::Tensor o = eagle_attend(*head_, x, qkv, k_ctx, v_ctx, allowed).contiguous();
+    for (int64_t l = 0; l < head_->n_layers(); ++l) {
+      const EagleQkv qkv = eagle_qkv(*head_, l, x, at::arange(pos, pos + n, at::kLong));
+      at::Tensor kc = v.k_cache[l], vc = v.v_cache[l];  // [slots, KVH, hd]
+      kc.index_copy_(0, v.write_slots, qkv.k);
+      vc.index_copy_(0, v.write_slots, qkv.v);
+      const at::Tensor k_ctx = v.read_base >= 0 ? kc.narrow(0, v.read_base, v.ctx_len) : kc.index_select(0, v.read_slots);
+      const at::Tensor v_ctx = v.read_base >= 0 ? vc.narrow(0, v.read_base, v.ctx_len) : vc.index_select(0, v.read_slots);
+      x = eagle_attend(*head_, l, x, qkv, k_ctx, v_ctx, allowed);
+    }
+    const at::Tensor o = x.contiguous();
     std::copy(o.data_ptr<float>(), o.data_ptr<float>() + n * d, out);
   }
   SPECLAB_CHECK(kv_->commit(hseq_, n) == KvStatus::kOk, "eagle: commit");

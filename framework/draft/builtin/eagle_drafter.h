@@ -4,9 +4,9 @@
 // It asks the engine for the target's last layer (Drafter::target_hidden_layers) and turns each
 // row into a feature f_i (eagle_features); a head with aux layers (eagle_head.h) also asks for
 // those and keeps each position's a_i, which only the pairs of the target's own rows read (a
-// drafted pair's a is 0). Its one layer keeps K/V in its own sequence of its own
-// pool (one layer of the target's KV geometry) in the shared KvCacheManager, one slot per head
-// position i, the pair (f_i, t_{i+1}). Each propose():
+// drafted pair's a is 0). Its layers (one, or head.n_layers()) keep K/V in its own sequence of
+// its own pool (that many layers of the target's KV geometry) in the shared KvCacheManager, one
+// slot per head position i, the pair (f_i, t_{i+1}). Each propose():
 //   1. feeds the pairs whose feature the target has given since the last step (positions up to
 //      the one before the pending token; rows of rejected drafts are never used), and commits them;
 //   2. drafts max_k tokens: the head's predicted feature gives the logits of the next token

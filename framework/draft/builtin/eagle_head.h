@@ -10,6 +10,12 @@
 //   h_i   = x_i + o(Attn(RoPE(q(N1 x)), RoPE(k(N1 x)), v(N1 x)))         one Llama decoder layer
 //   f^_{i+1} = h_i + down(silu(gate(N2 h)) * up(N2 h))                   (N = RMSNorm)
 //   logits = f^ W_head^T                               [n, V']
+// EAGLE's head has one decoder layer. A deeper head (`head.layers` L > 1) stacks L of them,
+// layer l reading layer l-1's output and attending over its own K/V; f^ is the last one's
+// output. The first layer keeps the one-layer head's tensor names ("layer."), layer l >= 1 is
+// "layers.<l>.", so a one-layer head is the first layer of a deeper one (train.init grows it with
+// layers whose o and down projections are 0: each such layer is the identity, and the grown head
+// starts out computing exactly what the one-layer head computed).
 // E, the target's final norm and W_lm are the target's, frozen. W_head is W_lm itself (V' = V)
 // or its rows of the N most frequent target tokens (FR-Spec's reduced head, V' = N; vocab_ids
 // maps row -> target token id). The layer has the target's shapes (heads, kv heads, head_dim,
@@ -44,7 +50,7 @@ struct EagleHead {
   // Trained (float32):
   at::Tensor fc_weight;          // [d, (2 + A) d], A = aux_layers.size()
   at::Tensor fc_bias;            // [d]
-  DecoderLayerWeights layer;     // the decoder layer (decoder_layer.h), without biases
+  std::vector<DecoderLayerWeights> layers;  // L >= 1 decoder layers (decoder_layer.h), without biases
 
   // Frozen, from the target (float32):
   at::Tensor embed;       // [V, d] the target's token embeddings
@@ -56,13 +62,19 @@ struct EagleHead {
   std::map<std::string, at::Tensor*> trained();
   std::map<std::string, const at::Tensor*> trained() const;
   int64_t head_vocab() const { return lm_head.size(0); }
+  int64_t n_layers() const { return static_cast<int64_t>(layers.size()); }  // L
   int64_t aux_width() const { return static_cast<int64_t>(aux_layers.size()) * target.hidden_size; }  // A d
 };
 
 // A fresh head for `target` with weights drawn from a seeded normal (std 0.02; norms 1, fc
-// bias 0): deterministic given the seed (the fc columns over a are drawn after the others, so
-// the rest does not depend on aux_layers). Frozen tensors are left undefined.
-EagleHead init_eagle_head(const ModelConfig& target, uint64_t seed, const std::vector<int64_t>& aux_layers = {});
+// bias 0): deterministic given the seed. Draw order: fc over [f ; E], the first layer, fc's
+// columns over a, then layers 1..L-1, so what a one-layer head draws does not depend on
+// aux_layers or n_layers. Frozen tensors are left undefined.
+EagleHead init_eagle_head(const ModelConfig& target, uint64_t seed, const std::vector<int64_t>& aux_layers = {},
+                          int64_t n_layers = 1);
+
+// The safetensors prefix of layer l's tensors: "layer." for l = 0, "layers.<l>." after it.
+std::string eagle_layer_prefix(int64_t l);
 
 // The target's features f from its last layer's residual stream: RMSNorm(h) * final_norm (the
 // target's final norm weight [d] and epsilon). Every drafter on target features uses this.
@@ -80,13 +92,15 @@ at::Tensor eagle_input(const EagleHead& head, const at::Tensor& features /*[n, d
                        const at::Tensor& next_tokens /*[n] int64*/,
                        const at::Tensor& aux = {} /*[n, A d] or undefined*/);  // -> [n, d]
 
-// q, k, v of the layer for x at `positions` (RoPE applied to q and k): decoder_qkv.
+// q, k, v of layer l for its input x at `positions` (RoPE applied to q and k): decoder_qkv.
+// Layer 0's input is eagle_input's x, layer l's the output of layer l - 1.
 using EagleQkv = LayerQkv;
-EagleQkv eagle_qkv(const EagleHead& head, const at::Tensor& x /*[n, d]*/, const at::Tensor& positions /*[n] int64*/);
+EagleQkv eagle_qkv(const EagleHead& head, int64_t l, const at::Tensor& x /*[n, d]*/,
+                   const at::Tensor& positions /*[n] int64*/);
 
-// The rest of the layer: attention of q over (k_ctx, v_ctx) where allowed[i][j], then the MLP.
-// Returns the predicted features f^ [n, d].
-at::Tensor eagle_attend(const EagleHead& head, const at::Tensor& x /*[n, d]*/, const EagleQkv& qkv,
+// The rest of layer l: attention of q over (k_ctx, v_ctx) where allowed[i][j], then the MLP.
+// Returns the layer's output [n, d]; the last layer's is the predicted features f^.
+at::Tensor eagle_attend(const EagleHead& head, int64_t l, const at::Tensor& x /*[n, d]*/, const EagleQkv& qkv,
                         const at::Tensor& k_ctx /*[c, KVH, hd]*/, const at::Tensor& v_ctx /*[c, KVH, hd]*/,
                         const at::Tensor& allowed /*[n, c] bool*/);
 
@@ -108,7 +122,7 @@ at::Tensor eagle_forward_packed(const EagleHead& head, const at::Tensor& feature
 // from the graph when detach_inputs), its token the true next one (an accepted chain), and it
 // attends to what the drafter's KV holds then: step 1's K/V of rows <= s of its sequence (the
 // target's real features) and step m's K/V of row s + m - 1 for m = 2..k (its own earlier
-// drafts, itself last). Returns [steps] predictions f^, each [n, d]; the rows of step k with
+// drafts, itself last); in a deeper head each layer so over its own K/V. Returns [steps] predictions f^, each [n, d]; the rows of step k with
 // position < k - 1 have no such chain and must be ignored. aux: step 1's a (undefined: 0);
 // steps k > 1 read a = 0, as drafting does.
 std::vector<at::Tensor> eagle_forward_unrolled(const EagleHead& head, const at::Tensor& features /*[n, d]*/,

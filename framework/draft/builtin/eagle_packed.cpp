@@ -41,13 +41,18 @@ std::unique_ptr<PackedEagleHead> PackedEagleHead::make(const EagleHead& h, const
   p->fc_ = target.pack_matrix(h.fc_weight);
   if (!p->fc_) return nullptr;
   if (h.aux_width() > 0) p->fc_base_ = target.pack_matrix(h.fc_weight.narrow(1, 0, 2 * h.target.hidden_size).contiguous());
-  p->qkv_ = target.pack_matrix(at::cat({h.layer.q_proj, h.layer.k_proj, h.layer.v_proj}, 0));
-  p->o_ = target.pack_matrix(h.layer.o_proj);
-  p->gate_up_ = target.pack_matrix(at::cat({h.layer.gate_proj, h.layer.up_proj}, 0));
-  p->down_ = target.pack_matrix(h.layer.down_proj);
+  for (const DecoderLayerWeights& w : h.layers) {
+    Layer l;
+    l.qkv = target.pack_matrix(at::cat({w.q_proj, w.k_proj, w.v_proj}, 0));
+    l.o = target.pack_matrix(w.o_proj);
+    l.gate_up = target.pack_matrix(at::cat({w.gate_proj, w.up_proj}, 0));
+    l.down = target.pack_matrix(w.down_proj);
+    for (const auto& m : {l.qkv, l.o, l.gate_up, l.down})
+      SPECLAB_CHECK(m != nullptr, "eagle: the target packed one matrix and not another");
+    p->layers_.push_back(std::move(l));
+  }
   p->lm_ = target.pack_matrix(h.lm_head);
-  for (const auto& m : {p->qkv_, p->o_, p->gate_up_, p->down_, p->lm_})
-    SPECLAB_CHECK(m != nullptr, "eagle: the target packed one matrix and not another");
+  SPECLAB_CHECK(p->lm_ != nullptr, "eagle: the target packed one matrix and not another");
   const ModelConfig& c = h.target;
   for (int64_t j = 0; j < c.head_dim / 2; ++j)
     p->inv_freq_.push_back(std::pow(c.rope_theta, -2.0 * static_cast<double>(j) / static_cast<double>(c.head_dim)));
@@ -76,11 +81,22 @@ void PackedEagleHead::step(const float* features, const float* aux, const int64_
     if (w > 0) std::memcpy(row + 2 * d, aux + i * w, sizeof(float) * w);
   }
   (w == 0 && fc_base_ ? fc_base_ : fc_)->multiply(in_.data(), h.fc_bias.data_ptr<float>(), x_.data(), n);
+  const int64_t L = static_cast<int64_t>(layers_.size());
+  SPECLAB_CHECK(kv.k_cache.size(0) == L, "eagle: the head's KV view has another layer count");
+  for (int64_t l = 0; l < L; ++l) layer_step(l, n, pos, kv, l + 1 == L ? out : x_.data());
+}
+
+void PackedEagleHead::layer_step(int64_t l, int64_t n, int64_t pos, const KvView& kv, float* y) {
+  const DecoderLayerWeights& wt = head_->layers[static_cast<size_t>(l)];
+  const Layer& m = layers_[static_cast<size_t>(l)];
+  const ModelConfig& c = head_->target;
+  const int64_t d = c.hidden_size, H = c.num_attention_heads, KVH = c.num_key_value_heads, hd = c.head_dim;
+  const int64_t qd = H * hd, kvd = KVH * hd, I = c.intermediate_size;
   // q, k, v of N1 x; RoPE; K/V into the write slots.
-  rms_norm(x_.data(), h.layer.input_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
-  qkv_->multiply(xn_.data(), nullptr, qkv_out_.data(), n);
-  float* kc = kv.k_cache[0].data_ptr<float>();  // [slots, KVH, hd]
-  float* vc = kv.v_cache[0].data_ptr<float>();
+  rms_norm(x_.data(), wt.input_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
+  m.qkv->multiply(xn_.data(), nullptr, qkv_out_.data(), n);
+  float* kc = kv.k_cache[l].data_ptr<float>();  // [slots, KVH, hd]
+  float* vc = kv.v_cache[l].data_ptr<float>();
   const int64_t* ws = kv.write_slots.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     float* row = &qkv_out_[static_cast<size_t>(i * (qd + 2 * kvd))];
@@ -90,19 +106,19 @@ void PackedEagleHead::step(const float* features, const float* aux, const int64_
     std::memcpy(kc + ws[i] * kvd, row + qd, sizeof(float) * kvd);
     std::memcpy(vc + ws[i] * kvd, row + qd + kvd, sizeof(float) * kvd);
   }
-  attend(n, pos, kv);
-  // h = x + o(att); f^ = h + down(silu(gate(N2 h)) * up(N2 h))
-  o_->multiply(att_.data(), nullptr, h_.data(), n);
+  attend(l, n, pos, kv);
+  // h = x + o(att); y = h + down(silu(gate(N2 h)) * up(N2 h))
+  m.o->multiply(att_.data(), nullptr, h_.data(), n);
   for (int64_t k = 0; k < n * d; ++k) h_[static_cast<size_t>(k)] += x_[static_cast<size_t>(k)];
-  rms_norm(h_.data(), h.layer.post_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
-  gate_up_->multiply(xn_.data(), nullptr, gu_.data(), n);
+  rms_norm(h_.data(), wt.post_norm.data_ptr<float>(), xn_.data(), n, d, c.rms_norm_eps);
+  m.gate_up->multiply(xn_.data(), nullptr, gu_.data(), n);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < I; ++j) {
       const float gt = gu_[static_cast<size_t>(i * 2 * I + j)], up = gu_[static_cast<size_t>(i * 2 * I + I + j)];
       act_[static_cast<size_t>(i * I + j)] = gt / (1.0f + std::exp(-gt)) * up;
     }
-  down_->multiply(act_.data(), nullptr, out, n);
-  for (int64_t k = 0; k < n * d; ++k) out[k] += h_[static_cast<size_t>(k)];
+  m.down->multiply(act_.data(), nullptr, y, n);
+  for (int64_t k = 0; k < n * d; ++k) y[k] += h_[static_cast<size_t>(k)];
 }
 
 const float* PackedEagleHead::rope_cos(int64_t pos) {
@@ -116,12 +132,12 @@ const float* PackedEagleHead::rope_cos(int64_t pos) {
   return rope_.data() + static_cast<size_t>(pos) * 2 * half;
 }
 
-void PackedEagleHead::attend(int64_t n, int64_t pos, const KvView& kv) {
+void PackedEagleHead::attend(int64_t l, int64_t n, int64_t pos, const KvView& kv) {
   const ModelConfig& c = head_->target;
   const int64_t H = c.num_attention_heads, KVH = c.num_key_value_heads, hd = c.head_dim;
   const int64_t qd = H * hd, kvd = KVH * hd, group = H / KVH;
-  const float* kc = kv.k_cache[0].data_ptr<float>();  // [slots, KVH, hd]
-  const float* vc = kv.v_cache[0].data_ptr<float>();
+  const float* kc = kv.k_cache[l].data_ptr<float>();  // [slots, KVH, hd]
+  const float* vc = kv.v_cache[l].data_ptr<float>();
   const int64_t* rs = kv.read_base >= 0 ? nullptr : kv.read_slots.data_ptr<int64_t>();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   // Row i (position pos + i) attends positions [0, pos + i].
