@@ -609,13 +609,14 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
       if (fc != init.end() && fc->second.dim() == 2)
         fc->second = at::cat({fc->second, at::zeros({fc->second.size(0), eagle.aux_width()}, fc->second.options())}, 1);
     }
-    // A head with fewer layers grows: each new layer is the fresh one with its o and down
+    // A head with fewer layers (any fewer; more are refused above) grows: each new layer is the fresh one with its o and down
     // projections 0, so it adds nothing to its input (the identity), and the grown head starts out
     // computing exactly what the init did (eagle_head.h); training then moves them off 0.
-    for (int64_t l = init_layers; c.architecture == "eagle" && l < eagle.n_layers(); ++l)
-      for (const auto& [name, t] : eagle.layers[static_cast<size_t>(l)].named(eagle_layer_prefix(l))) {
-        const bool zero = t == &eagle.layers[static_cast<size_t>(l)].o_proj || t == &eagle.layers[static_cast<size_t>(l)].down_proj;
-        init[name] = zero ? at::zeros_like(*t) : t->detach().clone();
+    if (c.architecture == "eagle")
+      for (int64_t l = init_layers; l < eagle.n_layers(); ++l) {
+        DecoderLayerWeights& w = eagle.layers[static_cast<size_t>(l)];
+        for (const auto& [name, t] : w.named(eagle_layer_prefix(l)))
+          init[name] = t == &w.o_proj || t == &w.down_proj ? at::zeros_like(*t) : t->detach().clone();
       }
     // take_trained checks names and shapes against the fresh tensors and hands over the init's;
     // they are then copied in place (the trainer holds the tensors it optimises).
@@ -716,6 +717,24 @@ std::shared_ptr<EagleHead> load_eagle_head(const std::string& path, const Loaded
   auto head = std::make_shared<EagleHead>();
   set_frozen(*head, frozen);
   const int64_t n_layers = eagle_draft_layers([&](const std::string& name) { return tensors.count(name) != 0; });
+  // Every "layers.<l>." tensor belongs to a counted layer (a gap would leave later layers out),
+  // and the metadata, where written, names the same depth.
+  for (const auto& kv : tensors)
+    if (kv.first.compare(0, 7, "layers.") == 0) {
+      const size_t dot = kv.first.find('.', 7);
+      const std::string index = kv.first.substr(7, dot == std::string::npos ? std::string::npos : dot - 7);
+      if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos || std::stoll(index) >= n_layers)
+        throw Error(ErrorKind::kBadInput,
+                    "tensor " + kv.first + " is not part of the head's " + std::to_string(n_layers) +
+                        " decoder layers (expected layers.1 .. layers.<L-1>, each with all its tensors)",
+                    path);
+    }
+  const auto listed = meta.find("head_layers");
+  if (listed != meta.end() && listed->second != std::to_string(n_layers))
+    throw Error(ErrorKind::kBadInput,
+                "metadata head_layers says " + listed->second + " decoder layers, the tensors hold " +
+                    std::to_string(n_layers),
+                path);
   const EagleHead fresh =
       init_eagle_head(frozen.config, 0, parse_aux_layers(meta["aux_layers"], frozen.config, path), n_layers);
   head->aux_layers = fresh.aux_layers;

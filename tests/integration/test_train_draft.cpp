@@ -893,19 +893,69 @@ TEST_CASE("head.layers: a two-layer eagle head drafts through the engine (greedy
   INFO("accepted " << accepted << " of " << drafted);
   CHECK(accepted > 0);
   CHECK(parts.kv().bytes_used() == 0);
-  {  // the head on libtorch ops (a target without packed kernels): the same drafts
-    const NoKernels bare(*target->model);
-    EagleDrafter lt(h, DrafterEnv{&bare, &parts.kv(), parts.kv_target().pool, bare.config().vocab_size});
-    const TokenList ids = target->info.tokenizer->encode("Once upon a time", true);
-    GenerationOptions gen;
-    gen.max_new_tokens = 32;
-    Session s(bare, *target->info.tokenizer, parts.kv_target());
-    int64_t lt_accepted = 0, lt_drafted = 0;
-    CHECK(run_counting(s, Request{ids, {&lt, o}, gen, {}}, lt_accepted, lt_drafted).tokens ==
-          generate_ar(*target->model, *target->info.tokenizer, ids, gen, SamplingOptions{}, KvMode::kCached, {},
-                      parts.kv_target())
-              .tokens);
-    CHECK(lt_accepted > 0);
+  {
+    // The head on libtorch ops (a target without packed kernels) against the packed head on a
+    // float32-activation target (float32 matrices: the same numbers up to summation order):
+    // greedy output equals AR, and both draft and accept as many tokens on the same prompts.
+    ModelSource s32 = src;
+    s32.activations = "f32";
+    auto t32 = load_target(s32);
+    SessionParts p32(*t32, kv_64mib());
+    const NoKernels bare(*t32->model);
+    EagleDrafter lt(load_eagle_head(two.output.path, t32->info),
+                    DrafterEnv{&bare, &p32.kv(), p32.kv_target().pool, bare.config().vocab_size});
+    Drafter& packed = p32.add_drafter(o);
+    int64_t counts[2][2] = {{0, 0}, {0, 0}};  // [libtorch, packed][accepted, drafted]
+    for (const char* text : {"Once upon a time", "The dog ran to", "Lily and Ben"}) {
+      const TokenList ids = t32->info.tokenizer->encode(text, true);
+      GenerationOptions gen;
+      gen.max_new_tokens = 32;
+      const TokenList ar = generate_ar(*t32->model, *t32->info.tokenizer, ids, gen, SamplingOptions{},
+                                       KvMode::kCached, {}, p32.kv_target())
+                               .tokens;
+      Session sl(bare, *t32->info.tokenizer, p32.kv_target());
+      CHECK(run_counting(sl, Request{ids, {&lt, o}, gen, {}}, counts[0][0], counts[0][1]).tokens == ar);
+      Session sp(*t32->model, *t32->info.tokenizer, p32.kv_target());
+      CHECK(run_counting(sp, Request{ids, {&packed, o}, gen, {}}, counts[1][0], counts[1][1]).tokens == ar);
+    }
+    INFO("libtorch: accepted " << counts[0][0] << " of " << counts[0][1] << "; packed: " << counts[1][0] << " of "
+                               << counts[1][1]);
+    CHECK(counts[0][0] > 0);
+    CHECK(counts[0][0] == counts[1][0]);
+    CHECK(counts[0][1] == counts[1][1]);
+  }
+
+  // Resume at two layers: interrupted after 25 steps and resumed, the same bytes.
+  {
+    const std::string whole = read_bytes(two.output.path);
+    fs::remove(two.output.path);
+    train_draft(two, false, {}, 25);
+    CHECK_FALSE(fs::exists(two.output.path));
+    train_draft(two, true);
+    CHECK(read_bytes(two.output.path) == whole);
+  }
+  // Loading refuses a layer after a gap (layers.1's q projection gone: the head would count one
+  // layer and leave the rest of layers.1 out) and metadata naming another depth.
+  {
+    WeightMap w = read_safetensors(two.output.path);
+    const std::map<std::string, std::string> meta = SafetensorsFile::open(two.output.path).metadata();
+    WeightMap gap = w;
+    gap.erase("layers.1.self_attn.q_proj.weight");
+    const std::string gap_path = (kDir / "gap_layers.safetensors").string();
+    write_safetensors(gap_path, gap, SafetensorsDtype::kF32, meta, {"vocab_ids"});
+    const Error eg = test::catch_error([&] { load_eagle_head(gap_path, target->info); });
+    CHECK(eg.kind() == ErrorKind::kBadInput);
+    CHECK(eg.file() == gap_path);
+    CHECK_THAT(eg.what(), Catch::Contains("is not part of the head's 1 decoder layers"));
+    std::map<std::string, std::string> wrong = meta;
+    wrong["head_layers"] = "3";
+    const std::string meta_path = (kDir / "meta_layers.safetensors").string();
+    write_safetensors(meta_path, w, SafetensorsDtype::kF32, wrong, {"vocab_ids"});
+    const Error em = test::catch_error([&] { load_eagle_head(meta_path, target->info); });
+    CHECK(em.kind() == ErrorKind::kBadInput);
+    CHECK_THAT(em.what(), Catch::Contains("head_layers says 3"));
+    write_safetensors(meta_path, w, SafetensorsDtype::kF32, meta, {"vocab_ids"});  // control: as written, it loads
+    CHECK(load_eagle_head(meta_path, target->info)->n_layers() == 2);
   }
 
   // train.init from a one-layer head: the second layer starts as the identity (o and down 0), so
@@ -930,7 +980,11 @@ TEST_CASE("head.layers: a two-layer eagle head drafts through the engine (greedy
   const at::Tensor want = eagle_forward_packed(*base, f, next, pos, seg);
   const double tol = 1e-4 * (1.0 + want.abs().max().item<double>());
   CHECK((eagle_forward_packed(*grown, f, next, pos, seg) - want).abs().max().item<double>() < tol);
-  // negative control: the trained two-layer head is another forward
+  // negative controls: the grown head with its second layer's o projection off 0, and the
+  // trained two-layer head, are other forwards
+  EagleHead perturbed = *grown;
+  perturbed.layers[1].o_proj = at::full_like(grown->layers[1].o_proj, 0.1);
+  CHECK((eagle_forward_packed(perturbed, f, next, pos, seg) - want).abs().max().item<double>() > 100 * tol);
   CHECK((eagle_forward_packed(*h, f, next, pos, seg) - want).abs().max().item<double>() > 100 * tol);
 
   // Refused: 0 or 5 layers, layers on another architecture, an init deeper than the head.

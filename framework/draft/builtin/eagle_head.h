@@ -13,9 +13,9 @@
 // EAGLE's head has one decoder layer. A deeper head (`head.layers` L > 1) stacks L of them,
 // layer l reading layer l-1's output and attending over its own K/V; f^ is the last one's
 // output. The first layer keeps the one-layer head's tensor names ("layer."), layer l >= 1 is
-// "layers.<l>.", so a one-layer head is the first layer of a deeper one (train.init grows it with
-// layers whose o and down projections are 0: each such layer is the identity, and the grown head
-// starts out computing exactly what the one-layer head computed).
+// "layers.<l>.", so a shallower head is the first layers of a deeper one (train.init grows it
+// with layers whose o and down projections are 0: each such layer is the identity, and the grown
+// head starts out computing exactly what the shallower head computed).
 // E, the target's final norm and W_lm are the target's, frozen. W_head is W_lm itself (V' = V)
 // or its rows of the N most frequent target tokens (FR-Spec's reduced head, V' = N; vocab_ids
 // maps row -> target token id). The layer has the target's shapes (heads, kv heads, head_dim,
@@ -122,8 +122,9 @@ at::Tensor eagle_forward_packed(const EagleHead& head, const at::Tensor& feature
 // from the graph when detach_inputs), its token the true next one (an accepted chain), and it
 // attends to what the drafter's KV holds then: step 1's K/V of rows <= s of its sequence (the
 // target's real features) and step m's K/V of row s + m - 1 for m = 2..k (its own earlier
-// drafts, itself last); in a deeper head each layer so over its own K/V. Returns [steps] predictions f^, each [n, d]; the rows of step k with
-// position < k - 1 have no such chain and must be ignored. aux: step 1's a (undefined: 0);
+// drafts, itself last); in a deeper head, each layer attends so over its own K/V. Returns
+// [steps] predictions f^, each [n, d]; the rows of step k with position < k - 1 have no such
+// chain and must be ignored. aux: step 1's a (undefined: 0);
 // steps k > 1 read a = 0, as drafting does.
 std::vector<at::Tensor> eagle_forward_unrolled(const EagleHead& head, const at::Tensor& features /*[n, d]*/,
                                                const at::Tensor& next_tokens /*[n]*/,

@@ -3,11 +3,11 @@
 //
 // The libtorch version (eagle_head.h) is what training differentiates; run per drafted token it
 // costs ~40 small ops, i.e. more than a whole target step on a 135M model. This one packs the
-// head's seven matrices once (fc; q|k|v; o; gate|up; down; the LM head rows) in the storage the
-// target uses (Q8_0 against int8 activations), so a draft token of a one-layer head reads ~1/9
-// of the bytes of a SmolLM2 step (each further layer adds its four matrices). Attention over the head's KV runs on the target's attention kernel
-// (Model::attend_rows) where it has one, else in a plain loop; the rest (RMSNorm, RoPE, SiLU) are
-// plain loops in place.
+// head's matrices once (fc; per layer q|k|v, o, gate|up, down; the LM head rows) in the storage
+// the target uses (Q8_0 against int8 activations), so a draft token of a one-layer head reads
+// ~1/9 of the bytes of a SmolLM2 step (each further layer adds its four matrices). Attention
+// over the head's KV runs on the target's attention kernel (Model::attend_rows) where it has
+// one, else in a plain loop; the rest (RMSNorm, RoPE, SiLU) are plain loops in place.
 // Its products differ from the float32 head's by the matrices' quantization: the drafter reports
 // the q it sampled from, so losslessness does not depend on it.
 #pragma once
