@@ -31,8 +31,13 @@ build-cli: configure
 # The Slurm tests (tests/integration/test_slurm.cpp) run against a one-node cluster started here
 # (scripts/slurm/start_cluster.sh; root only): once it is up they must pass, else they skip.
 SLURM_DIR ?= $(abspath $(BUILD))/slurm
+# OPENBLAS_CORETYPE: where OpenBLAS picks generic kernels for this CPU, every process linking
+# libtorch sets the variable and executes itself again (framework/core/blas_core.h), which
+# doubles its start (about 0.6 s of libtorch loading). Asked once here, the choice reaches every
+# test process and the speclab processes they start.
 test: build
-	@if bash scripts/slurm/start_cluster.sh $(SLURM_DIR) >/dev/null; then \
+	@core=$$($(SPECLAB) --openblas-coretype); if [ -n "$$core" ]; then export OPENBLAS_CORETYPE=$$core; fi; \
+	if bash scripts/slurm/start_cluster.sh $(SLURM_DIR) >/dev/null; then \
 	  export SLURM_CONF=$(SLURM_DIR)/slurm.conf SPECLAB_REQUIRE_SLURM=1; echo "slurm: cluster up, test_slurm required"; \
 	else echo "slurm: no cluster, test_slurm skips"; fi; \
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS); rc=$$?; \

@@ -1,7 +1,10 @@
 #include "experiments/app/draft_training.h"
 
+#include <ATen/ATen.h>
+
 #include <ATen/core/grad_mode.h>
 #include <c10/core/InferenceMode.h>
+
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
 
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "framework/core/token_tensor.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/batch_decode.h"
 #include "framework/io/prompt_loader.h"

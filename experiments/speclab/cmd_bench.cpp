@@ -7,6 +7,10 @@
 //   the same contexts and its prefill on the same GGUF, ending in one table of the runtime
 //   figures with their ratios and targets (tracker issue 12). --json prints it all as one object.
 #include <ATen/Parallel.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/tensor.h>
 #include <c10/core/InferenceMode.h>
 #include <sys/resource.h>
 

@@ -31,7 +31,11 @@ const char* kUsage =
     "  submit     run an experiment config as a Slurm job array of shards, then merge and report\n"
     "  train-draft  train a draft (an EAGLE head) for its target: data from the target, libtorch autograd\n"
     "\n"
-    "Run `speclab <command> --help` for the options of a command.";
+    "Run `speclab <command> --help` for the options of a command.\n"
+    "`speclab --openblas-coretype` prints the OPENBLAS_CORETYPE this program runs with (the core it\n"
+    "sets where OpenBLAS fell back to generic kernels, or the one the environment names; nothing\n"
+    "when neither): a script that starts many SpecLab processes exports it once, and each process\n"
+    "then starts once instead of executing itself again.";
 
 }  // namespace
 
@@ -44,6 +48,11 @@ int main(int argc, char** argv) {
   // of killing the process with SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() == 1 && args[0] == "--openblas-coretype") {
+    const char* core = std::getenv("OPENBLAS_CORETYPE");
+    if (core != nullptr) std::cout << core << "\n";
+    return kExitOk;
+  }
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kUsage << "\n";
     return args.empty() ? kExitBadInput : kExitOk;

@@ -2,7 +2,7 @@
 // scalar types: the one mapping the model's placement and the KV manager's storage share.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <c10/core/ScalarType.h>
 
 #include <string>
 

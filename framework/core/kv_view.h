@@ -16,7 +16,7 @@
 // over read_slots. It keeps no state between calls (STYLE.md §2); the KV manager owns slots.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 

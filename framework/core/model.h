@@ -6,7 +6,7 @@
 // and a layer-skip drafter can share one manager.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <memory>
@@ -43,24 +43,6 @@ struct ForwardOptions {
   StepProfile* profile = nullptr;
 };
 
-// Token ids as the [n] int64 tensor Model::forward takes.
-inline at::Tensor token_tensor(const TokenList& ids) {
-  at::Tensor t = at::empty({static_cast<int64_t>(ids.size())}, at::kLong);
-  int64_t* p = t.data_ptr<int64_t>();
-  for (size_t i = 0; i < ids.size(); ++i) p[i] = ids[i];
-  return t;
-}
-
-// Positions start, start + 1, ..., start + n - 1 as the [n] int64 tensor Model::forward takes.
-// Filled in place: at::arange goes through a parallel TensorIterator, tens of microseconds per
-// call, and a speculative step makes one per forward.
-inline at::Tensor position_tensor(int64_t start, int64_t n) {
-  at::Tensor t = at::empty({n}, at::kLong);
-  int64_t* p = t.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i) p[i] = start + i;
-  return t;
-}
-
 class Model {
  public:
   virtual ~Model() = default;
@@ -87,22 +69,25 @@ class Model {
   // path overrides it.
   virtual at::Tensor forward_decode_batch(const at::Tensor& tokens, const at::Tensor& positions,
                                           const std::vector<KvView>& kv, const ForwardOptions& opts = {}) const {
-    std::vector<at::Tensor> rows;
-    std::vector<std::vector<at::Tensor>> hidden(opts.hidden_layers.size());
-    rows.reserve(kv.size());
-    for (size_t b = 0; b < kv.size(); ++b) {
-      const int64_t i = static_cast<int64_t>(b);
+    // Each forward's one row is copied into row b of the result (Tensor methods only, so that
+    // this header needs no ATen operator headers).
+    const int64_t batch = static_cast<int64_t>(kv.size());
+    at::Tensor out;
+    if (!opts.hidden_layers.empty()) opts.hidden_out->assign(opts.hidden_layers.size(), at::Tensor());
+    for (int64_t b = 0; b < batch; ++b) {
       std::vector<at::Tensor> h;
       ForwardOptions one = opts;
       one.hidden_out = opts.hidden_layers.empty() ? nullptr : &h;
-      rows.push_back(forward(tokens.narrow(0, i, 1), positions.narrow(0, i, 1), kv[b], one));
-      for (size_t l = 0; l < h.size(); ++l) hidden[l].push_back(h[l]);
+      const at::Tensor row = forward(tokens.narrow(0, b, 1), positions.narrow(0, b, 1), kv[b], one);
+      if (b == 0) out = row.new_empty({batch, row.size(1)});
+      out.narrow(0, b, 1).copy_(row);
+      for (size_t l = 0; l < h.size(); ++l) {
+        at::Tensor& dst = (*opts.hidden_out)[l];
+        if (b == 0) dst = h[l].new_empty({batch, h[l].size(1)});
+        dst.narrow(0, b, 1).copy_(h[l]);
+      }
     }
-    if (!opts.hidden_layers.empty()) {
-      opts.hidden_out->clear();
-      for (const auto& h : hidden) opts.hidden_out->push_back(at::cat(h, 0));
-    }
-    return at::cat(rows, 0);
+    return out;
   }
 
   // Bytes held by the weights in memory.

@@ -1,5 +1,8 @@
 #include "framework/draft/host_services.h"
 
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/tensor.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

@@ -1,5 +1,8 @@
 #include "framework/engine/ar_decode.h"
 
+#include <ATen/ops/arange.h>
+#include <ATen/ops/tensor.h>
+
 #include <algorithm>
 #include <chrono>
 

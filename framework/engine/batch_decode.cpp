@@ -1,9 +1,13 @@
 #include "framework/engine/batch_decode.h"
 
+#include <ATen/ops/cat.h>
+#include <ATen/ops/tensor.h>
+
 #include <algorithm>
 #include <memory>
 
 #include "framework/core/error.h"
+#include "framework/core/token_tensor.h"
 #include "framework/engine/session.h"
 #include "framework/kv/kv_cache_manager.h"
 #include "framework/sampling/sampling.h"

@@ -23,7 +23,7 @@
 // pass to float rounding (SmolLM2 on the CPU backend with int8 activations: the same bits).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <functional>

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "framework/core/error.h"
+#include "framework/core/token_tensor.h"
 #include "framework/draft/draft_block_check.h"
 #include "framework/draft/draft_length.h"
 

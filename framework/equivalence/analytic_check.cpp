@@ -1,10 +1,14 @@
 #include "framework/equivalence/analytic_check.h"
 
+#include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "framework/core/error.h"
+#include "framework/core/token_tensor.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/kv/kv_cache_manager.h"
 #include "framework/verify/acceptance.h"

@@ -17,7 +17,7 @@
 // Neither is thread-safe (forward() updates the decorator's state); use one per thread.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <vector>

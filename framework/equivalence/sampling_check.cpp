@@ -1,5 +1,8 @@
 #include "framework/equivalence/sampling_check.h"
 
+#include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,6 +10,7 @@
 #include <unordered_map>
 
 #include "framework/core/error.h"
+#include "framework/core/token_tensor.h"
 #include "framework/kv/kv_cache_manager.h"
 #include "framework/verify/faulty_acceptance.h"
 

@@ -1,5 +1,9 @@
 #include "framework/kv/contiguous_kv.h"
 
+#include <ATen/ops/arange.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+
 #include "framework/core/error.h"
 #include "framework/kv/kv_storage.h"
 

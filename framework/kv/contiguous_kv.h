@@ -5,7 +5,7 @@
 // which one they are reading.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include "framework/core/kv_view.h"
 #include "framework/core/kv_geometry.h"

@@ -1,5 +1,7 @@
 #include "framework/kv/kv_cache_manager.h"
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/core/InferenceMode.h>
 
 #include "framework/core/error.h"

@@ -15,7 +15,7 @@
 //   truncate(seq, len)     rollback of rejected positions (O(blocks freed))
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <memory>
 #include <vector>

@@ -2,7 +2,7 @@
 // serves (KvGeometry::device, ::dtype), so that a model reads and writes its cache in place.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <c10/core/TensorOptions.h>
 
 #include <cstdint>
 #include <vector>

@@ -1,5 +1,6 @@
 #include "framework/train/adamw.h"
 
+#include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>

@@ -6,7 +6,7 @@
 // Schedule: linear warmup to lr over `warmup` steps, then cosine decay to 0.1 lr at `steps`.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>

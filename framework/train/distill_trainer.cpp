@@ -1,5 +1,6 @@
 #include "framework/train/distill_trainer.h"
 
+#include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
 #include <utility>

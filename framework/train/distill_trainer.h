@@ -12,7 +12,7 @@
 // train_data.h): deterministic given the seed; a resumed run continues bit for bit.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>

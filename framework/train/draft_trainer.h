@@ -3,7 +3,7 @@
 // run needs. Implementations: EagleTrainer (eagle_trainer.h), MedusaTrainer (medusa_trainer.h).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>

@@ -1,5 +1,6 @@
 #include "framework/train/eagle_trainer.h"
 
+#include <ATen/ATen.h>
 #include <ATen/core/Reduction.h>
 #include <ATen/core/grad_mode.h>
 

@@ -15,7 +15,7 @@
 // (train.feature_noise, EAGLE's uniform augmentation), drawn from the batch's Rng after it. Initial weights: init_eagle_head(seed).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>

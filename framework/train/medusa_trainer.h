@@ -11,7 +11,7 @@
 // as EagleTrainer (train.feature_noise and train.token_loss_weight are EAGLE's and unused here).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>

@@ -1,5 +1,7 @@
 #include "framework/train/small_draft.h"
 
+#include <ATen/ATen.h>
+
 #include "framework/core/error.h"
 
 namespace speclab {

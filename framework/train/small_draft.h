@@ -13,7 +13,7 @@
 // so that the `draft_model` drafter's draft_vocab gives the same rows).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>

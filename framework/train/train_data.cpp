@@ -1,5 +1,7 @@
 #include "framework/train/train_data.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <string>
 

@@ -8,7 +8,7 @@
 // (EAGLE's feature noise); that too is a function of (seed, step).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <functional>

@@ -11,6 +11,7 @@
 // library op sees one shape: what makes a verification row bit-identical to an AR step there.
 // Its 16-bit matmuls of that many rows are SpecLab's skinny kernel (framework/cuda/skinny_gemm.h),
 // which streams each weight once and computes only the real rows.
+#include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>

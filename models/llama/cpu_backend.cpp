@@ -2,6 +2,8 @@
 // or float16), gemv.h / qgemm.h matmuls (through linear()), cpu_ops.h row operations, and attention_cpu.h's multi-row kernel
 // over the paged cache. No libtorch op runs on this path. One decode step runs ~10 steps per layer; as libtorch
 // ops each would cost 5-10 µs of dispatch, more than the math.
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>

@@ -1,5 +1,6 @@
 #include "models/llama/llama_model.h"
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 

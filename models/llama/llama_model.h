@@ -6,7 +6,7 @@
 // Stateless (STYLE.md §2): forward() reads and writes K/V only through the KvView it is given.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <memory>

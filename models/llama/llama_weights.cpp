@@ -1,5 +1,9 @@
 #include "models/llama/llama_weights.h"
 
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+
 #include <algorithm>
 #include <vector>
 

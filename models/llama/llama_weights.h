@@ -7,7 +7,7 @@
 // output columns [offset, offset + part.out) of the stacked product.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <string>

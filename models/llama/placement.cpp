@@ -1,5 +1,6 @@
 #include "models/llama/placement.h"
 
+#include <ATen/ATen.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
 #include <dlfcn.h>

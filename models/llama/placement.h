@@ -8,7 +8,7 @@
 // float32 (RoPE is computed in float32, as HF does).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <string>
 

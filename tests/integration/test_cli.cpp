@@ -5,6 +5,7 @@
 // Every other bad-input case is in the data-driven catalogue, tests/bad_inputs/cases.txt.
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -124,4 +125,33 @@ TEST_CASE("SPECLAB_KERNEL_ISA caps the kernels' instruction set; a bad value exi
     CHECK(r.exit_code == 0);
     if (std::string(isa) == "avx2") CHECK(r.out.rfind(", there was", 0) == 0);
   }
+}
+
+// `speclab --openblas-coretype` (the value `make test` exports once, so that each test process
+// starts once): with the variable unset, a CPU on which OpenBLAS falls back to generic kernels
+// makes the program set it and execute itself again (framework/core/blas_core.h), and the run
+// prints the core it chose, one native_blas_core() names; else nothing. A value in the
+// environment is kept as it is.
+TEST_CASE("speclab --openblas-coretype: the core the program re-executed itself with, or the environment's",
+          "[cli][blas]") {
+  RunOptions unset;
+  unset.in_child = [] { ::unsetenv("OPENBLAS_CORETYPE"); };
+  const RunResult r = run_cli({"--openblas-coretype"}, unset);
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.empty());
+  // This process made the same choice as it started (tests/catch_main.cpp; or `make test` did,
+  // through the same flag), unless a user named another core.
+  const char* mine = std::getenv("OPENBLAS_CORETYPE");
+  const std::string want = mine ? std::string(mine) + "\n" : "";
+  if (want.empty() || want == "SkylakeX\n" || want == "Haswell\n")
+    CHECK(r.out == want);
+  else
+    CHECK((r.out.empty() || r.out == "SkylakeX\n" || r.out == "Haswell\n"));
+  RunOptions user;
+  user.in_child = [] { ::setenv("OPENBLAS_CORETYPE", "Haswell", 1); };
+  const RunResult kept = run_cli({"--openblas-coretype"}, user);
+  INFO(describe(kept));
+  CHECK(kept.exit_code == 0);
+  CHECK(kept.out == "Haswell\n");
 }

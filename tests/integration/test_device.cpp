@@ -16,6 +16,7 @@
 #include "experiments/app/loaded_target.h"
 #include "experiments/app/session_parts.h"
 #include "framework/core/error.h"
+#include "framework/core/token_tensor.h"
 #include "framework/draft/builtin/model_drafter.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/spec_decode.h"

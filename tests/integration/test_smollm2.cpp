@@ -27,6 +27,7 @@
 #include <map>
 
 #include "framework/core/error.h"
+#include "framework/core/token_tensor.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/batch_decode.h"
 #include "framework/kv/contiguous_kv.h"
@@ -410,6 +411,25 @@ TEST_CASE("SmolLM2 batched decode rows are the one-row forwards' logits bit for 
     const at::Tensor batched = s.model->forward_decode_batch(t.tokens, t.positions, t.views);
     REQUIRE(batched.sizes() == at::IntArrayRef({3, s.model->config().vocab_size}));
     for (int64_t b = 0; b < 3; ++b) CHECK(at::equal(batched[b], single[static_cast<size_t>(b)][0]));
+    // Model's default (B forwards one after the other, copied into rows; what LlamaModel runs
+    // where the views are not all on the CPU backend's storage): the same rows, and each hidden
+    // state row is that sequence's.
+    ForwardOptions with_hidden;
+    with_hidden.hidden_layers = {0, s.model->config().num_hidden_layers - 1};
+    std::vector<at::Tensor> hidden;
+    with_hidden.hidden_out = &hidden;
+    const at::Tensor one_by_one = s.model->Model::forward_decode_batch(t.tokens, t.positions, t.views, with_hidden);
+    CHECK(at::equal(one_by_one, batched));
+    REQUIRE(hidden.size() == 2);
+    for (size_t b = 0; b < t.views.size(); ++b) {
+      const int64_t i = static_cast<int64_t>(b);
+      std::vector<at::Tensor> h;
+      ForwardOptions fo = with_hidden;
+      fo.hidden_out = &h;
+      s.model->forward(t.tokens.narrow(0, i, 1), t.positions.narrow(0, i, 1), t.views[b], fo);
+      for (size_t l = 0; l < 2; ++l) CHECK(at::equal(hidden[l][i], h[l][0]));
+    }
+    CHECK_FALSE(at::equal(hidden[0][0], hidden[0][1]));
     // The check can fail: with the first two views swapped, rows 0 and 1 attend the other
     // sequence's context, and their logits move.
     std::vector<KvView> swapped = {t.views[1], t.views[0], t.views[2]};

@@ -15,6 +15,7 @@
 #include "experiments/app/session_parts.h"
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
+#include "framework/core/token_tensor.h"
 #include "framework/draft/builtin/head_token.h"
 #include "framework/draft/builtin/lookup_first.h"
 #include "framework/draft/builtin/prompt_lookup.h"

@@ -9,6 +9,7 @@
 #include "tests/torch_catch.h"
 
 #include <c10/core/InferenceMode.h>
+
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -27,6 +28,7 @@
 #include "experiments/app/equivalence_runner.h"
 #include "experiments/app/experiment_runner.h"
 #include "experiments/app/session_parts.h"
+#include "framework/core/token_tensor.h"
 #include "framework/draft/builtin/eagle_drafter.h"
 #include "framework/draft/builtin/eagle_packed.h"
 #include "framework/draft/builtin/lookup_first.h"

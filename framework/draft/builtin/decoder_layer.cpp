@@ -1,5 +1,7 @@
 #include "framework/draft/builtin/decoder_layer.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <cmath>
 

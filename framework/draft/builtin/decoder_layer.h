@@ -10,7 +10,7 @@
 // (models/weights.h) with base rope_theta.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <map>
 #include <string>

@@ -1,5 +1,8 @@
 #include "framework/draft/builtin/eagle_drafter.h"
 
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>

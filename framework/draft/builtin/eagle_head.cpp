@@ -1,5 +1,7 @@
 #include "framework/draft/builtin/eagle_head.h"
 
+#include <ATen/ATen.h>
+
 #include "framework/core/error.h"
 #include "framework/core/rng.h"
 

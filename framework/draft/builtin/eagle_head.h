@@ -31,7 +31,7 @@
 // above, and one with A > 0 whose fc columns over a are 0 computes exactly what it computes.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>

@@ -1,5 +1,7 @@
 #include "framework/draft/builtin/eagle_packed.h"
 
+#include <ATen/ops/cat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -1,5 +1,7 @@
 #include "framework/draft/builtin/medusa_drafter.h"
 
+#include <ATen/ops/cat.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>

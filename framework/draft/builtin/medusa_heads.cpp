@@ -1,5 +1,7 @@
 #include "framework/draft/builtin/medusa_heads.h"
 
+#include <ATen/ATen.h>
+
 #include "framework/core/error.h"
 
 namespace speclab {

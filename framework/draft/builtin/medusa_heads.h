@@ -15,7 +15,7 @@
 // predicts t_{i+1}, as the LM head does.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>

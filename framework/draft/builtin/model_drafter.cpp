@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "framework/core/error.h"
+#include "framework/core/token_tensor.h"
 
 namespace speclab {
 
