@@ -4,7 +4,7 @@ JOBS     ?= $(shell nproc)
 CMAKE_ARGS ?=
 SPECLAB  := $(BUILD)/speclab
 
-.PHONY: all setup configure build build-cli test demo demo-smollm2 bench clean bad-inputs crash-safety kill-test draft-model medusa-model distilled-model plugins qwen-pair demo-pair
+.PHONY: all setup configure build build-cli test demo demo-smollm2 bench clean bad-inputs crash-safety kill-test draft-model medusa-model distilled-model plugins qwen-pair demo-pair peer
 
 all: build
 
@@ -59,7 +59,13 @@ demo-pair: demo
 demo-smollm2: build-cli
 	bash scripts/demo.sh $(SPECLAB) configs/demo.yaml
 
-bench: build
+# The peer, llama.cpp through PyPI llama-cpp-python (pinned in scripts/install_peer.sh), built for
+# this CPU into .cache/peer (once; 5 to 10 minutes on 2 cores). `speclab bench` and
+# experiments/pair_vs_llamacpp.py compare against it (scripts/peer.py finds it).
+peer:
+	@bash scripts/install_peer.sh
+
+bench: build peer
 	$(SPECLAB) bench
 
 # The draft model configs/drafter_comparison.yaml uses: SmolLM2's first 6 layers as a Q8_0 GGUF

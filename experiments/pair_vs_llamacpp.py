@@ -16,10 +16,11 @@ the 1.5B) divided by llama.cpp's plain AR decode rate on the 1.5B, on the same H
    speculative and llama.cpp AR; the ratio speculative / llama.cpp AR. Then the same ratio end to
    end (prompt processing included on both sides).
 
-Usage (from the repository root, after `make qwen-pair` and a build):
-    PYTHONPATH=<dir with llama_cpp> /usr/bin/python3 experiments/pair_vs_llamacpp.py \
+Usage (from the repository root, after `make qwen-pair peer` and a build):
+    /usr/bin/python3 experiments/pair_vs_llamacpp.py \
         [--speclab build/speclab] [--prompts 10] [--max-new 64] [--gamma 2] [--threads 2]
-Needs h5py and numpy (Debian python3-h5py) and llama-cpp-python. Exit 2 on bad input.
+Needs h5py and numpy (Debian python3-h5py) and llama-cpp-python: the one on PYTHONPATH, else the
+one `make peer` installs in .cache/peer (scripts/peer.py). Exit 2 on bad input.
 """
 import argparse
 import contextlib
@@ -31,6 +32,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "analysis"))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 TARGET = os.path.join(ROOT, ".cache/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
 # The GGUF's chat template rendered for one user message and no tools (what SpecLab renders;
@@ -91,7 +93,8 @@ def main():
         if not os.path.exists(path):
             fail(f"{what}: expected {path}, found nothing")
     try:
-        import llama_cpp
+        from peer import import_llama_cpp
+        llama_cpp = import_llama_cpp()
         from speclab_h5 import Experiment
     except ImportError as e:
         fail(f"needs llama-cpp-python, h5py and numpy: {e}")

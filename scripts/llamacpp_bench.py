@@ -55,7 +55,8 @@ def main():
         ap.error("--contexts must be positive")
     n_ctx = max([args.n_prompt] + args.contexts) + args.n_decode + 16
 
-    import llama_cpp
+    from peer import import_llama_cpp
+    llama_cpp = import_llama_cpp()
 
     # llama.cpp's C code may log to stdout/stderr even with verbose=False; keep stdout clean
     # for the one JSON line by pointing fd 1 at stderr while the library runs.

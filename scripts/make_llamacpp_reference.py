@@ -220,7 +220,8 @@ def main():
     ap.add_argument("--out", default=DEFAULT_OUT)
     args = ap.parse_args()
 
-    import llama_cpp
+    from peer import import_llama_cpp
+    llama_cpp = import_llama_cpp()
     meta = gguf_metadata(args.model)
     if meta["add_bos"]:
         sys.exit("expected tokenizer.ggml.add_bos_token = false for SmolLM2")

@@ -43,6 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import make_tokenizer_reference as tokref  # noqa: E402  (texts, conversations, BPE builder)
+from peer import import_llama_cpp  # noqa: E402
 
 MODELS = {
     "1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
@@ -92,7 +93,7 @@ def versions():
     for pkg in ("gguf", "tokenizers", "jinja2", "numpy"):
         out[pkg] = importlib.metadata.version(pkg)
     try:
-        import llama_cpp
+        llama_cpp = import_llama_cpp()
         out["llama_cpp_python"] = llama_cpp.__version__
     except ImportError:
         pass
@@ -179,7 +180,7 @@ def chat_fixture(vocabs, out_dir):
 
 
 def tokenizer_fixture(vocabs, out_dir, chat_cases):
-    import llama_cpp
+    llama_cpp = import_llama_cpp()
     v = vocabs["1.5b"]
     if vocabs["0.5b"].digest != v.digest:
         sys.exit("the two models' vocabularies differ; expected one shared vocabulary")
@@ -258,7 +259,7 @@ def last_logits(llm):
 
 def greedy_fixture(vocabs, out_dir, models_dir):
     import time
-    import llama_cpp
+    llama_cpp = import_llama_cpp()
     doc = {
         "generator": "scripts/make_qwen_fixtures.py",
         "versions": versions(),

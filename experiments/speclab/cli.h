@@ -96,6 +96,9 @@ void print_summary(const ExperimentSummary& summary, const std::vector<PointReco
 // The SpecLab source tree (the one holding analysis/report.py): $SPECLAB_SOURCE_DIR, the
 // compile-time SPECLAB_SOURCE_DIR, or a parent of the executable; "" when none is found.
 std::string source_dir();
+// The Python that runs SpecLab's scripts (analysis/, scripts/llamacpp_bench.py): $SPECLAB_PYTHON,
+// else /usr/bin/python3, the interpreter with Debian's h5py, matplotlib and numpy (scripts/setup.sh).
+std::string python_interpreter();
 // "<dir>/<stem>_report" for "<dir>/<stem>.h5".
 std::string default_report_dir(const std::string& h5_path);
 // Throws Error(kBadInput) naming `dir` and `option` unless `dir` is a writable directory or can be

@@ -391,15 +391,16 @@ std::string run_capture(const std::string& cmd, int& status) {
   return out;
 }
 
-// llama.cpp (scripts/llamacpp_bench.py through llama-cpp-python) on `path`: its JSON report
-// (version, model, decode_tok_s, prefill_tok_s, decode_at{context: tok/s}), or null when
-// llama-cpp-python is not usable.
+// llama.cpp (scripts/llamacpp_bench.py through llama-cpp-python, run by python_interpreter(); the
+// script finds the peer `make peer` installs, scripts/peer.py) on `path`: its JSON report (version,
+// model, decode_tok_s, prefill_tok_s, decode_at{context: tok/s}), or null when llama-cpp-python is
+// not usable.
 nlohmann::json run_llama_cpp(const std::string& path, int64_t prefill_len, int steps, int threads,
                              const std::vector<int64_t>& contexts) {
   int status = 0;
   const std::string script = std::string(SPECLAB_SOURCE_DIR) + "/scripts/llamacpp_bench.py";
   std::ostringstream cmd;
-  cmd << "python3 " << script << " --model '" << path << "' --n-prompt " << prefill_len << " --n-decode "
+  cmd << python_interpreter() << " " << script << " --model '" << path << "' --n-prompt " << prefill_len << " --n-decode "
       << std::max(steps, 16) << " --threads " << threads << " --repeats 2";
   if (!contexts.empty()) {
     cmd << " --contexts";
@@ -666,8 +667,10 @@ int cmd_bench(const std::vector<std::string>& args) {
     std::vector<int64_t> lc_contexts = contexts;
     lc = run_llama_cpp(m.info.source, prefill_len, steps, threads, lc_contexts);
     if (lc.is_null() && llama_cpp == "on")
-      throw Error(ErrorKind::kConfig, "llama-cpp-python is not usable (pip install llama-cpp-python)", "--llama-cpp");
-    if (lc.is_null()) say("\nllama.cpp: not installed (pip install llama-cpp-python to compare)\n");
+      throw Error(ErrorKind::kConfig,
+                  "llama-cpp-python is not usable by " + python_interpreter() + " (make peer installs it in .cache/peer)",
+                  "--llama-cpp");
+    if (lc.is_null()) say("\nllama.cpp: not usable by %s (make peer installs it in .cache/peer)\n", python_interpreter().c_str());
   }
   report["llama_cpp"] = lc;
   say("\n%-58s %10s %10s %8s %s\n", "figure", "SpecLab", "llama.cpp", "ratio", "target");

@@ -35,6 +35,11 @@ std::string source_dir() {
   return {};
 }
 
+std::string python_interpreter() {
+  const char* env = std::getenv("SPECLAB_PYTHON");
+  return env && *env ? env : "/usr/bin/python3";
+}
+
 std::string default_report_dir(const std::string& h5_path) {
   fs::path p(h5_path);
   return (p.parent_path() / (p.stem().string() + "_report")).string();
@@ -70,8 +75,7 @@ int run_report(const std::string& h5_path, const std::string& out_dir) {
     throw Error(ErrorKind::kIo, "expected analysis/report.py in the SpecLab source tree, found none (set $SPECLAB_SOURCE_DIR)",
                 "analysis/report.py");
   const std::string script = (fs::path(root) / "analysis" / "report.py").string();
-  const char* env_py = std::getenv("SPECLAB_PYTHON");
-  const std::string python = env_py && *env_py ? env_py : "/usr/bin/python3";
+  const std::string python = python_interpreter();
   std::cout << std::flush;
   std::cerr << std::flush;
   const pid_t pid = fork();

@@ -1,7 +1,8 @@
 // The `speclab` command line, run as a subprocess (the SPECLAB_CLI binary): smoke cases that
 // must succeed — stories260K generation (AR and prompt_lookup) and an export round trip of
 // SmolLM2's first two layers — and the two bad-input cases that need the SmolLM2 GGUF installed by
-// `make setup` (its first 1000 bytes as a truncated model; a draft model with another vocabulary).
+// `make setup` (its first 1000 bytes as a truncated model; a draft model with another vocabulary);
+// `speclab bench` beside the peer llama.cpp (`make peer`), and its refusal without it.
 // Every other bad-input case is in the data-driven catalogue, tests/bad_inputs/cases.txt.
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -10,6 +11,8 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "models/loaders/gguf.h"
 #include "tests/bad_inputs/cli_process.h"
@@ -154,4 +157,58 @@ TEST_CASE("speclab --openblas-coretype: the core the program re-executed itself 
   INFO(describe(kept));
   CHECK(kept.exit_code == 0);
   CHECK(kept.out == "Haswell\n");
+}
+
+// `speclab bench` beside the peer, llama.cpp through llama-cpp-python, which `make peer` builds
+// into .cache/peer (scripts/install_peer.sh) and scripts/peer.py finds. The script runs under
+// $SPECLAB_PYTHON, else /usr/bin/python3.
+namespace {
+std::vector<std::string> small_bench(const std::string& llama_cpp) {
+  return {"bench", "--model", kSmolLM2, "--contexts", "16", "32", "--steps", "2", "--naive-steps", "1", "--prefill", "8",
+          "--verify-context", "16", "--verify-reps", "1", "--llama-cpp", llama_cpp, "--json"};
+}
+}  // namespace
+
+TEST_CASE("speclab bench --llama-cpp on: an interpreter without the peer exits 2 naming it and make peer",
+          "[cli][bench][peer]") {
+  REQUIRE(fs::exists(kSmolLM2));
+  RunOptions no_peer;
+  no_peer.in_child = [] { ::setenv("SPECLAB_PYTHON", "/bin/false", 1); };
+  const RunResult r = run_cli(small_bench("on"), no_peer);
+  INFO(describe(r));
+  check_bad_input(r, {"--llama-cpp", "/bin/false", "make peer"});
+  // auto: the same interpreter makes the comparison absent, not an error.
+  const RunResult a = run_cli(small_bench("auto"), no_peer);
+  INFO(describe(a));
+  REQUIRE(a.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(a.out.substr(a.out.find('{')));
+  CHECK(j.at("llama_cpp").is_null());
+}
+
+TEST_CASE("speclab bench with the peer make peer installed: llama.cpp's version, file and rates side by side",
+          "[cli][bench][peer]") {
+  REQUIRE(fs::exists(kSmolLM2));
+  if (!fs::exists(kSource + "/.cache/peer/llama_cpp")) {
+    WARN("llama-cpp-python is not in .cache/peer (make peer builds it, 5-10 min): skipped");
+    return;
+  }
+  const RunResult r = run_cli(small_bench("on"));
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  const nlohmann::json& lc = j.at("llama_cpp");
+  CHECK(lc.at("version") == "0.3.36");  // pinned in scripts/install_peer.sh
+  CHECK(lc.at("model") == kSmolLM2);
+  CHECK(lc.at("decode_tok_s").get<double>() > 0.0);
+  CHECK(lc.at("prefill_tok_s").get<double>() > 0.0);
+  CHECK(lc.at("decode_at").at("16").get<double>() > 0.0);
+  CHECK(lc.at("decode_at").at("32").get<double>() > 0.0);
+  // The rows of decode at 16 and at 32, prefill and the context ratio (32 / 16) carry
+  // llama.cpp's figure and the ratio to it.
+  std::vector<std::string> compared;
+  for (const auto& f : j.at("figures"))
+    if (f.at("llama_cpp").get<double>() > 0.0 && f.at("ratio").get<double>() > 0.0)
+      compared.push_back(f.at("figure").get<std::string>());
+  CHECK(compared == std::vector<std::string>{"decode tok/s, context 16", "decode tok/s, context 32",
+                                             "prefill tok/s, 8 tokens", "decode at context 32 / at 16"});
 }
