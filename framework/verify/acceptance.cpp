@@ -51,7 +51,7 @@ Token sample_recovered(const std::vector<float>& p, const float* q, Token x, Rng
       bad(pj >= 0.0f ? "draft_probs" : "target_probs",
           "expected probabilities >= 0, found " + num(pj >= 0.0f ? qj : pj) + " at token " +
               std::to_string(j));
-    total += std::max(0.0, static_cast<double>(pj) - static_cast<double>(qj));
+    total += residual_weight(pj, qj);
   }
   if (!(total > 0.0)) return sample(p, rng);
   if (!std::isfinite(total)) bad("target_probs", "expected finite probabilities, found a sum of " + num(total));
@@ -60,7 +60,7 @@ Token sample_recovered(const std::vector<float>& p, const float* q, Token x, Rng
   Token last = 0;
   for (size_t j = 0; j < n; ++j) {
     const float qj = q ? q[j] : (static_cast<Token>(j) == x ? 1.0f : 0.0f);
-    const double r = std::max(0.0, static_cast<double>(p[j]) - static_cast<double>(qj));
+    const double r = residual_weight(p[j], qj);
     if (r > 0.0) {
       cum += r;
       last = static_cast<Token>(j);
@@ -87,6 +87,10 @@ std::vector<double> normalised(const std::vector<float>& v, const char* field) {
 }
 
 }  // namespace
+
+double acceptance_probability(double p_x, double q_x) { return std::min(1.0, p_x / q_x); }
+
+double residual_weight(double p_y, double q_y) { return std::max(0.0, p_y - q_y); }
 
 Verdict verify_greedy(const TokenList& draft, const float* target_logits, int64_t vocab) {
   if (vocab <= 0) bad("vocab", "expected vocab > 0, found " + std::to_string(vocab));
@@ -155,7 +159,7 @@ Verdict verify_rejection(const TokenList& draft, const std::vector<std::vector<f
     if (q == 0.0)
       bad("draft_probs", "expected q(draft token) > 0 (the token was drawn from q), found 0 at "
                          "position " + std::to_string(i) + ", token " + std::to_string(x));
-    const double a = std::min(1.0, p / q);
+    const double a = acceptance_probability(p, q);
     v.accept_prob.push_back(a);
     if (rng.uniform() < a) continue;  // accepted
     v.n_accepted = static_cast<int32_t>(i);
@@ -181,13 +185,13 @@ std::vector<double> first_token_distribution(const std::vector<float>& p, const 
   double rejected = 0.0;   // Σ_x q(x)·(1 − min(1, p(x)/q(x)))
   double residual = 0.0;   // Σ_y max(0, p(y) − q(y))
   for (size_t y = 0; y < n; ++y) {
-    const double a = qn[y] > 0.0 ? std::min(1.0, pn[y] / qn[y]) : 0.0;
+    const double a = qn[y] > 0.0 ? acceptance_probability(pn[y], qn[y]) : 0.0;
     out[y] = qn[y] * a;
     rejected += qn[y] * (1.0 - a);
-    residual += std::max(0.0, pn[y] - qn[y]);
+    residual += residual_weight(pn[y], qn[y]);
   }
   for (size_t y = 0; y < n; ++y) {
-    const double r = residual > 0.0 ? std::max(0.0, pn[y] - qn[y]) / residual : pn[y];
+    const double r = residual > 0.0 ? residual_weight(pn[y], qn[y]) / residual : pn[y];
     out[y] += rejected * r;
   }
   return out;

@@ -42,6 +42,16 @@ struct Verdict {
                                      // k entries when all were accepted
 };
 
+// The two pieces of the rejection rule (Leviathan et al. Algorithm 1; Chen et al. Algorithm 2),
+// which verify_rejection applies and first_token_distribution enumerates, so that the exact
+// (analytic) check of a step tests the verifier's own rule:
+//   acceptance_probability: draft token x with target probability p_x and draft probability
+//     q_x > 0 is kept with probability min(1, p_x / q_x);
+//   residual_weight: on a rejection the recovered token y is drawn with weight max(0, p_y − q_y)
+//     (the residual, normalised by its sum).
+double acceptance_probability(double p_x, double q_x);
+double residual_weight(double p_y, double q_y);
+
 // Greedy verification. draft: [k] tokens; target_logits: [k + 1, vocab] row-major, row i the
 // target's logits for the token after draft[0..i). Accepts draft[i] while it equals
 // argmax(row i) (lowest index wins ties); next_token is argmax at the first mismatch, or of
@@ -70,7 +80,8 @@ int64_t check_rejection_inputs(const TokenList& draft,
                                const std::vector<std::vector<float>>& draft_probs);
 
 // Exact distribution of the token emitted at the first position of one verification step
-// with one draft token x ~ q, by enumerating x:
+// with one draft token x ~ q, by enumerating x with the verifier's own acceptance_probability
+// and residual_weight:
 //   P(out = y) = q(y)·min(1, p(y)/q(y)) + (Σ_x q(x)·(1 − min(1, p(x)/q(x)))) · residual(y),
 //   residual = norm(max(0, p − q)) (p itself if that is all zero).
 // p and q are first normalised in double (float rows sum to 1 only up to rounding), so the

@@ -8,14 +8,17 @@
 //     write fails with EFBIG): a one-line error naming the output file; the file on disk is the
 //     last complete commit, no .partial or .journal is left, and --resume completes it.
 //   - a read-only output location: a clear error before anything is loaded or written; a
-//     --resume there leaves the existing file as it was.
+//     --resume there leaves the existing file as it was (a root test process runs the CLI as
+//     `nobody` for these, and also checks a location even root cannot write).
 // The SIGKILL-at-random-points test is scripts/kill_test.sh (`make kill-test`).
 #include <catch2/catch.hpp>
 
 #include <H5Cpp.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -25,6 +28,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/io/hdf5_recorder.h"
@@ -265,11 +269,48 @@ TEST_CASE("disk full (file-size limit): clear error, the file keeps its last com
   resume_and_compare(h5);
 }
 
+// Root writes through permission bits, so a root test process runs the CLI as `nobody` (uid and
+// gid 65534) for the permission cases, in a temporary directory handed to that user: the
+// read-only checks then bind the CLI as they bind any user.
+namespace {
+constexpr uid_t kNobody = 65534;
+
+// Switches a forked child to `nobody`; false when the switch fails.
+bool become_nobody() { return ::setgroups(0, nullptr) == 0 && ::setgid(kNobody) == 0 && ::setuid(kNobody) == 0; }
+
+// "" when `nobody` can run the CLI on configs/tiny_stories.yaml (the program, the config, the
+// stories260K files in ../shared) and write to `dir`; else the first path it cannot use. A clone
+// under a private home directory (/root is 0700) is out of its reach.
+std::string nobody_cannot_use(const std::string& dir) {
+  const std::string shared = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/";
+  const std::vector<std::pair<std::string, int>> need = {
+      {SPECLAB_CLI, X_OK}, {kTinyStories, R_OK}, {shared + "stories260K.bin", R_OK}, {shared + "tok512.bin", R_OK},
+      {dir, W_OK | X_OK}};
+  for (const auto& [path, mode] : need) {
+    const pid_t pid = ::fork();
+    if (pid == 0) _exit(become_nobody() && ::access(path.c_str(), mode) == 0 ? 0 : 1);
+    int status = 1;
+    if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return path;
+  }
+  return "";
+}
+
+RunOptions unprivileged(RunOptions o = {}) {
+  if (::geteuid() != 0) return o;
+  o.in_child = [before = o.in_child] {
+    if (before) before();
+    if (!become_nobody()) _exit(125);
+  };
+  return o;
+}
+}  // namespace
+
 TEST_CASE("a read-only output location: clear error, nothing written, an existing file untouched",
           "[crash][resource][readonly]") {
   TempDir d;
   if (::geteuid() == 0) {
-    // root writes through permission bits; sysfs refuses new files even to root.
+    REQUIRE(::chown(d.path.c_str(), kNobody, kNobody) == 0);
+    // Root itself: sysfs refuses new files even to root.
     const std::string h5 = "/sys/speclab_crash_test.h5";
     const RunResult r = run_cli(run_args(kTinyStories, h5));
     INFO(describe(r));
@@ -280,26 +321,35 @@ TEST_CASE("a read-only output location: clear error, nothing written, an existin
                   0) == 0);
     CHECK(lines_of(r.err).size() == 1);  // before any model was loaded or prompt-run made
     CHECK(!fs::exists(h5));
-    WARN("running as root: the read-only directory and read-only file cases use chmod and are skipped");
-    return;
+    const std::string unreachable = nobody_cannot_use(d.path);
+    if (!unreachable.empty()) {
+      WARN("running as root, and user nobody cannot use " << unreachable
+                                                          << ": the read-only directory and file cases are skipped");
+      return;
+    }
   }
   const std::string ro = d.path + "/ro";
   fs::create_directories(ro);
+  if (::geteuid() == 0) REQUIRE(::chown(ro.c_str(), kNobody, kNobody) == 0);
   // A partial experiment, then the directory made read-only.
   const std::string h5 = ro + "/part.h5";
   bool sent = false;
-  REQUIRE(run_cli(run_args(kTinyStories, h5), sigint_at(2, 1, sent)).exit_code == 130);
+  {
+    const RunResult r = run_cli(run_args(kTinyStories, h5), unprivileged(sigint_at(2, 1, sent)));
+    INFO(describe(r));
+    REQUIRE(r.exit_code == 130);
+  }
   const std::string before = read_file(h5);
   fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
   {
-    const RunResult r = run_cli(run_args(kTinyStories, ro + "/new.h5"));
+    const RunResult r = run_cli(run_args(kTinyStories, ro + "/new.h5"), unprivileged());
     INFO(describe(r));
     CHECK(r.exit_code == 2);
     CHECK(error_line(r).rfind("error: " + ro + ": output.path: expected a writable directory", 0) == 0);
     CHECK(!fs::exists(ro + "/new.h5"));
   }
   {
-    const RunResult r = run_cli(run_args(kTinyStories, h5, {"--resume"}));
+    const RunResult r = run_cli(run_args(kTinyStories, h5, {"--resume"}), unprivileged());
     INFO(describe(r));
     CHECK(r.exit_code == 2);
     CHECK(error_line(r).find(ro + ": output.path:") != std::string::npos);
@@ -308,7 +358,7 @@ TEST_CASE("a read-only output location: clear error, nothing written, an existin
   fs::permissions(ro, fs::perms::owner_all);
   fs::permissions(h5, fs::perms::owner_read);  // a read-only file in a writable directory
   {
-    const RunResult r = run_cli(run_args(kTinyStories, h5, {"--resume"}));
+    const RunResult r = run_cli(run_args(kTinyStories, h5, {"--resume"}), unprivileged());
     INFO(describe(r));
     CHECK(r.exit_code == 2);
     CHECK(error_line(r).rfind("error: " + h5 + ": output.path: expected a writable output file", 0) == 0);

@@ -460,7 +460,7 @@ TEST_CASE("greedy exactness on stories260K: every reference prompt, drafter and 
       }
     }
   }
-  CHECK(runs == 3 * 2 * static_cast<int>(reference_prompts().size()));
+  CHECK(runs == 3 * 2 * 5);  // 3 drafters x 2 gammas x run.c's 5 reference prompts
   CHECK(kv.bytes_used() == 0);
 }
 
@@ -794,7 +794,8 @@ TEST_CASE("draws and statistics are a pure function of the seed", "[equivalence]
   plan.stream = 5;
   const Draws c = draw_speculative(memo, *s.info.tokenizer, plan, *drafter, o, {&kv, pool});
   CHECK(c.tokens != a.tokens);
-  CHECK(draw_seed(1, 2, 3) == draw_seed(1, 2, 3));
+  // Three rounds of splitmix64 (Steele, Lea & Flood 2014), computed apart from the code in Python.
+  CHECK(draw_seed(1, 2, 3) == 0xd0734750fde362b3ULL);
   CHECK(draw_seed(1, 2, 3) != draw_seed(1, 2, 4));
   CHECK(draw_seed(1, 2, 3) != draw_seed(1, 3, 3));
   CHECK(kv.bytes_used() == 0);  // stopped draws released their sequences
@@ -991,6 +992,8 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
       H5::Group t = eq.openGroup(table);
       int64_t complete = -1;
       t.openAttribute("complete").read(H5::PredType::NATIVE_INT64, &complete);
+      INFO(table);
+      CHECK(t.getNumObjs() > 0);  // each table has its columns, so the loop below checks something
       for (hsize_t i = 0; i < t.getNumObjs(); ++i) {
         H5::DataSet ds = t.openDataSet(t.getObjnameByIdx(i));
         hsize_t dims[1] = {0};

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "framework/core/error.h"
@@ -163,11 +164,15 @@ TEST_CASE("the real verifier on SmolLM2 rows: every emitted position follows the
 }
 
 // Every control of verifier_controls at each setting and k: the smallest N at which it is caught.
+// A drafter-side control may not apply at a setting (its q too close to the right one), but each
+// control must apply, and be caught, at one setting and k at least: none passes by never running.
 void check_controls(const std::vector<LogitPair>& pairs, const std::string& model,
                     const std::vector<SamplingOptions>& settings, const std::vector<int>& ks) {
+  std::map<std::string, int> caught;
   for (const SamplingOptions& s : settings)
     for (const VerifierControl& c : verifier_controls(s))
       for (int k : ks) {
+        caught.emplace(c.name, 0);
         const VerifierControlRow r = run_verifier_control(pairs, model, s, c, k, kControlMaxN, kControlAlpha, 77);
         INFO(c.name << " k=" << k << " " << sampling_label(s));
         if (!r.applicable) {
@@ -178,7 +183,13 @@ void check_controls(const std::vector<LogitPair>& pairs, const std::string& mode
         WARN(model << " " << sampling_label(s) << " k=" << k << ": " << c.name << " caught at N = " << r.caught_n
                    << " (Bonferroni p there " << r.p_bonferroni << ", q TV " << r.q_tv << ")");
         CHECK(r.caught);
+        caught[c.name] += r.caught ? 1 : 0;
       }
+  REQUIRE(caught.size() >= 3);
+  for (const auto& [name, n] : caught) {
+    INFO(model << ": control " << name << " caught at " << n << " settings");
+    CHECK(n > 0);
+  }
 }
 
 TEST_CASE("verifier check: every negative control is caught on stories260K rows", "[equivalence][verifier]") {

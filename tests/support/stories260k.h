@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,13 +37,18 @@ inline Stories& stories() {
   return s;
 }
 
-// Every record of ../shared/reference/stories260K_greedy.jsonl (empty if the file is missing).
+// Every record of ../shared/reference/stories260K_greedy.jsonl: upstream run.c's 5 prompts and
+// outputs. Throws std::runtime_error when the file is missing or holds fewer than 5 records, so
+// that no test looping over them can pass having run nothing.
 inline std::vector<nlohmann::json> stories_reference_records() {
-  std::ifstream in(std::string(SPECLAB_SHARED_DIR) + "/reference/stories260K_greedy.jsonl");
+  const std::string path = std::string(SPECLAB_SHARED_DIR) + "/reference/stories260K_greedy.jsonl";
+  std::ifstream in(path);
   std::vector<nlohmann::json> out;
   std::string line;
   while (std::getline(in, line))
     if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  if (out.size() < 5)
+    throw std::runtime_error(path + ": expected the 5 run.c reference records, found " + std::to_string(out.size()));
   return out;
 }
 

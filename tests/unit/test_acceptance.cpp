@@ -17,6 +17,7 @@
 #include "framework/verify/acceptance.h"
 #include "framework/verify/faulty_acceptance.h"
 #include "framework/verify/stats.h"
+#include "tests/support/catch_error.h"
 
 using namespace speclab;
 
@@ -248,6 +249,17 @@ TEST_CASE("verify_greedy: accept all + bonus, and reject at each position", "[ac
 
 // ---- verify_rejection: hand-derived cases ------------------------------------------------------
 
+TEST_CASE("the rule's two pieces by hand: min(1, p/q) and max(0, p - q)", "[acceptance]") {
+  // verify_rejection applies them and first_token_distribution enumerates them (the analytic check).
+  CHECK(acceptance_probability(0.2, 0.5) == Approx(0.4));
+  CHECK(acceptance_probability(0.8, 0.5) == 1.0);
+  CHECK(acceptance_probability(0.0, 0.5) == 0.0);
+  CHECK(acceptance_probability(0.3, 0.3) == 1.0);
+  CHECK(residual_weight(0.8, 0.5) == Approx(0.3));
+  CHECK(residual_weight(0.2, 0.5) == 0.0);
+  CHECK(residual_weight(0.3, 0.3) == 0.0);
+}
+
 TEST_CASE("verify_rejection: acceptance probabilities and draw counts", "[acceptance]") {
   // p = {0.2, 0.8}, q = {0.5, 0.5}: accepting token 0 has probability 0.2 / 0.5 = 0.4 and on
   // rejection the residual max(0, p − q) = {0, 0.3} recovers token 1.
@@ -317,12 +329,9 @@ TEST_CASE("verify_rejection rejects inconsistent inputs", "[acceptance]") {
   REQUIRE_THROWS_AS(verify_rejection({0}, p, Rows{{0.0f, 1.0f}}, rng), Error);           // q(x) = 0
   REQUIRE_THROWS_AS(verify_rejection({0}, Rows{{NAN, 0.5f}, {0.5f, 0.5f}}, {}, rng), Error);
   REQUIRE_THROWS_AS(verify_rejection({0}, Rows{{}, {}}, {}, rng), Error);
-  try {
-    verify_rejection({0}, p, Rows{{0.0f, 1.0f}}, rng);
-  } catch (const Error& e) {
-    REQUIRE(e.kind() == ErrorKind::kBadInput);
-    REQUIRE(e.field() == "draft_probs");
-  }
+  const Error e = test::catch_error([&] { verify_rejection({0}, p, Rows{{0.0f, 1.0f}}, rng); });
+  CHECK(e.kind() == ErrorKind::kBadInput);
+  CHECK(e.field() == "draft_probs");
 }
 
 // ---- exact first-token distribution --------------------------------------------------------------

@@ -100,8 +100,11 @@ TEST_CASE("a training config: unknown keys and bad values name the file, line an
   CHECK_THROWS_WITH(load(base + "architecture: draft_model\n"), Catch::Contains("head.draft_layers"));
   CHECK_THROWS_WITH(load(base + "architecture: draft_model\nhead: {draft_layers: [0, -1]}\n"),
                     Catch::Contains("head.draft_layers"));
-  CHECK_NOTHROW(load(base + "architecture: draft_model\nhead: {draft_layers: \"0-1\"}\n"));
-  CHECK_NOTHROW(load(base + "architecture: medusa\n"));
+  const TrainDraftConfig distilled = load(base + "architecture: draft_model\nhead: {draft_layers: \"0-1\"}\n");
+  CHECK(distilled.architecture == "draft_model");
+  CHECK(distilled.head.draft_layers == std::vector<int64_t>{0, 1});  // a range, as in --layers
+  CHECK(load(base + "architecture: medusa\n").architecture == "medusa");
+  CHECK(load(base).architecture == "eagle");  // the default
   CHECK_THROWS_WITH(load(base + "head: {medusa_heads: 0}\n"), Catch::Contains("head.medusa_heads"));
   CHECK_THROWS_WITH(load(base + "train: {medusa_decay: 1.5}\n"), Catch::Contains("train.medusa_decay"));
   CHECK_THROWS_WITH(load(base + "train: {unroll: 0}\n"), Catch::Contains("train.unroll"));

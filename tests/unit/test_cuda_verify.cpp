@@ -1,6 +1,6 @@
 // The CUDA greedy-verification kernel against the CPU definition. Runs where a GPU is present
-// (the lent H100/H200 machine); on a machine without one it checks that the absence is
-// detected and reported, and the kernel cases are skipped with a warning.
+// (the lent H100/H200 machine); on a machine without one the kernel cases are skipped with a
+// warning (test_device checks that `--device cuda` is then refused with exit code 2).
 #include <catch2/catch.hpp>
 
 #include <random>
