@@ -103,9 +103,11 @@ class Session {
   auto phase(Phase p, F&& f);
   DraftBlock propose(Sequence& s);
   at::Tensor forward(Sequence& s, const TokenList& input);
-  at::Tensor target_forward(Sequence& s, const at::Tensor& tokens, int64_t n, int64_t m, int64_t logits_last_n);
+  // tokens: [m] int64 at positions [n, n + m); returns [n_out, vocab] float32 (n_out = m, or logits_last_n).
+  at::Tensor target_forward(Sequence& s, const at::Tensor& tokens /*[m]*/, int64_t n, int64_t m, int64_t logits_last_n);
   void pass_hidden(Sequence& s, int64_t first_pos);
-  Verdict verify(Sequence& s, const DraftBlock& d, const at::Tensor& logits, SpecStep& record);
+  Verdict verify(Sequence& s, const DraftBlock& d, const at::Tensor& logits /*[drafted + 1, vocab] float32*/,
+                 SpecStep& record);
   void commit(Sequence& s, int drafted, const Verdict& v);
   void emit(Sequence& s, Token t);
 

@@ -33,13 +33,15 @@ class LogitsRecorder : public Model {
   const ModelConfig& config() const override { return inner_.config(); }
   uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
   uint64_t step_weight_bytes() const override { return inner_.step_weight_bytes(); }
-  std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return inner_.pack_matrix(w); }
+  std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w /*[out, in]*/) const override {
+    return inner_.pack_matrix(w);
+  }
   bool attend_rows(const AttentionRows& call) const override { return inner_.attend_rows(call); }
   int64_t row_exact_batch() const override { return inner_.row_exact_batch(); }
   std::string weight_storage() const override { return inner_.weight_storage(); }
-  at::Tensor final_norm(const at::Tensor& hidden) const override { return inner_.final_norm(hidden); }
-  at::Tensor lm_head(const at::Tensor& features) const override { return inner_.lm_head(features); }
-  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
+  at::Tensor final_norm(const at::Tensor& hidden /*[n, hidden]*/) const override { return inner_.final_norm(hidden); }
+  at::Tensor lm_head(const at::Tensor& features /*[n, hidden]*/) const override { return inner_.lm_head(features); }
+  at::Tensor forward(const at::Tensor& tokens /*[n] int64*/, const at::Tensor& positions /*[n] int64*/, const KvView& kv,
                      const ForwardOptions& opts = {}) const override;
 
   // One entry per forward() since the last clear(): the returned logits, [n_out, vocab] float32.
@@ -58,19 +60,21 @@ class PrefillMemo : public Model {
   const ModelConfig& config() const override { return inner_.config(); }
   uint64_t weight_bytes() const override { return inner_.weight_bytes(); }
   uint64_t step_weight_bytes() const override { return inner_.step_weight_bytes(); }
-  std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override { return inner_.pack_matrix(w); }
+  std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w /*[out, in]*/) const override {
+    return inner_.pack_matrix(w);
+  }
   bool attend_rows(const AttentionRows& call) const override { return inner_.attend_rows(call); }
   int64_t row_exact_batch() const override { return inner_.row_exact_batch(); }
   std::string weight_storage() const override { return inner_.weight_storage(); }
-  at::Tensor final_norm(const at::Tensor& hidden) const override { return inner_.final_norm(hidden); }
-  at::Tensor lm_head(const at::Tensor& features) const override { return inner_.lm_head(features); }
+  at::Tensor final_norm(const at::Tensor& hidden /*[n, hidden]*/) const override { return inner_.final_norm(hidden); }
+  at::Tensor lm_head(const at::Tensor& features /*[n, hidden]*/) const override { return inner_.lm_head(features); }
   // A call with positions starting at 0, ascending by 1 and no layer subset is a prefill: it is
   // answered from the memo when tokens, logits_last_n and hidden_layers match the remembered
   // ones (the hidden states asked for, e.g. by the eagle drafter, are remembered too), and
   // otherwise run and remembered (replacing the previous memo).
   // kv.k_cache/v_cache must be [n_layers, n_slots, n_kv_heads, stored_head_dim] as documented in
   // framework/core/kv_view.h.
-  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
+  at::Tensor forward(const at::Tensor& tokens /*[n] int64*/, const at::Tensor& positions /*[n] int64*/, const KvView& kv,
                      const ForwardOptions& opts = {}) const override;
 
   int64_t hits() const { return hits_; }      // prefills answered from the memo

@@ -42,13 +42,13 @@ class LlamaModel : public Model {
   // Runs the layer loop (layer_loop.h) on the backend of the KV storage's device: the CPU
   // backend (cpu_backend.cpp) for float32 host caches and host weights, else the libtorch-op
   // backend (aten_backend.cpp), which ForwardOptions::aten_reference also selects.
-  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
+  at::Tensor forward(const at::Tensor& tokens /*[n] int64*/, const at::Tensor& positions /*[n] int64*/, const KvView& kv,
                      const ForwardOptions& opts = {}) const override;
   // On the CPU backend, one pass of B rows (cpu_backend.cpp): the matmuls over all rows, the
   // attention one call per sequence; bit-identical per row to forward() where B <= kMaxRowExact.
   // Elsewhere (a device cache, views over different storages) Model's default, B forwards.
-  at::Tensor forward_decode_batch(const at::Tensor& tokens, const at::Tensor& positions, const std::vector<KvView>& kv,
-                                  const ForwardOptions& opts = {}) const override;
+  at::Tensor forward_decode_batch(const at::Tensor& tokens /*[B] int64*/, const at::Tensor& positions /*[B] int64*/,
+                                  const std::vector<KvView>& kv, const ForwardOptions& opts = {}) const override;
   uint64_t weight_bytes() const override { return weight_bytes_; }
   uint64_t step_weight_bytes() const override { return step_weight_bytes_; }
   std::string weight_storage() const override { return weight_storage_; }
@@ -69,13 +69,13 @@ class LlamaModel : public Model {
   // Whether this model's CUDA forwards replay graphs (a CUDA libtorch, on CUDA, not turned off).
   bool uses_cuda_graphs() const;
   // pack_f32_matrix(w, activations()) behind linear(): Q8_0 against int8 activations.
-  std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w) const override;
+  std::shared_ptr<const PackedMatrix> pack_matrix(const at::Tensor& w /*[out, in] float32*/) const override;
   // cpu::attend_rows (attention_cpu.h) over the float32 cache, whatever this model's device.
   bool attend_rows(const AttentionRows& call) const override;
   // The final RMSNorm (libtorch ops, float32) and the LM head (the CPU kernels with this model's
   // activations on the CPU; libtorch ops in the placement's dtype on a device).
-  at::Tensor final_norm(const at::Tensor& hidden) const override;
-  at::Tensor lm_head(const at::Tensor& features) const override;
+  at::Tensor final_norm(const at::Tensor& hidden /*[n, hidden]*/) const override;     // -> [n, hidden]
+  at::Tensor lm_head(const at::Tensor& features /*[n, hidden]*/) const override;  // -> [n, vocab]
 
  private:
   // Moves the loader's weights into w_ (packed blocks stay packed; q/k/v and gate/up stacked).
@@ -89,11 +89,11 @@ class LlamaModel : public Model {
   // Whether the CPU backend can serve this call (CPU float32 contiguous caches and weights).
   bool can_run_cpu(const KvView& kv) const;
   // The two backends' entry points; arguments as forward().
-  at::Tensor forward_cpu(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
+  at::Tensor forward_cpu(const at::Tensor& tokens /*[n]*/, const at::Tensor& positions /*[n]*/, const KvView& kv,
                          const ForwardOptions& opts) const;
   // [k, head ids] -> [k, vocab] with -inf for the tokens a reduced head leaves out (no-op otherwise).
   at::Tensor full_vocab(const at::Tensor& logits) const;
-  at::Tensor forward_aten(const at::Tensor& tokens, const at::Tensor& positions, const KvView& kv,
+  at::Tensor forward_aten(const at::Tensor& tokens /*[n]*/, const at::Tensor& positions /*[n]*/, const KvView& kv,
                           const ForwardOptions& opts) const;
   // forward_aten's captured path: t, p, ws [rows] host int64 (tokens, positions, write slots,
   // padded); returns the host float32 logits of rows [n - n_out, n). CUDA libtorch builds only.
