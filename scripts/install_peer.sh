@@ -7,12 +7,13 @@
 # /proc/cpuinfo lists, as GGML_NATIVE (what a user's `pip install` gets) would, except AMX. With
 # GGML_NATIVE on the 2-core Intel Xeon (family 6 model 207, KVM), ggml's AMX path raised SIGILL
 # (`tilezero` before the process had the tile-data permission). The install is stamped with the
-# CPU's flags and rebuilt when .cache moves to another kind of machine. Runtime dependencies come without numpy: the scripts run under /usr/bin/python3 with
-# Debian's numpy 1.24 (scripts/setup.sh), which h5py is built against. Does nothing when the stamp
-# matches. About 5 to 10 minutes on 2 cores, once.
+# CPU's flags and rebuilt when .cache moves to another kind of machine.
+#
+# Runtime dependencies come without numpy: the scripts run under /usr/bin/python3 with Debian's
+# numpy 1.24 (scripts/setup.sh), which h5py is built against. Does nothing when the stamp matches.
+# About 5 to 10 minutes on 2 cores, once.
 set -euo pipefail
-self=$(realpath "$0")
-cd "$(dirname "$self")/.."
+cd "$(dirname "$0")/.."
 
 VERSION=0.3.36
 DEPS=("diskcache==5.6.3" "jinja2==3.1.6" "markupsafe==3.0.3" "typing_extensions==4.12.2")
@@ -20,13 +21,14 @@ DEST=.cache/peer
 PY_RUN=${SPECLAB_PYTHON:-/usr/bin/python3}
 
 flags=$(grep -m1 '^flags' /proc/cpuinfo)
-cpu=$( (echo "$flags"; cat "$self") | md5sum | cut -c1-12)  # the CPU and this script's build settings
 on() { if echo "$flags" | grep -qw "$1"; then echo ON; else echo OFF; fi; }
 GGML_ARGS="-DGGML_NATIVE=OFF -DGGML_CCACHE=OFF -DGGML_AVX=$(on avx) -DGGML_AVX2=$(on avx2) -DGGML_FMA=$(on fma)
   -DGGML_F16C=$(on f16c) -DGGML_BMI2=$(on bmi2) -DGGML_AVX_VNNI=$(on avx_vnni) -DGGML_AVX512=$(on avx512f)
   -DGGML_AVX512_VNNI=$(on avx512_vnni) -DGGML_AVX512_VBMI=$(on avx512vbmi) -DGGML_AVX512_BF16=$(on avx512_bf16)
   -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
-stamp="$DEST/.speclab-peer-$VERSION-$cpu"
+# The stamp names the CPU and the build settings: another machine or other settings rebuild.
+build=$(echo "$flags $VERSION ${DEPS[*]} $GGML_ARGS" | md5sum | cut -c1-12)
+stamp="$DEST/.speclab-peer-$VERSION-$build"
 if [ -f "$stamp" ]; then
   echo "peer: llama-cpp-python $VERSION in $DEST"
   exit 0
@@ -38,8 +40,8 @@ rm -rf "$tmp"
 mkdir -p "$(dirname "$DEST")"
 log=.cache/peer-install.log
 # --no-cache-dir and no ccache: neither a wheel nor objects built for another CPU may be reused.
-if ! CMAKE_ARGS="$(echo $GGML_ARGS) ${CMAKE_ARGS:-}" python3 -m pip install --no-cache-dir --target "$tmp" --no-deps "llama-cpp-python==$VERSION" "${DEPS[@]}" \
-    > "$log" 2>&1; then
+if ! CMAKE_ARGS="$(echo $GGML_ARGS) ${CMAKE_ARGS:-}" python3 -m pip install --no-cache-dir --target "$tmp" --no-deps \
+    "llama-cpp-python==$VERSION" "${DEPS[@]}" > "$log" 2>&1; then
   tail -n 20 "$log" >&2
   echo "peer: error: pip could not build llama-cpp-python $VERSION (whole log: $log)" >&2
   exit 2
