@@ -4,7 +4,7 @@ JOBS     ?= $(shell nproc)
 CMAKE_ARGS ?=
 SPECLAB  := $(BUILD)/speclab
 
-.PHONY: all setup configure build build-cli test demo demo-smollm2 bench clean bad-inputs crash-safety kill-test draft-model medusa-model distilled-model plugins qwen-pair demo-pair peer
+.PHONY: all setup configure build build-cli test demo demo-smollm2 bench clean bad-inputs crash-safety kill-test draft-model medusa-model retrieval-store distilled-model plugins qwen-pair demo-pair peer
 
 all: build
 
@@ -92,6 +92,16 @@ medusa-model: build
 	@test -f $(MEDUSA_DRAFT) || $(SPECLAB) train-draft configs/train/medusa_smollm2.yaml \
 	  $$(test -f $(basename $(MEDUSA_DRAFT)).ckpt.safetensors && echo --resume)
 	@echo "medusa draft: $(MEDUSA_DRAFT)"
+
+# The retrieval drafter's datastore for SmolLM2 (configs/train/retrieval_smollm2.yaml;
+# docs/train-draft.md): the target's own answers to the 12,460 alpaca and GSM8K-train prompts that
+# fit, as a corpus to retrieve drafts from (every 10th held out to measure it). The answers are
+# cached under .cache/draft_data and an interrupted run continues where it stopped. Nothing is
+# trained. The `retrieval` drafter reads it from this path, else the copy in assets/drafts/.
+RETRIEVAL_STORE := .cache/drafts/SmolLM2-135M-Instruct.Q4_1.retrieval.safetensors
+retrieval-store: build
+	@test -f $(RETRIEVAL_STORE) || $(SPECLAB) train-draft configs/train/retrieval_smollm2.yaml
+	@echo "retrieval datastore: $(RETRIEVAL_STORE)"
 
 # A distilled draft model for SmolLM2 (configs/train/draft_model_smollm2.yaml; docs/train-draft.md):
 # two decoder layers started from the target's first and last, distilled with the KL to the

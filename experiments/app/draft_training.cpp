@@ -20,6 +20,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/token_tensor.h"
+#include "framework/draft/drafter_options.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/batch_decode.h"
 #include "framework/io/prompt_loader.h"
@@ -243,9 +244,13 @@ std::string cache_key(const TrainDraftConfig& c, const std::string& target_hash,
 
 // Stage 1: the target's greedy answers, appended to the cache as they come. An answer generated
 // here also keeps its stage-2 rows (the passes that generated it computed them).
+// AnswerRows::kDrop: only the answers (a retrieval datastore needs no features; `frozen` unused).
+enum class AnswerRows { kKeep, kDrop };
 std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& target, const std::vector<Prompt>& prompts,
                                    const std::string& path, const TargetTensors& frozen,
-                                   const std::vector<int64_t>& aux_layers, const TrainDraftProgress& progress) {
+                                   const std::vector<int64_t>& aux_layers, const TrainDraftProgress& progress,
+                                   AnswerRows rows = AnswerRows::kKeep) {
+  const bool keep_rows = rows == AnswerRows::kKeep;
   std::map<int64_t, TokenList> cached;
   {
     std::ifstream in(path);
@@ -289,13 +294,13 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
   gen.max_new_tokens = c.data.answer_tokens;
   BatchDecodeOptions batch;
   batch.width = c.data.answer_batch;
-  batch.hidden_layers = feature_layers(*target.model, aux_layers);
+  if (keep_rows) batch.hidden_layers = feature_layers(*target.model, aux_layers);
   size_t done = samples.size() - todo.size();
   at::NoGradGuard no_grad;
   generate_ar_batch(*target.model, *target.info.tokenizer, todo, gen, batch, [&](size_t t, const BatchAnswer& answer) {
     Sample& s = samples[todo_sample[t]];
     s.answer = answer.tokens;
-    set_features(s, answer.hidden, answer.top1, frozen);
+    if (keep_rows) set_features(s, answer.hidden, answer.top1, frozen);
     out << nlohmann::json{{"i", prompt_of[todo_sample[t]]}, {"answer", s.answer}}.dump() << "\n" << std::flush;
     if (progress.stage && ++done % 10 == 0)
       progress.stage("answers " + std::to_string(done) + "/" + std::to_string(samples.size()));
@@ -446,14 +451,10 @@ std::string default_draft_path(const LoadedModel& target, const std::string& arc
 
 namespace {
 
-// The tensors of a draft of `architecture` trained for `target`, after the metadata checks;
-// vocab_ids (int64) checked against the target's vocabulary.
-std::map<std::string, at::Tensor> read_draft(const std::string& path, const std::string& architecture,
-                                             const LoadedModel& target, const ModelConfig& config, at::Tensor& vocab_ids,
-                                             std::map<std::string, std::string>* meta_out = nullptr) {
-  std::map<std::string, std::string> meta;
-  auto tensors = read_tensors(path, &meta);
-  if (meta_out) *meta_out = meta;
+// The metadata checks of a draft of `architecture` for `target`: Error(kBadInput, path) when it is
+// another kind of file, Error(kConfig, path, "drafter.draft_model") when it names another target.
+void check_draft_metadata(std::map<std::string, std::string> meta, const std::string& path,
+                          const std::string& architecture, const LoadedModel& target) {
   if (meta["speclab.draft"] != architecture)
     throw Error(ErrorKind::kBadInput,
                 "not " + std::string(architecture == "eagle" ? "an " : "a ") + architecture + " draft (no speclab.draft=" +
@@ -465,6 +466,17 @@ std::map<std::string, at::Tensor> read_draft(const std::string& path, const std:
                 "this " + architecture + " draft was trained for " + meta["target"] + " (weights " + meta["target_weights_hash"] +
                     "), not for the target " + fs::path(target.source).filename().string() + " (weights " + hash + ")",
                 path, "drafter.draft_model");
+}
+
+// The tensors of a draft of `architecture` trained for `target`, after the metadata checks;
+// vocab_ids (int64) checked against the target's vocabulary.
+std::map<std::string, at::Tensor> read_draft(const std::string& path, const std::string& architecture,
+                                             const LoadedModel& target, const ModelConfig& config, at::Tensor& vocab_ids,
+                                             std::map<std::string, std::string>* meta_out = nullptr) {
+  std::map<std::string, std::string> meta;
+  auto tensors = read_tensors(path, &meta);
+  if (meta_out) *meta_out = meta;
+  check_draft_metadata(meta, path, architecture, target);
   auto ids = tensors.find("vocab_ids");
   if (ids == tensors.end()) throw Error(ErrorKind::kBadInput, "the draft lacks tensor vocab_ids", path);
   vocab_ids = ids->second.to(at::kLong);
@@ -492,6 +504,89 @@ void take_trained(const std::map<std::string, at::Tensor>& tensors, const std::m
   }
 }
 
+// Token ids are stored as float32, exact below 2^24.
+constexpr int64_t kMaxExactId = int64_t(1) << 24;
+
+std::string number_text(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+  return buf;
+}
+
+// architecture retrieval: stage 1 only. The training prompts' conversations (prompt + the
+// target's answer) are the datastore's corpus; the validation prompts' answers, held out of it,
+// measure it by draft step as the eagle trainer measures a head (the k-th drafted token right,
+// its k - 1 predecessors right), drafting as the retrieval drafter does with its default keys
+// wherever the engine drafts (every answer position after the first, which the prefill emits).
+TrainDraftResult build_datastore(const TrainDraftConfig& c, LoadedTarget& target, const std::vector<Prompt>& prompts,
+                                 const std::string& key, const std::string& hash, const TrainDraftProgress& progress) {
+  const auto t_data = Clock::now();
+  const std::vector<Sample> samples = target_answers(c, target, prompts, c.data.cache_dir + "/answers-" + key + ".jsonl",
+                                                     TargetTensors{}, {}, progress, AnswerRows::kDrop);
+  std::vector<TokenList> corpus;
+  std::vector<const Sample*> validation;
+  for (const Sample& s : samples) {
+    if (s.validation) {
+      validation.push_back(&s);
+      continue;
+    }
+    TokenList seq = s.prompt;
+    seq.insert(seq.end(), s.answer.begin(), s.answer.end());
+    corpus.push_back(std::move(seq));
+  }
+  if (validation.empty() || corpus.empty())
+    throw Error(ErrorKind::kConfig,
+                std::string("no ") + (corpus.empty() ? "training" : "validation") +
+                    " prompt: use more prompts or another validation_fraction",
+                c.source_path, "data.validation_fraction");
+  int64_t corpus_tokens = 0;
+  for (const TokenList& seq : corpus) corpus_tokens += static_cast<int64_t>(seq.size());
+  if (corpus_tokens >= kMaxExactId)
+    throw Error(ErrorKind::kConfig,
+                "the corpus holds " + std::to_string(corpus_tokens) + " tokens: expected fewer than 2^24 (stored as float32)",
+                c.source_path, "data.prompts");
+  TrainDraftResult r;
+  r.data_seconds = since(t_data);
+  const auto t_build = Clock::now();
+  const Datastore store(corpus);
+  const DrafterOptions drafting;  // retrieval_min / retrieval_max as the drafter's defaults
+  constexpr int K = 4;            // the default gamma
+  std::vector<int64_t> tried(K, 0), right(K, 0);
+  for (const Sample* s : validation) {
+    // The engine drafts after the prefill's token: from the answer's second token on.
+    TokenList context = s->prompt;
+    if (!s->answer.empty()) context.push_back(s->answer[0]);
+    for (size_t t = 1; t < s->answer.size(); ++t) {
+      const RetrievalDraft d = store.draft(context, drafting.retrieval_min, drafting.retrieval_max, K);
+      for (size_t k = 0; k < static_cast<size_t>(K) && t + k < s->answer.size(); ++k) {
+        ++tried[k];
+        if (k >= d.tokens.size() || d.tokens[k] != s->answer[t + k]) break;
+        ++right[k];
+      }
+      context.push_back(s->answer[t]);
+    }
+  }
+  for (int k = 0; k < K; ++k)
+    r.head_agreements.push_back(tried[k] > 0 ? static_cast<double>(right[k]) / static_cast<double>(tried[k]) : 0.0);
+  r.validation_agreement = r.head_agreements[0];
+  r.train_pairs = store.n_tokens();
+  r.validation_pairs = tried[0];
+  std::vector<float> tokens, offsets{0.f};
+  for (const TokenList& seq : corpus) {
+    for (Token t : seq) tokens.push_back(static_cast<float>(t));
+    offsets.push_back(static_cast<float>(tokens.size()));
+  }
+  const std::map<std::string, std::string> meta = {{"speclab.draft", "retrieval"},
+                                                   {"target_weights_hash", hash},
+                                                   {"target", fs::path(target.info.source).filename().string()},
+                                                   {"training_config", c.resolved_yaml}};
+  write_tensors(c.output.path, {{"tokens", at::tensor(tokens, at::kFloat)}, {"offsets", at::tensor(offsets, at::kFloat)}},
+                meta);
+  r.path = c.output.path;
+  r.train_seconds = since(t_build);
+  return r;
+}
+
 }  // namespace
 
 TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const TrainDraftProgress& progress,
@@ -500,19 +595,20 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   // step would leave the weights where they are, silently.
   c10::InferenceMode grad_on(false);
   const auto t_data = Clock::now();
-  if (resume && !fs::exists(c.output.checkpoint))
+  const bool retrieval = c.architecture == "retrieval";  // no training: the answers cache is its resume
+  if (resume && !retrieval && !fs::exists(c.output.checkpoint))
     throw Error(ErrorKind::kIo, "--resume: no checkpoint to resume from", c.output.checkpoint);
   auto target = load_target(c.target);
   const std::string hash = target_weights_hash(target->info);
-  const bool distill = c.architecture == "draft_model";
-  const TargetTensors frozen = target_tensors(target->info, distill ? c.head.draft_layers : std::vector<int64_t>{});
-
   ExperimentConfig pc;
   pc.source_path = c.source_path;
   pc.prompts = c.data.prompts;
   const std::vector<Prompt> prompts = load_prompts(pc);
   const std::string key = cache_key(c, hash, prompts);
   fs::create_directories(c.data.cache_dir);
+  if (retrieval) return build_datastore(c, *target, prompts, key, hash, progress);
+  const bool distill = c.architecture == "draft_model";
+  const TargetTensors frozen = target_tensors(target->info, distill ? c.head.draft_layers : std::vector<int64_t>{});
   for (int64_t l : c.head.aux_layers)
     if (!valid_aux_layer(l, frozen.config))
       throw Error(ErrorKind::kConfig,
@@ -763,6 +859,42 @@ std::shared_ptr<MedusaHeads> load_medusa_heads(const std::string& path, const Lo
   heads->vocab_ids = ids;
   heads->lm_head = head_rows(frozen.lm_head, ids);
   return heads;
+}
+
+std::shared_ptr<const Datastore> load_datastore(const std::string& path, const LoadedModel& target) {
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  check_draft_metadata(f.metadata(), path, "retrieval", target);
+  for (const char* name : {"tokens", "offsets"}) {
+    if (!f.contains(name)) throw Error(ErrorKind::kBadInput, std::string("the datastore lacks tensor ") + name, path);
+    // F16/BF16 would round token ids above 2048 / 256 to other ids, which the checks below accept.
+    if (f.info(name).dtype != "F32")
+      throw Error(ErrorKind::kBadInput,
+                  std::string("tensor ") + name + " is " + f.info(name).dtype + ": expected F32 (token ids are exact there)",
+                  path);
+  }
+  const HostTensor tokens = f.read("tokens"), offsets = f.read("offsets");
+  const int64_t n = static_cast<int64_t>(tokens.data.size()), vocab = target.config.vocab_size;
+  if (tokens.shape.size() != 1 || offsets.shape.size() != 1 || offsets.data.size() < 2)
+    throw Error(ErrorKind::kBadInput, "expected 1-D tensors tokens [N] and offsets [S + 1], S >= 1", path);
+  auto id = [](float v) { return std::floor(v) == v && v >= 0.f && v < static_cast<float>(kMaxExactId); };
+  for (int64_t i = 0; i < n; ++i)
+    if (!id(tokens.data[i]) || static_cast<int64_t>(tokens.data[i]) >= vocab)
+      throw Error(ErrorKind::kBadInput,
+                  "tokens[" + std::to_string(i) + "] = " + number_text(tokens.data[i]) + ": expected a token id of the target (0.." +
+                      std::to_string(vocab - 1) + ")",
+                  path);
+  std::vector<TokenList> sequences;
+  for (size_t s = 0; s + 1 < offsets.data.size(); ++s) {
+    const float a = offsets.data[s], b = offsets.data[s + 1];
+    if (!id(a) || !id(b) || a > b || static_cast<int64_t>(b) > n || (s == 0 && a != 0.f) ||
+        (s + 2 == offsets.data.size() && static_cast<int64_t>(b) != n))
+      throw Error(ErrorKind::kBadInput,
+                  "offsets[" + std::to_string(s) + ".." + std::to_string(s + 1) +
+                      "]: expected ascending integers from 0 to the token count " + std::to_string(n),
+                  path);
+    sequences.emplace_back(tokens.data.begin() + static_cast<int64_t>(a), tokens.data.begin() + static_cast<int64_t>(b));
+  }
+  return std::make_shared<const Datastore>(sequences);
 }
 
 DistilledDraft load_distilled_draft(const std::string& path, const LoadedModel& target) {

@@ -15,6 +15,10 @@
 //   4. the draft: config.output.path (safetensors) with metadata speclab.draft=<architecture>,
 //      target_weights_hash, target (file name), training_config (the canonical YAML); the log
 //      (config.output.log, framework/io/train_log.h).
+// architecture retrieval stops after stage 1: the training prompts' conversations (prompt +
+// answer) are written as a datastore (tensors tokens [N] and offsets [S + 1], float32) and the
+// validation answers measure it (TrainDraftResult below); nothing is trained, so it needs no
+// checkpoint (--resume continues the answers cache, as every run does) and ignores stop_after.
 #pragma once
 
 #include <functional>
@@ -22,6 +26,7 @@
 #include <string>
 
 #include "experiments/app/loaded_target.h"
+#include "framework/draft/builtin/datastore.h"
 #include "framework/draft/builtin/eagle_head.h"
 #include "framework/draft/builtin/medusa_heads.h"
 #include "framework/draft/drafter.h"
@@ -41,6 +46,9 @@ struct TrainDraftProgress {
   std::function<void(const TrainStepLog&, double agreement, int64_t total_steps)> step;
 };
 
+// For architecture retrieval: train_pairs is the corpus's token count, validation_pairs the
+// validation answer positions it drafted at, head_agreements the agreement by draft step (as
+// eagle's), train_seconds the time to build and measure the datastore, steps 0.
 struct TrainDraftResult {
   std::string path;
   double data_seconds = 0.0, train_seconds = 0.0;
@@ -68,6 +76,11 @@ std::shared_ptr<EagleHead> load_eagle_head(const std::string& path, const Loaded
 
 // The medusa heads in `path`, as load_eagle_head (Error(kBadInput, path) when not a medusa draft).
 std::shared_ptr<MedusaHeads> load_medusa_heads(const std::string& path, const LoadedModel& target);
+
+// The datastore in `path` (architecture retrieval), built for `target`: errors as
+// load_eagle_head; Error(kBadInput, path) naming the tensor when tokens [N] are not token ids of
+// the target or offsets [S + 1] do not ascend from 0 to N.
+std::shared_ptr<const Datastore> load_datastore(const std::string& path, const LoadedModel& target);
 
 // A distilled draft model (architecture draft_model) in `path`, trained for `target`: the target's
 // tokenizer, chat template, embeddings and LM head (as the target stores them) with the draft's

@@ -1,12 +1,15 @@
 #include "experiments/app/session_parts.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 
 #include "framework/core/error.h"
 #include "experiments/app/draft_training.h"
 #include "framework/draft/builtin/eagle_drafter.h"
 #include "framework/draft/builtin/medusa_drafter.h"
 #include "framework/draft/builtin/model_drafter.h"
+#include "framework/draft/builtin/retrieval_drafter.h"
 #include "models/model_loader.h"
 
 namespace speclab {
@@ -75,6 +78,16 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
     if (target == nullptr) throw Error(ErrorKind::kConfig, "medusa needs the loaded target", "drafter", "name");
     const std::string path = o.draft_model.empty() ? default_draft_path(*target, "medusa") : o.draft_model;
     return std::make_unique<MedusaDrafter>(load_medusa_heads(path, *target), env);
+  });
+  // retrieval: the datastore `speclab train-draft` built for this target (architecture retrieval),
+  // loaded once per file and shared by the entries that name it (each load sorts the corpus).
+  auto stores = std::make_shared<std::map<std::string, std::shared_ptr<const Datastore>>>();
+  r.add("retrieval", [target, stores](const DrafterOptions& o, const DrafterEnv&) -> std::unique_ptr<Drafter> {
+    if (target == nullptr) throw Error(ErrorKind::kConfig, "retrieval needs the loaded target", "drafter", "name");
+    const std::string path = o.draft_model.empty() ? default_draft_path(*target, "retrieval") : o.draft_model;
+    std::shared_ptr<const Datastore>& store = (*stores)[path];
+    if (!store) store = load_datastore(path, *target);
+    return std::make_unique<RetrievalDrafter>(store, o.retrieval_min, o.retrieval_max);
   });
   return r;
 }

@@ -49,7 +49,7 @@ ModelSource ModelArgs::source() const {
 
 void DrafterArgs::add_to(po::options_description& desc) {
   desc.add_options()
-      ("drafter", po::value(&drafter), "speculative decoding with: prompt_lookup | layer_skip | draft_model | eagle | medusa | <plugin name>")
+      ("drafter", po::value(&drafter), "speculative decoding with: prompt_lookup | layer_skip | draft_model | eagle | medusa | retrieval | <plugin name>")
       ("plugin", po::value(&plugin), "drafter plugin shared library (.so)")
       ("gamma", po::value(&gamma)->default_value(gamma), "draft tokens per step (num_speculative_tokens)")
       ("schedule", po::value(&schedule)->default_value(schedule), "draft length schedule: constant | heuristic | cost (gamma 0..--gamma by measured costs)")
@@ -63,8 +63,10 @@ void DrafterArgs::add_to(po::options_description& desc) {
        "any other drafter: draft a prompt-lookup continuation where the context has a match, the drafter elsewhere")
       ("fallback-gamma", po::value(&fallback_gamma)->default_value(fallback_gamma),
        "with --prompt-lookup-first: the drafter's own tokens per step at most (0 = --gamma)")
+      ("retrieval-min", po::value(&retrieval_min)->default_value(retrieval_min), "retrieval: shortest context suffix matched in the datastore")
+      ("retrieval-max", po::value(&retrieval_max)->default_value(retrieval_max), "retrieval: longest context suffix matched in the datastore")
       ("draft-layers", po::value(&layers), "layer_skip: target layers the draft runs, e.g. 0-14 (default: first half)")
-      ("draft-model", po::value(&draft_model), "draft_model: model path or named entry; eagle: the head (default: the trained or shipped one, docs/train-draft.md)")
+      ("draft-model", po::value(&draft_model), "draft_model: model path or named entry; eagle, medusa: the head; retrieval: the datastore (default: the trained or shipped one, docs/train-draft.md)")
       ("draft-format", po::value(&draft_format)->default_value(draft_format), "draft_model: format")
       ("draft-vocab", po::value(&draft_vocab)->default_value(draft_vocab),
        "draft_model: LM head over the N most frequent tokens only (FR-Spec; 0 = whole vocabulary)")
@@ -84,6 +86,8 @@ DrafterOptions DrafterArgs::options() const {
   o.prompt_lookup_max = lookup_max;
   o.prompt_lookup_first = lookup_first;
   o.fallback_speculative_tokens = fallback_gamma;
+  o.retrieval_min = retrieval_min;
+  o.retrieval_max = retrieval_max;
   if (!layers.empty()) o.draft_layers = parse_layer_list(layers);
   o.draft_model = draft_model;
   o.draft_model_format = draft_format;

@@ -70,6 +70,7 @@ struct DrafterArgs {
   int lookup_min = 1, lookup_max = 3;
   bool lookup_first = false;
   int fallback_gamma = 0;
+  int retrieval_min = DrafterOptions{}.retrieval_min, retrieval_max = DrafterOptions{}.retrieval_max;
   std::string layers;   // layer_skip: "0-14" or "0,2,4"
   std::string draft_model, draft_format = "auto";
   int64_t draft_vocab = 0;

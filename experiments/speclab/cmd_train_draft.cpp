@@ -47,12 +47,20 @@ int cmd_train_draft(const std::vector<std::string>& args) {
   };
   const TrainDraftResult r = train_draft(c, resume, progress, stop_after);
   if (!quiet) std::cerr << "\n";
-  std::printf("wrote %s: %lld steps, %lld training pairs, validation top-1 agreement %.3f on %s of %lld validation "
-              "pairs%s; data %.1f s, training %.1f s\n",
-              r.path.c_str(), static_cast<long long>(r.steps), static_cast<long long>(r.train_pairs),
-              r.validation_agreement, r.agreement_on_answers ? "the answer positions" : "every position",
-              static_cast<long long>(r.validation_pairs),
-              r.agreement_on_answers ? "" : " (cached data without prompt lengths)", r.data_seconds, r.train_seconds);
+  if (c.architecture == "retrieval") {
+    std::printf("wrote %s: a datastore of %lld tokens; validation agreement of its first drafted token %.3f on %lld "
+                "answer positions; data %.1f s, datastore %.1f s\n",
+                r.path.c_str(), static_cast<long long>(r.train_pairs), r.validation_agreement,
+                static_cast<long long>(r.validation_pairs), r.data_seconds, r.train_seconds);
+  } else {
+    std::printf("wrote %s: %lld steps, %lld training pairs, validation top-1 agreement %.3f on %s of %lld validation "
+                "pairs%s; data %.1f s, training %.1f s\n",
+                r.path.c_str(), static_cast<long long>(r.steps), static_cast<long long>(r.train_pairs),
+                r.validation_agreement, r.agreement_on_answers ? "the answer positions" : "every position",
+                static_cast<long long>(r.validation_pairs),
+                r.agreement_on_answers ? "" : " (cached data without prompt lengths)", r.data_seconds,
+                r.train_seconds);
+  }
   if (!r.head_agreements.empty()) {
     std::printf(c.architecture == "medusa" ? "validation top-1 agreement by medusa head (head k drafts the k-th token):"
                                            : "validation top-1 agreement by draft step (the k-th token, after k - 1 right ones):");

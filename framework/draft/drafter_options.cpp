@@ -37,6 +37,11 @@ void DrafterOptions::validate() const {
   if (fallback_speculative_tokens > 0 && !prompt_lookup_first)
     bad("fallback_speculative_tokens", "expected prompt_lookup_first: true beside it (it caps the drafter behind the "
                                        "lookup), found prompt_lookup_first: false");
+  if (retrieval_max < 1 || retrieval_max > 64)
+    bad("retrieval_max", "expected a suffix length in 1..64, found " + std::to_string(retrieval_max));
+  if (retrieval_min < 1 || retrieval_min > retrieval_max)
+    bad("retrieval_min", "expected 1 <= retrieval_min <= retrieval_max <= 64, found " + std::to_string(retrieval_min) +
+                             " and " + std::to_string(retrieval_max));
   if (draft_vocab < 0) bad("draft_vocab", "expected >= 0 (0 = the whole vocabulary), found " + std::to_string(draft_vocab));
   if (draft_layers_first < 0) bad("draft_layers_first", "expected >= 0, found " + std::to_string(draft_layers_first));
   for (size_t i = 1; i < draft_layers.size(); ++i)
@@ -46,7 +51,7 @@ void DrafterOptions::validate() const {
 }
 
 const std::vector<std::string>& builtin_drafter_names() {
-  static const std::vector<std::string> names = {"prompt_lookup", "layer_skip", "draft_model", "eagle", "medusa"};
+  static const std::vector<std::string> names = {"prompt_lookup", "layer_skip", "draft_model", "eagle", "medusa", "retrieval"};
   return names;
 }
 

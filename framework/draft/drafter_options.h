@@ -35,13 +35,18 @@ struct DrafterOptions {
   // framework/draft/builtin/lookup_first.h.
   bool prompt_lookup_first = false;
   int fallback_speculative_tokens = 0;
+  // retrieval: the suffix lengths of the context matched in the datastore, longest first
+  // (framework/draft/builtin/retrieval_drafter.h).
+  int retrieval_min = 1;
+  int retrieval_max = 8;
   // layer_skip: the target's layers the draft runs: an explicit ascending list, or the first
   // `draft_layers_first` layers when the list is empty.
   std::vector<int64_t> draft_layers;
   int64_t draft_layers_first = 0;
-  // draft_model: a model path or named entry (+ format); eagle, medusa: the trained draft
-  // (.safetensors from `speclab train-draft`; default .cache/drafts/<target file
-  // stem>.<eagle|medusa>.safetensors, else the one shipped under assets/drafts/)
+  // draft_model: a model path or named entry (+ format); eagle, medusa: the trained draft, and
+  // retrieval: its datastore (.safetensors from `speclab train-draft`; default
+  // .cache/drafts/<target file stem>.<eagle|medusa|retrieval>.safetensors, else the one shipped
+  // under assets/drafts/)
   std::string draft_model;
   std::string draft_model_format = "auto";
   // draft_model: compute the draft's LM head over only its N most frequent tokens (FR-Spec, Zhao
@@ -58,8 +63,7 @@ struct DrafterOptions {
 };
 
 // The built-in drafter names, in registration order: prompt_lookup, layer_skip, draft_model, eagle,
-// medusa. The
-// one list (config validation reads it; the application's registry registers exactly these).
+// medusa, retrieval. The one list (config validation reads it; the application's registry registers exactly these).
 const std::vector<std::string>& builtin_drafter_names();
 
 // layer_skip's layers for a target of `n_layers` layers: draft_layers when given, else the first

@@ -68,12 +68,6 @@ void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<
   for (const std::string& c : eq.controls)
     if (!is_engine_control(c))
       bad(cfg, "controls", "expected control names among " + engine_control_list() + ", found '" + c + "'");
-  for (double t : eq.temperatures)
-    if (!(t > 0.0))
-      bad(cfg, "temperatures",
-          "expected temperatures > 0, found " + fmt("%g", t) +
-              ": at temperature 0 both engines are deterministic, so a sampling check would compare one token "
-              "sequence with itself; greedy decoding is checked by `greedy: true`");
   if (eq.samples < options.min_samples)
     bad(cfg, "samples",
         "expected at least " + std::to_string(options.min_samples) + " samples, found " + std::to_string(eq.samples) +

@@ -238,6 +238,8 @@ const Table<DrafterEntry>& drafter_table() {
           field("prompt_lookup_max", {"max_matching_ngram_size"}, &E::options, &O::prompt_lookup_max),
           field("prompt_lookup_first", {}, &E::options, &O::prompt_lookup_first),
           field("fallback_speculative_tokens", {}, &E::options, &O::fallback_speculative_tokens),
+          field("retrieval_min", {}, &E::options, &O::retrieval_min),
+          field("retrieval_max", {}, &E::options, &O::retrieval_max),
           field("draft_layers", {}, &E::options, &O::draft_layers, layer_list()),
           field("draft_layers_first", {"assistant_early_exit"}, &E::options, &O::draft_layers_first,
                 integer<int64_t>(kI32Min, kI32Max)),

@@ -116,7 +116,10 @@ void EquivalenceOptions::validate() const {
   if (temperatures.empty()) bad(s, "temperatures", "expected a non-empty list, found an empty list");
   for (double t : temperatures)
     if (!(t > 0.0) || !std::isfinite(t))
-      bad(s, "temperatures", "expected finite temperatures > 0 (greedy is checked by `greedy`), found " + to_text(t));
+      bad(s, "temperatures",
+          "expected finite temperatures > 0, found " + to_text(t) +
+              ": at temperature 0 both engines are deterministic, so a sampling check would compare one token "
+              "sequence with itself; greedy decoding is checked by `greedy: true`");
   if (top_ps.empty()) bad(s, "top_ps", "expected a non-empty list, found an empty list");
   for (double p : top_ps)
     if (!(p > 0.0 && p <= 1.0)) bad(s, "top_ps", "expected top_p values in (0, 1], found " + to_text(p));

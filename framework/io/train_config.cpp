@@ -98,8 +98,8 @@ std::string replace_extension(const std::string& path, const std::string& suffix
 
 void TrainDraftConfig::validate() const {
   auto bad = [](const std::string& key, const std::string& msg) { throw Error(ErrorKind::kConfig, msg, "", key); };
-  if (architecture != "eagle" && architecture != "medusa" && architecture != "draft_model")
-    bad("architecture", "expected eagle, medusa or draft_model, found '" + architecture + "'");
+  if (architecture != "eagle" && architecture != "medusa" && architecture != "draft_model" && architecture != "retrieval")
+    bad("architecture", "expected eagle, medusa, draft_model or retrieval, found '" + architecture + "'");
   data.prompts.validate();
   std::vector<std::string> files = data.prompts.files;
   for (const PromptSource& s : data.prompts.sources) files.push_back(s.file);
@@ -154,6 +154,9 @@ void TrainDraftConfig::validate() const {
   if (output.path.empty()) bad("output.path", "expected the path of the draft (.safetensors)");
   if (output.dtype != "float32" && output.dtype != "float16")
     bad("output.dtype", "expected float32 or float16, found '" + output.dtype + "'");
+  if (architecture == "retrieval" && output.dtype != "float32")
+    bad("output.dtype", "expected float32 for a retrieval datastore (its token ids are exact in float32, not in float16), "
+                        "found '" + output.dtype + "'");
 }
 
 TrainDraftConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -4,7 +4,8 @@
 //   target:  a model source (as models.target of `speclab run`)
 //   data:    prompts (the `prompts` section of `speclab run`), answer_tokens, answer_batch,
 //            max_prompt_tokens, validation_fraction, cache_dir
-//   architecture: eagle | medusa | draft_model
+//   architecture: eagle | medusa | draft_model | retrieval (no training: the target's answers
+//            become the retrieval drafter's datastore)
 //   head:    vocab_top_n (0 = the target's full LM head; N = its N most frequent tokens),
 //            medusa_heads, draft_layers, aux_layers, layers
 //   train:   steps, batch_tokens, lr, warmup, weight_decay, grad_clip, token_loss_weight,
@@ -81,7 +82,7 @@ struct TrainDraftOutput {
 
 struct TrainDraftConfig {
   ModelSource target;
-  std::string architecture = "eagle";  // eagle | medusa | draft_model
+  std::string architecture = "eagle";  // eagle | medusa | draft_model | retrieval
   DraftDataOptions data;
   DraftHeadOptions head;
   DraftTrainOptions train;

@@ -1,4 +1,4 @@
-// speclab train-draft and the eagle, medusa and distilled draft_model drafters on the real
+// speclab train-draft and the eagle, medusa, distilled draft_model and retrieval drafters on the real
 // stories260K model (and medusa as the out-of-tree plugin experiments/plugins/medusa_drafter): a tiny EAGLE head trained for a few hundred steps (seconds), with feature
 // noise on. Checks: the loss falls,
 // training is deterministic given a seed (same bytes twice), an interrupted run resumed gives the
@@ -33,6 +33,7 @@
 #include "framework/draft/builtin/eagle_packed.h"
 #include "framework/draft/builtin/lookup_first.h"
 #include "framework/draft/builtin/medusa_drafter.h"
+#include "framework/draft/builtin/retrieval_drafter.h"
 #include "framework/kv/kv_cache_manager.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/io/train_log.h"
@@ -1050,6 +1051,197 @@ TEST_CASE("a float16 draft: half the bytes, vocab_ids exact, the float32 draft's
     CHECK(!at::equal(*t, u));  // rounded (so the bound below is not vacuous)
     CHECK((*t - u).abs().max().item<double>() <= 1e-3 * (1.0 + t->abs().max().item<double>()));
   }
+}
+
+TEST_CASE("train-draft retrieval: the datastore is the training conversations; the retrieval drafter's greedy output "
+          "equals AR and copies what it saw; a datastore for another target or a malformed one is refused",
+          "[train][retrieval]") {
+  const TrainDraftConfig a = load_train_config(write_config("ret", 1, "prompts.jsonl", "retrieval").string());
+  const TrainDraftResult r = train_draft(a, false);
+  ModelSource src;
+  src.path = "stories260K";
+  auto target = load_target(src);
+  const Tokenizer& tok = *target->info.tokenizer;
+
+  // The corpus: each training prompt (every 5th of the 24 is held out, validation_fraction 0.2)
+  // followed by the target's greedy answer of at most 24 tokens, in prompt order.
+  std::vector<float> want_tokens, want_offsets{0.f};
+  std::vector<std::string> texts;
+  {
+    std::ifstream in(kDir / "prompts.jsonl");
+    std::string line;
+    while (std::getline(in, line)) texts.push_back(nlohmann::json::parse(line).at("prompt").get<std::string>());
+  }
+  REQUIRE(texts.size() == 24);
+  std::vector<TokenList> corpus;
+  std::vector<std::pair<TokenList, TokenList>> held_out;  // (prompt, answer)
+  GenerationOptions answer;
+  answer.max_new_tokens = 24;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    TokenList seq = encode_prompt(target->info, texts[i], false);
+    const TokenList ans = generate_ar(*target->model, tok, seq, answer, SamplingOptions{}, KvMode::kCached, {}).tokens;
+    if (i % 5 == 4) {
+      held_out.push_back({seq, ans});
+      continue;
+    }
+    seq.insert(seq.end(), ans.begin(), ans.end());
+    for (Token t : seq) want_tokens.push_back(static_cast<float>(t));
+    want_offsets.push_back(static_cast<float>(want_tokens.size()));
+    corpus.push_back(seq);
+  }
+  REQUIRE(held_out.size() == 4);
+  {
+    const SafetensorsFile f = SafetensorsFile::open(a.output.path);
+    CHECK(f.metadata().at("speclab.draft") == "retrieval");
+    CHECK(f.metadata().at("target_weights_hash") == target_weights_hash(target->info));
+    CHECK(f.read("tokens").data == want_tokens);
+    CHECK(f.read("offsets").data == want_offsets);
+  }
+  CHECK(r.train_pairs == static_cast<int64_t>(want_tokens.size()));
+  // The agreement by draft step, counted here on the held-out answers from the second token on
+  // (the first is the prefill's): drafting with the default keys from the same corpus.
+  {
+    const Datastore store(corpus);
+    int64_t tried[4] = {0, 0, 0, 0}, right[4] = {0, 0, 0, 0};
+    for (const auto& [prompt, ans] : held_out) {
+      for (size_t t = 1; t < ans.size(); ++t) {
+        TokenList context = prompt;
+        context.insert(context.end(), ans.begin(), ans.begin() + static_cast<long>(t));
+        const TokenList d = store.draft(context, 1, 8, 4).tokens;
+        for (size_t k = 0; k < 4 && t + k < ans.size(); ++k) {
+          ++tried[k];
+          if (k >= d.size() || d[k] != ans[t + k]) break;
+          ++right[k];
+        }
+      }
+    }
+    CHECK(r.validation_pairs == tried[0]);
+    REQUIRE(r.head_agreements.size() == 4);
+    for (int k = 0; k < 4; ++k) {
+      INFO("draft step " << k + 1 << ": " << right[k] << " of " << tried[k]);
+      CHECK(tried[k] > 0);
+      CHECK(r.head_agreements[static_cast<size_t>(k)] == Approx(static_cast<double>(right[k]) / static_cast<double>(tried[k])));
+    }
+    CHECK(r.validation_agreement == r.head_agreements[0]);
+  }
+
+  // The drafter passes the confidence threshold to the datastore as the support threshold, and
+  // reports each token's support as its confidence.
+  {
+    RetrievalDrafter rd(std::make_shared<const Datastore>(std::vector<TokenList>{{1, 2, 3, 4}, {1, 2, 3, 5}, {1, 2, 3, 4, 6}}), 1, 8);
+    const TokenList context = {9, 2, 3};
+    DraftContext ctx;
+    ctx.tokens = &context;
+    DraftBlock b = rd.propose(ctx, 4);
+    CHECK(b.tokens == TokenList{4, 6});
+    REQUIRE(b.confidence.size() == 2);
+    CHECK(b.confidence[0] == Approx(2.0 / 3.0));
+    CHECK(b.confidence[1] == Approx(1.0));
+    CHECK(b.probs.empty());  // deterministic: q one-hot
+    ctx.min_confidence = 0.7;
+    CHECK(rd.propose(ctx, 4).tokens.empty());
+    ctx.confidence_from_token = 2;
+    CHECK(rd.propose(ctx, 4).tokens == TokenList{4, 6});
+    CHECK(rd.propose(ctx, 1).tokens == TokenList{4});
+  }
+
+  // Through the engine: greedy equals AR and a sampled run passes the engine's checks; on a
+  // training prompt the drafter copies the answer it stored, so most drafts are kept.
+  SessionParts parts(*target, kv_64mib());
+  const DrafterOptions o = trained_drafter("retrieval", a.output.path, 4);
+  Drafter& d = parts.add_drafter(o);
+  CHECK(d.name() == "retrieval");
+  int64_t accepted = 0, drafted = 0;
+  greedy_equals_ar(*target, parts, d, o, accepted, drafted);
+  INFO("accepted " << accepted << " of " << drafted);
+  CHECK(accepted > 0);
+  CHECK(accepted < drafted);
+  {
+    const TokenList ids = encode_prompt(target->info, texts[0], false);
+    GenerationOptions gen;
+    gen.max_new_tokens = 24;
+    Session s(*target->model, tok, parts.kv_target());
+    int64_t acc = 0, dr = 0;
+    const GenerationResult spec = run_counting(s, Request{ids, {&d, o}, gen, {}}, acc, dr);
+    CHECK(spec.tokens == generate_ar(*target->model, tok, ids, gen, SamplingOptions{}, KvMode::kCached, {}).tokens);
+    INFO("on a training prompt: accepted " << acc << " of " << dr);
+    CHECK(acc >= 18);  // 24 tokens in at most 6 steps: nearly every draft kept
+  }
+  {
+    // Behind prompt lookup (lookup_first.h), as configs/eagle_mt_bench.yaml's retrieval_lookup.
+    DrafterOptions ol = o;
+    ol.prompt_lookup_first = true;
+    ol.prompt_lookup_min = 2;
+    Drafter& dl = parts.add_drafter(ol);
+    CHECK(dl.name() == "prompt_lookup+retrieval");
+    int64_t acc = 0, dr = 0;
+    greedy_equals_ar(*target, parts, dl, ol, acc, dr);
+    CHECK(acc > 0);
+  }
+  CHECK(parts.kv().bytes_used() == 0);
+
+  // Refused: another target (kConfig), another architecture's file and malformed tensors (kBadInput).
+  const LoadedModel other_model = other_target(target->info, "stories260K_other_ret.bin");
+  Error e = test::catch_error([&] { load_datastore(a.output.path, other_model); });
+  CHECK(e.kind() == ErrorKind::kConfig);
+  CHECK_THAT(e.what(), Catch::Contains("this retrieval draft was trained for stories260K.bin"));
+  const TrainDraftConfig eagle = load_train_config(write_config("ret_eagle", 2).string());
+  train_draft(eagle, false);
+  e = test::catch_error([&] { load_datastore(eagle.output.path, target->info); });
+  CHECK(e.kind() == ErrorKind::kBadInput);
+  CHECK_THAT(e.what(), Catch::Contains("not a retrieval draft") && Catch::Contains("it is eagle"));
+  auto rewrite = [&](const std::string& name, std::vector<float> toks, std::vector<float> offs) {
+    const fs::path p = kDir / (name + ".safetensors");
+    const SafetensorsFile f = SafetensorsFile::open(a.output.path);
+    WeightMap w;
+    w["tokens"].shape = {static_cast<int64_t>(toks.size())};
+    w["tokens"].data = std::move(toks);
+    w["offsets"].shape = {static_cast<int64_t>(offs.size())};
+    w["offsets"].data = std::move(offs);
+    write_safetensors(p.string(), w, SafetensorsDtype::kF32, f.metadata());
+    return test::catch_error([&] { load_datastore(p.string(), target->info); });
+  };
+  const float vocab = static_cast<float>(target->info.config.vocab_size);
+  e = rewrite("ret_vocab", {1.f, vocab, 3.f}, {0.f, 3.f});
+  CHECK(e.kind() == ErrorKind::kBadInput);
+  CHECK_THAT(e.what(), Catch::Contains("tokens[1] = 512: expected a token id of the target (0..511)"));
+  e = rewrite("ret_fraction", {1.f, 2.5f}, {0.f, 2.f});
+  CHECK_THAT(e.what(), Catch::Contains("tokens[1] = 2.5"));
+  e = rewrite("ret_offsets", {1.f, 2.f, 3.f}, {0.f, 2.f});  // the last offset is not the token count
+  CHECK(e.kind() == ErrorKind::kBadInput);
+  CHECK_THAT(e.what(), Catch::Contains("offsets[0..1]: expected ascending integers from 0 to the token count 3"));
+  e = rewrite("ret_descending", {1.f, 2.f, 3.f}, {0.f, 2.f, 1.f, 3.f});
+  CHECK_THAT(e.what(), Catch::Contains("offsets[1..2]"));
+  CHECK_THAT(rewrite("ret_empty", {1.f}, {0.f}).what(), Catch::Contains("offsets [S + 1], S >= 1"));
+  e = rewrite("ret_start", {1.f, 2.f, 3.f}, {1.f, 3.f});
+  CHECK_THAT(e.what(), Catch::Contains("offsets[0..1]: expected ascending integers from 0"));
+  {
+    // float16 tensors would round token ids: refused by dtype, not only by value.
+    const fs::path p = kDir / "ret_f16.safetensors";
+    WeightMap w;
+    w["tokens"].shape = {2};
+    w["tokens"].data = {1.f, 2.f};
+    w["offsets"].shape = {2};
+    w["offsets"].data = {0.f, 2.f};
+    write_safetensors(p.string(), w, SafetensorsDtype::kF16, SafetensorsFile::open(a.output.path).metadata());
+    e = test::catch_error([&] { load_datastore(p.string(), target->info); });
+    CHECK(e.kind() == ErrorKind::kBadInput);
+    CHECK_THAT(e.what(), Catch::Contains("tensor tokens is F16: expected F32"));
+    // A missing tensor and a 2-D one.
+    w.erase("offsets");
+    write_safetensors(p.string(), w, SafetensorsDtype::kF32, SafetensorsFile::open(a.output.path).metadata());
+    CHECK_THAT(test::catch_error([&] { load_datastore(p.string(), target->info); }).what(),
+               Catch::Contains("the datastore lacks tensor offsets"));
+    w["offsets"].shape = {1, 2};
+    w["offsets"].data = {0.f, 2.f};
+    write_safetensors(p.string(), w, SafetensorsDtype::kF32, SafetensorsFile::open(a.output.path).metadata());
+    CHECK_THAT(test::catch_error([&] { load_datastore(p.string(), target->info); }).what(),
+               Catch::Contains("expected 1-D tensors"));
+  }
+  // A float16 datastore would round token ids: the config refuses it.
+  CHECK_THROWS_WITH(load_train_config(write_config("ret16", 1, "prompts.jsonl", "retrieval").string(),
+                                      {"output.dtype=float16"}),
+                    Catch::Contains("expected float32 for a retrieval datastore"));
 }
 
 TEST_CASE("the shipped SmolLM2 EAGLE head and Medusa heads: made for this target, greedy output equals AR, they draft",

@@ -70,7 +70,8 @@ TEST_CASE("every shipped training config (configs/train) parses and validates", 
     if (e.path().extension() != ".yaml") continue;
     INFO(e.path().string());
     const TrainDraftConfig c = load_train_config(e.path().string());
-    CHECK((c.architecture == "eagle" || c.architecture == "medusa" || c.architecture == "draft_model"));
+    CHECK((c.architecture == "eagle" || c.architecture == "medusa" || c.architecture == "draft_model" ||
+           c.architecture == "retrieval"));
     if (c.architecture == "draft_model") CHECK_FALSE(c.head.draft_layers.empty());
     CHECK_FALSE(c.resolved_yaml.empty());
     ExperimentConfig pc;
@@ -95,7 +96,7 @@ TEST_CASE("a training config: unknown keys and bad values name the file, line an
   CHECK_THROWS_WITH(load(base + "train: {lr: 2}\n"), Catch::Contains("train.lr") && Catch::Contains("(0, 1)"));
   CHECK_THROWS_WITH(load(base + "architecture: lstm\n"),
                     Catch::Contains("t.yaml:3") && Catch::Contains("architecture") &&
-                        Catch::Contains("eagle, medusa or draft_model"));
+                        Catch::Contains("eagle, medusa, draft_model or retrieval"));
   // A distilled draft model needs the target layers its layers start from.
   CHECK_THROWS_WITH(load(base + "architecture: draft_model\n"), Catch::Contains("head.draft_layers"));
   CHECK_THROWS_WITH(load(base + "architecture: draft_model\nhead: {draft_layers: [0, -1]}\n"),
@@ -104,6 +105,10 @@ TEST_CASE("a training config: unknown keys and bad values name the file, line an
   CHECK(distilled.architecture == "draft_model");
   CHECK(distilled.head.draft_layers == std::vector<int64_t>{0, 1});  // a range, as in --layers
   CHECK(load(base + "architecture: medusa\n").architecture == "medusa");
+  CHECK(load(base + "architecture: retrieval\n").architecture == "retrieval");
+  // A retrieval datastore keeps token ids exact: float32 only.
+  CHECK_THROWS_WITH(load(base + "architecture: retrieval\noutput: {dtype: float16}\n"),
+                    Catch::Contains("output.dtype") && Catch::Contains("expected float32 for a retrieval datastore"));
   CHECK(load(base).architecture == "eagle");  // the default
   CHECK_THROWS_WITH(load(base + "head: {medusa_heads: 0}\n"), Catch::Contains("head.medusa_heads"));
   CHECK_THROWS_WITH(load(base + "train: {medusa_decay: 1.5}\n"), Catch::Contains("train.medusa_decay"));
@@ -687,6 +692,25 @@ TEST_CASE("qwen_pair.yaml: HumanEval and MT-bench writing, reasoning, coding; th
   CHECK_THAT(config_error("models: {target: {path: stories260K}}\n"
                           "drafters: [{name: draft_model, draft_model: stories260K, draft_vocab: -1}]\n"),
              Contains("drafters[0].draft_vocab"));
+}
+
+TEST_CASE("retrieval_min / retrieval_max: read from YAML, bad values name their key", "[config]") {
+  const std::string head = kBase;
+  const ExperimentConfig c =
+      parse_experiment_config(head + "drafters: [{name: retrieval, retrieval_min: 2, retrieval_max: 12}]\n", "ret.yaml");
+  CHECK(c.drafters.at(0).options.name == "retrieval");
+  CHECK(c.drafters.at(0).options.retrieval_min == 2);
+  CHECK(c.drafters.at(0).options.retrieval_max == 12);
+  const DrafterOptions defaults =
+      parse_experiment_config(head + "drafters: [{name: retrieval}]\n", "ret.yaml").drafters.at(0).options;
+  CHECK(defaults.retrieval_min == 1);
+  CHECK(defaults.retrieval_max == 8);
+  CHECK_THAT(config_error(head + "drafters: [{name: retrieval, retrieval_max: 65}]\n"),
+             Contains("drafters[0].retrieval_max") && Contains("1..64, found 65"));
+  CHECK_THAT(config_error(head + "drafters: [{name: retrieval, retrieval_min: 9}]\n"),
+             Contains("drafters[0].retrieval_min") && Contains("found 9 and 8"));
+  CHECK_THAT(config_error(head + "drafters: [{name: retrieval, retrieval_min: 0}]\n"),
+             Contains("drafters[0].retrieval_min"));
 }
 
 TEST_CASE("prompt_lookup_first: read from YAML, and refused where it means nothing", "[config]") {
