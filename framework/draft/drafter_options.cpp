@@ -44,6 +44,8 @@ void DrafterOptions::validate() const {
                              " and " + std::to_string(retrieval_max));
   if (draft_vocab < 0) bad("draft_vocab", "expected >= 0 (0 = the whole vocabulary), found " + std::to_string(draft_vocab));
   if (draft_layers_first < 0) bad("draft_layers_first", "expected >= 0, found " + std::to_string(draft_layers_first));
+  if (!draft_layers.empty() && draft_layers_first > 0)
+    bad("draft_layers", "expected either draft_layers or draft_layers_first, found both");
   for (size_t i = 1; i < draft_layers.size(); ++i)
     if (draft_layers[i] <= draft_layers[i - 1]) bad("draft_layers", "expected a strictly ascending list of layer indices");
   for (int64_t l : draft_layers)

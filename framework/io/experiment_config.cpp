@@ -166,8 +166,6 @@ void ExperimentConfig::validate() const {
     if (o.name == "draft_model" && o.plugin.empty() && o.draft_model.empty())
       bad("", p + ".draft_model",
           "expected a draft model path or named entry (here or in models.draft), found nothing");
-    if (!o.draft_layers.empty() && o.draft_layers_first > 0)
-      bad("", p + ".draft_layers", "expected either draft_layers or draft_layers_first, found both");
   }
   under("sampling", [&] { sampling.validate(); });
   under("generation", [&] { generation.validate(); });

@@ -713,6 +713,19 @@ TEST_CASE("retrieval_min / retrieval_max: read from YAML, bad values name their 
              Contains("drafters[0].retrieval_min"));
 }
 
+TEST_CASE("draft_layers and draft_layers_first together are refused, in YAML and in DrafterOptions", "[config]") {
+  // layer_skip's two ways of naming its layers (DrafterOptions::validate, so that the command line
+  // and a registry caller get the same check as a config).
+  const std::string head = kBase;
+  CHECK_THAT(config_error(head + "drafters: [{name: layer_skip, draft_layers: [0, 1], draft_layers_first: 2}]\n"),
+             Contains("drafters[0].draft_layers") && Contains("either draft_layers or draft_layers_first, found both"));
+  DrafterOptions both;
+  both.name = "layer_skip";
+  both.draft_layers = {0, 1};
+  both.draft_layers_first = 2;
+  CHECK_THROWS_WITH(both.validate(), Contains("either draft_layers or draft_layers_first"));
+}
+
 TEST_CASE("prompt_lookup_first: read from YAML, and refused where it means nothing", "[config]") {
   const std::string head = kBase;
   const ExperimentConfig c = parse_experiment_config(
