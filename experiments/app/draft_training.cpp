@@ -23,6 +23,7 @@
 #include "framework/draft/drafter_options.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/batch_decode.h"
+#include "framework/io/config_util.h"
 #include "framework/io/prompt_loader.h"
 #include "framework/io/train_log.h"
 #include "framework/train/distill_trainer.h"
@@ -507,12 +508,6 @@ void take_trained(const std::map<std::string, at::Tensor>& tensors, const std::m
 // Token ids are stored as float32, exact below 2^24.
 constexpr int64_t kMaxExactId = int64_t(1) << 24;
 
-std::string number_text(float v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
-  return buf;
-}
-
 // architecture retrieval: stage 1 only. The training prompts' conversations (prompt + the
 // target's answer) are the datastore's corpus; the validation prompts' answers, held out of it,
 // measure it by draft step as the eagle trainer measures a head (the k-th drafted token right,
@@ -880,7 +875,7 @@ std::shared_ptr<const Datastore> load_datastore(const std::string& path, const L
   for (int64_t i = 0; i < n; ++i)
     if (!id(tokens.data[i]) || static_cast<int64_t>(tokens.data[i]) >= vocab)
       throw Error(ErrorKind::kBadInput,
-                  "tokens[" + std::to_string(i) + "] = " + number_text(tokens.data[i]) + ": expected a token id of the target (0.." +
+                  "tokens[" + std::to_string(i) + "] = " + config::to_text(tokens.data[i]) + ": expected a token id of the target (0.." +
                       std::to_string(vocab - 1) + ")",
                   path);
   std::vector<TokenList> sequences;

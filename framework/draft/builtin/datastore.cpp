@@ -35,10 +35,7 @@ Datastore::Datastore(const std::vector<TokenList>& sequences) {
 }
 
 Token Datastore::at(int64_t i, int d) const {
-  const int64_t start = suffixes_[static_cast<size_t>(i)];
-  for (int e = 0; e < d; ++e)
-    if (corpus_[static_cast<size_t>(start + e)] == kSeparator) return kSeparator;
-  return corpus_[static_cast<size_t>(start + d)];
+  return corpus_[static_cast<size_t>(suffixes_[static_cast<size_t>(i)] + d)];
 }
 
 std::pair<int64_t, int64_t> Datastore::occurrences(const Token* pattern, int n) const {

@@ -60,7 +60,9 @@ class Datastore {
  private:
   // The range [lo, hi) of suffixes that start with pattern[0, n) and have a token after it.
   std::pair<int64_t, int64_t> occurrences(const Token* pattern, int n) const;
-  // Token d of the suffix at suffix-array index i, or kSeparator past its sequence's end.
+  // Token d of the suffix at suffix-array index i. Callers only ask where tokens [0, d) are
+  // known not to be separators (they matched a pattern or a drafted prefix), so the read stays
+  // within the suffix's sequence or lands on its separator.
   Token at(int64_t i, int d) const;
 
   static constexpr Token kSeparator = -1;

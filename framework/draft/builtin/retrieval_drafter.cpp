@@ -3,8 +3,8 @@
 namespace speclab {
 
 DraftBlock RetrievalDrafter::propose(const DraftContext& ctx, int max_k) {
-  const RetrievalDraft d = store_->draft(*ctx.tokens, min_n_, max_n_, max_k, ctx.min_confidence,
-                                         ctx.min_confidence > 0.0 ? ctx.confidence_from_token : 1);
+  const RetrievalDraft d =
+      store_->draft(*ctx.tokens, min_n_, max_n_, max_k, ctx.min_confidence, ctx.confidence_from_token);
   DraftBlock b;
   b.tokens = d.tokens;
   b.confidence = d.support;
