@@ -114,7 +114,7 @@ TEST_CASE("speclab export: SmolLM2 layers 0-1 as Q8_0, then generate from it", "
   fs::remove(out);
 }
 
-TEST_CASE("SPECLAB_KERNEL_ISA caps the kernels' instruction set; a bad value exits 2 naming it", "[cli][bad-input]") {
+TEST_CASE("SPECLAB_KERNEL_ISA caps the kernels' instruction set, a bad value exits 2 naming it", "[cli][bad-input]") {
   RunOptions bad;
   bad.in_child = [] { ::setenv("SPECLAB_KERNEL_ISA", "sse9", 1); };
   check_bad_input(run_cli(stories({"-n", "5"}), bad), {"SPECLAB_KERNEL_ISA", "sse9", "avx512vnni"});

@@ -216,7 +216,7 @@ TEST_CASE("shard_config_hash: settings count, where each machine keeps its files
   CHECK(shard_config_hash("a: 1\nruntime: {threads: 2}\n") != shard_config_hash("a: 1\nruntime: {threads: 3}\n"));
 }
 
-TEST_CASE("parse_shard: i/n, 0-based; anything else names --shard", "[shard]") {
+TEST_CASE("parse_shard: i/n, 0-based, anything else names --shard", "[shard]") {
   const ShardSpec s = parse_shard("3/4");
   CHECK(s.index == 3);
   CHECK(s.count == 4);

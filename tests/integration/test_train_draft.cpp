@@ -312,7 +312,7 @@ class NoKernels : public Model {
 
 }  // namespace
 
-TEST_CASE("the eagle drafter: greedy output equals AR; a draft for another target is refused", "[train][eagle]") {
+TEST_CASE("the eagle drafter: greedy output equals AR, a draft for another target is refused", "[train][eagle]") {
   const TrainDraftConfig a = load_train_config(write_config("d", 120).string());
   train_draft(a, false);
   ModelSource src;
@@ -551,7 +551,7 @@ at::Tensor drafted_prediction(const EagleHead& h, const at::Tensor& f, const at:
 
 }  // namespace
 
-TEST_CASE("train.unroll: the unrolled steps are the drafter's k-th drafts; training reports agreement by draft step",
+TEST_CASE("train.unroll: the unrolled steps are the drafter's k-th drafts, training reports agreement by draft step",
           "[train][eagle]") {
   const int layers = GENERATE(1, 2);
   INFO("head.layers " << layers);
@@ -605,7 +605,7 @@ TEST_CASE("train.unroll: the unrolled steps are the drafter's k-th drafts; train
   }
 }
 
-TEST_CASE("train.init starts from a trained draft's weights; a draft of another architecture is refused", "[train][eagle]") {
+TEST_CASE("train.init starts from a trained draft's weights, a draft of another architecture is refused", "[train][eagle]") {
   const TrainDraftConfig a = load_train_config(write_config("init_a", 30).string());
   train_draft(a, false);
   // One step at a negligible learning rate from a's weights leaves them where they were.
@@ -635,7 +635,7 @@ TEST_CASE("train.init starts from a trained draft's weights; a draft of another 
   CHECK_THROWS_WITH(train_draft(bad, false), Catch::Contains("not an eagle draft"));
 }
 
-TEST_CASE("confidence_from_token: the threshold stops drafting only from that draft position on; greedy equals AR",
+TEST_CASE("confidence_from_token: the threshold stops drafting only from that draft position on, greedy equals AR",
           "[train][eagle]") {
   const TrainDraftConfig a = load_train_config(write_config("conf", 120).string());
   train_draft(a, false);
@@ -809,7 +809,7 @@ TEST_CASE("head.aux_layers (EAGLE-3's fused features): the drafter reads them, g
   }
 }
 
-TEST_CASE("head.aux_layers: the packed head reads the aux rows as the libtorch head does; an EAGLE head starts one "
+TEST_CASE("head.aux_layers: the packed head reads the aux rows as the libtorch head does, an EAGLE head starts one "
           "exactly",
           "[train][eagle]") {
   const TrainDraftConfig c = aux_head_config();
@@ -874,8 +874,8 @@ TEST_CASE("head.aux_layers refused: the last layer, a repeat, another architectu
   CHECK_FALSE(aux0_cached);
 }
 
-TEST_CASE("head.layers: a two-layer eagle head drafts through the engine (greedy equals AR, packed and libtorch); a "
-          "one-layer head grows into it exactly; bad layer counts are refused",
+TEST_CASE("head.layers: a two-layer eagle head drafts through the engine (greedy equals AR, packed and libtorch), a "
+          "one-layer head grows into it exactly, bad layer counts are refused",
           "[train][eagle]") {
   const TrainDraftConfig two = load_train_config(write_config("two_layers", 60).string(), {"head.layers=2"});
   const TrainDraftResult r = train_draft(two, false);
@@ -1053,8 +1053,8 @@ TEST_CASE("a float16 draft: half the bytes, vocab_ids exact, the float32 draft's
   }
 }
 
-TEST_CASE("train-draft retrieval: the datastore is the training conversations; the retrieval drafter's greedy output "
-          "equals AR and copies what it saw; a datastore for another target or a malformed one is refused",
+TEST_CASE("train-draft retrieval: the datastore is the training conversations, the retrieval drafter's greedy output "
+          "equals AR and copies what it saw, a datastore for another target or a malformed one is refused",
           "[train][retrieval]") {
   const TrainDraftConfig a = load_train_config(write_config("ret", 1, "prompts.jsonl", "retrieval").string());
   const TrainDraftResult r = train_draft(a, false);
@@ -1379,7 +1379,7 @@ TEST_CASE("train-draft medusa: the loss falls, heads agree less the further they
   CHECK_THAT(not_eagle.what(), Catch::Contains("not an eagle draft"));
 }
 
-TEST_CASE("the medusa drafter: head k's tokens and q are the heads' own; greedy output equals AR", "[train][medusa]") {
+TEST_CASE("the medusa drafter: head k's tokens and q are the heads' own, greedy output equals AR", "[train][medusa]") {
   const TrainDraftConfig m = load_train_config(write_config("md", 160, "prompts.jsonl", "medusa").string());
   train_draft(m, false);
   ModelSource src;
@@ -1446,7 +1446,7 @@ TEST_CASE("the medusa drafter: head k's tokens and q are the heads' own; greedy 
   }
 }
 
-TEST_CASE("train-draft draft_model: a distilled 2-layer draft; the runtime model computes the training forward; "
+TEST_CASE("train-draft draft_model: a distilled 2-layer draft, the runtime model computes the training forward, "
           "greedy output equals AR", "[train][distill]") {
   const TrainDraftConfig c = load_train_config(write_config("dm", 160, "prompts.jsonl", "draft_model").string());
   const TrainDraftResult r = train_draft(c, false);

@@ -494,7 +494,7 @@ TEST_CASE("attend_rows over an int8 cache: a row is bit-identical alone, among n
     }
 }
 
-TEST_CASE("quantize_kv_heads gives the scalar loop's bytes on every ISA; quantize_queries sums them",
+TEST_CASE("quantize_kv_heads gives the scalar loop's bytes on every ISA, quantize_queries sums them",
           "[attention][int8]") {
   Restore restore;
   for (int64_t D : {8, 36, 64, 128, 192, 256}) {

@@ -667,7 +667,7 @@ TEST_CASE("prompts.sources: per-file keys, a category filter and a per-category 
              Contains("prompts.sources[0].file: expected a .jsonl or .jsonl.gz file"));
 }
 
-TEST_CASE("qwen_pair.yaml: HumanEval and MT-bench writing, reasoning, coding; the 0.5B beside prompt lookup", "[config]") {
+TEST_CASE("qwen_pair.yaml: HumanEval and MT-bench writing, reasoning, coding, the 0.5B beside prompt lookup", "[config]") {
   const ExperimentConfig c = load_experiment_config(kConfigs + "/qwen_pair.yaml");
   CHECK(c.models.target.path == "qwen2.5-coder-1.5b-instruct");  // a named entry with dots is kept as written
   REQUIRE(c.models.draft);

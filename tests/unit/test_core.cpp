@@ -80,7 +80,7 @@ BitMatrix multiply(const BitMatrix& a, const BitMatrix& b) {  // a * b
 }
 }  // namespace
 
-TEST_CASE("Rng::jump() advances the state by exactly 2^128 steps; stream 1 is one jump", "[core][rng]") {
+TEST_CASE("Rng::jump() advances the state by exactly 2^128 steps, stream 1 is one jump", "[core][rng]") {
   BitMatrix t{};
   for (int i = 0; i < 256; ++i) {
     State unit{0, 0, 0, 0};

@@ -89,7 +89,7 @@ TEST_CASE("datastore: the longest match, its most frequent continuation and each
   CHECK(store.draft({1, 2, 3}, 1, 8, 0).tokens.empty());
 }
 
-TEST_CASE("datastore: ties go to the smaller id; no draft crosses from one sequence into the next", "[datastore]") {
+TEST_CASE("datastore: ties go to the smaller id, no draft crosses from one sequence into the next", "[datastore]") {
   const Datastore ties({{1, 5}, {1, 3}});
   const RetrievalDraft d = ties.draft({1}, 1, 8, 4);
   CHECK(d.tokens == TokenList{3});

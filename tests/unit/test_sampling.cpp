@@ -144,7 +144,7 @@ TEST_CASE("Rng is reproducible and seeds give different streams", "[rng]") {
   REQUIRE(a.state() == b.state());
 }
 
-TEST_CASE("Rng uniform() lies in [0, 1) and is uniform on 16 bins", "[rng]") {
+TEST_CASE("Rng uniform() lies in the half-open unit interval and is uniform on 16 bins", "[rng]") {
   Rng rng(99);
   std::vector<int64_t> bins(16, 0);
   for (int i = 0; i < 200000; ++i) {
@@ -308,7 +308,7 @@ TEST_CASE("the warpers apply in HF order: temperature, top-k, top-p", "[sampling
   require_probs(run(l2, 2.0, 0, 0.8), {0.4306040222561934, 0.3335444414016329, 0.23585153634217368, 0}, 1e-6);
 }
 
-TEST_CASE("logits of -inf get probability 0; bad logits are rejected", "[sampling]") {
+TEST_CASE("logits of -inf get probability 0, bad logits are rejected", "[sampling]") {
   const std::vector<float> l{-INFINITY, 0.0f, -INFINITY, 0.0f};
   require_probs(run(l, 1.0, 0, 1.0), {0, 0.5, 0, 0.5}, 1e-7);
   require_probs(run(l, 1.0, 3, 0.9), {0, 0.5, 0, 0.5}, 1e-7);
