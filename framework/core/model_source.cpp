@@ -1,26 +1,53 @@
 #include "framework/core/model_source.h"
 
+#include <algorithm>
+
 #include "framework/core/error.h"
 
 namespace speclab {
 
+namespace {
+
+// Error(kConfig, "model", key) unless `value` is one of `allowed`.
+void require_one_of(const std::string& value, const std::vector<std::string>& allowed, const char* key) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
+  std::string list;
+  for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  throw Error(ErrorKind::kConfig, "expected one of " + list + ", found '" + value + "'", "model", key);
+}
+
+}  // namespace
+
+const std::vector<std::string>& ModelSource::formats() {
+  static const std::vector<std::string> v = {"auto", "gguf", "safetensors", "llama2c", "random"};
+  return v;
+}
+const std::vector<std::string>& ModelSource::weights_kinds() {
+  static const std::vector<std::string> v = {"native", "f32"};
+  return v;
+}
+const std::vector<std::string>& ModelSource::activations_kinds() {
+  static const std::vector<std::string> v = {"auto", "f32", "int8"};
+  return v;
+}
+const std::vector<std::string>& ModelSource::dtypes() {
+  static const std::vector<std::string> v = {"auto", "float32", "bfloat16", "float16"};
+  return v;
+}
+const std::vector<std::string>& ModelSource::kv_dtypes() {
+  static const std::vector<std::string> v = {"auto", "float32", "float16", "int8"};
+  return v;
+}
+
 void ModelSource::validate() const {
   if (path.empty()) throw Error(ErrorKind::kConfig, "expected a model path or named entry, found nothing", "model", "path");
-  if (format != "auto" && format != "gguf" && format != "safetensors" && format != "llama2c" && format != "random")
-    throw Error(ErrorKind::kConfig,
-                "expected one of auto, gguf, safetensors, llama2c, random; found '" + format + "'", "model", "format");
-  if (weights != "native" && weights != "f32")
-    throw Error(ErrorKind::kConfig, "expected native or f32, found '" + weights + "'", "model", "weights");
-  if (activations != "auto" && activations != "f32" && activations != "int8")
-    throw Error(ErrorKind::kConfig, "expected auto, f32 or int8, found '" + activations + "'", "model", "activations");
+  require_one_of(format, formats(), "format");
+  require_one_of(weights, weights_kinds(), "weights");
+  require_one_of(activations, activations_kinds(), "activations");
   if (!valid_device(device))
     throw Error(ErrorKind::kConfig, "expected cpu, cuda or cuda:N, found '" + device + "'", "model", "device");
-  if (dtype != "auto" && dtype != "float32" && dtype != "bfloat16" && dtype != "float16")
-    throw Error(ErrorKind::kConfig, "expected auto, float32, bfloat16 or float16, found '" + dtype + "'", "model",
-                "dtype");
-  if (kv_dtype != "auto" && kv_dtype != "float32" && kv_dtype != "float16" && kv_dtype != "int8")
-    throw Error(ErrorKind::kConfig, "expected auto, float32, float16 or int8, found '" + kv_dtype + "'", "model",
-                "kv_dtype");
+  require_one_of(dtype, dtypes(), "dtype");
+  require_one_of(kv_dtype, kv_dtypes(), "kv_dtype");
 }
 
 bool valid_device(const std::string& d) {

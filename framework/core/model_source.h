@@ -36,6 +36,14 @@ struct ModelSource {
   // throws Error(kConfig) on an empty path, unknown format, weights, activations, device, dtype
   // or kv_dtype
   void validate() const;
+
+  // The values each key accepts, in the order errors list them; the one list that validate() and
+  // the YAML reader (framework/io/config_schema.cpp) both check against.
+  static const std::vector<std::string>& formats();
+  static const std::vector<std::string>& weights_kinds();
+  static const std::vector<std::string>& activations_kinds();
+  static const std::vector<std::string>& dtypes();
+  static const std::vector<std::string>& kv_dtypes();
 };
 
 // Whether `d` names a device: "cpu", "cuda" or "cuda:N" (N up to three digits).

@@ -3,14 +3,11 @@
 #include <algorithm>
 
 #include "framework/core/error.h"
+#include "framework/io/experiment_config.h"
 
 namespace speclab {
 
-const std::vector<std::string>& engine_control_names() {
-  static const std::vector<std::string> names = {"always_accept",      "top_p_on_p_only",    "replacement_from_p",
-                                                 "bonus_from_row_k-1", "q_at_temperature_1", "q_drawn_top_k"};
-  return names;
-}
+const std::vector<std::string>& engine_control_names() { return EquivalenceOptions::control_names(); }
 
 bool is_engine_control(const std::string& name) {
   const auto& n = engine_control_names();

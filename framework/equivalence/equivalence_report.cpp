@@ -11,7 +11,6 @@
 #include <sstream>
 
 #include "framework/core/error.h"
-#include "framework/equivalence/engine_controls.h"
 
 namespace speclab {
 
@@ -65,9 +64,6 @@ void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<
   if (prompts.empty())
     throw Error(ErrorKind::kConfig, "expected at least one prompt, found none", cfg.source_path, "prompts");
   if (!eq.sampling) return;
-  for (const std::string& c : eq.controls)
-    if (!is_engine_control(c))
-      bad(cfg, "controls", "expected control names among " + engine_control_list() + ", found '" + c + "'");
   if (eq.samples < options.min_samples)
     bad(cfg, "samples",
         "expected at least " + std::to_string(options.min_samples) + " samples, found " + std::to_string(eq.samples) +

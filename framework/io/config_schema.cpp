@@ -86,13 +86,13 @@ const Table<ModelSource>& source_table() {
   using S = ModelSource;
   static const Table<S> t("model source", {
       field("path", {}, &S::path, model_path()),
-      field("format", {}, &S::format),
+      field("format", {}, &S::format, one_of(S::formats())),
       field("tokenizer", {}, &S::tokenizer, path()),
-      field("weights", {}, &S::weights, one_of({"native", "f32"})),
-      field("activations", {}, &S::activations, one_of({"auto", "f32", "int8"})),
+      field("weights", {}, &S::weights, one_of(S::weights_kinds())),
+      field("activations", {}, &S::activations, one_of(S::activations_kinds())),
       field("device", {}, &S::device),
-      field("dtype", {}, &S::dtype, one_of({"auto", "float32", "bfloat16", "float16"})),
-      field("kv_dtype", {}, &S::kv_dtype, one_of({"auto", "float32", "float16", "int8"})),
+      field("dtype", {}, &S::dtype, one_of(S::dtypes())),
+      field("kv_dtype", {}, &S::kv_dtype, one_of(S::kv_dtypes())),
   });
   return t;
 }

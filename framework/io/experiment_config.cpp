@@ -99,8 +99,21 @@ void OutputOptions::validate() const {
     bad("output", "path", "expected a path ending in .h5 or .hdf5, found " + squote(path));
 }
 
+const std::vector<std::string>& EquivalenceOptions::control_names() {
+  static const std::vector<std::string> names = {"always_accept",      "top_p_on_p_only",    "replacement_from_p",
+                                                 "bonus_from_row_k-1", "q_at_temperature_1", "q_drawn_top_k"};
+  return names;
+}
+
 void EquivalenceOptions::validate() const {
   const std::string s = "equivalence";
+  const std::vector<std::string>& known = control_names();
+  for (const std::string& c : controls)
+    if (std::find(known.begin(), known.end(), c) == known.end()) {
+      std::string list;
+      for (const std::string& n : known) list += (list.empty() ? "" : ", ") + n;
+      bad(s, "controls", "expected control names among " + list + ", found '" + c + "'");
+    }
   if (!greedy && !analytic && !sampling && !verifier)
     bad(s, "greedy", "expected at least one of greedy, analytic, sampling, verifier to be true, found all false");
   if (verifier_samples < 1000 || verifier_samples > (int64_t(1) << 40))

@@ -128,6 +128,10 @@ struct EquivalenceOptions {
   int64_t verifier_samples = 200000;      // draws per verifier cell (10^7 by hand)
   std::vector<int> verifier_gammas = {1, 2, 3, 4, 5, 6, 7, 8};  // draft lengths k of the verifier check
   void validate() const;
+
+  // Every negative control's name, in report order: what `controls` accepts (the rules are
+  // framework/equivalence/engine_controls.h's).
+  static const std::vector<std::string>& control_names();
 };
 
 struct ExperimentConfig {

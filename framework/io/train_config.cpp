@@ -96,64 +96,84 @@ std::string replace_extension(const std::string& path, const std::string& suffix
   return (has_ext ? path.substr(0, dot) : path) + suffix;
 }
 
-void TrainDraftConfig::validate() const {
-  auto bad = [](const std::string& key, const std::string& msg) { throw Error(ErrorKind::kConfig, msg, "", key); };
-  if (architecture != "eagle" && architecture != "medusa" && architecture != "draft_model" && architecture != "retrieval")
-    bad("architecture", "expected eagle, medusa, draft_model or retrieval, found '" + architecture + "'");
-  data.prompts.validate();
-  std::vector<std::string> files = data.prompts.files;
-  for (const PromptSource& s : data.prompts.sources) files.push_back(s.file);
+namespace {
+
+[[noreturn]] void bad(const std::string& key, const std::string& msg) { throw Error(ErrorKind::kConfig, msg, "", key); }
+
+}  // namespace
+
+void DraftDataOptions::validate() const {
+  prompts.validate();
+  std::vector<std::string> files = prompts.files;
+  for (const PromptSource& s : prompts.sources) files.push_back(s.file);
   for (const std::string& f : files)
     if (const char* set = config::evaluation_set(f))
       bad("data.prompts", "training prompts must not come from an evaluation set: " + f + " is " + set);
-  if (data.answer_tokens < 1) bad("data.answer_tokens", "expected at least 1, found " + std::to_string(data.answer_tokens));
-  if (data.answer_batch < 1 || data.answer_batch > 32)
-    bad("data.answer_batch", "expected 1 to 32 prompts answered together, found " + std::to_string(data.answer_batch));
-  if (data.max_prompt_tokens < 1)
-    bad("data.max_prompt_tokens", "expected at least 1, found " + std::to_string(data.max_prompt_tokens));
-  if (!(data.validation_fraction > 0 && data.validation_fraction < 1))
-    bad("data.validation_fraction", "expected a fraction in (0, 1), found " + config::to_text(data.validation_fraction));
-  if (head.vocab_top_n < 0) bad("head.vocab_top_n", "expected 0 (the full head) or a positive count");
-  if (head.medusa_heads < 1 || head.medusa_heads > 16)
-    bad("head.medusa_heads", "expected 1 to 16 heads, found " + std::to_string(head.medusa_heads));
-  if (architecture == "draft_model" && (head.draft_layers.empty() || head.draft_layers.size() > 8))
+  if (answer_tokens < 1) bad("data.answer_tokens", "expected at least 1, found " + std::to_string(answer_tokens));
+  if (answer_batch < 1 || answer_batch > 32)
+    bad("data.answer_batch", "expected 1 to 32 prompts answered together, found " + std::to_string(answer_batch));
+  if (max_prompt_tokens < 1) bad("data.max_prompt_tokens", "expected at least 1, found " + std::to_string(max_prompt_tokens));
+  if (!(validation_fraction > 0 && validation_fraction < 1))
+    bad("data.validation_fraction", "expected a fraction in (0, 1), found " + config::to_text(validation_fraction));
+}
+
+void DraftHeadOptions::validate() const {
+  if (vocab_top_n < 0) bad("head.vocab_top_n", "expected 0 (the full head) or a positive count");
+  if (medusa_heads < 1 || medusa_heads > 16)
+    bad("head.medusa_heads", "expected 1 to 16 heads, found " + std::to_string(medusa_heads));
+  if (draft_layers.size() > 8)
     bad("head.draft_layers", "expected 1 to 8 target layer indices (the distilled draft's layers start as copies of them)");
-  for (int64_t l : head.draft_layers)
+  for (int64_t l : draft_layers)
     if (l < 0) bad("head.draft_layers", "expected layer indices >= 0, found " + std::to_string(l));
+  if (layers < 1 || layers > 4) bad("head.layers", "expected 1 to 4 decoder layers, found " + std::to_string(layers));
+  if (aux_layers.size() > 4)
+    bad("head.aux_layers", "expected at most 4 target layer indices, found " + std::to_string(aux_layers.size()));
+  for (size_t i = 0; i < aux_layers.size(); ++i) {
+    if (aux_layers[i] < 0) bad("head.aux_layers", "expected layer indices >= 0, found " + std::to_string(aux_layers[i]));
+    for (size_t j = 0; j < i; ++j)
+      if (aux_layers[j] == aux_layers[i])
+        bad("head.aux_layers", "layer " + std::to_string(aux_layers[i]) + " is listed twice");
+  }
+}
+
+void DraftTrainOptions::validate() const {
+  if (!(medusa_decay > 0 && medusa_decay <= 1))
+    bad("train.medusa_decay", "expected a decay in (0, 1], found " + config::to_text(medusa_decay));
+  if (steps < 1) bad("train.steps", "expected at least 1 step");
+  if (batch_tokens < 1) bad("train.batch_tokens", "expected at least 1");
+  if (!(lr > 0 && lr < 1)) bad("train.lr", "expected a learning rate in (0, 1), found " + config::to_text(lr));
+  if (warmup < 0) bad("train.warmup", "expected 0 or more steps");
+  if (!(weight_decay >= 0 && weight_decay < 1)) bad("train.weight_decay", "expected a value in [0, 1)");
+  if (!(grad_clip >= 0)) bad("train.grad_clip", "expected 0 (off) or a positive norm");
+  if (!(token_loss_weight >= 0)) bad("train.token_loss_weight", "expected a weight >= 0");
+  if (!(feature_noise >= 0 && feature_noise <= 1))
+    bad("train.feature_noise", "expected a fraction of the features' RMS in [0, 1], found " + config::to_text(feature_noise));
+  if (unroll < 1 || unroll > 8) bad("train.unroll", "expected 1 to 8 draft steps, found " + std::to_string(unroll));
+  if (!(unroll_decay > 0 && unroll_decay <= 1))
+    bad("train.unroll_decay", "expected a decay in (0, 1], found " + config::to_text(unroll_decay));
+  if (eval_every < 1) bad("train.eval_every", "expected at least 1");
+  if (checkpoint_every < 0) bad("train.checkpoint_every", "expected 0 (only at the end) or more steps");
+}
+
+void TrainDraftOutput::validate() const {
+  if (path.empty()) bad("output.path", "expected the path of the draft (.safetensors)");
+  if (dtype != "float32" && dtype != "float16") bad("output.dtype", "expected float32 or float16, found '" + dtype + "'");
+}
+
+void TrainDraftConfig::validate() const {
+  if (architecture != "eagle" && architecture != "medusa" && architecture != "draft_model" && architecture != "retrieval")
+    bad("architecture", "expected eagle, medusa, draft_model or retrieval, found '" + architecture + "'");
+  data.validate();
+  head.validate();
+  train.validate();
+  output.validate();
+  // What each architecture takes.
+  if (architecture == "draft_model" && head.draft_layers.empty())
+    bad("head.draft_layers", "expected 1 to 8 target layer indices (the distilled draft's layers start as copies of them)");
   if (!head.aux_layers.empty() && architecture != "eagle")
     bad("head.aux_layers", "only an eagle head reads aux layers; this architecture is " + architecture);
   if (head.layers != 1 && architecture != "eagle")
     bad("head.layers", "only an eagle head has this many decoder layers; this architecture is " + architecture);
-  if (head.layers < 1 || head.layers > 4)
-    bad("head.layers", "expected 1 to 4 decoder layers, found " + std::to_string(head.layers));
-  if (head.aux_layers.size() > 4)
-    bad("head.aux_layers", "expected at most 4 target layer indices, found " + std::to_string(head.aux_layers.size()));
-  for (size_t i = 0; i < head.aux_layers.size(); ++i) {
-    if (head.aux_layers[i] < 0) bad("head.aux_layers", "expected layer indices >= 0, found " + std::to_string(head.aux_layers[i]));
-    for (size_t j = 0; j < i; ++j)
-      if (head.aux_layers[j] == head.aux_layers[i])
-        bad("head.aux_layers", "layer " + std::to_string(head.aux_layers[i]) + " is listed twice");
-  }
-  if (!(train.medusa_decay > 0 && train.medusa_decay <= 1))
-    bad("train.medusa_decay", "expected a decay in (0, 1], found " + config::to_text(train.medusa_decay));
-  if (train.steps < 1) bad("train.steps", "expected at least 1 step");
-  if (train.batch_tokens < 1) bad("train.batch_tokens", "expected at least 1");
-  if (!(train.lr > 0 && train.lr < 1)) bad("train.lr", "expected a learning rate in (0, 1), found " + config::to_text(train.lr));
-  if (train.warmup < 0) bad("train.warmup", "expected 0 or more steps");
-  if (!(train.weight_decay >= 0 && train.weight_decay < 1)) bad("train.weight_decay", "expected a value in [0, 1)");
-  if (!(train.grad_clip >= 0)) bad("train.grad_clip", "expected 0 (off) or a positive norm");
-  if (!(train.token_loss_weight >= 0)) bad("train.token_loss_weight", "expected a weight >= 0");
-  if (!(train.feature_noise >= 0 && train.feature_noise <= 1))
-    bad("train.feature_noise", "expected a fraction of the features' RMS in [0, 1], found " + config::to_text(train.feature_noise));
-  if (train.unroll < 1 || train.unroll > 8)
-    bad("train.unroll", "expected 1 to 8 draft steps, found " + std::to_string(train.unroll));
-  if (!(train.unroll_decay > 0 && train.unroll_decay <= 1))
-    bad("train.unroll_decay", "expected a decay in (0, 1], found " + config::to_text(train.unroll_decay));
-  if (train.eval_every < 1) bad("train.eval_every", "expected at least 1");
-  if (train.checkpoint_every < 0) bad("train.checkpoint_every", "expected 0 (only at the end) or more steps");
-  if (output.path.empty()) bad("output.path", "expected the path of the draft (.safetensors)");
-  if (output.dtype != "float32" && output.dtype != "float16")
-    bad("output.dtype", "expected float32 or float16, found '" + output.dtype + "'");
   if (architecture == "retrieval" && output.dtype != "float32")
     bad("output.dtype", "expected float32 for a retrieval datastore (its token ids are exact in float32, not in float16), "
                         "found '" + output.dtype + "'");

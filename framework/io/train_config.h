@@ -31,6 +31,10 @@ struct DraftDataOptions {
   int64_t max_prompt_tokens = 256;   // longer prompts (chat template included) are skipped
   double validation_fraction = 0.1;  // the last fraction of the prompts, held apart
   std::string cache_dir = ".cache/draft_data";  // answers and features, keyed by target + data
+
+  // Error(kConfig, ..., "data.<key>"); also when a prompt file is an evaluation set (MT-bench,
+  // HumanEval, GSM8K test).
+  void validate() const;
 };
 
 struct DraftHeadOptions {
@@ -45,6 +49,10 @@ struct DraftHeadOptions {
   std::vector<int64_t> aux_layers;
   // architecture eagle: decoder layers in the head (EAGLE: 1; eagle_head.h), 1 to 4.
   int64_t layers = 1;
+
+  // Error(kConfig, ..., "head.<key>") on a value out of range for any architecture; which keys
+  // an architecture takes is TrainDraftConfig::validate's check.
+  void validate() const;
 };
 
 struct DraftTrainOptions {
@@ -71,6 +79,8 @@ struct DraftTrainOptions {
   int64_t eval_every = 50;      // validation agreement every N steps (and at the end)
   int64_t checkpoint_every = 100;  // 0 = only at the end
   uint64_t seed = 1;
+
+  void validate() const;  // Error(kConfig, ..., "train.<key>")
 };
 
 struct TrainDraftOutput {
@@ -78,6 +88,8 @@ struct TrainDraftOutput {
   std::string log;         // HDF5 per-step log; default: path with .h5
   std::string checkpoint;  // default: path with .ckpt.safetensors
   std::string dtype = "float32";  // of the draft's tensors: float32 | float16 (checkpoints stay float32)
+
+  void validate() const;  // Error(kConfig, ..., "output.<key>")
 };
 
 struct TrainDraftConfig {
@@ -91,8 +103,8 @@ struct TrainDraftConfig {
   std::string source_path;    // the YAML file
   std::string resolved_yaml;  // the canonical config (written into the draft's metadata)
 
-  // Throws Error(kConfig, ..., <section.key>) naming the key, the value and what was expected;
-  // also when a training prompt file is an evaluation set (MT-bench, HumanEval, GSM8K test).
+  // Throws Error(kConfig, ..., <section.key>) naming the key, the value and what was expected:
+  // each section's validate(), then what depends on the architecture.
   void validate() const;
 };
 

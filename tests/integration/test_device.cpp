@@ -154,7 +154,7 @@ TEST_CASE("kv_dtype: the cache's dtype as asked, auto the model's for float32 we
   CHECK((a - c8).abs().max().item<double>() < 0.15 * std::max(1.0, a.abs().max().item<double>()));
   ModelSource bad = stories_source();
   bad.kv_dtype = "bfloat16";
-  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("expected auto, float32, float16 or int8, found 'bfloat16'"));
+  CHECK_THROWS_WITH(bad.validate(), Catch::Contains("expected one of auto, float32, float16, int8, found 'bfloat16'"));
   if (!cuda_or_say("a CUDA cache in another dtype")) return;
   ModelSource cuda = stories_source("cuda", "bfloat16");
   cuda.kv_dtype = "float16";

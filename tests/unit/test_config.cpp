@@ -396,6 +396,14 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
         "models:\n  target: {path: stories260K, activations: int8}\nprompts: {inline: [x]}\n", "ok.yaml", {});
     CHECK(ok.models.target.activations == "int8");
   }
+  SECTION("equivalence.controls: only the catalogue's names, refused when the config is read") {
+    CHECK_THAT(config_error(kBase + "equivalence:\n  controls: [always_accept, always_acept]\n"),
+               Contains("bad.yaml:6:13: equivalence.controls: expected control names among always_accept, ") &&
+                   Contains("found 'always_acept'"));
+    const ExperimentConfig ok =
+        parse_experiment_config(kBase + "equivalence:\n  controls: [replacement_from_p]\n", "ok.yaml", {});
+    CHECK(ok.equivalence->controls == std::vector<std::string>{"replacement_from_p"});
+  }
   SECTION("negative temperature: the struct's validate() message with the YAML location added") {
     const std::string e = config_error(kBase + "sampling:\n  temperature: -1\n");
     CHECK_THAT(e, Contains("bad.yaml:6:16: sampling.temperature: expected a finite temperature >= 0 (0 = greedy), found -1"));
