@@ -61,8 +61,11 @@ void DrafterArgs::add_to(po::options_description& desc) {
       ("prompt-lookup-max", po::value(&lookup_max)->default_value(lookup_max), "prompt_lookup: longest n-gram")
       ("prompt-lookup-first", po::bool_switch(&lookup_first),
        "any other drafter: draft a prompt-lookup continuation where the context has a match, the drafter elsewhere")
+      ("retrieval-first", po::bool_switch(&retrieval_first),
+       "any other drafter: where prompt lookup (if first) has no match, the retrieval datastore's continuation of a "
+       "suffix match of --retrieval-min or more tokens, the drafter elsewhere")
       ("fallback-gamma", po::value(&fallback_gamma)->default_value(fallback_gamma),
-       "with --prompt-lookup-first: the drafter's own tokens per step at most (0 = --gamma)")
+       "with --prompt-lookup-first or --retrieval-first: the drafter's (and the datastore's) tokens per step at most (0 = --gamma)")
       ("retrieval-min", po::value(&retrieval_min)->default_value(retrieval_min), "retrieval: shortest context suffix matched in the datastore")
       ("retrieval-max", po::value(&retrieval_max)->default_value(retrieval_max), "retrieval: longest context suffix matched in the datastore")
       ("draft-layers", po::value(&layers), "layer_skip: target layers the draft runs, e.g. 0-14 (default: first half)")
@@ -88,6 +91,7 @@ DrafterOptions DrafterArgs::options() const {
   o.fallback_speculative_tokens = fallback_gamma;
   o.retrieval_min = retrieval_min;
   o.retrieval_max = retrieval_max;
+  o.retrieval_first = retrieval_first;
   if (!layers.empty()) o.draft_layers = parse_layer_list(layers);
   o.draft_model = draft_model;
   o.draft_model_format = draft_format;

@@ -69,6 +69,7 @@ struct DrafterArgs {
   int confidence_from_token = 1;
   int lookup_min = 1, lookup_max = 3;
   bool lookup_first = false;
+  bool retrieval_first = false;
   int fallback_gamma = 0;
   int retrieval_min = DrafterOptions{}.retrieval_min, retrieval_max = DrafterOptions{}.retrieval_max;
   std::string layers;   // layer_skip: "0-14" or "0,2,4"

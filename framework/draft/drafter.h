@@ -37,8 +37,9 @@ struct DraftBlock {
   // drafters fill it when sampling and DraftContext::want_logits asks). Only the equivalence
   // checks' negative controls read it.
   std::vector<std::vector<float>> logits;
-  // Which source proposed these tokens, for a drafter that combines several (LookupFirstDrafter:
-  // "prompt_lookup" or its wrapped drafter's name); empty: the drafter itself. Logged per step.
+  // Which source proposed these tokens, for a drafter that combines several (SourcesFirstDrafter:
+  // "prompt_lookup", "retrieval" or its wrapped drafter's name); empty: the drafter itself.
+  // Logged per step.
   std::string source;
 };
 

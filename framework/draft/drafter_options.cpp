@@ -34,9 +34,11 @@ void DrafterOptions::validate() const {
   if (fallback_speculative_tokens < 0 || fallback_speculative_tokens > 64)
     bad("fallback_speculative_tokens", "expected 0..64 (0 = the step's gamma), found " +
                                            std::to_string(fallback_speculative_tokens));
-  if (fallback_speculative_tokens > 0 && !prompt_lookup_first)
-    bad("fallback_speculative_tokens", "expected prompt_lookup_first: true beside it (it caps the drafter behind the "
-                                       "lookup), found prompt_lookup_first: false");
+  if (retrieval_first && name == "retrieval")
+    bad("retrieval_first", "expected another drafter to fall back on; retrieval already drafts from the datastore");
+  if (fallback_speculative_tokens > 0 && !prompt_lookup_first && !retrieval_first)
+    bad("fallback_speculative_tokens", "expected prompt_lookup_first: true or retrieval_first: true beside it (it caps "
+                                       "the drafter behind them), found neither");
   if (retrieval_max < 1 || retrieval_max > 64)
     bad("retrieval_max", "expected a suffix length in 1..64, found " + std::to_string(retrieval_max));
   if (retrieval_min < 1 || retrieval_min > retrieval_max)

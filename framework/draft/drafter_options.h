@@ -32,13 +32,20 @@ struct DrafterOptions {
   // (prompt_lookup_min..prompt_lookup_max, as prompt_lookup does) when there is one, and ask the
   // drafter only when there is none, for at most fallback_speculative_tokens of its own tokens
   // (0: the step's gamma; a larger value than a step's gamma is capped by it).
-  // framework/draft/builtin/lookup_first.h.
+  // framework/draft/builtin/sources_first.h.
   bool prompt_lookup_first = false;
   int fallback_speculative_tokens = 0;
   // retrieval: the suffix lengths of the context matched in the datastore, longest first
   // (framework/draft/builtin/retrieval_drafter.h).
   int retrieval_min = 1;
   int retrieval_max = 8;
+  // Any drafter but retrieval: where prompt lookup (with prompt_lookup_first) has no match, draft
+  // the continuation of the context's longest suffix match (retrieval_min..retrieval_max tokens)
+  // in the target's default retrieval datastore, and ask the drafter only when neither matched.
+  // fallback_speculative_tokens caps the datastore's tokens as the drafter's. Matches as short as
+  // one token are found for nearly every context, so a retrieval_min of 2 or more leaves the
+  // drafter the steps without a longer match. framework/draft/builtin/sources_first.h.
+  bool retrieval_first = false;
   // layer_skip: the target's layers the draft runs: an explicit ascending list, or the first
   // `draft_layers_first` layers when the list is empty.
   std::vector<int64_t> draft_layers;

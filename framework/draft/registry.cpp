@@ -1,7 +1,7 @@
 #include "framework/draft/registry.h"
 
 #include "framework/core/error.h"
-#include "framework/draft/builtin/lookup_first.h"
+#include "framework/draft/builtin/sources_first.h"
 #include "framework/draft/builtin/model_drafter.h"
 #include "framework/draft/builtin/prompt_lookup.h"
 #include "framework/draft/plugin_loader.h"
@@ -35,9 +35,25 @@ std::unique_ptr<Drafter> DrafterRegistry::create(const DrafterOptions& options, 
                 "drafter", "name");
   }
   std::unique_ptr<Drafter> d = it->second(options, env);
-  if (!options.prompt_lookup_first) return d;
-  return std::make_unique<LookupFirstDrafter>(std::move(d), options.prompt_lookup_min, options.prompt_lookup_max,
-                                              options.fallback_speculative_tokens);
+  if (!options.prompt_lookup_first && !options.retrieval_first) return d;
+  std::vector<SourcesFirstDrafter::Source> sources;
+  if (options.prompt_lookup_first) sources.push_back({std::make_unique<PromptLookupDrafter>(options), 0});
+  if (options.retrieval_first) {
+    // The datastore the retrieval drafter would load by default for this target (its own
+    // draft_model key names the drafter's file here, not the datastore).
+    DrafterOptions r = options;
+    r.name = "retrieval";
+    r.plugin.clear();
+    r.draft_model.clear();
+    r.draft_model_format = "auto";
+    r.prompt_lookup_first = r.retrieval_first = false;
+    r.fallback_speculative_tokens = 0;
+    if (factories_.count(r.name) == 0)
+      throw Error(ErrorKind::kConfig, "retrieval_first needs the retrieval drafter, which this registry does not have",
+                  "drafter", "retrieval_first");
+    sources.push_back({create(r, env), options.fallback_speculative_tokens});
+  }
+  return std::make_unique<SourcesFirstDrafter>(std::move(sources), std::move(d), options.fallback_speculative_tokens);
 }
 
 void register_builtin_drafters(DrafterRegistry& r) {

@@ -22,8 +22,9 @@ struct SpecStep {
   double accept_seconds = 0.0;        // probabilities + acceptance + sampling
   double kv_seconds = 0.0;            // reserve/commit/truncate + drafter accept()
   // Which source proposed the draft tokens, for a drafter that combines several
-  // (DraftBlock::source: "prompt_lookup" or the wrapped drafter's name behind
-  // prompt_lookup_first); empty when the drafter itself did, or nothing was drafted.
+  // (DraftBlock::source: "prompt_lookup", "retrieval" or the wrapped drafter's name behind
+  // prompt_lookup_first / retrieval_first); empty when the drafter itself did, or nothing was
+  // drafted.
   std::string source;
 };
 

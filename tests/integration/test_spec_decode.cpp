@@ -17,8 +17,8 @@
 #include "framework/core/thread_pool.h"
 #include "framework/core/token_tensor.h"
 #include "framework/draft/builtin/head_token.h"
-#include "framework/draft/builtin/lookup_first.h"
 #include "framework/draft/builtin/prompt_lookup.h"
+#include "framework/draft/builtin/sources_first.h"
 #include "framework/draft/registry.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/spec_decode.h"
@@ -26,6 +26,7 @@
 #include "framework/kv/contiguous_kv.h"
 #include "models/llama/llama_model.h"
 #include "models/model_loader.h"
+#include "tests/support/catch_error.h"
 #include "tests/support/stories260k.h"
 
 using namespace speclab;
@@ -105,7 +106,7 @@ TEST_CASE("greedy speculative decoding is token-identical to AR for every drafte
     pl.name = "prompt_lookup";
     pl.schedule = "cost";
     variants.push_back({"prompt_lookup cost", pl});
-    // Lookup first, a drafter where the context has no match (lookup_first.h): blocks from either
+    // Lookup first, a drafter where the context has no match (sources_first.h): blocks from either
     // source, a layer-skip draft on the target's own sequence and a draft model on its own cache
     // that misses the steps the lookup drafted.
     DrafterOptions lf;
@@ -510,7 +511,7 @@ TEST_CASE("target_probs: rows on the worker threads equal logits_to_probs row by
   set_compute_threads(threads);
 }
 
-// A drafter that records what LookupFirstDrafter asks of it, and drafts `k` copies of token 7.
+// A drafter that records what SourcesFirstDrafter asks of it, and drafts `k` copies of token 7.
 class RecordingDrafter : public Drafter {
  public:
   std::string name() const override { return "recorder"; }
@@ -532,11 +533,21 @@ class RecordingDrafter : public Drafter {
   std::vector<std::pair<int64_t, int64_t>> observed;
 };
 
+// Prompt lookup over 2- and 3-grams as a first source, uncapped.
+static SourcesFirstDrafter::Source lookup_source() {
+  DrafterOptions lo;
+  lo.prompt_lookup_min = 2;
+  lo.prompt_lookup_max = 3;
+  return {std::make_unique<PromptLookupDrafter>(lo), 0};
+}
+
 TEST_CASE("prompt_lookup_first: a lookup block where the context has a match, else the drafter's, and the drafter "
           "hears only of its own blocks", "[spec][prompt_lookup]") {
   auto rec = std::make_unique<RecordingDrafter>();
   RecordingDrafter& r = *rec;
-  LookupFirstDrafter d(std::move(rec), 2, 3, 2);
+  std::vector<SourcesFirstDrafter::Source> sources;
+  sources.push_back(lookup_source());
+  SourcesFirstDrafter d(std::move(sources), std::move(rec), 2);
   CHECK(d.name() == "prompt_lookup+recorder");
   CHECK(d.target_hidden_layers() == std::vector<int64_t>{3});
   SamplingOptions greedy;
@@ -570,10 +581,107 @@ TEST_CASE("prompt_lookup_first: a lookup block where the context has a match, el
   CHECK(r.asked.size() == 2);
   d.accept(0, 0);
   CHECK(r.accepted.size() == 1);  // the gamma-0 step was not the recorder's
-  CHECK(d.lookup_steps() == 1);
-  CHECK(d.fallback_steps() == 2);
+  CHECK(d.steps_from(0) == 1);
+  CHECK(d.steps_from(1) == 2);
   d.end(0);
   CHECK(r.ends == 1);
+}
+
+// A source that drafts `tokens` where the context ends in `trigger`, else nothing; it counts what
+// SourcesFirstDrafter forwards to it.
+class TriggeredSource : public Drafter {
+ public:
+  TriggeredSource(Token trigger, TokenList tokens) : trigger_(trigger), tokens_(std::move(tokens)) {}
+  std::string name() const override { return "triggered"; }
+  void begin(SeqId, const TokenList&) override { ++begins; }
+  DraftBlock propose(const DraftContext& ctx, int max_k) override {
+    asked.push_back(max_k);
+    DraftBlock b;
+    if (!ctx.tokens->empty() && ctx.tokens->back() == trigger_)
+      b.tokens.assign(tokens_.begin(), tokens_.begin() + std::min<int64_t>(max_k, static_cast<int64_t>(tokens_.size())));
+    return b;
+  }
+  void accept(SeqId, int n) override { accepted.push_back(n); }
+  void end(SeqId) override { ++ends; }
+  int begins = 0, ends = 0;
+  std::vector<int> asked, accepted;
+
+ private:
+  Token trigger_;
+  TokenList tokens_;
+};
+
+TEST_CASE("retrieval_first: two sources asked in order, the drafter only where both are empty, each hears only of its "
+          "own blocks", "[spec][prompt_lookup]") {
+  auto rec = std::make_unique<RecordingDrafter>();
+  auto src = std::make_unique<TriggeredSource>(4, TokenList{11, 12, 13});
+  RecordingDrafter& r = *rec;
+  TriggeredSource& ts = *src;
+  std::vector<SourcesFirstDrafter::Source> sources;
+  sources.push_back(lookup_source());
+  sources.push_back({std::move(src), 2});
+  SourcesFirstDrafter d(std::move(sources), std::move(rec), 1);
+  CHECK(d.name() == "prompt_lookup+triggered+recorder");
+  CHECK(d.n_sources() == 2);
+  SamplingOptions greedy;
+  Rng rng(1);
+  d.begin(0, {5, 6, 4});
+  CHECK(ts.begins == 1);
+  CHECK(r.begins == 1);
+  // A 2-gram match ("5 6") and the trigger: the lookup wins, nobody else is asked.
+  TokenList t = {5, 6, 4, 9, 5, 6};
+  DraftContext ctx{0, &t, 3, &greedy, &rng, 0.0};
+  DraftBlock b = d.propose(ctx, 4);
+  CHECK(b.tokens == TokenList{4, 9, 5, 6});
+  CHECK(b.source == "prompt_lookup");
+  d.accept(0, 3);
+  CHECK(ts.asked.empty());
+  CHECK(r.asked.empty());
+  CHECK(ts.accepted.empty());
+  // No 2-gram match, the context ends in the trigger: the second source drafts, capped at 2.
+  t = {5, 6, 8, 9, 4};
+  b = d.propose(ctx, 4);
+  CHECK(b.tokens == TokenList{11, 12});
+  CHECK(b.source == "triggered");
+  d.accept(0, 1);
+  CHECK(ts.asked == std::vector<int>{2});
+  CHECK(ts.accepted == std::vector<int>{1});
+  CHECK(r.asked.empty());
+  // Neither: the drafter, capped at 1; the source was asked and answered nothing.
+  t = {5, 6, 8, 9, 3};
+  b = d.propose(ctx, 4);
+  CHECK(b.tokens == TokenList{7});
+  CHECK(b.source == "recorder");
+  d.accept(0, 0);
+  CHECK(ts.asked == std::vector<int>{2, 2});
+  CHECK(ts.accepted == std::vector<int>{1});
+  CHECK(r.asked == std::vector<int>{1});
+  CHECK(r.accepted == std::vector<int>{0});
+  CHECK(d.steps_from(0) == 1);
+  CHECK(d.steps_from(1) == 1);
+  CHECK(d.steps_from(2) == 1);
+  d.end(0);
+  CHECK(ts.ends == 1);
+  CHECK(r.ends == 1);
+}
+
+TEST_CASE("the registry puts the sources its options name in front of a drafter, and refuses a datastore it cannot "
+          "make", "[spec][prompt_lookup]") {
+  DrafterRegistry reg = DrafterRegistry::with_builtins();  // no retrieval: the application registers it
+  reg.add("recorder", [](const DrafterOptions&, const DrafterEnv&) -> std::unique_ptr<Drafter> {
+    return std::make_unique<RecordingDrafter>();
+  });
+  DrafterOptions o;
+  o.name = "recorder";
+  const DrafterEnv env{};
+  CHECK(reg.create(o, env)->name() == "recorder");
+  o.prompt_lookup_first = true;
+  CHECK(reg.create(o, env)->name() == "prompt_lookup+recorder");
+  o.retrieval_first = true;
+  const Error e = test::catch_error([&] { reg.create(o, env); });
+  CHECK(e.kind() == ErrorKind::kConfig);
+  CHECK(e.field() == "retrieval_first");
+  CHECK_THAT(e.what(), Catch::Contains("needs the retrieval drafter"));
 }
 
 // Prompt lookup whose begin() takes a known time, as a draft model's prefill of the prompt does.

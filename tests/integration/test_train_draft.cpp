@@ -31,7 +31,7 @@
 #include "framework/core/token_tensor.h"
 #include "framework/draft/builtin/eagle_drafter.h"
 #include "framework/draft/builtin/eagle_packed.h"
-#include "framework/draft/builtin/lookup_first.h"
+#include "framework/draft/builtin/sources_first.h"
 #include "framework/draft/builtin/medusa_drafter.h"
 #include "framework/draft/builtin/retrieval_drafter.h"
 #include "framework/kv/kv_cache_manager.h"
@@ -361,21 +361,21 @@ TEST_CASE("the eagle drafter: greedy output equals AR, a draft for another targe
   CHECK(drafted_confident > 0);
   CHECK(drafted_confident < drafted);
   {
-    // Prompt lookup first, the head where the context has no match (lookup_first.h): the head
+    // Prompt lookup first, the head where the context has no match (sources_first.h): the head
     // keeps up with the target's features across the steps it did not draft.
     DrafterOptions ol = o;
     ol.prompt_lookup_first = true;
     ol.prompt_lookup_min = 2;
     ol.fallback_speculative_tokens = 1;
     Drafter& dl = parts.add_drafter(ol);
-    auto* hybrid = dynamic_cast<LookupFirstDrafter*>(&dl);
+    auto* hybrid = dynamic_cast<SourcesFirstDrafter*>(&dl);
     REQUIRE(hybrid != nullptr);
     CHECK(hybrid->name() == "prompt_lookup+eagle");
     int64_t hybrid_accepted = 0, hybrid_drafted = 0;
     greedy_equals_ar(*target, parts, dl, ol, hybrid_accepted, hybrid_drafted);
-    INFO("lookup steps " << hybrid->lookup_steps() << ", head steps " << hybrid->fallback_steps());
-    CHECK(hybrid->lookup_steps() > 0);
-    CHECK(hybrid->fallback_steps() > 0);
+    INFO("lookup steps " << hybrid->steps_from(0) << ", head steps " << hybrid->steps_from(1));
+    CHECK(hybrid->steps_from(0) > 0);
+    CHECK(hybrid->steps_from(1) > 0);
     CHECK(hybrid_accepted > 0);
     CHECK(parts.kv().bytes_used() == 0);
   }
@@ -1168,7 +1168,7 @@ TEST_CASE("train-draft retrieval: the datastore is the training conversations, t
     CHECK(acc >= 18);  // 24 tokens in at most 6 steps: nearly every draft kept
   }
   {
-    // Behind prompt lookup (lookup_first.h), as configs/eagle_mt_bench.yaml's retrieval_lookup.
+    // Behind prompt lookup (sources_first.h), as configs/eagle_mt_bench.yaml's retrieval_lookup.
     DrafterOptions ol = o;
     ol.prompt_lookup_first = true;
     ol.prompt_lookup_min = 2;
@@ -1282,13 +1282,30 @@ TEST_CASE("the shipped SmolLM2 EAGLE head, Medusa heads and retrieval datastore:
     ol.prompt_lookup_first = true;
     ol.prompt_lookup_min = 2;
     ol.fallback_speculative_tokens = 1;
-    auto* hybrid = dynamic_cast<LookupFirstDrafter*>(&parts.add_drafter(ol));
+    auto* hybrid = dynamic_cast<SourcesFirstDrafter*>(&parts.add_drafter(ol));
     REQUIRE(hybrid != nullptr);
     int64_t acc = 0, dr = 0;
     CHECK(run_counting(s, Request{ids, {hybrid, ol}, gen, {}}, acc, dr).tokens == ar.tokens);
-    INFO("lookup steps " << hybrid->lookup_steps() << ", head steps " << hybrid->fallback_steps());
-    CHECK(hybrid->lookup_steps() > 0);
-    CHECK(hybrid->fallback_steps() > 0);
+    INFO("lookup steps " << hybrid->steps_from(0) << ", head steps " << hybrid->steps_from(1));
+    CHECK(hybrid->steps_from(0) > 0);
+    CHECK(hybrid->steps_from(1) > 0);
+    // Then the shipped datastore where lookup has no match and the context's last 2+ tokens occur
+    // in it (configs/eagle_mt_bench.yaml's lookup_retrieval_eagle): the same output again, and
+    // every source drafts some steps.
+    DrafterOptions orl = ol;
+    orl.retrieval_first = true;
+    orl.retrieval_min = 2;
+    auto* chain = dynamic_cast<SourcesFirstDrafter*>(&parts.add_drafter(orl));
+    REQUIRE(chain != nullptr);
+    CHECK(chain->name() == "prompt_lookup+retrieval+eagle");
+    acc = dr = 0;
+    CHECK(run_counting(s, Request{ids, {chain, orl}, gen, {}}, acc, dr).tokens == ar.tokens);
+    INFO("lookup " << chain->steps_from(0) << ", datastore " << chain->steps_from(1) << ", head "
+                   << chain->steps_from(2) << " steps; accepted " << acc << " of " << dr);
+    CHECK(chain->steps_from(0) > 0);
+    CHECK(chain->steps_from(1) > 0);
+    CHECK(chain->steps_from(2) > 0);
+    CHECK(acc > 0);
   }
 }
 

@@ -660,7 +660,7 @@ TEST_CASE("sampling on stories260K at N = 20000: the lossless engine passes and 
   }
 }
 
-// A drafter behind prompt lookup (prompt_lookup_first; lookup_first.h) mixes blocks of two kinds
+// A drafter behind prompt lookup (prompt_lookup_first; sources_first.h) mixes blocks of two kinds
 // in one sequence: lookup continuations without q (one-hot) and layer-skip drafts with their q.
 // Through the engine at T 0.7 and 1 on a repetitive context: the first block is the lookup's
 // ("little dog" was seen: "was happy. The"), later ones either kind, as the draws go. Positions

@@ -761,3 +761,23 @@ TEST_CASE("prompt_lookup_first: read from YAML, and refused where it means nothi
   CHECK_THAT(config_error(head + "drafters: [{name: layer_skip, prompt_lookup_first: maybe}]\n"),
              Contains("drafters[0].prompt_lookup_first"));
 }
+
+TEST_CASE("retrieval_first: read from YAML, alone or behind prompt lookup, and refused on retrieval itself", "[config]") {
+  const ExperimentConfig c = parse_experiment_config(
+      kBase + "drafters: [{name: eagle, prompt_lookup_first: true, retrieval_first: true, retrieval_min: 3, "
+              "fallback_speculative_tokens: 1}]\n",
+      "chain.yaml");
+  const DrafterOptions& o = c.drafters.at(0).options;
+  CHECK(o.prompt_lookup_first);
+  CHECK(o.retrieval_first);
+  CHECK(o.retrieval_min == 3);
+  CHECK_FALSE(parse_experiment_config(kBase + "drafters: [{name: eagle}]\n", "plain.yaml").drafters.at(0).options.retrieval_first);
+  // The cap needs a source in front of the drafter: the datastore alone is one.
+  CHECK(parse_experiment_config(kBase + "drafters: [{name: eagle, retrieval_first: true, fallback_speculative_tokens: 1}]\n",
+                                "alone.yaml")
+            .drafters.at(0)
+            .options.fallback_speculative_tokens == 1);
+  CHECK_THAT(config_error(kBase + "drafters: [{name: retrieval, retrieval_first: true}]\n"),
+             Contains("drafters[0].retrieval_first") && Contains("another drafter"));
+  CHECK_THAT(config_error(kBase + "drafters: [{name: eagle, retrieval_first: 2}]\n"), Contains("drafters[0].retrieval_first"));
+}
