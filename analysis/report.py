@@ -388,7 +388,7 @@ class Report:
 
     def by_source(self) -> str:
         """Steps by the source that drafted them (/steps/source), for drafters that combine several
-        (prompt_lookup_first); "" when no step names one (files from before the column included)."""
+        (prompt_lookup_first, retrieval_first); "" when no step names one (files from before the column included)."""
         steps, runs = self.exp.steps, self.exp.runs
         src = steps.get("source")
         if src is None or not any(src):
@@ -408,7 +408,8 @@ class Report:
                          fmt(accepted / drafted if drafted else math.nan), fmt((accepted + len(idx)) / len(idx), ".3f")])
         return ("\n## By draft source\n" +
                 "Steps of a drafter that combines several sources (prompt_lookup_first: prompt lookup where the "
-                "context has a match, the wrapped drafter elsewhere), split by the source that drafted them "
+                "context has a match; retrieval_first: then the retrieval datastore where it has a long enough "
+                "match; the wrapped drafter elsewhere), split by the source that drafted them "
                 "(/steps/source). accepted: accepted ÷ drafted tokens; τ: tokens per target forward over these "
                 "steps.\n" +
                 md_table(["method", "source", "steps", "drafted/step", "accepted", "τ"], rows))

@@ -34,6 +34,9 @@ std::unique_ptr<Drafter> DrafterRegistry::create(const DrafterOptions& options, 
                                         " (or load a plugin with --plugin / drafter.plugin)",
                 "drafter", "name");
   }
+  if (options.retrieval_first && factories_.count("retrieval") == 0)
+    throw Error(ErrorKind::kConfig, "retrieval_first needs the retrieval drafter, which this registry does not have",
+                "drafter", "retrieval_first");
   std::unique_ptr<Drafter> d = it->second(options, env);
   if (!options.prompt_lookup_first && !options.retrieval_first) return d;
   std::vector<SourcesFirstDrafter::Source> sources;
@@ -48,10 +51,14 @@ std::unique_ptr<Drafter> DrafterRegistry::create(const DrafterOptions& options, 
     r.draft_model_format = "auto";
     r.prompt_lookup_first = r.retrieval_first = false;
     r.fallback_speculative_tokens = 0;
-    if (factories_.count(r.name) == 0)
-      throw Error(ErrorKind::kConfig, "retrieval_first needs the retrieval drafter, which this registry does not have",
-                  "drafter", "retrieval_first");
-    sources.push_back({create(r, env), options.fallback_speculative_tokens});
+    std::unique_ptr<Drafter> store;
+    try {
+      store = create(r, env);
+    } catch (const Error& e) {
+      // Its errors name draft_model, which here is the drafter's file: name the key that asked.
+      throw Error(e.kind(), "the target's default datastore: " + e.message(), e.file(), "retrieval_first");
+    }
+    sources.push_back({std::move(store), options.fallback_speculative_tokens});
   }
   return std::make_unique<SourcesFirstDrafter>(std::move(sources), std::move(d), options.fallback_speculative_tokens);
 }

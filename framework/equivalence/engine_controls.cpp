@@ -1,24 +1,15 @@
 #include "framework/equivalence/engine_controls.h"
 
-#include <algorithm>
 
 #include "framework/core/error.h"
+#include "framework/io/config_util.h"
 #include "framework/io/experiment_config.h"
 
 namespace speclab {
 
 const std::vector<std::string>& engine_control_names() { return EquivalenceOptions::control_names(); }
 
-bool is_engine_control(const std::string& name) {
-  const auto& n = engine_control_names();
-  return std::find(n.begin(), n.end(), name) != n.end();
-}
-
-std::string engine_control_list() {
-  std::string known;
-  for (const std::string& n : engine_control_names()) known += (known.empty() ? "" : ", ") + n;
-  return known;
-}
+std::string engine_control_list() { return config::join(engine_control_names(), ", "); }
 
 std::string engine_control_skip_reason(const std::string& name, const SamplingOptions& s, bool model_drafter, int gamma,
                                        int m_max) {

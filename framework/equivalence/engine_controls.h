@@ -28,8 +28,6 @@ namespace speclab {
 // Every control name, in report order. `equivalence.controls` defaults to all of them.
 const std::vector<std::string>& engine_control_names();
 
-// Whether `name` is one of engine_control_names().
-bool is_engine_control(const std::string& name);
 // "always_accept, top_p_on_p_only, ...": the names for error messages.
 std::string engine_control_list();
 

@@ -38,9 +38,7 @@ Codec<std::string> one_of(std::vector<std::string> allowed) {
   c.read = [allowed](const YamlValue& x, const Ctx&, std::string& m) {
     m = x.as_string();
     if (std::find(allowed.begin(), allowed.end(), m) != allowed.end()) return;
-    std::string list;
-    for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
-    x.fail("expected one of " + list + ", found '" + m + "'");
+    x.fail("expected one of " + join(allowed, ", ") + ", found '" + m + "'");
   };
   return c;
 }

@@ -109,11 +109,8 @@ void EquivalenceOptions::validate() const {
   const std::string s = "equivalence";
   const std::vector<std::string>& known = control_names();
   for (const std::string& c : controls)
-    if (std::find(known.begin(), known.end(), c) == known.end()) {
-      std::string list;
-      for (const std::string& n : known) list += (list.empty() ? "" : ", ") + n;
-      bad(s, "controls", "expected control names among " + list + ", found '" + c + "'");
-    }
+    if (std::find(known.begin(), known.end(), c) == known.end())
+      bad(s, "controls", "expected control names among " + config::join(known, ", ") + ", found '" + c + "'");
   if (!greedy && !analytic && !sampling && !verifier)
     bad(s, "greedy", "expected at least one of greedy, analytic, sampling, verifier to be true, found all false");
   if (verifier_samples < 1000 || verifier_samples > (int64_t(1) << 40))

@@ -121,8 +121,6 @@ void DraftHeadOptions::validate() const {
   if (vocab_top_n < 0) bad("head.vocab_top_n", "expected 0 (the full head) or a positive count");
   if (medusa_heads < 1 || medusa_heads > 16)
     bad("head.medusa_heads", "expected 1 to 16 heads, found " + std::to_string(medusa_heads));
-  if (draft_layers.size() > 8)
-    bad("head.draft_layers", "expected 1 to 8 target layer indices (the distilled draft's layers start as copies of them)");
   for (int64_t l : draft_layers)
     if (l < 0) bad("head.draft_layers", "expected layer indices >= 0, found " + std::to_string(l));
   if (layers < 1 || layers > 4) bad("head.layers", "expected 1 to 4 decoder layers, found " + std::to_string(layers));
@@ -168,7 +166,7 @@ void TrainDraftConfig::validate() const {
   train.validate();
   output.validate();
   // What each architecture takes.
-  if (architecture == "draft_model" && head.draft_layers.empty())
+  if (architecture == "draft_model" && (head.draft_layers.empty() || head.draft_layers.size() > 8))
     bad("head.draft_layers", "expected 1 to 8 target layer indices (the distilled draft's layers start as copies of them)");
   if (!head.aux_layers.empty() && architecture != "eagle")
     bad("head.aux_layers", "only an eagle head reads aux layers; this architecture is " + architecture);

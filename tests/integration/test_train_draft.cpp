@@ -1289,9 +1289,9 @@ TEST_CASE("the shipped SmolLM2 EAGLE head, Medusa heads and retrieval datastore:
     INFO("lookup steps " << hybrid->steps_from(0) << ", head steps " << hybrid->steps_from(1));
     CHECK(hybrid->steps_from(0) > 0);
     CHECK(hybrid->steps_from(1) > 0);
-    // Then the shipped datastore where lookup has no match and the context's last 2+ tokens occur
-    // in it (configs/eagle_mt_bench.yaml's lookup_retrieval_eagle): the same output again, and
-    // every source drafts some steps.
+    // Then the shipped datastore where lookup has no match and the context's last 2+ tokens
+    // occur in it (configs/sources_first_mt_bench.yaml's lookup_retrieval2_eagle): the same
+    // output again, and every source drafts some steps.
     DrafterOptions orl = ol;
     orl.retrieval_first = true;
     orl.retrieval_min = 2;

@@ -22,6 +22,11 @@ SourcesFirstDrafter::SourcesFirstDrafter(std::vector<Source> sources, std::uniqu
   for (const Source& s : sources_) SPECLAB_CHECK(s.drafter != nullptr && s.cap >= 0, "draft sources first: bad source");
 }
 
+int64_t SourcesFirstDrafter::steps_from(size_t i) const {
+  SPECLAB_CHECK(i < steps_.size(), "draft sources first: no source " + std::to_string(i));
+  return steps_[i];
+}
+
 std::string SourcesFirstDrafter::name() const {
   std::string n;
   for (const Source& s : sources_) n += s.drafter->name() + "+";

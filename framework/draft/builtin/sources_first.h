@@ -19,7 +19,10 @@
 // forward's rows; propose() is asked only on steps without a source's block, and accept() follows
 // only its own proposals. A drafter must therefore take its context from DraftContext::tokens,
 // not from the tokens it proposed (every built-in one does). The sources get begin(), end() and
-// accept() after their own proposals, never target features. A source block carries what its
+// accept() after their own proposals, never target features. Every source sees the same
+// DraftContext as the drafter: the entry's confidence_threshold also stops the retrieval
+// datastore's draft at a token whose support is below it (a first token below it leaves the
+// step to the next source). A source block carries what its
 // source reports (prompt lookup and retrieval: no probabilities, q one-hot at its tokens) and a
 // fallback block whatever its drafter reports: the verifier treats each block on its own, so the
 // output stays the target's. Each block names its source (DraftBlock::source: the source's or
@@ -42,8 +45,8 @@ class SourcesFirstDrafter : public Drafter {
     int cap = 0;                       // tokens it drafts at most per step (0: max_k)
   };
   // sources: at least one, in the order asked; fallback: the drafter asked when they are all
-  // empty, drafting at most fallback_cap tokens (0: max_k). Error(kInternal) on null drafters or
-  // negative caps.
+  // empty, drafting at most fallback_cap tokens (0: max_k). Error(kInternal) on no source, null
+  // drafters or negative caps.
   SourcesFirstDrafter(std::vector<Source> sources, std::unique_ptr<Drafter> fallback, int fallback_cap);
 
   // "prompt_lookup+retrieval+<wrapped name>": the sources' names, then the wrapped drafter's.
@@ -59,9 +62,9 @@ class SourcesFirstDrafter : public Drafter {
     fallback_->observe_target_hidden(seq, hidden, n, d, first_pos);
   }
 
-  // Steps whose block came from source i (i < number of sources) or, at i = number of sources,
-  // from the wrapped drafter, since construction.
-  int64_t steps_from(size_t i) const { return steps_.at(i); }
+  // Steps whose block came from source i (i < n_sources()) or, at i = n_sources(), from the
+  // wrapped drafter, since construction. Error(kInternal) for i > n_sources().
+  int64_t steps_from(size_t i) const;
   size_t n_sources() const { return sources_.size(); }
 
  private:
