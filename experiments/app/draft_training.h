@@ -98,7 +98,7 @@ DistilledDraft load_distilled_draft(const std::string& path, const LoadedModel& 
 // directory or another format).
 bool is_trained_draft_file(const std::string& path);
 
-// The default draft path of an architecture (eagle, medusa) for a target, in the checkout:
+// The default draft path of an architecture (eagle, medusa, retrieval) for a target, in the checkout:
 // .cache/drafts/<model file stem>.<architecture>.safetensors (what `make draft-model` /
 // train-draft write) when it exists, else the draft the repository ships,
 // assets/drafts/<stem>.<architecture>.safetensors, when that exists, else the .cache path.

@@ -1,7 +1,9 @@
 // LoadedTarget — a model loaded and ready to run: the loader's facts (config, tokenizer, chat
 // template, provenance; models/loaded_model.h) and the stateless Model built from its weights.
-// This file and drafters.h are the only places where models are loaded: every command (generate,
-// run, check, bench, export) goes through load_target().
+// Every command's target (generate, bench, run, check, train-draft) is loaded through
+// load_target(). load_model() is also called for the draft_model drafter (session_parts.cpp),
+// for the target's tensors in training and distilled drafts (draft_training.cpp) and for bench's
+// --draft-model (cmd_bench.cpp). export reads the GGUF file itself.
 #pragma once
 
 #include <map>

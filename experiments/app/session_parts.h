@@ -18,7 +18,9 @@
 namespace speclab {
 
 // The framework's built-in drafters (prompt_lookup, layer_skip) plus draft_model, whose factory
-// loads the draft model named in the options. With `target` (kept by pointer; must outlive the
+// loads the draft model named in the options, and eagle, medusa and retrieval, which load the
+// file named by draft_model (default: default_draft_path(), draft_training.h) and need `target`
+// (Error kConfig, "drafter", "name" without it). With `target` (kept by pointer; must outlive the
 // registry), draft_model refuses a model whose vocabulary differs from the target's (Error
 // kConfig, "drafter", "draft_model", naming both files and sizes).
 DrafterRegistry drafter_registry(const LoadedModel* target = nullptr);

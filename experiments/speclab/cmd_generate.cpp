@@ -8,6 +8,7 @@
 #include "experiments/app/session_parts.h"
 #include "framework/engine/observers.h"
 #include "framework/engine/spec_decode.h"
+#include "models/llama/gemv.h"
 
 namespace speclab::cli {
 
@@ -42,6 +43,9 @@ void print_model_info(const LoadedTarget& m, std::ostream& os) {
      << human_bytes(static_cast<double>(c.kv_bytes_per_token(c.kv_geometry().element_bytes())) *
                     c.max_position_embeddings)
      << " for the full context, on " << c.device << ")\n";
+  if (c.device == "cpu")
+    os << "kernels:      " << kernel_isa_name(kernel_isa())
+       << " (this CPU's best, capped by SPECLAB_KERNEL_ISA where set)\n";
 }
 
 void print_timing(const GenerationResult& r, const char* mode) {

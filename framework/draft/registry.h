@@ -17,8 +17,9 @@ using DrafterFactory = std::function<std::unique_ptr<Drafter>(const DrafterOptio
 
 class DrafterRegistry {
  public:
-  // A registry with the framework's built-ins: prompt_lookup, layer_skip. draft_model, which loads
-  // a model, is added by the application layer (experiments/app/drafters.h).
+  // A registry with the framework's built-ins: prompt_lookup, layer_skip. draft_model, eagle,
+  // medusa and retrieval, which load files, are added by the application layer
+  // (drafter_registry() in experiments/app/session_parts.h).
   static DrafterRegistry with_builtins();
 
   void add(const std::string& name, DrafterFactory factory);
@@ -27,7 +28,10 @@ class DrafterRegistry {
   // naming the file on a missing file/symbol or an ABI version mismatch.
   void load_plugin(const std::string& path);
   // Builds options.name (loading options.plugin first when set). An unknown name gives
-  // Error(kConfig) listing the known ones.
+  // Error(kConfig) listing the known ones. With prompt_lookup_first or retrieval_first, the
+  // drafter is wrapped in a SourcesFirstDrafter that tries prompt lookup and/or the target's
+  // default retrieval datastore first. retrieval_first without a "retrieval" factory in this
+  // registry gives Error(kConfig, "drafter", "retrieval_first").
   std::unique_ptr<Drafter> create(const DrafterOptions& options, const DrafterEnv& env);
 
  private:

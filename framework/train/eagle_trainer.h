@@ -1,6 +1,6 @@
 // EagleTrainer — trains an EagleHead (framework/draft/builtin/eagle_head.h) on the target's
 // cached features with libtorch autograd, on the CPU. The one translation unit of the training
-// loop; the data it reads is made by the application (experiments/app/draft_data.h).
+// loop; the data it reads is made by the application (experiments/app/draft_training.h).
 //
 // Loss (EAGLE, Li et al. 2024 §4): for every pair (f_i, t_{i+1}) of a training sequence,
 //   L = SmoothL1(f^_{i+1}, f_{i+1}) + w * CE(head logits of f^_{i+1}, the target's top-1 token

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -119,15 +120,20 @@ TEST_CASE("SPECLAB_KERNEL_ISA caps the kernels' instruction set, a bad value exi
   bad.in_child = [] { ::setenv("SPECLAB_KERNEL_ISA", "sse9", 1); };
   check_bad_input(run_cli(stories({"-n", "5"}), bad), {"SPECLAB_KERNEL_ISA", "sse9", "avx512vnni"});
   // stories260K's float32 weights: every ISA's decode kernels sum each row in the same 8-lane
-  // order, so the capped runs give the same greedy text.
-  for (const char* isa : {"scalar", "avx2"}) {
+  // order, so the capped runs give the same greedy text; -v names the kernels in effect.
+  std::map<std::string, std::string> text;
+  for (const auto& [isa, name] : {std::pair<const char*, const char*>{"scalar", "kernels:      scalar"},
+                                  std::pair<const char*, const char*>{"avx2", "kernels:      AVX2"}}) {
     RunOptions cap;
-    cap.in_child = [isa] { ::setenv("SPECLAB_KERNEL_ISA", isa, 1); };
-    const RunResult r = run_cli(stories({"-n", "20"}), cap);
+    cap.in_child = [isa = isa] { ::setenv("SPECLAB_KERNEL_ISA", isa, 1); };
+    const RunResult r = run_cli(stories({"-n", "20", "-v"}), cap);
     INFO(isa << ": " << describe(r));
     CHECK(r.exit_code == 0);
-    if (std::string(isa) == "avx2") CHECK(r.out.rfind(", there was", 0) == 0);
+    CHECK(r.err.find(name) != std::string::npos);
+    text[isa] = r.out;
   }
+  CHECK(text["avx2"].rfind(", there was", 0) == 0);
+  CHECK(text["scalar"] == text["avx2"]);
 }
 
 // `speclab --openblas-coretype` (the value `make test` exports once, so that each test process

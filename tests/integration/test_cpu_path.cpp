@@ -95,10 +95,8 @@ TEST_CASE("CPU forward path equals the libtorch-op path on stories260K", "[model
 TEST_CASE("CPU forward path with packed Q4_1/Q8_0 weights equals float32 weights through libtorch ops (SmolLM2)",
           "[model][cpu_path][smollm2]") {
   const std::string path = std::string(SPECLAB_SOURCE_DIR) + "/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (!std::filesystem::exists(path)) {
-    WARN("SmolLM2 GGUF not installed (scripts/setup.sh): skipped");
-    return;
-  }
+  if (!std::filesystem::exists(path))
+    FAIL("the default model is missing: expected " + path + " (scripts/setup.sh installs it)");
   ModelSource src;
   src.path = path;
   src.weights = "native";

@@ -25,6 +25,7 @@
 #include "models/llama/placement.h"
 #include "tests/bad_inputs/cli_process.h"
 #include "tests/support/catch_error.h"
+#include "tests/support/required_resources.h"
 
 #include <nlohmann/json.hpp>
 
@@ -76,9 +77,8 @@ at::Tensor split_logits(const Model& m, const TokenList& ids, int64_t prefix) {
 }
 
 bool cuda_or_say(const char* what) {
-  if (cuda_device_available()) return true;
-  WARN("skipped (" << what << "): no CUDA device in this process (CPU libtorch or no GPU)");
-  return false;
+  return !testing::skip_without_cuda(cuda_device_available(), std::string("no CUDA device in this process (CPU libtorch or "
+                                                                          "no GPU) for ") + what);
 }
 
 const TokenList kPrompt = {1, 403, 261, 426, 301, 1078 % 512, 280, 269, 306, 395, 295, 262, 370};

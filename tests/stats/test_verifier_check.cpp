@@ -5,8 +5,13 @@
 // drafters (replacement from p, bonus from row k - 1, always-accept, q reported at temperature
 // 1, q drawn from its top-k but reported in full) must be rejected.
 //
-// No model runs in the loop, so N is large: kN (2·10^6) per cell here, SPECLAB_VERIFIER_N to
-// run more by hand (docs/equivalence.md, section 2b, lists the 10^7 runs).
+// No model runs in the loop, so N is large: kStoriesN and kSmolN per cell here, SPECLAB_VERIFIER_N
+// to run more by hand (docs/equivalence.md, section 2b, lists the 10^7 runs). Each control that
+// applies at the lossless cells' top-k setting must also be caught there, at k = 4, by an N no
+// larger than those cells', so the lossless check as run would reject it. (The lossless cells run
+// at T = 1: at T = 0.7 some (position, class) entries of these rows are vacuous at these N; the
+// temperature bug, q_at_temperature_1, is a no-op at T = 1 and is shown caught through the engine
+// at the engine check's own N in test_engine_controls.)
 #include "tests/torch_catch.h"
 
 #include <ATen/Parallel.h>
@@ -166,8 +171,14 @@ TEST_CASE("the real verifier on SmolLM2 rows: every emitted position follows the
 // Every control of verifier_controls at each setting and k: the smallest N at which it is caught.
 // A drafter-side control may not apply at a setting (its q too close to the right one), but each
 // control must apply, and be caught, at one setting and k at least: none passes by never running.
+// Then, at `lossless`, the setting of the lossless test case's top-k cells, every control that
+// applies there must be caught at k = 4 by N <= lossless_n, the draws of those cells: its
+// Bonferroni p is then below kControlAlpha, far below the kAlpha / 8 at which Holm over the 8
+// cells rejects, so the lossless check at its own N and setting would fail on that bug.
 void check_controls(const std::vector<LogitPair>& pairs, const std::string& model,
-                    const std::vector<SamplingOptions>& settings, const std::vector<int>& ks) {
+                    const std::vector<SamplingOptions>& settings, const std::vector<int>& ks,
+                    const SamplingOptions& lossless, int64_t lossless_n) {
+  static_assert(kControlAlpha < kAlpha / 8, "a caught control must also fail the lossless family");
   std::map<std::string, int> caught;
   for (const SamplingOptions& s : settings)
     for (const VerifierControl& c : verifier_controls(s))
@@ -186,6 +197,21 @@ void check_controls(const std::vector<LogitPair>& pairs, const std::string& mode
         caught[c.name] += r.caught ? 1 : 0;
       }
   REQUIRE(caught.size() >= 3);
+  int applicable = 0;
+  for (const VerifierControl& c : verifier_controls(lossless)) {
+    const VerifierControlRow r = run_verifier_control(pairs, model, lossless, c, 4, lossless_n, kControlAlpha, 78);
+    if (!r.applicable) {
+      WARN(model << " " << sampling_label(lossless) << " k=4: " << c.name << " not applicable (" << r.note << ")");
+      continue;
+    }
+    ++applicable;
+    WARN(model << " " << sampling_label(lossless) << " k=4, the lossless cells' setting: " << c.name
+               << " caught at N = " << r.caught_n << " (lossless cells: N = " << lossless_n << ")");
+    INFO(c.name << " at the lossless setting " << sampling_label(lossless));
+    CHECK(r.caught);
+    CHECK(r.caught_n <= lossless_n);
+  }
+  CHECK(applicable >= 3);  // replacement_from_p, bonus_from_row_k-1 and always_accept always apply
   for (const auto& [name, n] : caught) {
     INFO(model << ": control " << name << " caught at " << n << " settings");
     CHECK(n > 0);
@@ -193,11 +219,13 @@ void check_controls(const std::vector<LogitPair>& pairs, const std::string& mode
 }
 
 TEST_CASE("verifier check: every negative control is caught on stories260K rows", "[equivalence][verifier]") {
-  check_controls(stories_pairs(), "stories260K", {setting(0.7, 1.0, 0), setting(0.7, 1.0, 40)}, {1, 4});
+  check_controls(stories_pairs(), "stories260K", {setting(0.7, 1.0, 0), setting(0.7, 1.0, 40)}, {1, 4},
+                 setting(1.0, 1.0, 40), draws_per_cell(kStoriesN));
 }
 
 TEST_CASE("verifier check: every negative control is caught on SmolLM2 rows", "[equivalence][verifier][smollm2]") {
-  check_controls(smollm2_pairs(), "SmolLM2", {setting(0.7, 1.0, 20)}, {4});
+  check_controls(smollm2_pairs(), "SmolLM2", {setting(0.7, 1.0, 20)}, {4}, setting(1.0, 1.0, 20),
+                 draws_per_cell(kSmolN));
 }
 
 TEST_CASE("verifier check: shapes, counts and the faulty rules' contracts", "[equivalence][verifier]") {

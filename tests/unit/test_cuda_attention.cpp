@@ -20,6 +20,7 @@
 #include "framework/cuda/greedy_verify.h"
 #include "framework/cuda/paged_attention.h"
 #include "tests/support/cuda_test_data.h"
+#include "tests/support/required_resources.h"
 
 using namespace speclab;
 using cuda::DType;
@@ -176,10 +177,7 @@ TEST_CASE("CUDA paged attention validates its arguments before touching the devi
 }
 
 TEST_CASE("CUDA paged attention matches a float64 reference and is batch-invariant", "[cuda]") {
-  if (!cuda::device_available()) {
-    WARN("no CUDA device: paged attention kernel cases skipped");
-    return;
-  }
+  if (testing::skip_without_cuda(cuda::device_available(), "no CUDA device: paged attention kernel cases")) return;
   const int64_t ctx = 700;  // 3 chunks
   uint32_t seed = 11;
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
@@ -213,10 +211,7 @@ TEST_CASE("CUDA paged attention matches a float64 reference and is batch-invaria
 }
 
 TEST_CASE("CUDA paged attention negative controls: the comparisons can fail", "[cuda]") {
-  if (!cuda::device_available()) {
-    WARN("no CUDA device: paged attention kernel cases skipped");
-    return;
-  }
+  if (testing::skip_without_cuda(cuda::device_available(), "no CUDA device: paged attention kernel cases")) return;
   const Geometry g{8, 2, 64};
   const int64_t ctx = 700, pos = 300, h = 5, kvh = h / (g.H / g.KVH);
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {

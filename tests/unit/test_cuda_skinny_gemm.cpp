@@ -16,6 +16,7 @@
 #include "framework/cuda/greedy_verify.h"
 #include "framework/cuda/skinny_gemm.h"
 #include "tests/support/cuda_test_data.h"
+#include "tests/support/required_resources.h"
 
 using namespace speclab;
 using namespace speclab::test;
@@ -121,10 +122,9 @@ TEST_CASE("CUDA skinny GEMM validates its arguments before touching the device",
 }
 
 TEST_CASE("CUDA skinny GEMM equals the exact product rounded once, and is batch-invariant", "[cuda]") {
-  if (!cuda::device_available() || !cuda::skinny_gemm_device_ok()) {
-    WARN("no CUDA device of compute capability 8.0 or later: skinny GEMM kernel cases skipped");
+  if (testing::skip_without_cuda(cuda::device_available() && cuda::skinny_gemm_device_ok(),
+                                 "no CUDA device of compute capability 8.0 or later: skinny GEMM kernel cases"))
     return;
-  }
   std::mt19937 gen(5);
   for (DType dt : {DType::kBF16, DType::kF16}) {
     // (out, in): a tail tile (77), SmolLM2's 576, a 7B-like 4096 input, the smallest in (32), one
@@ -175,10 +175,9 @@ TEST_CASE("CUDA skinny GEMM equals the exact product rounded once, and is batch-
 }
 
 TEST_CASE("CUDA skinny GEMM negative controls: the comparisons can fail", "[cuda]") {
-  if (!cuda::device_available() || !cuda::skinny_gemm_device_ok()) {
-    WARN("no CUDA device of compute capability 8.0 or later: skinny GEMM kernel cases skipped");
+  if (testing::skip_without_cuda(cuda::device_available() && cuda::skinny_gemm_device_ok(),
+                                 "no CUDA device of compute capability 8.0 or later: skinny GEMM kernel cases"))
     return;
-  }
   std::mt19937 gen(17);
   for (DType dt : {DType::kBF16, DType::kF16}) {
     INFO(name(dt));

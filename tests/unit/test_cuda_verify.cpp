@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "framework/cuda/greedy_verify.h"
+#include "tests/support/required_resources.h"
 
 using namespace speclab;
 
@@ -20,10 +21,7 @@ int32_t cpu_argmax(const std::vector<float>& v, int64_t off, int32_t vocab) {
 }  // namespace
 
 TEST_CASE("CUDA greedy verification matches the CPU argmax and accepted length", "[cuda]") {
-  if (!cuda::device_available()) {
-    WARN("no CUDA device: kernel cases skipped");
-    return;
-  }
+  if (testing::skip_without_cuda(cuda::device_available(), "no CUDA device: kernel cases")) return;
   std::mt19937 gen(7);
   std::normal_distribution<float> dist(0.f, 3.f);
   for (int32_t vocab : {5, 257, 49152}) {

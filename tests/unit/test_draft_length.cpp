@@ -3,7 +3,8 @@
 // the `cost` schedule fed synthetic timings: it explores (an AR step, then a full-length pass),
 // falls back to AR when verification costs more than the drafts earn, probes again after
 // kProbeAfter AR steps (then less and less often), and drafts the full length when verification
-// is nearly free. Torch-free.
+// is nearly free; and the heuristic schedule's steps (+2 after a fully accepted step, up to the
+// cap; -1 otherwise, not below 1). Torch-free.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -93,4 +94,36 @@ TEST_CASE("the cost schedule drafts the full length when verification is nearly 
   DraftLengthPolicy constant(o);
   constant.update(0, 0, 1.0, 1.0);
   CHECK(constant.next() == 4);
+}
+
+TEST_CASE("the heuristic schedule: +2 after a fully accepted step up to the cap, -1 otherwise down to 1",
+          "[draft_length]") {
+  DrafterOptions o;
+  o.schedule = "heuristic";
+  o.num_speculative_tokens = 4;
+  o.max_speculative_tokens = 9;
+  DraftLengthPolicy p(o);
+  CHECK(p.next() == 4);
+  p.update(4, 2);  // a rejection: one fewer
+  CHECK(p.next() == 3);
+  p.update(3, 0);
+  CHECK(p.next() == 2);
+  p.update(2, 1);
+  CHECK(p.next() == 1);
+  p.update(1, 0);  // not below 1
+  CHECK(p.next() == 1);
+  p.update(1, 1);  // every draft accepted: two more
+  CHECK(p.next() == 3);
+  p.update(3, 3);
+  CHECK(p.next() == 5);
+  p.update(5, 5);
+  CHECK(p.next() == 7);
+  p.update(7, 7);  // capped at max_speculative_tokens
+  CHECK(p.next() == 9);
+  p.update(9, 9);
+  CHECK(p.next() == 9);
+  p.update(9, 8);
+  CHECK(p.next() == 8);
+  p.update(0, 0);  // a step that drafted nothing is not a full acceptance
+  CHECK(p.next() == 7);
 }
