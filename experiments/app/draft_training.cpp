@@ -7,17 +7,21 @@
 
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <vector>
 
+#include "experiments/app/experiment_runner.h"
 #include "framework/core/error.h"
 #include "framework/core/token_tensor.h"
 #include "framework/draft/drafter_options.h"
@@ -582,6 +586,29 @@ TrainDraftResult build_datastore(const TrainDraftConfig& c, LoadedTarget& target
   return r;
 }
 
+// Before any model is loaded: the directories of the draft, its checkpoint and the data cache
+// exist (made when missing) and take new files, and the draft's path is not a directory, so a
+// bad output location fails now, naming its key, and not after the training.
+void check_train_outputs(const TrainDraftConfig& c) {
+  const auto writable_dir = [](const std::string& file, const std::string& field) {
+    ensure_output_directory(file, field);
+    const fs::path dir = fs::absolute(fs::path(file)).parent_path();
+    if (::access(dir.c_str(), W_OK) != 0)
+      throw Error(ErrorKind::kIo, "expected a directory that takes new files, found a read-only one: " +
+                                      std::string(std::strerror(errno)), dir.string(), field);
+    std::error_code ec;
+    if (fs::is_directory(file, ec))
+      throw Error(ErrorKind::kConfig, "expected a file path, found a directory", file, field);
+  };
+  writable_dir(c.output.path, "output.path");
+  if (c.architecture != "retrieval") writable_dir(c.output.checkpoint, "output.checkpoint");
+  std::error_code ec;
+  fs::create_directories(c.data.cache_dir, ec);
+  if (!fs::is_directory(c.data.cache_dir, ec) || ::access(c.data.cache_dir.c_str(), W_OK) != 0)
+    throw Error(ErrorKind::kIo, "expected a writable directory for the data cache (made when missing), found none",
+                c.data.cache_dir, "data.cache_dir");
+}
+
 }  // namespace
 
 TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const TrainDraftProgress& progress,
@@ -593,6 +620,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   const bool retrieval = c.architecture == "retrieval";  // no training: the answers cache is its resume
   if (resume && !retrieval && !fs::exists(c.output.checkpoint))
     throw Error(ErrorKind::kIo, "--resume: no checkpoint to resume from", c.output.checkpoint);
+  check_train_outputs(c);
   auto target = load_target(c.target);
   const std::string hash = target_weights_hash(target->info);
   ExperimentConfig pc;
@@ -777,6 +805,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     if ((c.train.checkpoint_every > 0 && s.step % c.train.checkpoint_every == 0) || s.step == c.train.steps || stop)
       save();
     if (stop) {
+      r.stopped = true;
       r.steps = trainer->steps_done();
       r.train_seconds = since(t_train);
       r.validation_agreement = agreement;

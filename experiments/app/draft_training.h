@@ -61,6 +61,7 @@ struct TrainDraftResult {
   // what a draft tree with k first-level candidates could accept there.
   std::vector<double> first_step_topk;
   int64_t train_pairs = 0, validation_pairs = 0, steps = 0;
+  bool stopped = false;  // stop_after ended the run: a checkpoint, no draft (path is empty)
 };
 
 // resume: continue from config.output.checkpoint (Error(kBadInput) naming it when it is corrupt

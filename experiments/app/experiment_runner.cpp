@@ -353,9 +353,17 @@ void check_model_source(const ModelSource& src, const std::string& key, const Sw
   }
 }
 
+void require_drafters(const ExperimentConfig& config) {
+  if (config.drafters.empty())
+    throw Error(ErrorKind::kConfig,
+                "expected at least one drafter (a run measures drafters against AR decoding), found none",
+                config.source_path, "drafters");
+}
+
 ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOptions& options) {
   // 1. Everything that can be checked without touching the output.
   config.validate();
+  require_drafters(config);
   const std::vector<SweepPoint> points = expand_sweep(config);
   if (points.empty()) throw Error(ErrorKind::kConfig, "expected at least one sweep point, found none", config.source_path, "sweep");
   // Every point's models exist before anything runs (a later point's missing file would

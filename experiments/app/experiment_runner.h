@@ -91,6 +91,10 @@ struct ExperimentOutcome {
 // the file exists but is read-only.
 void check_output_path(const std::string& path, OutputMode mode);
 
+// A run measures drafters against AR decoding: Error(kConfig) naming `drafters` when the config
+// has none (`speclab run` and `submit` check it before anything runs).
+void require_drafters(const ExperimentConfig& config);
+
 // Makes the output file's directory when it is missing (like mkdir -p), so that a fresh clone's
 // `results/` needs no setup (run, check, submit, merge). Throws Error(kConfig, ..., field) for an
 // empty path, Error(kIo, ..., dir, field) when the directory cannot be made or is a non-directory.

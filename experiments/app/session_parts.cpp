@@ -59,12 +59,22 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
       src.format = o.draft_model_format;
       if (env.target != nullptr) src.device = env.target->config().device;
     }
+    // A reduced head larger than the vocabulary would silently be the whole one.
+    const auto check_draft_vocab = [&](int64_t vocab) {
+      if (o.draft_vocab > vocab)
+        throw Error(ErrorKind::kConfig,
+                    "expected at most the draft's vocabulary of " + std::to_string(vocab) +
+                        " tokens (0 = all of them), found " + std::to_string(o.draft_vocab),
+                    "drafter", "draft_vocab");
+    };
     if (target != nullptr && is_trained_draft_file(path)) {  // distilled by `speclab train-draft`
       DistilledDraft d = load_distilled_draft(path, *target);
+      check_draft_vocab(d.model.config.vocab_size);
       return ModelDrafter::separate(build_model(d.model, src, o.draft_vocab > 0 ? o.draft_vocab : d.head_vocab), env);
     }
     LoadedModel loaded = load_model(src);
     if (target != nullptr) check_same_vocabulary(loaded, *target);
+    check_draft_vocab(loaded.config.vocab_size);
     return ModelDrafter::separate(build_model(loaded, src, o.draft_vocab), env);
   });
   // eagle and medusa: a draft trained by `speclab train-draft` for this target; draft_model names

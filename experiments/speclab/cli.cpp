@@ -48,7 +48,8 @@ ModelSource ModelArgs::source() const {
 }
 
 void DrafterArgs::add_to(po::options_description& desc) {
-  desc.add_options()
+  po::options_description own("drafter (speculative decoding; without --drafter, AR decoding)");
+  own.add_options()
       ("drafter", po::value(&drafter), "speculative decoding with: prompt_lookup | layer_skip | draft_model | eagle | medusa | retrieval | <plugin name>")
       ("plugin", po::value(&plugin), "drafter plugin shared library (.so)")
       ("gamma", po::value(&gamma)->default_value(gamma), "draft tokens per step (num_speculative_tokens)")
@@ -74,6 +75,16 @@ void DrafterArgs::add_to(po::options_description& desc) {
       ("draft-vocab", po::value(&draft_vocab)->default_value(draft_vocab),
        "draft_model: LM head over the N most frequent tokens only (FR-Spec; 0 = whole vocabulary)")
       ("param", po::value(&params)->multitoken(), "plugin parameter key=value (repeatable)");
+  for (const auto& o : own.options()) names_.push_back(o->long_name());
+  desc.add(own);
+}
+
+void DrafterArgs::check_used(const po::variables_map& vm) const {
+  if (!drafter.empty()) return;
+  for (const std::string& n : names_)
+    if (n != "drafter" && vm.count(n) && !vm[n].defaulted())
+      throw Error(ErrorKind::kConfig, "expected --drafter with --" + n + " (without --drafter, generate decodes AR and "
+                                      "would ignore it), found none", "command line", "--" + n);
 }
 
 DrafterOptions DrafterArgs::options() const {
@@ -92,7 +103,7 @@ DrafterOptions DrafterArgs::options() const {
   o.retrieval_min = retrieval_min;
   o.retrieval_max = retrieval_max;
   o.retrieval_first = retrieval_first;
-  if (!layers.empty()) o.draft_layers = parse_layer_list(layers);
+  if (!layers.empty()) o.draft_layers = parse_layer_list(layers, "--draft-layers");
   o.draft_model = draft_model;
   o.draft_model_format = draft_format;
   o.draft_vocab = draft_vocab;
@@ -106,8 +117,15 @@ DrafterOptions DrafterArgs::options() const {
   return o;
 }
 
+void validate_threads(int threads) {
+  if (threads < 0 || threads > kMaxThreads)
+    throw Error(ErrorKind::kConfig,
+                "expected 0 (all cores) to " + std::to_string(kMaxThreads) + " threads, found " + std::to_string(threads),
+                "cli", "--threads");
+}
+
 void set_threads(int threads) {
-  if (threads < 0) throw Error(ErrorKind::kConfig, "expected >= 0, found " + std::to_string(threads), "cli", "--threads");
+  validate_threads(threads);
   set_compute_threads(threads);
 }
 

@@ -53,7 +53,11 @@ bool parse_or_help(const std::string& usage, po::options_description& desc, cons
                    po::variables_map& vm, const std::string& positional = "", const std::string& help_notes = "",
                    int positional_count = 1);
 
-void set_threads(int threads);
+// --threads: 0 (all cores) to kMaxThreads; validate_threads throws Error(kConfig) naming
+// --threads otherwise (a huge count would fail only when the pool starts its threads).
+constexpr int kMaxThreads = 1024;
+void validate_threads(int threads);
+void set_threads(int threads);  // validate_threads, then set_compute_threads
 // SPECLAB_KERNEL_ISA=scalar|avx2|avx512|avx512vnni caps the CPU kernels' instruction set
 // (models/llama/gemv.h): the best the CPU has by default. Lets a benchmark compare kernels in one
 // binary. Throws Error(kConfig) for another value.
@@ -78,7 +82,13 @@ struct DrafterArgs {
   std::vector<std::string> params;  // key=value for plugins
 
   void add_to(po::options_description& desc);
+  // Without --drafter, a drafter flag given on the command line would be ignored: throws
+  // Error(kConfig) naming it. Call after parsing.
+  void check_used(const po::variables_map& vm) const;
   DrafterOptions options() const;
+
+ private:
+  std::vector<std::string> names_;  // the flags add_to() declared, for check_used()
 };
 
 int cmd_generate(const std::vector<std::string>& args);

@@ -477,10 +477,16 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("json", po::bool_switch(&json_out), "print one JSON object instead of the tables");
   po::variables_map vm;
   if (!parse_or_help("usage: speclab bench [options]", desc, args, vm)) return kExitOk;
-  if (steps <= 0 || naive_steps <= 0 || prefill_len <= 0 || verify_reps <= 0 || contexts.empty())
+  if (steps <= 0 || naive_steps <= 0 || prefill_len <= 0 || verify_reps <= 0 || verify_ctx <= 0 || contexts.empty())
     throw Error(ErrorKind::kConfig,
-                "expected positive --steps, --naive-steps, --prefill, --verify-reps and some --contexts",
+                "expected positive --steps, --naive-steps, --prefill, --verify-reps, --verify-context and some --contexts",
                 "command line");
+  if (!draft_model.empty() && (spec_gamma < 1 || spec_gamma > 64))
+    throw Error(ErrorKind::kConfig, "expected 1 to 64 drafts per step, found " + std::to_string(spec_gamma),
+                "command line", "--spec-gamma");
+  if (!draft_model.empty() && spec_steps < 1)
+    throw Error(ErrorKind::kConfig, "expected a positive number of steps, found " + std::to_string(spec_steps),
+                "command line", "--spec-steps");
   if (llama_cpp != "auto" && llama_cpp != "on" && llama_cpp != "off")
     throw Error(ErrorKind::kConfig, "expected auto, on or off, found '" + llama_cpp + "'", "command line", "--llama-cpp");
 
@@ -494,6 +500,16 @@ int cmd_bench(const std::vector<std::string>& args) {
     if (ctx <= 0 || ctx + steps > c.max_position_embeddings)
       throw Error(ErrorKind::kConfig, "context " + std::to_string(ctx) + " does not fit the model context " +
                                           std::to_string(c.max_position_embeddings), "command line", "--contexts");
+  if (llama_cpp == "on" && (m.info.format != "gguf" || on_device))
+    throw Error(ErrorKind::kConfig,
+                "expected a GGUF model on the CPU for the llama.cpp comparison, found a " + m.info.format + " model on " +
+                    c.device,
+                "command line", "--llama-cpp");
+  if (prefill_len >= c.max_position_embeddings)
+    throw Error(ErrorKind::kConfig,
+                "expected a prompt shorter than the model context " + std::to_string(c.max_position_embeddings) +
+                    ", found " + std::to_string(prefill_len),
+                "command line", "--prefill");
   verify_ctx = std::min<int64_t>(verify_ctx, c.max_position_embeddings - 18);
   // Human-readable lines go to stdout unless --json, where one JSON object is printed at the end.
   auto say = [&](const char* fmt, auto... a) {
@@ -550,7 +566,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   // Warm up allocator and caches.
   cached_step_seconds(model, *m.info.tokenizer, 16, 4);
 
-  const double pf = prefill_seconds(model, std::min<int64_t>(prefill_len, c.max_position_embeddings - 1), 3);
+  const double pf = prefill_seconds(model, prefill_len, 3);
   const double prefill_rate = prefill_len / pf;
   say("\nprefill: %lld tokens in %.4f s = %.1f tok/s\n", static_cast<long long>(prefill_len), pf, prefill_rate);
   report["prefill_tok_s"] = prefill_rate;

@@ -63,6 +63,8 @@ int cmd_check(const std::vector<std::string>& args) {
   const char* exit_codes = "Exit codes: 0 all checks pass and every negative control is caught; 1 a check failed; 2 bad input.";
   if (!parse_or_help(usage, desc, args, vm, "config", exit_codes)) return kExitOk;
   if (config_path.empty()) throw Error(ErrorKind::kConfig, "expected a config file, found none", "command line", "CONFIG");
+  if (vm.count("out") && output.empty())
+    throw Error(ErrorKind::kConfig, "expected a file path, found an empty one", "command line", "--out");
   set_threads(threads);
 
   if (!device.empty()) overrides.push_back("models.target.device=" + device);
@@ -74,7 +76,8 @@ int cmd_check(const std::vector<std::string>& args) {
   if (!overwrite && std::filesystem::exists(config.output.path, ec))
     throw Error(ErrorKind::kConfig, "expected no file at the output path, found one (pass --overwrite to replace it)",
                 config.output.path, "output.path");
-  ensure_output_directory(config.output.path);  // before the checks, not after them
+  // Before the checks, not after them: the directory exists (made when missing) and takes a new file.
+  check_output_path(config.output.path, OutputMode::kOverwrite);
 
   EquivalenceRunOptions options;
   if (!quiet)

@@ -1,6 +1,8 @@
 // speclab export — write a subset of a GGUF model's layers as a separate model file.
+#include <filesystem>
 #include <iostream>
 
+#include "experiments/app/experiment_runner.h"
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
 #include "models/model_loader.h"
@@ -18,6 +20,14 @@ int cmd_export(const std::vector<std::string>& args) {
       ("out,o", po::value(&out)->required(), "output .gguf path");
   po::variables_map vm;
   if (!parse_or_help("usage: speclab export --model SRC --layers 0-5 --out draft.gguf", desc, args, vm)) return kExitOk;
+  if (vm.count("layers") && layers.empty())
+    throw Error(ErrorKind::kConfig, "expected a layer list like 0-5 or 0,2,4, found an empty one", "command line",
+                "--layers");
+  // The output's directory is made when missing (as `run` does); a directory at the path itself is refused.
+  ensure_output_directory(out, "--out");
+  std::error_code ec;
+  if (std::filesystem::is_directory(out, ec))
+    throw Error(ErrorKind::kConfig, "expected a file path, found a directory", out, "--out");
   ModelSource src;
   src.path = model;
   src = resolve_model_source(src);

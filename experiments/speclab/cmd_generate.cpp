@@ -91,6 +91,7 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("stats", po::bool_switch(&stats), "speculative: also run AR and print acceptance, mean accepted length, speedup");
   po::variables_map vm;
   if (!parse_or_help("usage: speclab generate --prompt TEXT [options]", desc, args, vm)) return kExitOk;
+  dargs.check_used(vm);
   gen.validate();
   samp.validate();
 

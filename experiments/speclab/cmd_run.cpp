@@ -199,6 +199,10 @@ int cmd_run(const std::vector<std::string>& args) {
   if (config_path.empty()) throw Error(ErrorKind::kConfig, "expected a config file, found none", "command line", "CONFIG");
   if (resume && overwrite)
     throw Error(ErrorKind::kConfig, "expected at most one of --resume and --overwrite, found both", "command line");
+  for (const char* opt : {"output", "report-dir"})
+    if (vm.count(opt) && vm[opt].as<std::string>().empty())
+      throw Error(ErrorKind::kConfig, std::string("expected a path, found an empty one"), "command line",
+                  std::string("--") + opt);
   const ShardSpec shard = shard_text.empty() ? ShardSpec{} : parse_shard(shard_text);
   set_threads(threads);
 

@@ -65,6 +65,43 @@ void write_script(const std::string& path, const std::string& text) {
   fs::permissions(path, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
 }
 
+// `v` quoted on one line: control characters as \n, \t or \xHH, so an error stays one line.
+std::string printable(const std::string& v) {
+  std::string out = "'";
+  for (unsigned char c : v) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else out += static_cast<char>(c);
+  }
+  return out + "'";
+}
+
+// sbatch --time's formats (sbatch(1)): minutes, minutes:seconds, hours:minutes:seconds,
+// days-hours, days-hours:minutes, days-hours:minutes:seconds, or UNLIMITED / INFINITE.
+bool slurm_time_ok(const std::string& t) {
+  if (t == "UNLIMITED" || t == "INFINITE" || t == "unlimited" || t == "infinite") return true;
+  std::string rest = t;
+  const size_t dash = t.find('-');
+  if (dash != std::string::npos) {
+    const std::string days = t.substr(0, dash);
+    if (days.empty() || days.find_first_not_of("0123456789") != std::string::npos) return false;
+    rest = t.substr(dash + 1);
+  }
+  std::vector<std::string> parts(1);
+  for (char c : rest) {
+    if (c == ':') parts.emplace_back();
+    else if (std::isdigit(static_cast<unsigned char>(c))) parts.back() += c;
+    else return false;
+  }
+  for (const std::string& p : parts)
+    if (p.empty()) return false;
+  return parts.size() <= 3;
+}
+
 }  // namespace
 
 int cmd_submit(const std::vector<std::string>& args) {
@@ -95,11 +132,18 @@ int cmd_submit(const std::vector<std::string>& args) {
     throw Error(ErrorKind::kConfig, "expected a number of shards 1 <= N <= 100000, found " + std::to_string(shards),
                 "command line", "--shards");
   for (const std::string& v : {partition, time_limit})
-    if (v.find_first_of(" \t\n'\"\\$`;") != std::string::npos)
-      throw Error(ErrorKind::kConfig, "expected a plain Slurm value, found '" + v + "'", "command line",
+    if (v.find_first_of(" \t\n\r'\"\\$`;") != std::string::npos)
+      throw Error(ErrorKind::kConfig, "expected a plain Slurm value, found " + printable(v), "command line",
                   v == partition ? "--partition" : "--time");
+  if (!time_limit.empty() && !slurm_time_ok(time_limit))
+    throw Error(ErrorKind::kConfig,
+                "expected a Slurm time limit (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED), found " +
+                    printable(time_limit),
+                "command line", "--time");
+  validate_threads(threads);
 
   ExperimentConfig config = load_experiment_config(config_path, overrides);  // checks it now
+  require_drafters(config);
   if (!output.empty()) config.output.path = output;
   const std::string out = absolute(config.output.path);
   const fs::path out_path(out);

@@ -5,6 +5,7 @@
 
 #include "experiments/app/draft_training.h"
 #include "experiments/speclab/cli.h"
+#include "framework/core/error.h"
 
 namespace speclab::cli {
 
@@ -26,6 +27,9 @@ int cmd_train_draft(const std::vector<std::string>& args) {
   if (!parse_or_help("usage: speclab train-draft config.yaml [--resume] [--set key=value]", desc, args, vm, "config"))
     return kExitOk;
   set_threads(threads);
+  if (stop_after < 0)
+    throw Error(ErrorKind::kConfig, "expected a number of steps >= 0 (0 = train to the end), found " +
+                                        std::to_string(stop_after), "command line", "--stop-after");
   const TrainDraftConfig c = load_train_config(config, sets);
   TrainDraftProgress progress;
   progress.stage = [&](const std::string& line) {
@@ -47,6 +51,11 @@ int cmd_train_draft(const std::vector<std::string>& args) {
   };
   const TrainDraftResult r = train_draft(c, resume, progress, stop_after);
   if (!quiet) std::cerr << "\n";
+  if (r.stopped) {
+    std::printf("stopped after %lld steps: checkpoint %s (continue with --resume); no draft written yet\n",
+                static_cast<long long>(r.steps), c.output.checkpoint.c_str());
+    return kExitOk;
+  }
   if (c.architecture == "retrieval") {
     std::printf("wrote %s: a datastore of %lld tokens; validation agreement of its first drafted token %.3f on %lld "
                 "answer positions; data %.1f s, datastore %.1f s\n",

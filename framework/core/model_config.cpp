@@ -10,6 +10,13 @@ void require_positive(const std::string& source, const char* field, int64_t valu
     throw Error(ErrorKind::kBadInput,
                 "expected a positive integer, found " + std::to_string(value), source, field);
 }
+// Bounds far above any real model's, so that a corrupt or hostile header is refused before a
+// loader sizes anything by it (a config.json with num_hidden_layers 2^31 - 1 filled memory first).
+void require_at_most(const std::string& source, const char* field, int64_t value, int64_t max) {
+  if (value > max)
+    throw Error(ErrorKind::kBadInput,
+                "expected at most " + std::to_string(max) + ", found " + std::to_string(value), source, field);
+}
 }  // namespace
 
 void ModelConfig::validate(const std::string& source) const {
@@ -21,6 +28,9 @@ void ModelConfig::validate(const std::string& source) const {
   require_positive(source, "num_key_value_heads", num_key_value_heads);
   require_positive(source, "head_dim", head_dim);
   require_positive(source, "max_position_embeddings", max_position_embeddings);
+  require_at_most(source, "num_hidden_layers", num_hidden_layers, kMaxLayers);
+  require_at_most(source, "num_attention_heads", num_attention_heads, kMaxHeads);
+  require_at_most(source, "num_key_value_heads", num_key_value_heads, kMaxHeads);
   if (num_attention_heads % num_key_value_heads != 0)
     throw Error(ErrorKind::kBadInput,
                 "num_attention_heads (" + std::to_string(num_attention_heads) +

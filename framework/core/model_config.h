@@ -36,8 +36,13 @@ struct ModelConfig {
   std::string kv_dtype;
 
   // Throws Error(kBadInput) naming `source` and the offending field when a value is
-  // missing, non-positive or inconsistent (e.g. heads not divisible by kv heads).
+  // missing, non-positive, above the bounds below or inconsistent (e.g. heads not divisible by
+  // kv heads).
   void validate(const std::string& source) const;
+  // Far above any real model's (Llama 3.1 405B: 126 layers, 128 heads): a header beyond them is
+  // corrupt, and is refused before a loader sizes anything by it.
+  static constexpr int64_t kMaxLayers = 4096;
+  static constexpr int64_t kMaxHeads = 4096;
 
   // Bytes of K and V per token over all layers: 2 · layers · kv_heads · stored_head_dim · bytes
   // (KvGeometry::bytes_per_token).

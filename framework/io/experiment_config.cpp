@@ -183,8 +183,11 @@ void ExperimentConfig::validate() const {
   under("kv", [&] { kv.validate(); });
   under("output", [&] { output.validate(); });
   if (equivalence) under("equivalence", [&] { equivalence->validate(); });
-  if (repeats < 1) bad("", "repeats", "expected a count >= 1, found " + std::to_string(repeats));
-  if (warmup < 0) bad("", "warmup", "expected a count >= 0, found " + std::to_string(warmup));
+  // The plan holds one entry per (point, prompt, method, repeat): a count beyond these bounds
+  // would exhaust memory before the first run, not measure anything more.
+  if (repeats < 1 || repeats > 100000)
+    bad("", "repeats", "expected a count in 1..100000, found " + std::to_string(repeats));
+  if (warmup < 0 || warmup > 100000) bad("", "warmup", "expected a count in 0..100000, found " + std::to_string(warmup));
   std::set<std::string> keys;
   for (const SweepAxis& a : sweep) {
     const std::string p = "sweep." + a.key;

@@ -240,6 +240,7 @@ class Table {
   // Appends rows (every column of the schema must be present with the same length). Does not
   // update `complete`; commit() does.
   void append(const Rows& rows) {
+    if (rows.ints.empty() && rows.reals.empty() && rows.strs.empty()) return;  // no rows (e.g. an empty shard's summary)
     size_t n = SIZE_MAX;
     for (const ColumnSpec& c : *schema_) {
       const size_t len = is_int(c.type) ? rows.i(c.name).size() : is_real(c.type) ? rows.f(c.name).size()

@@ -136,6 +136,10 @@ void read_jsonl(const std::string& base, const PromptSource& src, std::vector<Pr
       throw Error(ErrorKind::kBadInput, "expected one JSON object per line, found " + json_kind(j), where);
     Prompt p;
     p.text = json_field(j, src.field, "field", false, where);
+    if (p.text.empty())
+      throw Error(ErrorKind::kBadInput,
+                  "expected non-empty prompt text at key " + squote(src.field) + " (prompts.field), found an empty string",
+                  where, src.field);
     p.id = src.id_field.empty() ? basename_of(src.file) + ":" + std::to_string(line_no)
                                 : json_field(j, src.id_field, "id_field", true, where);
     p.category = src.category_field.empty() ? src.category : json_field(j, src.category_field, "category_field", true, where);

@@ -34,6 +34,21 @@ void place_matrix(WeightMatrix& m, const ResolvedPlacement& p) {
   m.type = 0;
 }
 
+// Whether this libtorch multiplies float16 matrices on the CPU (libtorch 1.13 does not:
+// "addmm_impl_cpu_" not implemented for 'Half'; 2.x does). Probed once with a 1 x 1 product.
+bool cpu_half_matmul_available() {
+  static const bool ok = [] {
+    try {
+      const at::Tensor a = at::ones({1, 1}, at::TensorOptions().dtype(at::kHalf));
+      (void)at::mm(a, a);
+      return true;
+    } catch (const c10::Error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
 }  // namespace
 
 bool cuda_device_available() {
@@ -55,6 +70,11 @@ ResolvedPlacement resolve_placement(const Placement& in) {
     r.device = at::kCPU;
     r.dense = in.dtype != "auto";
     r.dtype = in.dtype == "auto" ? at::kFloat : dtype_from_name(in.dtype);
+    if (r.dtype == at::kHalf && !cpu_half_matmul_available())
+      throw Error(ErrorKind::kConfig,
+                  "expected bfloat16 or float32 on the CPU, found float16: this libtorch has no float16 matrix "
+                  "product on the CPU (libtorch 2.x has)",
+                  "model", "dtype");
   } else {
     if (in.device != "cuda" && in.device.compare(0, 5, "cuda:") != 0)
       throw Error(ErrorKind::kConfig, "expected cpu, cuda or cuda:N, found '" + in.device + "'", "model", "device");

@@ -9,11 +9,11 @@
 
 namespace speclab {
 
-std::vector<int64_t> parse_layer_list(const std::string& text) {
+std::vector<int64_t> parse_layer_list(const std::string& text, const std::string& option) {
   std::vector<int64_t> out;
   auto bad = [&](const std::string& why) {
     throw Error(ErrorKind::kConfig, "expected a layer list like 0-5 or 0,2,4; " + why + " in '" + text + "'",
-                "command line", "--layers");
+                "command line", option);
   };
   size_t i = 0;
   auto number = [&]() -> int64_t {
@@ -35,7 +35,7 @@ std::vector<int64_t> parse_layer_list(const std::string& text) {
     for (int64_t l = a; l <= b; ++l) out.push_back(l);
     if (i < text.size()) {
       if (text[i] != ',') bad(std::string("unexpected character '") + text[i] + "'");
-      ++i;
+      if (++i == text.size()) bad("a number is missing after the last ','");
     }
   }
   if (out.empty()) bad("no layers");

@@ -19,8 +19,9 @@ struct ExportOptions {
   void validate(int64_t n_layers, const std::string& source) const;  // Error(kConfig) naming --layers
 };
 
-// Parses "0-5", "0,2,4", "0-3,8" into ascending indices; Error(kConfig, ..., "--layers").
-std::vector<int64_t> parse_layer_list(const std::string& text);
+// Parses "0-5", "0,2,4", "0-3,8" into ascending indices; Error(kConfig, ..., option) naming the
+// command-line option it came from.
+std::vector<int64_t> parse_layer_list(const std::string& text, const std::string& option = "--layers");
 // "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" -> GgmlType; Error(kConfig, ..., "--type").
 GgmlType parse_export_type(const std::string& text);
 

@@ -301,16 +301,19 @@ struct Fixtures {
       return (dir / name).string();
     };
     fs::remove(hf_copy("hf_no_config") + "/config.json");
-    {
-      const std::string cfg = hf_copy("hf_bad_config") + "/config.json";
+    // A copy whose config.json has num_hidden_layers replaced by `value`.
+    auto hf_layers = [&](const std::string& name, const std::string& value) {
+      const std::string cfg = hf_copy(name) + "/config.json";
       std::ifstream in(cfg);
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       const size_t k = text.find("\"num_hidden_layers\": ");
       REQUIRE(k != std::string::npos);
       const size_t v = k + std::strlen("\"num_hidden_layers\": ");
-      text.replace(v, text.find_first_of(",\n}", v) - v, "\"two\"");
+      text.replace(v, text.find_first_of(",\n}", v) - v, value);
       write_text(cfg, text);
-    }
+    };
+    hf_layers("hf_bad_config", "\"two\"");
+    hf_layers("hf_huge_layers", "2147483647");
     hf_copy("hf_no_tokenizer");
     fs::copy_file(at("tokenizer_truncated.json"), hf_copy("hf_tok_truncated") + "/tokenizer.json");
     fs::copy_file(at("tokenizer_unigram.json"), hf_copy("hf_tok_unigram") + "/tokenizer.json");

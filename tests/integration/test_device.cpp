@@ -163,6 +163,25 @@ TEST_CASE("kv_dtype: the cache's dtype as asked, auto the model's for float32 we
   CHECK(std::string(e.what()).find("kv_dtype") != std::string::npos);
 }
 
+TEST_CASE("float16 on the CPU: runs where libtorch multiplies float16 there, else refused naming dtype", "[device]") {
+  bool half_mm = true;  // libtorch 1.13: "addmm_impl_cpu_" not implemented for 'Half'; 2.x: supported
+  try {
+    const at::Tensor x = at::ones({2, 2}, at::TensorOptions().dtype(at::kHalf));
+    (void)at::mm(x, x);
+  } catch (const c10::Error&) {
+    half_mm = false;
+  }
+  if (half_mm) {
+    auto f16 = load_target(stories_source("cpu", "float16"));
+    CHECK(f16->model->config().dtype == "float16");
+    CHECK(logits_of(*f16->model, kPrompt).scalar_type() == at::kFloat);
+  } else {
+    const Error e = test::catch_error([&] { load_target(stories_source("cpu", "float16")); });
+    CHECK(e.kind() == ErrorKind::kConfig);
+    CHECK(std::string(e.what()).find("dtype: expected bfloat16 or float32 on the CPU") != std::string::npos);
+  }
+}
+
 TEST_CASE("bfloat16 on the CPU tracks float32 within bfloat16 rounding, its K/V stored in bfloat16", "[device]") {
   auto f32 = load_target(stories_source());
   auto bf16 = load_target(stories_source("cpu", "bfloat16"));

@@ -203,6 +203,37 @@ TEST_CASE("speclab merge and run --shard: bad inputs give one line, exit 2, no f
   }
 }
 
+TEST_CASE("a shard with no work finishes, and the merge with it equals the unsharded run", "[shard][cli]") {
+  // One prompt and one drafter: shard 0/3 holds its AR and drafter runs, shards 1/3 and 2/3
+  // nothing (a Slurm array larger than the work). They must finish as complete, empty files.
+  std::string tmpl = (fs::temp_directory_path() / "speclab_empty_shard_XXXXXX").string();
+  REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+  const std::string dir = tmpl;
+  const std::vector<std::string> one = {"--set", "prompts.limit=1", "--set", "drafters=[{name: prompt_lookup}]", "--set", "sweep.drafter.gamma=[2]",
+                                        "--no-report"};
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"run", kConfig};
+    args.insert(args.end(), one.begin(), one.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_cli(args);
+    INFO(describe(r));
+    REQUIRE(r.exit_code == 0);
+    return r;
+  };
+  run({"--output", dir + "/full.h5"});
+  for (int i = 0; i < 3; ++i) {
+    const auto r = run({"--shard", std::to_string(i) + "/3", "--output", dir + "/s" + std::to_string(i) + ".h5"});
+    if (i > 0) CHECK(r.out.find("0 prompt-runs") != std::string::npos);
+  }
+  const auto m = run_cli({"merge", dir + "/merged.h5", dir + "/s0.h5", dir + "/s1.h5", dir + "/s2.h5"});
+  INFO(describe(m));
+  REQUIRE(m.exit_code == 0);
+  CHECK(column(dir + "/merged.h5", "/tokens/token") == column(dir + "/full.h5", "/tokens/token"));
+  CHECK(column(dir + "/merged.h5", "/summary/overall/tau") == column(dir + "/full.h5", "/summary/overall/tau"));
+  CHECK(column(dir + "/s1.h5", "/summary/overall/tau").empty());
+  fs::remove_all(dir);
+}
+
 TEST_CASE("shard_config_hash: settings count, where each machine keeps its files does not", "[shard]") {
   const std::string base =
       "a: 1\noutput: {path: x.h5}\nruntime: {threads: 2, working_directory: /a, chat_template: on, "

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -289,6 +290,31 @@ TEST_CASE("train-draft refuses training prompts from an evaluation set", "[train
   const Error e = test::catch_error([] { load_train_config(write_config("eval", 10, "mt_bench_questions.jsonl").string()); });
   CHECK(e.kind() == ErrorKind::kConfig);
   CHECK_THAT(e.what(), Catch::Contains("evaluation set") && Catch::Contains("MT-bench"));
+}
+
+TEST_CASE("train-draft refuses an output it could not write before loading anything, naming the key", "[train]") {
+  fs::create_directories(kDir);
+  TrainDraftConfig c = load_train_config(write_config("outputs", 10).string());
+  const std::string file = (kDir / "a_plain_file").string();
+  std::ofstream(file) << "x";
+  struct Bad {
+    const char* field;
+    std::function<void(TrainDraftConfig&)> set;
+  };
+  const std::vector<Bad> bad = {
+      {"output.path", [&](TrainDraftConfig& t) { t.output.path = kDir.string(); }},  // a directory
+      {"output.path", [&](TrainDraftConfig& t) { t.output.path = file + "/draft.safetensors"; }},
+      {"output.checkpoint", [&](TrainDraftConfig& t) { t.output.checkpoint = file + "/ckpt.safetensors"; }},
+      {"data.cache_dir", [&](TrainDraftConfig& t) { t.data.cache_dir = file + "/cache"; }},
+  };
+  for (const Bad& b : bad) {
+    TrainDraftConfig t = c;
+    b.set(t);
+    const Error e = test::catch_error([&] { train_draft(t, false); });
+    INFO(b.field << ": " << e.what());
+    CHECK(e.field() == b.field);
+  }
+  CHECK_NOTHROW(c.validate());  // the base config itself is fine
 }
 
 namespace {
