@@ -586,7 +586,7 @@ TrainDraftResult build_datastore(const TrainDraftConfig& c, LoadedTarget& target
   return r;
 }
 
-// Before any model is loaded: the directories of the draft, its checkpoint and the data cache
+// Before any model is loaded: the directories of the draft, its checkpoint, its log and the data cache
 // exist (made when missing) and take new files, and the draft's path is not a directory, so a
 // bad output location fails now, naming its key, and not after the training.
 void check_train_outputs(const TrainDraftConfig& c) {
@@ -601,7 +601,10 @@ void check_train_outputs(const TrainDraftConfig& c) {
       throw Error(ErrorKind::kConfig, "expected a file path, found a directory", file, field);
   };
   writable_dir(c.output.path, "output.path");
-  if (c.architecture != "retrieval") writable_dir(c.output.checkpoint, "output.checkpoint");
+  if (c.architecture != "retrieval") {
+    writable_dir(c.output.checkpoint, "output.checkpoint");
+    writable_dir(c.output.log, "output.log");
+  }
   std::error_code ec;
   fs::create_directories(c.data.cache_dir, ec);
   if (!fs::is_directory(c.data.cache_dir, ec) || ::access(c.data.cache_dir.c_str(), W_OK) != 0)
@@ -801,7 +804,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
       log.agreement.push_back(a);
     }
     if (progress.step) progress.step(s, a, c.train.steps);
-    const bool stop = stop_after > 0 && s.step == stop_after;
+    const bool stop = stop_after > 0 && s.step == stop_after && s.step < c.train.steps;  // at the end: the draft
     if ((c.train.checkpoint_every > 0 && s.step % c.train.checkpoint_every == 0) || s.step == c.train.steps || stop)
       save();
     if (stop) {

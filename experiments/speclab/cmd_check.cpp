@@ -4,8 +4,11 @@
 // Exit codes: 0 every check passed and every negative control was caught; 1 a check failed (a
 // finding, see the printed failure lines); 2 bad input (config, models, prompts, output path).
 #include <c10/core/InferenceMode.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -76,8 +79,19 @@ int cmd_check(const std::vector<std::string>& args) {
   if (!overwrite && std::filesystem::exists(config.output.path, ec))
     throw Error(ErrorKind::kConfig, "expected no file at the output path, found one (pass --overwrite to replace it)",
                 config.output.path, "output.path");
-  // Before the checks, not after them: the directory exists (made when missing) and takes a new file.
-  check_output_path(config.output.path, OutputMode::kOverwrite);
+  // Before the checks, not after them. An existing file (--overwrite) is written in place
+  // (write_equivalence), so it must be writable; a new one needs a directory that takes it
+  // (made when missing).
+  if (std::filesystem::exists(config.output.path, ec)) {
+    if (std::filesystem::is_directory(config.output.path, ec))
+      throw Error(ErrorKind::kConfig, "expected an output file path, found a directory", config.output.path,
+                  "output.path");
+    if (::access(config.output.path.c_str(), W_OK) != 0)
+      throw Error(ErrorKind::kIo, "expected a writable output file, found a read-only one: " +
+                                      std::string(std::strerror(errno)), config.output.path, "output.path");
+  } else {
+    check_output_path(config.output.path, OutputMode::kCreate);
+  }
 
   EquivalenceRunOptions options;
   if (!quiet)

@@ -23,11 +23,6 @@ int cmd_export(const std::vector<std::string>& args) {
   if (vm.count("layers") && layers.empty())
     throw Error(ErrorKind::kConfig, "expected a layer list like 0-5 or 0,2,4, found an empty one", "command line",
                 "--layers");
-  // The output's directory is made when missing (as `run` does); a directory at the path itself is refused.
-  ensure_output_directory(out, "--out");
-  std::error_code ec;
-  if (std::filesystem::is_directory(out, ec))
-    throw Error(ErrorKind::kConfig, "expected a file path, found a directory", out, "--out");
   ModelSource src;
   src.path = model;
   src = resolve_model_source(src);
@@ -36,6 +31,12 @@ int cmd_export(const std::vector<std::string>& args) {
   ExportOptions opts;
   if (!layers.empty()) opts.layers = parse_layer_list(layers);
   opts.type = parse_export_type(type);
+  // After every option is parsed: the output's directory is made when missing (as `run` does); a
+  // directory at the path itself is refused.
+  ensure_output_directory(out, "--out");
+  std::error_code ec;
+  if (std::filesystem::is_directory(out, ec))
+    throw Error(ErrorKind::kConfig, "expected a file path, found a directory", out, "--out");
   export_gguf_layers(src.path, out, opts);
   std::cout << "wrote " << out << " (" << (layers.empty() ? std::string("all layers") : "layers " + layers) << ", "
             << type << ")\n";

@@ -81,9 +81,12 @@ std::string printable(const std::string& v) {
 }
 
 // sbatch --time's formats (sbatch(1)): minutes, minutes:seconds, hours:minutes:seconds,
-// days-hours, days-hours:minutes, days-hours:minutes:seconds, or UNLIMITED / INFINITE.
+// days-hours, days-hours:minutes, days-hours:minutes:seconds, or UNLIMITED / INFINITE (any case)
+// or -1 (no limit), as Slurm's time_str2secs reads them.
 bool slurm_time_ok(const std::string& t) {
-  if (t == "UNLIMITED" || t == "INFINITE" || t == "unlimited" || t == "infinite") return true;
+  std::string lower;
+  for (char c : t) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "unlimited" || lower == "infinite" || t == "-1") return true;
   std::string rest = t;
   const size_t dash = t.find('-');
   if (dash != std::string::npos) {

@@ -35,7 +35,8 @@ void place_matrix(WeightMatrix& m, const ResolvedPlacement& p) {
 }
 
 // Whether this libtorch multiplies float16 matrices on the CPU (libtorch 1.13 does not:
-// "addmm_impl_cpu_" not implemented for 'Half'; 2.x does). Probed once with a 1 x 1 product.
+// "addmm_impl_cpu_" not implemented for 'Half'; later 2.x releases do). Probed once with a 1 x 1
+// product, so the answer is this build's, whatever its version.
 bool cpu_half_matmul_available() {
   static const bool ok = [] {
     try {
@@ -73,7 +74,7 @@ ResolvedPlacement resolve_placement(const Placement& in) {
     if (r.dtype == at::kHalf && !cpu_half_matmul_available())
       throw Error(ErrorKind::kConfig,
                   "expected bfloat16 or float32 on the CPU, found float16: this libtorch has no float16 matrix "
-                  "product on the CPU (libtorch 2.x has)",
+                  "product on the CPU (recent libtorch 2.x releases have)",
                   "model", "dtype");
   } else {
     if (in.device != "cuda" && in.device.compare(0, 5, "cuda:") != 0)

@@ -305,6 +305,7 @@ TEST_CASE("train-draft refuses an output it could not write before loading anyth
       {"output.path", [&](TrainDraftConfig& t) { t.output.path = kDir.string(); }},  // a directory
       {"output.path", [&](TrainDraftConfig& t) { t.output.path = file + "/draft.safetensors"; }},
       {"output.checkpoint", [&](TrainDraftConfig& t) { t.output.checkpoint = file + "/ckpt.safetensors"; }},
+      {"output.log", [&](TrainDraftConfig& t) { t.output.log = file + "/log.h5"; }},
       {"data.cache_dir", [&](TrainDraftConfig& t) { t.data.cache_dir = file + "/cache"; }},
   };
   for (const Bad& b : bad) {

@@ -149,9 +149,10 @@ TEST_CASE("engine negative controls: every realistic bug is caught through the r
   c10::InferenceMode guard;
   Rig& r = rig();
   r.plan.stop_active = false;
-  if (r.ar_ignore_eos.n() == 0) r.ar_ignore_eos = r.ar(kControlMaxN, 1);
-  if (r.ar_ignore_eos.n() < kControlMaxN)
-    r.ar_ignore_eos.append(r.ar(kControlMaxN - r.ar_ignore_eos.n(), 1, r.ar_ignore_eos.n()));
+  const int64_t ln = lossless_n();  // the lossless check's N (SPECLAB_ENGINE_CONTROLS_N overrides it)
+  const int64_t ar_n = std::max(kControlMaxN, ln);
+  if (r.ar_ignore_eos.n() == 0) r.ar_ignore_eos = r.ar(ar_n, 1);
+  if (r.ar_ignore_eos.n() < ar_n) r.ar_ignore_eos.append(r.ar(ar_n - r.ar_ignore_eos.n(), 1, r.ar_ignore_eos.n()));
   const Draws& ar = r.ar_ignore_eos;
   const std::pair<const char*, AcceptanceRule> controls[] = {
       {"replacement_from_p", replacement_from_p_rule()},
@@ -183,10 +184,10 @@ TEST_CASE("engine negative controls: every realistic bug is caught through the r
     CHECK(caught > 0);
     // The power that matters: the lossless check itself (its N, its tests, Holm at its alpha)
     // rejects this control, not only the grid at the stricter control alpha.
-    if (d.n() < kLosslessN) d.append(r.spec(kLosslessN - d.n(), stream, rule, d.n()));
-    const std::vector<double> holm = holm_adjust(lossless_p_values(ar, d, name, kLosslessN));
+    if (d.n() < ln) d.append(r.spec(ln - d.n(), stream, rule, d.n()));
+    const std::vector<double> holm = holm_adjust(lossless_p_values(ar, d, name, ln));
     const double min_holm = *std::min_element(holm.begin(), holm.end());
-    WARN("engine control " << name << " under the lossless check (N = " << kLosslessN << "): min Holm p " << min_holm);
+    WARN("engine control " << name << " under the lossless check (N = " << ln << "): min Holm p " << min_holm);
     CHECK(min_holm < kAlpha);
   }
 }
