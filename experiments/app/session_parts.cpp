@@ -43,6 +43,24 @@ void check_same_vocabulary(const LoadedModel& draft, const LoadedModel& target) 
               "drafter", "draft_model");
 }
 
+// Loads a trained draft (eagle head, medusa heads, retrieval datastore) with load(). An error
+// that names no field (the file missing or unreadable) is rethrown naming draft_model, and,
+// where no draft_model was given, that `path` is the default one for this target.
+template <class Load>
+auto with_draft_field(Load load, const std::string& path, const DrafterOptions& o) -> decltype(load()) {
+  try {
+    return load();
+  } catch (const Error& e) {
+    if (!e.field().empty()) throw;
+    throw Error(e.kind(),
+                e.message() + (o.draft_model.empty()
+                                   ? " (no draft_model given: the default trained " + o.name +
+                                         " draft for this target; `speclab train-draft` writes it, docs/train-draft.md)"
+                                   : ""),
+                e.file().empty() ? path : e.file(), "draft_model");
+  }
+}
+
 }  // namespace
 
 DrafterRegistry drafter_registry(const LoadedModel* target) {
@@ -82,12 +100,14 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
   r.add("eagle", [target](const DrafterOptions& o, const DrafterEnv& env) -> std::unique_ptr<Drafter> {
     if (target == nullptr) throw Error(ErrorKind::kConfig, "eagle needs the loaded target", "drafter", "name");
     const std::string path = o.draft_model.empty() ? default_draft_path(*target, "eagle") : o.draft_model;
-    return std::make_unique<EagleDrafter>(load_eagle_head(path, *target), env);
+    return std::make_unique<EagleDrafter>(with_draft_field([&] { return load_eagle_head(path, *target); }, path, o),
+                                          env);
   });
   r.add("medusa", [target](const DrafterOptions& o, const DrafterEnv& env) -> std::unique_ptr<Drafter> {
     if (target == nullptr) throw Error(ErrorKind::kConfig, "medusa needs the loaded target", "drafter", "name");
     const std::string path = o.draft_model.empty() ? default_draft_path(*target, "medusa") : o.draft_model;
-    return std::make_unique<MedusaDrafter>(load_medusa_heads(path, *target), env);
+    return std::make_unique<MedusaDrafter>(with_draft_field([&] { return load_medusa_heads(path, *target); }, path, o),
+                                           env);
   });
   // retrieval: the datastore `speclab train-draft` built for this target (architecture retrieval),
   // loaded once per file and shared by the entries that name it (each load sorts the corpus).
@@ -96,7 +116,7 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
     if (target == nullptr) throw Error(ErrorKind::kConfig, "retrieval needs the loaded target", "drafter", "name");
     const std::string path = o.draft_model.empty() ? default_draft_path(*target, "retrieval") : o.draft_model;
     std::shared_ptr<const Datastore>& store = (*stores)[path];
-    if (!store) store = load_datastore(path, *target);
+    if (!store) store = with_draft_field([&] { return load_datastore(path, *target); }, path, o);
     return std::make_unique<RetrievalDrafter>(store, o.retrieval_min, o.retrieval_max);
   });
   return r;

@@ -12,12 +12,14 @@ namespace speclab::cli {
 
 int cmd_export(const std::vector<std::string>& args) {
   std::string model = "smollm2-135m-instruct", layers, out, type = "f32";
+  bool overwrite = false;
   po::options_description desc("speclab export");
   desc.add_options()
       ("model,m", po::value(&model)->default_value(model), "source GGUF file or named entry")
       ("layers", po::value(&layers), "blocks to keep, e.g. 0-5 or 0,2,4 (default: all)")
       ("type", po::value(&type)->default_value(type), "tensor type of the output: f32 | f16 | q8_0 | q4_0 | q4_1")
-      ("out,o", po::value(&out)->required(), "output .gguf path");
+      ("out,o", po::value(&out)->required(), "output .gguf path")
+      ("overwrite", po::bool_switch(&overwrite), "replace an existing --out file");
   po::variables_map vm;
   if (!parse_or_help("usage: speclab export --model SRC --layers 0-5 --out draft.gguf", desc, args, vm)) return kExitOk;
   if (vm.count("layers") && layers.empty())
@@ -37,6 +39,9 @@ int cmd_export(const std::vector<std::string>& args) {
   std::error_code ec;
   if (std::filesystem::is_directory(out, ec))
     throw Error(ErrorKind::kConfig, "expected a file path, found a directory", out, "--out");
+  if (std::filesystem::exists(out, ec) && !overwrite)
+    throw Error(ErrorKind::kConfig, "expected no file at the output path, found one (pass --overwrite to replace it)",
+                out, "--out");
   export_gguf_layers(src.path, out, opts);
   std::cout << "wrote " << out << " (" << (layers.empty() ? std::string("all layers") : "layers " + layers) << ", "
             << type << ")\n";

@@ -34,6 +34,10 @@ int cmd_merge(const std::vector<std::string>& args) {
                                         std::to_string(files.size()) + " file(s)", "command line", "SHARD");
   const std::string out = files.front();
   const std::vector<std::string> shards(files.begin() + 1, files.end());
+  // The same rule as a run's output.path: the merged file is an experiment file like any other.
+  if (!(out.size() > 3 && out.compare(out.size() - 3, 3, ".h5") == 0) &&
+      !(out.size() > 5 && out.compare(out.size() - 5, 5, ".hdf5") == 0))
+    throw Error(ErrorKind::kConfig, "expected a path ending in .h5 or .hdf5, found '" + out + "'", out, "OUT.h5");
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::exists(out, ec) && !overwrite)
