@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <sstream>
@@ -45,6 +46,26 @@ inline std::string describe(const RunResult& r) {
     s << "killed by signal " << r.signal << (r.timed_out ? " (timed out)" : "");
   s << "\nstderr:\n" << r.err << "\nstdout:\n" << r.out.substr(0, 2000);
   return s.str();
+}
+
+// Whether `s` is valid UTF-8 (RFC 3629), by decoding each sequence: the code point of an n-byte
+// sequence must need n bytes, lie outside the surrogates and be at most U+10FFFF.
+inline bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + static_cast<size_t>(n) > s.size()) return false;
+    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1fu) : n == 3 ? (c & 0x0fu) : (c & 0x07u);
+    for (int k = 1; k < n; ++k) {
+      const unsigned char d = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+      if ((d >> 6) != 2) return false;
+      cp = (cp << 6) | (d & 0x3fu);
+    }
+    const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 inline std::vector<std::string> lines_of(const std::string& text) {
@@ -134,6 +155,7 @@ inline void check_bad_input(const RunResult& r, const std::vector<std::string>& 
   CHECK(r.exited);  // not killed by a signal (SIGABRT from an uncaught exception, SIGSEGV, ...)
   CHECK(r.exit_code == code);
   CHECK(lines_of(r.err).size() == 1);
+  CHECK(valid_utf8(r.err));  // bytes of a non-UTF-8 input are escaped, not echoed
   CHECK(!r.err.empty());
   CHECK(r.err.back() == '\n');
   CHECK(r.err.rfind("error: ", 0) == 0);
