@@ -10,6 +10,7 @@
 #include "experiments/app/experiment_runner.h"
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
+#include "framework/io/config_util.h"
 #include "framework/io/shard_merge.h"
 
 namespace speclab::cli {
@@ -35,8 +36,7 @@ int cmd_merge(const std::vector<std::string>& args) {
   const std::string out = files.front();
   const std::vector<std::string> shards(files.begin() + 1, files.end());
   // The same rule as a run's output.path: the merged file is an experiment file like any other.
-  if (!(out.size() > 3 && out.compare(out.size() - 3, 3, ".h5") == 0) &&
-      !(out.size() > 5 && out.compare(out.size() - 5, 5, ".hdf5") == 0))
+  if (!config::ends_with(out, ".h5") && !config::ends_with(out, ".hdf5"))
     throw Error(ErrorKind::kConfig, "expected a path ending in .h5 or .hdf5, found '" + out + "'", out, "OUT.h5");
   namespace fs = std::filesystem;
   std::error_code ec;

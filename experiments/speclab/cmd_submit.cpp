@@ -65,21 +65,6 @@ void write_script(const std::string& path, const std::string& text) {
   fs::permissions(path, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
 }
 
-// `v` quoted on one line: control characters as \n, \t or \xHH, so an error stays one line.
-std::string printable(const std::string& v) {
-  std::string out = "'";
-  for (unsigned char c : v) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else out += static_cast<char>(c);
-  }
-  return out + "'";
-}
-
 // sbatch --time's formats (sbatch(1)): minutes, minutes:seconds, hours:minutes:seconds,
 // days-hours, days-hours:minutes, days-hours:minutes:seconds, or UNLIMITED / INFINITE (any case)
 // or -1 (no limit), as Slurm's time_str2secs reads them.
@@ -136,12 +121,12 @@ int cmd_submit(const std::vector<std::string>& args) {
                 "command line", "--shards");
   for (const std::string& v : {partition, time_limit})
     if (v.find_first_of(" \t\n\r'\"\\$`;") != std::string::npos)
-      throw Error(ErrorKind::kConfig, "expected a plain Slurm value, found " + printable(v), "command line",
+      throw Error(ErrorKind::kConfig, "expected a plain Slurm value, found '" + v + "'", "command line",
                   v == partition ? "--partition" : "--time");
   if (!time_limit.empty() && !slurm_time_ok(time_limit))
     throw Error(ErrorKind::kConfig,
-                "expected a Slurm time limit (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED), found " +
-                    printable(time_limit),
+                "expected a Slurm time limit (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED), found '" +
+                    time_limit + "'",
                 "command line", "--time");
   validate_threads(threads);
 

@@ -34,9 +34,9 @@ void place_matrix(WeightMatrix& m, const ResolvedPlacement& p) {
   m.type = 0;
 }
 
-// Whether this libtorch multiplies float16 matrices on the CPU (libtorch 1.13 does not:
-// "addmm_impl_cpu_" not implemented for 'Half'; later 2.x releases do). Probed once with a 1 x 1
-// product, so the answer is this build's, whatever its version.
+// Whether this libtorch multiplies float16 matrices on the CPU (libtorch 1.13 has no Half kernel
+// for addmm there and throws; later 2.x releases have one). Probed once with a 1 x 1 product, so
+// the answer is this build's, whatever its version.
 bool cpu_half_matmul_available() {
   static const bool ok = [] {
     try {
