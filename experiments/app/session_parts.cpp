@@ -43,7 +43,7 @@ void check_same_vocabulary(const LoadedModel& draft, const LoadedModel& target) 
               "drafter", "draft_model");
 }
 
-// Loads a trained draft (eagle head, medusa heads, retrieval datastore) with load(). An error
+// Loads a draft (a draft model, an eagle head, medusa heads, a retrieval datastore) with load(). An error
 // that names no field (the file missing or unreadable) is rethrown naming draft_model, and,
 // where no draft_model was given, that `path` is the default one for this target.
 template <class Load>
@@ -90,7 +90,7 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
       check_draft_vocab(d.model.config.vocab_size);
       return ModelDrafter::separate(build_model(d.model, src, o.draft_vocab > 0 ? o.draft_vocab : d.head_vocab), env);
     }
-    LoadedModel loaded = load_model(src);
+    LoadedModel loaded = with_draft_field([&] { return load_model(src); }, path, o);
     if (target != nullptr) check_same_vocabulary(loaded, *target);
     check_draft_vocab(loaded.config.vocab_size);
     return ModelDrafter::separate(build_model(loaded, src, o.draft_vocab), env);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <iostream>
+#include <map>
 
 #include "framework/core/error.h"
 #include "framework/core/model_source.h"
@@ -113,8 +114,37 @@ DrafterOptions DrafterArgs::options() const {
       throw Error(ErrorKind::kConfig, "expected key=value, found '" + kv + "'", "command line", "--param");
     o.params[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  o.validate();
+  named_by_flags([&] { o.validate(); });
   return o;
+}
+
+Error DrafterArgs::flag_error(const Error& e) {
+  static const std::map<std::string, std::string> flags = {
+      {"name", "--drafter"},
+      {"plugin", "--plugin"},
+      {"num_speculative_tokens", "--gamma"},
+      {"max_speculative_tokens", "--gamma"},
+      {"schedule", "--schedule"},
+      {"confidence_threshold", "--confidence-threshold"},
+      {"confidence_from_token", "--confidence-from-token"},
+      {"prompt_lookup_min", "--prompt-lookup-min"},
+      {"prompt_lookup_max", "--prompt-lookup-max"},
+      {"prompt_lookup_first", "--prompt-lookup-first"},
+      {"retrieval_first", "--retrieval-first"},
+      {"fallback_speculative_tokens", "--fallback-gamma"},
+      {"retrieval_min", "--retrieval-min"},
+      {"retrieval_max", "--retrieval-max"},
+      {"draft_layers", "--draft-layers"},
+      {"draft_layers_first", "--draft-layers"},
+      {"draft_model", "--draft-model"},
+      {"draft_model_format", "--draft-format"},
+      {"draft_vocab", "--draft-vocab"},
+      {"params", "--param"},
+  };
+  const auto it = flags.find(e.field());
+  if (it == flags.end()) return e;
+  return Error(e.kind(), e.message(), e.file() == "drafter" || e.file().empty() ? "command line" : e.file(),
+               it->second);
 }
 
 void validate_threads(int threads) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/error.h"
 #include "framework/draft/drafter_options.h"
 #include "framework/io/experiment_summary.h"
 #include "framework/sampling/sampling.h"
@@ -85,7 +86,21 @@ struct DrafterArgs {
   // Without --drafter, a drafter flag given on the command line would be ignored: throws
   // Error(kConfig) naming it. Call after parsing.
   void check_used(const po::variables_map& vm) const;
+  // The options the flags give, validated; an error names the flag ("command line: --gamma: ...").
   DrafterOptions options() const;
+  // Runs make() (creating the drafter) and rethrows an Error that names a drafter option by its
+  // config key (draft_model, draft_vocab, ...) as one naming the flag that set it.
+  template <class Make>
+  auto named_by_flags(Make make) const -> decltype(make()) {
+    try {
+      return make();
+    } catch (const Error& e) {
+      throw flag_error(e);
+    }
+  }
+  // `e` with its field renamed from a DrafterOptions key to its flag (and the file "drafter" to
+  // "command line"); `e` itself when its field is no drafter option.
+  static Error flag_error(const Error& e);
 
  private:
   std::vector<std::string> names_;  // the flags add_to() declared, for check_used()

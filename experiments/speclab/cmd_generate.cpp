@@ -112,7 +112,10 @@ int cmd_generate(const std::vector<std::string>& args) {
   // One Session: the speculative run (or AR without --drafter), then AR for --stats.
   SessionParts parts(m, KvOptions{});  // defaults: 16-token blocks, 2 GiB budget shared by target and draft
   Method method;
-  if (!dargs.drafter.empty()) method = {&parts.add_drafter(dargs.options()), dargs.options()};
+  if (!dargs.drafter.empty()) {
+    const DrafterOptions dopts = dargs.options();
+    method = {dargs.named_by_flags([&] { return &parts.add_drafter(dopts); }), dopts};
+  }
   Session session(*m.model, tok, parts.kv_target());
   PhaseTimer timer;
   ProbabilityLog log;

@@ -125,7 +125,13 @@ int cmd_report(const std::vector<std::string>& args) {
   }
   if (input.empty()) throw Error(ErrorKind::kConfig, "expected an experiment file, found none", "command line", "RESULTS.h5");
   std::error_code ec;
-  if (!fs::is_regular_file(input, ec)) throw Error(ErrorKind::kIo, "expected an existing file, found none", input);
+  const fs::file_status st = fs::status(input, ec);
+  if (fs::is_directory(st))
+    throw Error(ErrorKind::kIo, "expected an experiment HDF5 file, found a directory", input, "RESULTS.h5");
+  if (!fs::is_regular_file(st))
+    throw Error(ErrorKind::kIo, std::string("expected an experiment HDF5 file, found ") +
+                                    (fs::exists(st) ? "a device or other special file" : "no file"),
+                input, "RESULTS.h5");
   const bool given = !out_dir.empty();
   if (!given) out_dir = default_report_dir(input);
   check_report_dir(out_dir, given ? "--out" : "report directory");

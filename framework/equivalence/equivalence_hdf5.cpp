@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "framework/core/error.h"
+#include "framework/io/hdf5_journal.h"
 
 namespace speclab {
 
@@ -324,9 +325,23 @@ void write_equivalence(const std::string& path, const EquivalenceReport& report,
   try {
     H5::Exception::dontPrint();
     bool experiment_file = false;
+    if (present && hdf5_writer_holds(path))
+      throw Error(ErrorKind::kIo, "expected a file no process is writing, found one a running `speclab run` holds; "
+                                  "wait for it to finish or pick another --out", path, "output.path");
+    if (present) recover_hdf5_journal(path);  // a killed run's half-copied commit, before reading the file
     if (present && H5::H5File::isHdf5(path)) {
       H5::H5File f(path, H5F_ACC_RDONLY);
       experiment_file = exists(f, "runs");
+      if (experiment_file && H5Aexists(f.getId(), "name") > 0) {
+        std::string name;
+        H5::Attribute a = f.openAttribute("name");
+        a.read(a.getStrType(), name);
+        if (name != report.name)
+          throw Error(ErrorKind::kConfig,
+                      "expected the experiment file of '" + report.name + "' (the check attaches its results to its "
+                          "own experiment's runs), found the file of experiment '" + name + "'; pick another --out",
+                      path, "output.path");
+      }
     }
     if (experiment_file) {
       H5::H5File f(path, H5F_ACC_RDWR);

@@ -10,8 +10,12 @@
 //                                   the /equivalence group;
 //   it exists, overwrite false   -> Error(kConfig, ..., path, "output.path"), nothing touched;
 //   it exists, overwrite true    -> an experiment file of `speclab run` (it has /runs) keeps
-//                                   everything and gets its /equivalence group replaced; any
-//                                   other file is replaced.
+//                                   everything and gets its /equivalence group replaced, when it
+//                                   is the same experiment's (its root `name` equals the report's;
+//                                   another experiment's is Error(kConfig)); any other file is
+//                                   replaced. A half-copied commit of a killed run is finished
+//                                   first (recover_hdf5_journal), and a file that a running writer
+//                                   holds is Error(kIo).
 #pragma once
 
 #include <string>

@@ -77,6 +77,26 @@ YAML::Node parse_config_root(const std::string& yaml_text, const std::string& so
   return root;
 }
 
+void refuse_other_config_kind(const YAML::Node& root, const YamlOrigin& origin, ConfigKind expected) {
+  static const std::vector<std::string> run_only = {"models", "drafters", "prompts", "sweep", "equivalence"};
+  static const std::vector<std::string> train_only = {"target", "architecture", "head", "train"};
+  const bool want_run = expected == ConfigKind::kExperiment;
+  const std::vector<std::string>& other = want_run ? train_only : run_only;
+  if (!root.IsMap()) return;
+  for (const auto& kv : root) {
+    if (!kv.first.IsScalar()) continue;
+    const std::string key = kv.first.Scalar();
+    if (std::find(other.begin(), other.end(), key) == other.end()) continue;
+    throw Error(ErrorKind::kConfig,
+                want_run ? "expected a `speclab run` / `speclab check` config (models, drafters, prompts, ...), found a "
+                           "`speclab train-draft` config (it has '" + key + "'); train it with `speclab train-draft`"
+                         : "expected a `speclab train-draft` config (target, architecture, data, head, train, output), "
+                           "found a `speclab run` config (it has '" + key + "'); run it with `speclab run`, and see "
+                           "configs/train/ for training configs",
+                origin.where(kv.first), key);
+  }
+}
+
 namespace {
 
 // A drafters entry that writes a key which a drafter.<key> sweep sets on every entry: the value
@@ -202,6 +222,7 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
   using namespace config;
   YamlOrigin origin(source_name);
   YAML::Node root = parse_config_root(yaml_text, source_name, origin, "models, drafters, prompts, ...");
+  refuse_other_config_kind(root, origin, ConfigKind::kExperiment);
   for (const std::string& o : overrides) apply_override(root, o, origin);
 
   ExperimentConfig cfg;

@@ -287,6 +287,14 @@ void collect_paths(const Schema& s, const std::string& prefix, std::vector<std::
   }
 }
 
+// Whether `s` is `tree` or one of its sections' or entries' schemas.
+bool in_tree(const Schema& s, const Schema& tree) {
+  if (&s == &tree) return true;
+  for (const auto& k : tree.keys)
+    if (k.child && in_tree(s, *k.child)) return true;
+  return false;
+}
+
 }  // namespace
 
 std::string unknown_key_message(const std::string& written, const Schema& schema, const std::string& section_path) {
@@ -294,10 +302,14 @@ std::string unknown_key_message(const std::string& written, const Schema& schema
   if (!section_path.empty()) msg += " in " + section_path;
   const std::string near = yaml_util::closest_match(written, schema.all_names());
   if (!near.empty()) return msg + "; did you mean " + squote(near) + "?";
-  std::vector<std::pair<std::string, std::string>> all;
-  collect_paths(top_schema(), "", all);
-  for (const auto& [name, path] : all)
-    if (name == written && path != join_path(section_path, written)) return msg + "; did you mean " + squote(path) + "?";
+  // A key that belongs elsewhere in a run config: only where `schema` is part of one (the
+  // train-draft config's own sections are not, and a run config's paths would mislead there).
+  if (in_tree(schema, top_schema())) {
+    std::vector<std::pair<std::string, std::string>> all;
+    collect_paths(top_schema(), "", all);
+    for (const auto& [name, path] : all)
+      if (name == written && path != join_path(section_path, written)) return msg + "; did you mean " + squote(path) + "?";
+  }
   return msg + "; expected one of: " + schema.key_list();
 }
 

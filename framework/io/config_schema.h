@@ -51,6 +51,15 @@ std::string load_yaml_text(const std::string& path);
 // the text is not YAML or not a map ("expected a map of sections (<sections>)").
 YAML::Node parse_config_root(const std::string& yaml_text, const std::string& source_name, YamlOrigin& origin,
                              const std::string& sections);
+// config_parse.cpp: which command a config file is for, and the top-level keys that only that
+// command's configs have (a run config: models, drafters, prompts, sweep, equivalence; a
+// train-draft config: target, architecture, head, train).
+enum class ConfigKind { kExperiment, kTrainDraft };
+// Error(kConfig) at the first top-level key of `root` that belongs only to the other kind's
+// configs ("expected a `speclab train-draft` config ..., found a `speclab run` config: it has
+// 'drafters'"), before the keys are read, so that the error is not an unknown key with a
+// suggestion from the wrong schema. Nothing when `root` has no such key.
+void refuse_other_config_kind(const YAML::Node& root, const YamlOrigin& origin, ConfigKind expected);
 // The tables `speclab train-draft` reuses (framework/io/train_config.cpp): models.target's and
 // the prompts section's.
 const Table<ModelSource>& model_source_table();

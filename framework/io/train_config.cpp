@@ -181,6 +181,7 @@ TrainDraftConfig load_train_config(const std::string& path, const std::vector<st
   using namespace config;
   YamlOrigin origin(path);
   YAML::Node root = parse_config_root(load_yaml_text(path), path, origin, "target, data, head, train, output");
+  refuse_other_config_kind(root, origin, ConfigKind::kTrainDraft);
   for (const std::string& o : overrides) apply_override(root, o, origin, &train_top_table().schema());
   TrainDraftConfig cfg;
   cfg.source_path = path;

@@ -68,7 +68,7 @@ TEST_CASE("bad inputs that need SmolLM2: exit 2 with one line naming the file an
   }
   SECTION("a draft model with another vocabulary (SmolLM2 for stories260K)") {
     check_bad_input(run_cli(stories({"--drafter", "draft_model", "--draft-model", "smollm2-135m-instruct"})),
-                    {"drafter: draft_model: ", "49152", "512"});
+                    {"command line: --draft-model: ", "49152", "512"});
   }
 }
 

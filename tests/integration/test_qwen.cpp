@@ -369,6 +369,6 @@ TEST_CASE("a draft model with another vocabulary is refused naming both (SmolLM2
   check_bad_input(run_cli({"generate", "--model", "qwen2.5-coder-0.5b-instruct", "--drafter", "draft_model",
                            "--draft-model", "smollm2-135m-instruct", "--prompt", "hi", "-n", "4"},
                           opt),
-                  {"drafter: draft_model: ", "SmolLM2-135M-Instruct.Q4_1.gguf, 49152 tokens",
+                  {"command line: --draft-model: ", "SmolLM2-135M-Instruct.Q4_1.gguf, 49152 tokens",
                    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf, 151936 tokens"});
 }

@@ -19,7 +19,10 @@
 #include <ATen/Parallel.h>
 #include <H5Cpp.h>
 #include <c10/core/InferenceMode.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <limits>
@@ -926,6 +929,48 @@ TEST_CASE("bad input: too few samples, temperature 0, controls without a verifie
     CHECK(e.kind() == ErrorKind::kConfig);
     CHECK(e.field() == "equivalence.samples");
   }
+}
+
+TEST_CASE("write_equivalence attaches its group to its own experiment's file only", "[equivalence][hdf5]") {
+  const fs::path dir = temp_dir();
+  const std::string run_h5 = (dir / "attach_run.h5").string();
+  fs::remove(run_h5);
+  // A stand-in for `speclab run`'s file: /runs and the root `name` attribute are what it reads.
+  const auto make_run_file = [&](const std::string& name) {
+    H5::H5File f(run_h5, H5F_ACC_TRUNC);
+    f.createGroup("runs");
+    H5::StrType t(H5::PredType::C_S1, H5T_VARIABLE);
+    const char* p = name.c_str();
+    f.openGroup("/").createAttribute("name", t, H5::DataSpace(H5S_SCALAR)).write(t, &p);
+  };
+  EquivalenceReport r;
+  r.name = "mine";
+  make_run_file("theirs");
+  try {
+    write_equivalence(run_h5, r, {}, true);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kConfig);
+    CHECK(e.field() == "output.path");
+    CHECK_THAT(e.message(), Contains("experiment 'theirs'") && Contains("'mine'"));
+  }
+  {
+    H5::H5File f(run_h5, H5F_ACC_RDONLY);  // untouched
+    CHECK(H5Lexists(f.getId(), "equivalence", H5P_DEFAULT) == 0);
+  }
+  // A running writer holds an exclusive flock: refused, the file untouched.
+  make_run_file("mine");
+  {
+    const int fd = ::open(run_h5.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+    CHECK_THROWS_WITH(write_equivalence(run_h5, r, {}, true), Contains("running `speclab run`"));
+    ::close(fd);
+  }
+  write_equivalence(run_h5, r, {}, true);
+  H5::H5File f(run_h5, H5F_ACC_RDONLY);
+  CHECK(H5Lexists(f.getId(), "runs", H5P_DEFAULT) > 0);  // the experiment's own data kept
+  CHECK(H5Lexists(f.getId(), "equivalence", H5P_DEFAULT) > 0);
 }
 
 TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, speclab check exit codes",
