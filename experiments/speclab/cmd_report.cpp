@@ -57,11 +57,17 @@ void check_report_dir(const std::string& dir, const std::string& option) {
                     std::string("expected a directory for the report") + (d == p ? "" : " (or a path where one can be created)") +
                         ", found a file that is not a directory at " + d.string(),
                     dir, option);
-      if (::access(d.c_str(), W_OK | X_OK) != 0)
+      // A file made and removed, not access(): root passes access() where writing still fails
+      // (sysfs, procfs, a read-only bind mount checked per operation).
+      std::string probe = (d / ".speclab_report_probe_XXXXXX").string();
+      const int fd = ::mkstemp(probe.data());
+      if (fd < 0)
         throw Error(ErrorKind::kBadInput,
                     "expected a writable directory for the report, cannot write in " + d.string() + ": " +
                         std::strerror(errno),
                     dir, option);
+      ::close(fd);
+      ::unlink(probe.c_str());
       return;
     }
     if (d == d.root_path() || d.parent_path() == d) break;
