@@ -510,6 +510,22 @@ int cmd_bench(const std::vector<std::string>& args) {
                 "expected a prompt shorter than the model context " + std::to_string(c.max_position_embeddings) +
                     ", found " + std::to_string(prefill_len),
                 "command line", "--prefill");
+  // The draft is timed last; a missing or unfit one is found now, not after every other figure
+  // (loaded once to check, then again where it is timed, so that peak RSS stays the target's).
+  if (!draft_model.empty()) {
+    try {
+      const LoadedModel dl = load_model(draft_source_for(m.info, draft_model));
+      if (dl.config.vocab_size != c.vocab_size)
+        throw Error(ErrorKind::kConfig,
+                    "expected a draft model with the target's vocabulary of " + std::to_string(c.vocab_size) +
+                        " tokens (a draft model shares the target's tokenizer), found " +
+                        std::to_string(dl.config.vocab_size),
+                    draft_model);
+    } catch (const Error& e) {
+      throw Error(e.kind(), e.message(), e.file().empty() ? draft_model : e.file(),
+                  e.field().empty() ? "--draft-model" : "--draft-model: " + e.field());
+    }
+  }
   verify_ctx = std::min<int64_t>(verify_ctx, c.max_position_embeddings - 18);
   // Human-readable lines go to stdout unless --json, where one JSON object is printed at the end.
   auto say = [&](const char* fmt, auto... a) {
