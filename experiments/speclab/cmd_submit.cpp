@@ -153,6 +153,9 @@ int cmd_submit(const std::vector<std::string>& args) {
   std::string head = "#!/bin/bash\n";
   if (!partition.empty()) head += "#SBATCH --partition=" + partition + "\n";
   if (!time_limit.empty()) head += "#SBATCH --time=" + time_limit + "\n";
+  // --threads N asks Slurm for N CPUs per task; without it a task runs on what the cluster's
+  // default allocation gives it (its affinity mask: available_cpus()), the same for every task.
+  if (threads > 0) head += "#SBATCH --cpus-per-task=" + std::to_string(threads) + "\n";
   const std::string cwd = absolute(".");
   const std::string shard_script = head +
       "#SBATCH --job-name=" + job_name + "\n"

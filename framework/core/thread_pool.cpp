@@ -1,5 +1,7 @@
 #include "framework/core/thread_pool.h"
 
+#include <sched.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -168,6 +170,17 @@ void set_pool_test_hooks(const PoolTestHooks& hooks) {
   g_before_publish.store(hooks.before_publish);
 }
 
+int available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const unsigned c = std::thread::hardware_concurrency();
+  return c > 0 ? static_cast<int>(c) : 1;
+}
+
 void set_compute_threads(int n) { g_compute_threads.store(n > 0 ? n : 0); }
 
 int compute_threads() {
@@ -176,10 +189,7 @@ int compute_threads() {
   // Read once: glibc's hardware_concurrency() opens and reads /sys/devices/system/cpu/online on
   // every call, and the kernels ask once per matmul and attention call (about 120 times per
   // SmolLM2 decode step, ~7% of the step).
-  static const int hw = [] {
-    const unsigned c = std::thread::hardware_concurrency();
-    return c > 0 ? static_cast<int>(c) : 1;
-  }();
+  static const int hw = available_cpus();
   return hw;
 }
 

@@ -34,8 +34,14 @@ struct PoolTestHooks {
 };
 void set_pool_test_hooks(const PoolTestHooks& hooks);
 
-// Threads the model's kernels use (default: std::thread::hardware_concurrency()). `speclab
-// --threads N` sets it; n <= 0 restores the default.
+// The CPUs this process may run on: its affinity mask's count (what `taskset`, a container's
+// cpuset or a Slurm allocation leaves it), else std::thread::hardware_concurrency(), at least 1.
+// Not the machine's online CPUs: a Slurm task given 2 of a node's 64 CPUs would otherwise start
+// 64 threads on those 2 and record a thread count that differs from node to node.
+int available_cpus();
+
+// Threads the model's kernels use (default: available_cpus(), read once). `speclab --threads N`
+// sets it; n <= 0 restores the default.
 void set_compute_threads(int n);
 int compute_threads();
 

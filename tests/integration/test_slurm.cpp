@@ -15,7 +15,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <thread>
@@ -137,6 +139,13 @@ TEST_CASE("speclab submit --slurm: a 4-shard job array merged equals the unshard
   const Dir dir;
   const std::string out = dir.path + "/sweep.h5", ref = dir.path + "/ref.h5";
   const auto [array, merge] = submit(out, "");
+  {
+    // Without --threads, no CPU request: each task runs on its allocation (available_cpus()).
+    std::ifstream in(dir.path + "/sweep_shards/shards.sh");
+    const std::string script((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(script.find("--cpus-per-task") == std::string::npos);
+    CHECK(script.find("--threads 0 ") != std::string::npos);
+  }
   reference_run(ref, "");  // meanwhile
   REQUIRE(wait_until([&] { return job_gone(array) && job_gone(merge); }, 240));
   INFO("merge job " << merge << ": " << job_state(merge));
@@ -153,8 +162,16 @@ TEST_CASE("speclab submit --slurm: a shard SIGKILLed and resubmitted resumes and
   // mid-shard: with 18 runs of 32 tokens a shard of stories260K took about 0.2 s, less than the
   // kill's own latency on a fast machine, and finished before it (killed.runs.size() was 18).
   const int64_t runs_per_shard = 180;
-  const std::string sets = "--set repeats=40 --set generation.max_new_tokens=128 --set generation.ignore_eos=true";
+  const std::string sets =
+      "--set repeats=40 --set generation.max_new_tokens=128 --set generation.ignore_eos=true --threads 1";
   const auto [array, merge] = submit(out, sets);
+  {
+    // --threads N asks Slurm for N CPUs per task (docs/scale-out.md, "Threads").
+    std::ifstream in(dir.path + "/sweep_shards/shards.sh");
+    const std::string script((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(script.find("#SBATCH --cpus-per-task=1\n") != std::string::npos);
+    CHECK(script.find("--threads 1 ") != std::string::npos);
+  }
   const std::string task = array + "_2", shard = dir.path + "/sweep_shards/shard_2.h5";
   // Kill shard 2 once its file exists (made before its first prompt-run).
   REQUIRE(wait_until([&] { return fs::exists(shard) || job_gone(task); }, 120));

@@ -10,6 +10,8 @@
 #include <memory>
 #include <stdexcept>
 #include <thread>
+
+#include <sched.h>
 #include <vector>
 
 #include "framework/core/thread_pool.h"
@@ -72,9 +74,31 @@ TEST_CASE("parallel_chunks: empty ranges and zero chunk sizes", "[core][threads]
   CHECK(std::count(v.begin(), v.end(), 1) == 10);
 }
 
-TEST_CASE("compute_threads: --threads N sets it, 0 restores the machine's count (read once, stays the same)",
+TEST_CASE("available_cpus: the affinity mask's CPUs, not the machine's", "[core][threads]") {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  REQUIRE(::sched_getaffinity(0, sizeof(all), &all) == 0);
+  CHECK(available_cpus() == CPU_COUNT(&all));
+  CHECK(available_cpus() <= std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+  // A thread pinned to one CPU (as a Slurm task given one CPU, or `taskset -c 0`) sees 1.
+  int seen = -1;
+  std::thread t([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &all)) {
+        CPU_SET(c, &one);
+        break;
+      }
+    if (::sched_setaffinity(0, sizeof(one), &one) == 0) seen = available_cpus();
+  });
+  t.join();
+  CHECK(seen == 1);
+}
+
+TEST_CASE("compute_threads: --threads N sets it, 0 restores the default, available_cpus() (read once)",
           "[core][threads]") {
-  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int hw = available_cpus();
   set_compute_threads(3);
   CHECK(compute_threads() == 3);
   set_compute_threads(0);
