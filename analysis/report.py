@@ -39,7 +39,8 @@ except ImportError as e:  # pragma: no cover - environment problem
     print(f"error: {e}; run with /usr/bin/python3 (Debian python3-h5py, python3-matplotlib)", file=sys.stderr)
     sys.exit(1)
 
-from speclab_h5 import Experiment, SchemaError, compute_summary, efficiency_decomposition, read_table  # noqa: E402
+from speclab_h5 import (Experiment, SchemaError, compute_summary, efficiency_decomposition, read_table,  # noqa: E402
+                        recover_journal)
 
 PARTS = ("draft", "verify", "accept", "kv", "other")
 PART_LABELS = {"draft": "draft (propose)", "verify": "verify (target forward)", "accept": "accept (acceptance/sampling)",
@@ -122,7 +123,14 @@ class Report:
     # ---- plots -------------------------------------------------------------------------------------
 
     def plot_acceptance_by_position(self):
-        rows = self.rows("positions")
+        # Category "" also marks the by-category rows of prompts without a category; the rows over
+        # all prompts come first for each (point, method) (docs/hdf5-schema.md), so keep the first.
+        rows, seen = [], set()
+        for r in self.rows("positions"):
+            key = (int(r["point"]), str(r["method"]), int(r["pos"]))
+            if key not in seen:
+                seen.add(key)
+                rows.append(r)
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
         series: dict[tuple, list] = {}
         for r in rows:
@@ -453,9 +461,10 @@ class Report:
         md.append("\n## Where the time goes\n")
         md.append("Why measured speedup differs from Leviathan's prediction, over the decode phase. A step is one "
                   "target forward; costs are a step's wall time in units of one AR decode step on the same prompts. "
-                  "Measured speedup ≈ τ ÷ cost. The prediction assumes γ drafts every step, each kept with "
-                  "probability α (τ_L = (1−α^(γ+1))/(1−α)), and a verification as cheap as one decode step "
-                  "(cost_L = γc + 1), so efficiency ≈ (τ ÷ τ_L) × (cost_L ÷ cost). Verification of k + 1 tokens "
+                  "Measured speedup ≈ τ ÷ cost. The prediction assumes each step's k drafts (γ, or fewer where "
+                  "a schedule or threshold stopped early) are each kept with probability α "
+                  "(τ_L = (1−α^(k+1))/(1−α), averaged over the steps), and a verification as cheap as one "
+                  "decode step (cost_L = kc + 1, averaged likewise), so efficiency ≈ (τ ÷ τ_L) × (cost_L ÷ cost). Verification of k + 1 tokens "
                   "costs more than one step when a decode step is compute-bound (`speclab bench` measures the "
                   "verification batch cost).\n")
         md.append(self.decomposition_table(efficiency_decomposition(self.exp), with_category=False))
@@ -551,8 +560,13 @@ def input_error(path: str) -> str | None:
         return f"{path}: {expected}, found a file without read permission"
     if os.path.getsize(path) == 0:
         return f"{path}: {expected}, found an empty file"
-    if not h5py.is_hdf5(path):
-        return f"{path}: {expected}, found a file that is not HDF5"
+    try:
+        # Before anything opens it: a commit that a killed run left half-copied (its journal).
+        recover_journal(path)
+        if not h5py.is_hdf5(path):
+            return f"{path}: {expected}, found a file that is not HDF5"
+    except OSError as e:
+        return f"{path}: {expected}, found {type(e).__name__}: {' '.join(str(e).split())}"
     return None
 
 
@@ -579,7 +593,14 @@ def main(argv: list[str]) -> int:
     out = args.out or os.path.join(os.path.dirname(args.input), os.path.splitext(os.path.basename(args.input))[0]
                                    + "_report")
     error = input_error(args.input)
-    if error is None and is_train_log(args.input):
+    train_log = False
+    if error is None:
+        try:
+            train_log = is_train_log(args.input)
+        except OSError as e:  # e.g. a running `speclab run` holds the file (HDF5's lock)
+            detail = " ".join(str(e).split())
+            error = f"{args.input}: expected a readable SpecLab experiment file, found {type(e).__name__}: {detail}"
+    if train_log:
         error = make_out_dir(out)
         if error is not None:
             print(f"error: {error}", file=sys.stderr)

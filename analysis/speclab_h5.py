@@ -98,11 +98,20 @@ def _column(ds: h5py.Dataset, n: int) -> np.ndarray:
     return ds[:n]
 
 
+# Columns added after a table's first version (hdf5_recorder.cpp, ColumnSpec::optional): a file
+# may lack them, or hold them shorter than the table (a file continued by an older build). Their
+# missing tail reads as the default (""), and they never shorten the table, as in SpecLab's reader.
+OPTIONAL_COLUMNS = {"steps": {"source": ""}}
+
+
 def committed_rows(group: h5py.Group) -> int:
-    """min(attribute `complete`, the length of every column)."""
-    n = int(group.attrs.get("complete", 0))
-    for ds in group.values():
-        if isinstance(ds, h5py.Dataset):
+    """min(attribute `complete`, the length of every column but the optional ones)."""
+    if "complete" not in group.attrs:
+        raise SchemaError(f"{group.file.filename}: {group.name}: expected attribute 'complete', found none")
+    optional = OPTIONAL_COLUMNS.get(group.name.rsplit("/", 1)[-1], {}) if group.name.count("/") == 1 else {}
+    n = int(group.attrs["complete"])
+    for name, ds in group.items():
+        if isinstance(ds, h5py.Dataset) and name not in optional:
             n = min(n, ds.shape[0])
     return max(n, 0)
 
@@ -110,7 +119,14 @@ def committed_rows(group: h5py.Group) -> int:
 def read_table(group: h5py.Group, n: int | None = None) -> dict:
     if n is None:
         n = committed_rows(group)
-    return {name: _column(ds, n) for name, ds in group.items() if isinstance(ds, h5py.Dataset)}
+    out = {name: _column(ds, n) for name, ds in group.items() if isinstance(ds, h5py.Dataset)}
+    optional = OPTIONAL_COLUMNS.get(group.name.rsplit("/", 1)[-1], {}) if group.name.count("/") == 1 else {}
+    for name, default in optional.items():
+        col = out.get(name)
+        if col is None or len(col) < n:
+            have = [] if col is None else list(col)
+            out[name] = np.array(have + [default] * (n - len(have)), dtype=object)
+    return out
 
 
 def _select(table: dict, mask: np.ndarray) -> dict:
@@ -255,8 +271,10 @@ def compute_summary(exp: Experiment) -> dict:
             sel = [i for i in range(exp.n_runs) if runs["point"][i] == point and runs["method"][i] == method]
             if not sel:
                 continue
-            for category in [""] + categories:
-                sub = [i for i in sel if category == "" or runs["category"][i] == category]
+            # None: all prompts (the overall table). "" is a category of its own here: the
+            # prompts that have none (inline prompts, JSONL without category_field).
+            for category in [None] + categories:
+                sub = [i for i in sel if category is None or runs["category"][i] == category]
                 if not sub:
                     continue
                 drafted = accepted = examined = emitted = n_steps = 0
@@ -299,7 +317,7 @@ def compute_summary(exp: Experiment) -> dict:
                 speedup = _ratio(ar_wall, spec_wall)
                 tau_l, cost_l = leviathan_mixture(alpha[0], by_k, c)
                 predicted = _ratio(tau_l, cost_l) if by_k else leviathan_speedup(alpha[0], gamma, c)
-                row = dict(point=point, category=category, method=method, drafter=runs["drafter"][sub[0]],
+                row = dict(point=point, category=category or "", method=method, drafter=runs["drafter"][sub[0]],
                            gamma=gamma, n_runs=len(sub), n_steps=n_steps, drafted=drafted, accepted=accepted,
                            examined=examined, alpha=alpha[0], alpha_lo=alpha[1], alpha_hi=alpha[2],
                            tau=_ratio(emitted, n_steps), cost_ratio=c, speedup=speedup,
@@ -307,12 +325,12 @@ def compute_summary(exp: Experiment) -> dict:
                            lossless=-1 if checked == 0 else int(failed == 0))
                 for part in ("draft", "verify", "accept", "kv", "other"):
                     row[f"{part}_seconds"] = float(sum(runs[f"{part}_seconds"][i] for i in sub))
-                table = out["overall"] if category == "" else out["by_category"]
+                table = out["overall"] if category is None else out["by_category"]
                 for col in cols:
                     table[col].append(row[col])
                 for j, (t, h) in enumerate(zip(pos_t, pos_h)):
                     w = wilson(h, t)
-                    for col, v in zip(pcols, (point, category, method, j, t, h, w[0], w[1], w[2])):
+                    for col, v in zip(pcols, (point, category or "", method, j, t, h, w[0], w[1], w[2])):
                         out["positions"][col].append(v)
     return {name: {k: np.array(v, dtype=object if k in ("category", "method", "drafter") else None)
                    for k, v in t.items()} for name, t in out.items()}
@@ -348,7 +366,7 @@ def efficiency_decomposition(exp: Experiment, by_category: bool = False) -> list
             key = (int(runs["prompt"][i]), int(runs["repeat"][i]))
             if runs["point"][i] != point or runs["method"][i] != method or key not in ar:
                 continue
-            if category and runs["category"][i] != category:
+            if by_category and runs["category"][i] != category:
                 continue
             a = ar[key]
             for s in steps_by_run.get(i, []):

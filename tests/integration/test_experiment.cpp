@@ -84,7 +84,7 @@ std::string config_yaml(const std::string& output, const std::string& generation
          "  inline:\n"
          "    - {id: a, category: story, text: \"Once upon a time\"}\n"
          "    - {id: b, category: story, text: \"The little dog saw a big ball\"}\n"
-         "    - {id: c, category: play, text: \"Lily and Tom went to the park\"}\n"
+         "    - {id: c, text: \"Lily and Tom went to the park\"}\n"  // no category: its own by-category rows
          "sweep:\n"
          "  drafter.gamma: [1, 2]\n"
          "warmup: 0\n" + extra +
@@ -295,6 +295,9 @@ TEST_CASE("speclab run: a tiny stories260K experiment, its HDF5 file, summary an
              "for tab in ('overall', 'by_category'):\n"
              "    f, p = e.summary[tab], c[tab]\n"
              "    assert len(f['point']) == len(p['point']) > 0, tab\n"
+             "    if tab == 'by_category':  # one row per (point, drafter, category), prompts without one included\n"
+             "        assert sorted(set(map(str, p['category']))) == ['', 'story'], p['category']\n"
+             "        assert len(p['point']) == 2 * len(c['overall']['point']), len(p['point'])\n"
              "    for col in p:\n"
              "        for a, b in zip(f[col], p[col]):\n"
              "            if isinstance(a, str) or isinstance(b, str):\n"
@@ -302,6 +305,9 @@ TEST_CASE("speclab run: a tiny stories260K experiment, its HDF5 file, summary an
              "            else:\n"
              "                a, b = float(a), float(b)\n"
              "                assert (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-9 * max(1, abs(a)), (tab, col, a, b)\n"
+             "def pos_rows(t):\n"
+             "    return sorted(zip(*(list(map(str, t[k])) for k in ('point', 'category', 'method', 'pos', 'trials', 'successes'))))\n"
+             "assert pos_rows(e.summary['positions']) == pos_rows(c['positions']) != [], 'positions differ'\n"
              "print('summaries agree')\n"
              "# The efficiency decomposition: tau and speedup as in the summary, its two factors\n"
              "# multiply to tau/cost over the prediction, and tau/cost tracks the measured speedup.\n"
