@@ -56,13 +56,21 @@ class PluginBuildLock {
   int fd_ = -1;
 };
 
+// How an out-of-tree plugin finds SpecLab (docs/plugins.md, section 5): through a build
+// directory's SpecLabConfig.cmake (-DSpecLab_DIR, the documented command), or through the
+// checkout (-DSPECLAB_SOURCE_DIR).
+enum class PluginRoute { kBuildDir, kSourceDir };
+
 // Configures and builds experiments/plugins/<example> into kPluginOut/<build_name> against this
-// checkout (-DSPECLAB_SOURCE_DIR); returns the build directory. Call under a PluginBuildLock.
-inline std::string build_example_plugin(const std::string& example, const std::string& build_name) {
+// checkout or this build; returns the build directory. Call under a PluginBuildLock.
+inline std::string build_example_plugin(const std::string& example, const std::string& build_name,
+                                        PluginRoute route = PluginRoute::kSourceDir) {
   const std::string source = std::string(SPECLAB_SOURCE_DIR);
   const std::string build = kPluginOut + "/" + build_name;
-  run_or_throw("cmake -S " + sh_quote(source + "/experiments/plugins/" + example) + " -B " + sh_quote(build) +
-                   " -DSPECLAB_SOURCE_DIR=" + sh_quote(source) + " && cmake --build " + sh_quote(build),
+  const std::string find = route == PluginRoute::kBuildDir ? " -DSpecLab_DIR=" + sh_quote(SPECLAB_BINARY_DIR)
+                                                           : " -DSPECLAB_SOURCE_DIR=" + sh_quote(source);
+  run_or_throw("cmake -S " + sh_quote(source + "/experiments/plugins/" + example) + " -B " + sh_quote(build) + find +
+                   " && cmake --build " + sh_quote(build),
                kPluginOut + "/" + build_name + ".log");
   return build;
 }

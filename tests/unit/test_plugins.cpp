@@ -80,7 +80,9 @@ Fixtures build_all() {
   const testing::PluginBuildLock lock;
   Fixtures f;
   // What a user types (docs/plugins.md), with the build directory under the test's build tree.
-  f.example = testing::build_example_plugin("example_drafter", "example") + "/repeat_last_n.so";
+  // As docs/plugins.md shows it: against the build directory (-DSpecLab_DIR).
+  f.example = testing::build_example_plugin("example_drafter", "example", testing::PluginRoute::kBuildDir) +
+              "/repeat_last_n.so";
 
   f.bad_abi = kOut + "/bad_abi_drafter.so";
   build_fixture("bad_abi_drafter", "", f.bad_abi);
