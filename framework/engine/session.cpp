@@ -113,12 +113,15 @@ void Session::begin(const Request& request) {
     std::vector<float> scratch;
     emit(s, pick_token(logits.data_ptr<float>(), c.vocab_size, s.req.sampling, s.rng, scratch));
   });
-  if (Drafter* d = s.req.method.drafter)
+  note_kv_peak(s);  // a run may end on its first token
+  if (Drafter* d = s.req.method.drafter) {
     phase(Phase::kDraftBegin, [&] {
       d->begin(s.id(), s.req.prompt);
       s.drafter_begun = true;
       pass_hidden(s, 0);
     });
+    note_kv_peak(s);  // a draft model's own prefill
+  }
 }
 
 bool Session::done() const { return !seq_ || seq_->done; }
@@ -137,6 +140,7 @@ SpecStep Session::step() {
 
   // 2. reserve the k + 1 slots of the pass, so that verification never allocates
   phase(Phase::kReserve, [&] { kv_.kv->reserve(s.id(), k + 1); });
+  note_kv_peak(s);  // the pass's k + 1 rows, and whatever the drafter holds for its drafts
 
   // 3. one target forward over [pending, drafts] at positions [n, n + k], n = the KV length
   TokenList input(1, s.tokens.back());
@@ -167,9 +171,13 @@ SpecStep Session::step() {
 DraftBlock Session::propose(Sequence& s) {
   Drafter* drafter = s.req.method.drafter;
   const ModelConfig& c = target_.config();
+  // k drafts write positions [n, n + k] and, all kept, emit k + 1 tokens. Both limits leave room
+  // for the last of them: max_new_tokens counts emitted tokens; the context holds prompt +
+  // generated tokens (StopCriteria), n + 1 of them before the step, n + k + 2 after it, so a
+  // draft beyond k = context - n - 2 would be verified only for its token to be cut off.
   const int64_t n = kv_.kv->length(s.id());
   const int64_t room =
-      std::min<int64_t>(s.req.generation.max_new_tokens - s.stop.n_generated(), c.max_position_embeddings - n) - 1;
+      std::min<int64_t>(s.req.generation.max_new_tokens - s.stop.n_generated(), c.max_position_embeddings - n - 1) - 1;
   const int max_k = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(s.policy.next(), room)));
   if (!drafter || max_k == 0) return {};
   DraftContext ctx;
@@ -241,6 +249,11 @@ void Session::commit(Sequence& s, int drafted, const Verdict& v) {
   SPECLAB_CHECK(kv.commit(s.id(), drafted + 1) == KvStatus::kOk, "commit of the verified positions");
   SPECLAB_CHECK(kv.truncate(s.id(), n + 1 + v.n_accepted) == KvStatus::kOk, "rollback of the rejected drafts");
   if (Drafter* d = s.req.method.drafter) d->accept(s.id(), v.n_accepted);
+  note_kv_peak(s);
+}
+
+void Session::note_kv_peak(Sequence& s) {
+  const KvCacheManager& kv = *kv_.kv;
   s.res.kv_peak_bytes = std::max(s.res.kv_peak_bytes, kv.bytes_used());
   s.res.kv_seq_peak_bytes = std::max(s.res.kv_seq_peak_bytes, kv.usage(s.id()).bytes_referenced);
 }

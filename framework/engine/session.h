@@ -110,6 +110,8 @@ class Session {
                  SpecStep& record);
   void commit(Sequence& s, int drafted, const Verdict& v);
   void emit(Sequence& s, Token t);
+  // The KV manager's bytes in use (all pools) and the target sequence's, into the result's peaks.
+  void note_kv_peak(Sequence& s);
 
   const Model& target_;
   const TokenDecoder& decoder_;

@@ -11,7 +11,8 @@ namespace speclab {
 
 struct SpecStep {
   int32_t drafted = 0;                // k: draft tokens proposed (after the length policy)
-  int32_t accepted = 0;               // n: draft tokens kept (0 <= n <= k)
+  int32_t accepted = 0;               // n: draft tokens kept (0 <= n <= k), by the verification:
+                                      // EOS or a stop string may end the output before all of them
   uint8_t bonus = 0;                  // 1 when all k were kept and a bonus token was sampled from p
   std::vector<float> p;               // [k] target probability of each draft token
   std::vector<float> q;               // [k] draft probability (1 for deterministic drafters)

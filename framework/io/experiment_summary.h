@@ -11,8 +11,9 @@
 //             (Wilson 1927) over the examined positions as Bernoulli trials.
 //   alpha[i]  the same, conditional on reaching draft position i (0-based): trials = steps with
 //             k > i and n >= i, successes = steps with n > i.
-//   tau       mean accepted length: emitted tokens per verification forward, mean of (n + 1)
-//             over the steps (SpecResult::mean_accepted_length).
+//   tau       mean accepted length: tokens per verification forward, mean of (n + 1) over the
+//             steps (SpecResult::mean_accepted_length): what the verification kept, also on a
+//             run's last step when EOS or a stop string cut some of them from the output.
 //   c         cost ratio: (draft seconds / drafted tokens) / (seconds per AR decode forward),
 //             the AR time per token being the ar runs' decode_seconds / (target_forwards - 1).
 //   speedup   measured, decode phase: sum of ar (wall - prefill) seconds / sum of speculative

@@ -718,6 +718,70 @@ TEST_CASE("the drafter's begin() is timed as prompt processing, apart from the d
   CHECK(ar.draft_prefill_seconds == 0.0);
 }
 
+TEST_CASE("at the context's end every verified token is emitted, and the KV peaks count the prefill",
+          "[spec][context][kv]") {
+  c10::InferenceMode guard;
+  Stories& s = stories();
+  const int64_t context = s.model->config().max_position_embeddings;
+  // A prompt 7 tokens short of the context; the model drafting for itself keeps every draft, so
+  // the steps run into the context with whole blocks.
+  TokenList ids;
+  while (static_cast<int64_t>(ids.size()) < context - 7) {
+    for (Token t : s.info.tokenizer->encode("Once upon a time, there was a little girl named Lily.", false))
+      ids.push_back(t);
+  }
+  ids.resize(static_cast<size_t>(context - 7));
+  DrafterOptions o;
+  o.name = "draft_model";
+  o.draft_model = stories_path();
+  o.num_speculative_tokens = 8;
+  o.max_speculative_tokens = 8;
+  KvOptions kvo;
+  kvo.budget_bytes = 64 << 20;
+  for (const int64_t max_new : {int64_t{7}, int64_t{20}}) {  // 7: the limit and the context meet; 20: the context stops it
+    INFO("max_new_tokens " << max_new);
+    KvCacheManager kv(kvo);
+    const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
+    DrafterEnv env{s.model.get(), &kv, pool, s.model->config().vocab_size};
+    auto drafter = drafter_registry().create(o, env);
+    GenerationOptions gen;
+    gen.max_new_tokens = max_new;
+    const SpecResult r =
+        generate_speculative(*s.model, *s.info.tokenizer, ids, gen, SamplingOptions{}, *drafter, o, {&kv, pool});
+    const GenerationResult ar =
+        generate_ar(*s.model, *s.info.tokenizer, ids, gen, SamplingOptions{}, KvMode::kCached, {}, {&kv, pool});
+    CHECK(r.tokens == ar.tokens);
+    REQUIRE(r.tokens.size() == 7);
+    // The prefill's token, then n + 1 per step: no step verified a draft whose token the context
+    // cut off (before the fix, the last step drafted one more and its bonus token was dropped).
+    int64_t yielded = 1;
+    for (const SpecStep& st : r.steps) yielded += st.accepted + 1;
+    CHECK(yielded == static_cast<int64_t>(r.tokens.size()));
+  }
+  // One new token: the peaks are the prefill's (they were sampled only after decode steps: 0).
+  for (const bool with_drafter : {false, true}) {
+    INFO((with_drafter ? "draft_model" : "AR"));
+    KvCacheManager kv(kvo);
+    const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
+    DrafterEnv env{s.model.get(), &kv, pool, s.model->config().vocab_size};
+    GenerationOptions gen;
+    gen.max_new_tokens = 1;
+    const TokenList prompt(ids.begin(), ids.begin() + 100);
+    GenerationResult r;
+    if (with_drafter) {
+      auto drafter = drafter_registry().create(o, env);
+      r = generate_speculative(*s.model, *s.info.tokenizer, prompt, gen, SamplingOptions{}, *drafter, o, {&kv, pool});
+    } else {
+      r = generate_ar(*s.model, *s.info.tokenizer, prompt, gen, SamplingOptions{}, KvMode::kCached, {}, {&kv, pool});
+    }
+    CHECK(r.tokens.size() == 1);
+    CHECK(r.kv_seq_peak_bytes > 0);
+    // The draft model's prefilled prompt is counted too (its own pool).
+    if (with_drafter) CHECK(r.kv_peak_bytes > r.kv_seq_peak_bytes);
+    else CHECK(r.kv_peak_bytes == r.kv_seq_peak_bytes);
+  }
+}
+
 TEST_CASE("drafter bad input gives clear errors", "[spec][bad-input]") {
   Stories& s = stories();
   KvOptions kvo;
