@@ -74,10 +74,12 @@ std::string detect_format(const std::string& path) {
 
 }  // namespace
 
+std::string shared_data_dir() { return env_or("SPECLAB_SHARED_DIR", SPECLAB_SHARED_DIR); }
+
 ModelSource resolve_model_source(const ModelSource& in) {
   ModelSource s = in;
   const std::string models_dir = env_or("SPECLAB_MODELS_DIR", std::string(SPECLAB_SOURCE_DIR) + "/.cache/models");
-  const std::string shared_dir = env_or("SPECLAB_SHARED_DIR", SPECLAB_SHARED_DIR);
+  const std::string shared_dir = shared_data_dir();
   // A named entry fixes its format; a different explicit format is an error, not ignored.
   auto named = [&](const std::string& format) {
     if (in.format != "auto" && in.format != format)

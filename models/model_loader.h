@@ -19,6 +19,9 @@
 
 namespace speclab {
 
+// The shared data directory beside the checkout (models/stories260K, datasets/): $SPECLAB_SHARED_DIR,
+// else the build's default (SPECLAB_SHARED_DIR, ../shared of the source tree).
+std::string shared_data_dir();
 
 // Resolves a named entry to a concrete source (no-op for plain paths).
 ModelSource resolve_model_source(const ModelSource& source);

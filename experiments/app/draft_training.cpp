@@ -19,8 +19,10 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <vector>
 
+#include "experiments/app/evaluation_sets.h"
 #include "experiments/app/experiment_runner.h"
 #include "framework/core/error.h"
 #include "framework/core/token_tensor.h"
@@ -612,6 +614,26 @@ void check_train_outputs(const TrainDraftConfig& c) {
                 c.data.cache_dir, "data.cache_dir");
 }
 
+// Every training prompt against the evaluation sets' texts (experiments/app/evaluation_sets.h);
+// Error(kConfig, config, "data.prompts") naming the first that contains one. Returns what was
+// checked, for the run's closing lines.
+std::string check_outside_evaluation_sets(const TrainDraftConfig& c, const std::vector<Prompt>& prompts) {
+  const std::string dir = (fs::path(shared_data_dir()) / "datasets").string();
+  const EvaluationSets sets = EvaluationSets::load(dir);
+  for (const Prompt& p : prompts) {
+    const std::optional<EvaluationText> hit = sets.find(p.text);
+    if (!hit) continue;
+    const std::string head = hit->text.size() > 60 ? hit->text.substr(0, 57) + "..." : hit->text;
+    throw Error(ErrorKind::kConfig,
+                "expected training prompts outside the evaluation sets, found prompt " + p.id + " containing " +
+                    hit->set + " " + hit->id + " (\"" + head + "\"): a draft trained on it would flatter every "
+                    "figure measured on " + hit->set,
+                c.source_path, "data.prompts");
+  }
+  return "checked " + std::to_string(prompts.size()) + " training prompts against " + sets.describe() +
+         " (" + dir + "): none contains one";
+}
+
 }  // namespace
 
 TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const TrainDraftProgress& progress,
@@ -630,9 +652,14 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   pc.source_path = c.source_path;
   pc.prompts = c.data.prompts;
   const std::vector<Prompt> prompts = load_prompts(pc);
+  const std::string evaluation_check = check_outside_evaluation_sets(c, prompts);
   const std::string key = cache_key(c, hash, prompts);
   fs::create_directories(c.data.cache_dir);
-  if (retrieval) return build_datastore(c, *target, prompts, key, hash, progress);
+  if (retrieval) {
+    TrainDraftResult r = build_datastore(c, *target, prompts, key, hash, progress);
+    r.evaluation_check = evaluation_check;
+    return r;
+  }
   const bool distill = c.architecture == "draft_model";
   const TargetTensors frozen = target_tensors(target->info, distill ? c.head.draft_layers : std::vector<int64_t>{});
   for (int64_t l : c.head.aux_layers)
@@ -688,6 +715,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
               : head_vocab_ids(train.target_top1, frozen.config.vocab_size, c.head.vocab_top_n);
 
   TrainDraftResult r;
+  r.evaluation_check = evaluation_check;
   r.data_seconds = since(t_data);
   r.train_pairs = train.n_pairs();
   r.validation_pairs = val.n_pairs();

@@ -62,6 +62,9 @@ struct TrainDraftResult {
   std::vector<double> first_step_topk;
   int64_t train_pairs = 0, validation_pairs = 0, steps = 0;
   bool stopped = false;  // stop_after ended the run: a checkpoint, no draft (path is empty)
+  // What the training prompts were checked against (EvaluationSets): "checked N training prompts
+  // against MT-bench (160 texts), ...: none contains one". A prompt that contains one is an error.
+  std::string evaluation_check;
 };
 
 // resume: continue from config.output.checkpoint (Error(kBadInput) naming it when it is corrupt

@@ -51,6 +51,7 @@ int cmd_train_draft(const std::vector<std::string>& args) {
   };
   const TrainDraftResult r = train_draft(c, resume, progress, stop_after);
   if (!quiet) std::cerr << "\n";
+  std::printf("%s\n", r.evaluation_check.c_str());
   if (r.stopped) {
     std::printf("stopped after %lld steps: checkpoint %s (continue with --resume); no draft written yet\n",
                 static_cast<long long>(r.steps), c.output.checkpoint.c_str());

@@ -27,6 +27,7 @@
 
 #include "experiments/app/draft_training.h"
 #include "experiments/app/equivalence_runner.h"
+#include "experiments/app/evaluation_sets.h"
 #include "experiments/app/experiment_runner.h"
 #include "experiments/app/session_parts.h"
 #include "framework/core/token_tensor.h"
@@ -290,6 +291,70 @@ TEST_CASE("train-draft refuses training prompts from an evaluation set", "[train
   const Error e = test::catch_error([] { load_train_config(write_config("eval", 10, "mt_bench_questions.jsonl").string()); });
   CHECK(e.kind() == ErrorKind::kConfig);
   CHECK_THAT(e.what(), Catch::Contains("evaluation set") && Catch::Contains("MT-bench"));
+}
+
+TEST_CASE("train-draft refuses training prompts that contain an evaluation set's text, whatever the file's name",
+          "[train]") {
+  // The real evaluation files (../shared/datasets): a GSM8K test question inside a template, an
+  // MT-bench first turn with its whitespace changed, a HumanEval prompt as it is.
+  const fs::path datasets = fs::path(shared_data_dir()) / "datasets";
+  auto first_line_field = [&](const std::string& file, const std::string& field) {
+    std::ifstream in(datasets / file);
+    std::string line;
+    REQUIRE(std::getline(in, line));
+    return nlohmann::json::parse(line).at(field).get<std::string>();
+  };
+  const std::string gsm8k = first_line_field("gsm8k_test.jsonl", "question");
+  std::string mt_bench;
+  {
+    std::ifstream in(datasets / "mt_bench_questions.jsonl");
+    std::string line;
+    REQUIRE(std::getline(in, line));
+    mt_bench = nlohmann::json::parse(line).at("turns").at(0).get<std::string>();
+  }
+  std::string spaced;  // every space doubled, a newline at the end
+  for (char ch : mt_bench) spaced += ch == ' ' ? std::string("  ") : std::string(1, ch);
+  spaced += "\n";
+  struct Case {
+    std::string text, set;
+  };
+  const std::vector<Case> cases = {{"Solve this: " + gsm8k + " Think step by step.", "GSM8K test"},
+                                   {spaced, "MT-bench"}};
+  for (const Case& k : cases) {
+    INFO(k.set);
+    fs::create_directories(kDir);
+    {
+      std::ofstream p(kDir / "innocent_name.jsonl");
+      p << "{\"prompt\": \"Once upon a time\"}\n" << nlohmann::json{{"prompt", k.text}}.dump() << "\n";
+    }
+    const TrainDraftConfig c = load_train_config(write_config("overlap", 10, "innocent_name.jsonl").string());
+    const Error e = test::catch_error([&] { train_draft(c, false); });
+    CHECK(e.kind() == ErrorKind::kConfig);
+    CHECK(e.field() == "data.prompts");
+    CHECK_THAT(e.message(), Catch::Contains("expected training prompts outside the evaluation sets") &&
+                                Catch::Contains("innocent_name.jsonl:2") && Catch::Contains(k.set));
+  }
+  // The default training data contains none of them (make draft-model must run): every alpaca
+  // and GSM8K-train prompt passes, and the three sets were read.
+  const EvaluationSets sets = EvaluationSets::load(datasets.string());
+  CHECK(sets.missing().empty());
+  CHECK_THAT(sets.describe(), Catch::Contains("MT-bench (160 texts)") && Catch::Contains("HumanEval (164 texts)") &&
+                                  Catch::Contains("GSM8K test (1319 texts)"));
+  for (const auto& [file, field] : std::vector<std::pair<std::string, std::string>>{
+           {"alpaca_5000.jsonl", "prompt"}, {"gsm8k_train.jsonl", "question"}}) {
+    std::ifstream in(datasets / file);
+    std::string line;
+    int64_t n = 0, hits = 0;
+    while (std::getline(in, line)) {
+      ++n;
+      hits += sets.find(nlohmann::json::parse(line).at(field).get<std::string>()).has_value();
+    }
+    INFO(file);
+    CHECK(n > 1000);
+    CHECK(hits == 0);
+  }
+  CHECK(sets.find(gsm8k).has_value());
+  CHECK_FALSE(sets.find(gsm8k.substr(0, gsm8k.size() / 2)).has_value());  // a part of one is not the question
 }
 
 TEST_CASE("train-draft refuses an output it could not write before loading anything, naming the key", "[train]") {
