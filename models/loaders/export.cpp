@@ -81,8 +81,16 @@ void export_gguf_layers(const std::string& source_path, const std::string& out_p
     if (key == count_key) {
       meta.emplace_back(key, GgufValue::u32(static_cast<uint32_t>(layers.size())));
     } else if (key == "general.name") {
-      meta.emplace_back(key, GgufValue::str(value.s + " (layers " + std::to_string(layers.front()) + ".." +
-                                            std::to_string(layers.back()) + " of " + std::to_string(n_layers) + ")"));
+      // The blocks kept, as runs: "0-5", "0,2,4,29" ("0..29" named every block in between).
+      std::string kept;
+      for (size_t i = 0; i < layers.size();) {
+        size_t j = i;
+        while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+        kept += (kept.empty() ? "" : ",") + std::to_string(layers[i]) +
+                (j > i ? "-" + std::to_string(layers[j]) : std::string());
+        i = j + 1;
+      }
+      meta.emplace_back(key, GgufValue::str(value.s + " (layers " + kept + " of " + std::to_string(n_layers) + ")"));
     } else {
       meta.emplace_back(key, value);
     }

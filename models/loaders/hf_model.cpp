@@ -171,6 +171,44 @@ std::string arch_list() {
   return s;
 }
 
+// transformers v5 writes RoPE's settings as one object, `rope_parameters` ({"rope_theta": ...,
+// "rope_type": "default", ...}), where v4 wrote a top-level `rope_theta` and `rope_scaling`. Its
+// theta, or the top-level one (default 10000, transformers' default); both present must agree.
+// A type other than default (scaling), or per-layer-type parameters, is Error(kUnsupported).
+double read_rope_theta(const Fields& f) {
+  const double top = f.number_or("rope_theta", 10000.0);
+  const json* rp = f.get("rope_parameters");
+  if (!rp) return top;
+  if (!rp->is_object())
+    throw Error(ErrorKind::kBadInput, "expected an object, found " + describe(*rp), f.file(), "rope_parameters");
+  for (const char* k : {"rope_type", "type"}) {
+    const auto it = rp->find(k);
+    if (it == rp->end()) continue;
+    const std::string type = it->is_string() ? it->get<std::string>() : it->dump();
+    if (type != "default")
+      throw Error(ErrorKind::kUnsupported,
+                  "RoPE scaling is not supported (expected rope_type 'default', found '" + type + "': " + rp->dump() +
+                      ")",
+                  f.file(), "rope_parameters");
+  }
+  for (const auto& item : rp->items())
+    if (item.value().is_object())
+      throw Error(ErrorKind::kUnsupported,
+                  "RoPE parameters per layer type are not supported (expected one set, found '" + item.key() +
+                      "': " + item.value().dump() + ")",
+                  f.file(), "rope_parameters");
+  const auto it = rp->find("rope_theta");
+  if (it == rp->end()) return top;
+  if (!it->is_number())
+    throw Error(ErrorKind::kBadInput, "expected number, found " + describe(*it), f.file(), "rope_parameters.rope_theta");
+  const double theta = it->get<double>();
+  if (f.get("rope_theta") && theta != top)
+    throw Error(ErrorKind::kBadInput,
+                "expected the top-level rope_theta's value, " + json(top).dump() + ", found " + json(theta).dump(),
+                f.file(), "rope_parameters.rope_theta");
+  return theta;
+}
+
 void check_rope_scaling(const Fields& f) {
   const json* rs = f.get("rope_scaling");
   if (!rs) return;
@@ -356,7 +394,7 @@ HfConfig read_hf_config(const std::string& config_path, const std::string& gener
                 "num_attention_heads");
   c.head_dim = f.integer_or("head_dim", c.hidden_size / c.num_attention_heads);
   c.max_position_embeddings = f.integer("max_position_embeddings");
-  c.rope_theta = f.number_or("rope_theta", 10000.0);
+  c.rope_theta = read_rope_theta(f);
   c.rms_norm_eps = f.number_or("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = f.boolean_or("tie_word_embeddings", false);
   const std::string arch_name = arch->name;

@@ -104,6 +104,16 @@ TEST_CASE("speclab export: SmolLM2 layers 0-1 as Q8_0, then generate from it", "
 
   const GgufFile g = read_gguf(out);
   CHECK(g.get_int("llama.block_count") == 2);
+  const std::string name = g.get_string("general.name", "");
+  CHECK(name.size() > std::string(" (layers 0-1 of 30)").size());
+  CHECK(name.compare(name.size() - 19, 19, " (layers 0-1 of 30)") == 0);
+  // Blocks that are not one run are listed as they are (a range would name every block between).
+  const std::string sparse = t.at("smollm2_layers_sparse.gguf");
+  REQUIRE(run_cli({"export", "--model", kSmolLM2, "--layers", "0,2,3,29", "--type", "q8_0", "--out", sparse}).exit_code ==
+          0);
+  const std::string sparse_name = read_gguf(sparse).get_string("general.name", "");
+  CHECK(sparse_name.find(" (layers 0,2-3,29 of 30)") != std::string::npos);
+  fs::remove(sparse);
   CHECK(g.find_tensor("blk.1.attn_q.weight") != nullptr);
   CHECK(g.find_tensor("blk.2.attn_q.weight") == nullptr);
   CHECK(g.find_tensor("blk.0.ffn_up.weight")->type == static_cast<uint32_t>(GgmlType::Q8_0));

@@ -740,6 +740,33 @@ TEST_CASE("bad HF directories give errors naming file and field", "[safetensors]
     CHECK_THAT(load_error(&kind), Catch::Contains("config.json: rope_scaling") && Catch::Contains("llama3"));
     CHECK(kind == ErrorKind::kUnsupported);
   }
+  SECTION("transformers v5's rope_parameters: its theta is read, scaling and per-layer-type sets refused") {
+    rewrite_config(dir, [](json& j) {
+      j.erase("rope_theta");
+      j["rope_parameters"] = {{"rope_theta", 250000.0}, {"rope_type", "default"}};
+    });
+    CHECK(load_hf_dir(dir.str()).config.rope_theta == 250000.0);  // was 10000: the key was not read
+    rewrite_config(dir, [](json& j) { j["rope_theta"] = 250000.0; });  // both, agreeing
+    CHECK(load_hf_dir(dir.str()).config.rope_theta == 250000.0);
+    rewrite_config(dir, [](json& j) { j["rope_theta"] = 100000.0; });  // both, disagreeing
+    CHECK_THAT(load_error(&kind), Catch::Contains("config.json: rope_parameters.rope_theta") &&
+                                      Catch::Contains("100000") && Catch::Contains("250000"));
+    rewrite_config(dir, [](json& j) {
+      j.erase("rope_theta");
+      j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "llama3"}, {"factor", 32.0}};
+    });
+    CHECK_THAT(load_error(&kind), Catch::Contains("config.json: rope_parameters") && Catch::Contains("llama3"));
+    CHECK(kind == ErrorKind::kUnsupported);
+    rewrite_config(dir, [](json& j) {
+      j["rope_parameters"] = {{"full_attention", {{"rope_theta", 1e6}, {"rope_type", "default"}}},
+                              {"sliding_attention", {{"rope_theta", 1e4}, {"rope_type", "default"}}}};
+    });
+    CHECK_THAT(load_error(&kind), Catch::Contains("config.json: rope_parameters") &&
+                                      Catch::Contains("per layer type") && Catch::Contains("full_attention"));
+    CHECK(kind == ErrorKind::kUnsupported);
+    rewrite_config(dir, [](json& j) { j["rope_parameters"] = 3; });
+    CHECK_THAT(load_error(), Catch::Contains("config.json: rope_parameters: expected an object"));
+  }
   SECTION("hidden_act other than silu") {
     rewrite_config(dir, [](json& j) { j["hidden_act"] = "gelu"; });
     CHECK_THAT(load_error(&kind), Catch::Contains("config.json: hidden_act") && Catch::Contains("gelu"));
