@@ -58,6 +58,8 @@ std::string env_or(const char* name, const std::string& fallback) {
 
 std::string detect_format(const std::string& path) {
   if (is_dir(path)) return "safetensors";
+  // model.safetensors (or a shard) of an HF checkpoint: the loader names the directory to pass.
+  if (ends_with(path, ".safetensors")) return "safetensors";
   if (ends_with(path, ".gguf")) return "gguf";
   if (ends_with(path, ".bin")) return "llama2c";
   // Fall back to the magic bytes.

@@ -441,8 +441,17 @@ HfConfig read_hf_config(const std::string& config_path, const std::string& gener
 
 LoadedModel load_hf_dir(const std::string& dir) {
   struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw Error(ErrorKind::kIo, "expected an HF checkpoint directory, found none", dir);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    // A file of the checkpoint given for the checkpoint: name its directory.
+    const size_t slash = dir.find_last_of('/');
+    const std::string parent = slash == std::string::npos ? "." : dir.substr(0, slash);
+    const bool in_checkpoint = ::stat(dir.c_str(), &st) == 0 && file_exists(join(parent, "config.json"));
+    throw Error(ErrorKind::kIo,
+                in_checkpoint ? "expected an HF checkpoint directory, found one of its files; pass the directory (" +
+                                    parent + ")"
+                              : std::string("expected an HF checkpoint directory, found none"),
+                dir);
+  }
   const std::string config_path = join(dir, "config.json");
   if (!file_exists(config_path))
     throw Error(ErrorKind::kIo, "missing config.json (expected an HF checkpoint directory)", config_path);
