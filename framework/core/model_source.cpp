@@ -10,13 +10,18 @@ namespace {
 
 // Error(kConfig, "model", key) unless `value` is one of `allowed`.
 void require_one_of(const std::string& value, const std::vector<std::string>& allowed, const char* key) {
-  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
-  std::string list;
-  for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
-  throw Error(ErrorKind::kConfig, "expected one of " + list + ", found '" + value + "'", "model", key);
+  const std::string why = not_one_of(value, allowed);
+  if (!why.empty()) throw Error(ErrorKind::kConfig, why, "model", key);
 }
 
 }  // namespace
+
+std::string not_one_of(const std::string& value, const std::vector<std::string>& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return {};
+  std::string list;
+  for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  return "expected one of " + list + ", found '" + value + "'";
+}
 
 const std::vector<std::string>& ModelSource::formats() {
   static const std::vector<std::string> v = {"auto", "gguf", "safetensors", "llama2c", "random"};

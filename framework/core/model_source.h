@@ -49,6 +49,10 @@ struct ModelSource {
 // Whether `d` names a device: "cpu", "cuda" or "cuda:N" (N up to three digits).
 bool valid_device(const std::string& d);
 
+// "" when `value` is one of `allowed`, else "expected one of a, b, c, found '<value>'" (what
+// ModelSource::validate() says for each of its lists; DrafterOptions for draft_model_format).
+std::string not_one_of(const std::string& value, const std::vector<std::string>& allowed);
+
 // A named entry: a short name for a model that scripts/setup.sh installs under .cache/models (or
 // that ../shared holds). models/model_loader.h resolves it to a file; the config loader keeps it
 // as written instead of resolving it against the YAML file's directory.

@@ -1,7 +1,5 @@
 #include "framework/draft/drafter_options.h"
 
-#include <algorithm>
-
 #include "framework/core/error.h"
 #include "framework/core/model_source.h"
 
@@ -47,14 +45,8 @@ void DrafterOptions::validate() const {
   if (retrieval_min < 1 || retrieval_min > retrieval_max)
     bad("retrieval_min", "expected 1 <= retrieval_min <= retrieval_max <= 64, found " + std::to_string(retrieval_min) +
                              " and " + std::to_string(retrieval_max));
-  {
-    const std::vector<std::string>& formats = ModelSource::formats();
-    if (std::find(formats.begin(), formats.end(), draft_model_format) == formats.end()) {
-      std::string list;
-      for (const std::string& f : formats) list += (list.empty() ? "" : ", ") + f;
-      bad("draft_model_format", "expected one of " + list + ", found '" + draft_model_format + "'");
-    }
-  }
+  if (const std::string why = not_one_of(draft_model_format, ModelSource::formats()); !why.empty())
+    bad("draft_model_format", why);
   if (draft_vocab < 0) bad("draft_vocab", "expected >= 0 (0 = the whole vocabulary), found " + std::to_string(draft_vocab));
   if (draft_layers_first < 0) bad("draft_layers_first", "expected >= 0, found " + std::to_string(draft_layers_first));
   if (!draft_layers.empty() && draft_layers_first > 0)
