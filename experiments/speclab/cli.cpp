@@ -48,6 +48,16 @@ ModelSource ModelArgs::source() const {
   return s;
 }
 
+Error ModelArgs::flag_error(const Error& e) {
+  static const std::map<std::string, std::string> flags = {
+      {"path", "--model"},       {"format", "--format"}, {"tokenizer", "--tokenizer"}, {"weights", "--weights"},
+      {"activations", "--activations"}, {"device", "--device"}, {"dtype", "--dtype"},   {"kv_dtype", "--kv-dtype"},
+  };
+  const auto it = flags.find(e.field());
+  if (e.file() != "model" || it == flags.end()) return e;
+  return Error(e.kind(), e.message(), "command line", it->second);
+}
+
 void DrafterArgs::add_to(po::options_description& desc) {
   po::options_description own("drafter (speculative decoding; without --drafter, AR decoding)");
   own.add_options()
@@ -175,7 +185,11 @@ void apply_kernel_isa_env() {
 
 std::unique_ptr<LoadedTarget> load_runtime_model(const ModelArgs& args) {
   set_threads(args.threads);
-  return load_target(args.source());
+  try {
+    return load_target(args.source());
+  } catch (const Error& e) {
+    throw ModelArgs::flag_error(e);
+  }
 }
 
 TokenList build_prompt(const LoadedTarget& m, const std::string& text, const std::string& chat,

@@ -36,9 +36,13 @@ struct ModelArgs {
 
   void add_to(po::options_description& desc);
   ModelSource source() const;
+  // `e` with its field renamed from a ModelSource key (file "model": kv_dtype, format, ...) to
+  // the flag that set it, and the file to "command line"; `e` itself otherwise.
+  static Error flag_error(const Error& e);
 };
 
-// Sets the thread count, then load_target(args.source()) (experiments/app/loaded_target.h).
+// Sets the thread count, then load_target(args.source()) (experiments/app/loaded_target.h). An
+// error in a model option names its flag (ModelArgs::flag_error).
 std::unique_ptr<LoadedTarget> load_runtime_model(const ModelArgs& args);
 
 // Prompt text -> ids. chat: "on" wraps the text as one user message through the model's chat

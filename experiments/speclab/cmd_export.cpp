@@ -27,7 +27,11 @@ int cmd_export(const std::vector<std::string>& args) {
                 "--layers");
   ModelSource src;
   src.path = model;
-  src = resolve_model_source(src);
+  try {
+    src = resolve_model_source(src);
+  } catch (const Error& e) {
+    throw ModelArgs::flag_error(e);
+  }
   if (src.format != "gguf")
     throw Error(ErrorKind::kConfig, "export reads GGUF models; found format " + src.format, src.path, "--model");
   ExportOptions opts;
