@@ -15,6 +15,7 @@
 #include "experiments/app/session_parts.h"
 #include "framework/core/error.h"
 #include "framework/draft/builtin/model_drafter.h"
+#include "framework/draft/builtin/sources_first.h"
 #include "framework/equivalence/engine_controls.h"
 #include "framework/equivalence/model_taps.h"
 
@@ -78,6 +79,16 @@ DrafterOptions with_gamma(DrafterOptions o, int gamma) {
 // The draft model behind a drafter, when it has one (draft_model, layer_skip): what the analytic
 // check and the top-p control need.
 const ModelDrafter* model_drafter(const Drafter& d) { return dynamic_cast<const ModelDrafter*>(&d); }
+
+// The drafter whose draft logits a drafter's blocks carry: the wrapped drafter behind
+// prompt_lookup_first / retrieval_first (the sources' blocks have none), else the drafter itself.
+// Deciding on the wrapper would depend on whether a lookup answered the trial step: where it
+// did, the drafter-side controls were skipped as for a deterministic drafter, and the analytic
+// and verifier checks tested a substitute draft.
+Drafter& logits_drafter(Drafter& d) {
+  if (auto* sf = dynamic_cast<SourcesFirstDrafter*>(&d)) return sf->fallback();
+  return d;
+}
 
 struct SamplingCombo {
   SamplingOptions s;
@@ -154,9 +165,9 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
   // controls need them.
   std::vector<bool> has_logits(drafters.size(), false);
   for (size_t i = 0; i < drafters.size(); ++i)
-    has_logits[i] = model_drafter(*drafters[i]) != nullptr ||
-                    (!ids.empty() && drafter_step_rows(model, tok, ids[0], *drafters[i], cfg.drafters[i].options, kvt,
-                                                       cfg.sampling.seed));
+    has_logits[i] = model_drafter(logits_drafter(*drafters[i])) != nullptr ||
+                    (!ids.empty() && drafter_step_rows(model, tok, ids[0], logits_drafter(*drafters[i]),
+                                                       cfg.drafters[i].options, kvt, cfg.sampling.seed));
 
   // 1. Greedy exactness.
   if (eq.greedy) {
@@ -199,7 +210,7 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
     };
     std::vector<Draft> drafts;
     for (size_t i = 0; i < drafters.size(); ++i) {
-      if (const ModelDrafter* md = model_drafter(*drafters[i])) {
+      if (const ModelDrafter* md = model_drafter(logits_drafter(*drafters[i]))) {
         drafts.push_back({cfg.drafters[i].label, &md->model(), md->layers()});
       } else if (has_logits[i]) {
         Draft x;  // a drafter with draft logits of its own (eagle, a plugin): its rows via the engine
@@ -240,7 +251,7 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
           int64_t context_len = static_cast<int64_t>(context.size());
           if (d.engine != SIZE_MAX) {  // the rows after one sampled token (drafter_step_rows)
             const std::optional<LogitPair> rows =
-                drafter_step_rows(model, tok, context, *drafters[d.engine], cfg.drafters[d.engine].options, kvt,
+                drafter_step_rows(model, tok, context, logits_drafter(*drafters[d.engine]), cfg.drafters[d.engine].options, kvt,
                                   stream_id({static_cast<int64_t>(p), off, static_cast<int64_t>(d.engine), 7}));
             if (!rows) continue;  // no draft at this context
             tl = rows->target;
@@ -278,8 +289,8 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
     for (int k : eq.verifier_gammas)  // per draft x sampling setting
       rep.verifier_family += static_cast<int64_t>(verifier_pairs.size() * sweep.size()) *
                              (1 + static_cast<int64_t>(verifier_positions(k) - 1) * kVerifierClasses);
-    // Controls at the draft length nearest 4: long enough that bonus tokens and later rows occur,
-    // short enough that whole blocks are still accepted.
+    // Controls at the draft length nearest 4: long enough that later rows occur, short enough
+    // that whole blocks are still accepted (the bonus control: below).
     int control_k = eq.verifier_gammas.front();
     for (int k : eq.verifier_gammas)
       if (std::abs(k - 4) < std::abs(control_k - 4)) control_k = k;
@@ -295,12 +306,30 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
         }
         progress("verifier check: " + label + ", " + sampling_label(s) + ": " + std::to_string(eq.verifier_gammas.size()) +
                  " draft lengths x " + std::to_string(eq.verifier_samples) + " draws + controls");
-        for (int k : eq.verifier_gammas)
+        // bonus_from_row_k-1 acts only on bonus tokens: it runs at the draft length whose lossless
+        // cell emitted the most of them (ties: nearest 4). At a length where no draw accepts a
+        // whole block it could not be caught, and a correct verifier would fail the check.
+        int bonus_k = control_k;
+        int64_t most_bonus = -1;
+        for (int k : eq.verifier_gammas) {
           rep.verifier.push_back(run_verifier_cell(pairs, label, s, k, eq.verifier_samples, delta,
                                                    cfg.sampling.seed ^ stream_id({static_cast<int64_t>(si), k, 7})));
-        for (const VerifierControl& ctl : verifier_controls(s))
-          rep.verifier_controls.push_back(run_verifier_control(pairs, label, s, ctl, control_k, eq.verifier_samples,
-                                                               eq.control_alpha, cfg.sampling.seed ^ stream_id({static_cast<int64_t>(si), control_k, 8})));
+          const int64_t b = rep.verifier.back().bonus;
+          if (b > most_bonus || (b == most_bonus && std::abs(k - 4) < std::abs(bonus_k - 4))) {
+            most_bonus = b;
+            bonus_k = k;
+          }
+        }
+        for (VerifierControl ctl : verifier_controls(s)) {
+          const bool bonus_control = ctl.name == "bonus_from_row_k-1";
+          if (bonus_control && most_bonus == 0 && ctl.applicable) {
+            ctl.applicable = false;
+            ctl.note = "no draw accepted a whole block at any draft length (no bonus token to draw from the wrong row)";
+          }
+          const int k = bonus_control ? bonus_k : control_k;
+          rep.verifier_controls.push_back(run_verifier_control(pairs, label, s, ctl, k, eq.verifier_samples,
+                                                               eq.control_alpha, cfg.sampling.seed ^ stream_id({static_cast<int64_t>(si), k, 8})));
+        }
       }
     finalize_verifier_verdict(rep);
   }

@@ -16,6 +16,9 @@ std::string engine_control_skip_reason(const std::string& name, const SamplingOp
   const bool drafter_side = name == "top_p_on_p_only" || name == "q_at_temperature_1" || name == "q_drawn_top_k";
   if (name == "top_p_on_p_only" && s.top_p >= 1.0) return "top_p = 1: nothing to apply";
   if (name == "q_at_temperature_1" && s.temperature == 1.0) return "temperature 1: q at temperature 1 is the right q";
+  if (name == "q_at_temperature_1" && s.temperature > 1.0 && s.top_p < 1.0)
+    return "temperature > 1 with top_p < 1: q at temperature 1 has a smaller nucleus, which misses drawn tokens "
+           "(the verifier refuses q = 0 for a drafted token)";
   if (name == "q_drawn_top_k" && s.top_k <= 0) return "top_k = 0: the drafter draws from the full q";
   if (drafter_side && !model_drafter) return "the drafter supplies no draft logits (a deterministic drafter: no q to misreport)";
   if (name == "bonus_from_row_k-1" && gamma + 2 > m_max)

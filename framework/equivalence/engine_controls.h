@@ -11,7 +11,8 @@
 //   q_at_temperature_1   q drawn at T, verification handed q at temperature 1 (HF transformers #32867);
 //   q_drawn_top_k        q drawn from the run's top-k, verification handed the full q.
 // The last three of the list (and top_p_on_p_only) are drafter-side: they need the draft's raw
-// logits, i.e. a model drafter. A drafter-side control whose drawn and reported q differ by a mean
+// logits, i.e. a model drafter (behind prompt_lookup_first / retrieval_first: the wrapped one; the
+// sources' blocks, which carry no logits, are verified losslessly). A drafter-side control whose drawn and reported q differ by a mean
 // TV below kMinControlQTv on the rows the engine visited changed (nearly) nothing: it is reported
 // not applicable, with that TV, instead of missed (as in the verifier check, verifier_check.h).
 #pragma once
@@ -33,7 +34,10 @@ std::string engine_control_list();
 
 // Why the control cannot change the recorded tokens in a cell, or "" when it can run there:
 //   sampling        the cell's setting (top_p = 1 leaves top_p_on_p_only nothing to change;
-//                   temperature 1 likewise q_at_temperature_1; top_k = 0 q_drawn_top_k);
+//                   temperature 1 likewise q_at_temperature_1; top_k = 0 q_drawn_top_k); above
+//                   temperature 1 with top_p < 1, q_at_temperature_1 reports a smaller nucleus
+//                   than the one drawn from, so a drawn token may have q = 0 there, which the
+//                   verifier refuses (as verifier_controls() marks it);
 //   model_drafter   the drafter supplies raw draft logits (the drafter-side controls need them);
 //   gamma, m_max    bonus_from_row_k-1 is seen only when the bonus of a full first block,
 //                   position gamma + 2, is among the recorded positions 1..m_max.

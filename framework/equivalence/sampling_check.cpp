@@ -103,7 +103,10 @@ AcceptanceRule reported_q_rule(const char* name, std::function<void(SamplingOpti
                                std::shared_ptr<QDivergence> divergence) {
   return {[name, reported, divergence](const VerifyInputs& in) {
     const DraftBlock& d = *in.draft;
-    if (d.tokens.empty()) return verify_rejection(d.tokens, *in.p, d.probs, *in.rng);
+    // A block without logits (a prompt-lookup or retrieval source's, behind prompt_lookup_first /
+    // retrieval_first) has no q to misreport: verified as the lossless engine does, so the
+    // control acts on the wrapped drafter's blocks.
+    if (d.tokens.empty() || d.logits.empty()) return verify_rejection(d.tokens, *in.p, d.probs, *in.rng);
     if (d.logits.size() != d.tokens.size())
       throw Error(ErrorKind::kConfig,
                   std::string("the ") + name + " control needs the draft's raw logits (a model drafter under sampling); this "

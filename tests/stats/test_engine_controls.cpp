@@ -18,6 +18,7 @@
 
 #include "experiments/app/session_parts.h"
 #include "framework/draft/registry.h"
+#include "framework/equivalence/engine_controls.h"
 #include "framework/equivalence/equivalence_report.h"
 #include "framework/equivalence/model_taps.h"
 #include "framework/equivalence/sampling_check.h"
@@ -190,4 +191,87 @@ TEST_CASE("engine negative controls: every realistic bug is caught through the r
     WARN("engine control " << name << " under the lossless check (N = " << ln << "): min Holm p " << min_holm);
     CHECK(min_holm < kAlpha);
   }
+}
+
+TEST_CASE("engine controls: the cells where a control cannot run are named, and a lookup block passes the drafter-side rules",
+          "[equivalence][engine]") {
+  SamplingOptions s;
+  s.temperature = 1.5;
+  s.top_p = 0.9;
+  // Above temperature 1 with top_p < 1 the reported (temperature 1) nucleus is the smaller one:
+  // a drawn token may have q = 0 there, which the verifier refuses.
+  CHECK_THAT(engine_control_skip_reason("q_at_temperature_1", s, true, 2, 5),
+             Catch::Matchers::Contains("temperature > 1 with top_p < 1"));
+  s.top_p = 1.0;
+  CHECK(engine_control_skip_reason("q_at_temperature_1", s, true, 2, 5).empty());
+  s.temperature = 0.7;
+  s.top_p = 0.9;
+  CHECK(engine_control_skip_reason("q_at_temperature_1", s, true, 2, 5).empty());
+
+  // A block without logits (a prompt-lookup source's) under a drafter-side rule: verified as the
+  // lossless rule does, with the same draws (it threw "needs the draft's raw logits" before).
+  const int64_t vocab = 4;
+  DraftBlock block;
+  block.tokens = {1, 2};
+  block.probs = {{0.f, 1.f, 0.f, 0.f}, {0.f, 0.f, 1.f, 0.f}};
+  const std::vector<std::vector<float>> p = {{0.1f, 0.6f, 0.2f, 0.1f}, {0.25f, 0.25f, 0.25f, 0.25f}, {0.f, 0.f, 0.5f, 0.5f}};
+  SamplingOptions run;
+  run.temperature = 0.7;
+  run.top_p = 0.9;
+  run.top_k = 3;
+  for (const auto& [name, rule] : {std::pair<const char*, AcceptanceRule>{"top_p_on_p_only", top_p_on_p_only_rule()},
+                                   {"q_at_temperature_1", q_at_temperature_1_rule()},
+                                   {"q_drawn_top_k", q_drawn_top_k_rule()}}) {
+    INFO(name);
+    for (uint64_t seed = 1; seed <= 50; ++seed) {
+      Rng a(seed), b(seed);
+      VerifyInputs in;
+      in.draft = &block;
+      in.vocab = vocab;
+      in.p = &p;
+      in.sampling = &run;
+      in.rng = &a;
+      const Verdict got = rule.verify(in);
+      const Verdict want = verify_rejection(block.tokens, p, block.probs, b);
+      CHECK(got.n_accepted == want.n_accepted);
+      CHECK(got.next_token == want.next_token);
+      CHECK(a.uniform() == b.uniform());  // the same number of draws
+    }
+  }
+}
+
+TEST_CASE("engine controls behind prompt_lookup_first: the wrapped drafter's q is misreported, lookup blocks pass",
+          "[equivalence][engine]") {
+  c10::InferenceMode guard;
+  Rig& r = rig();
+  r.plan.stop_active = false;
+  DrafterOptions o = r.o;
+  o.prompt_lookup_first = true;
+  std::unique_ptr<Drafter> d = drafter_registry().create(
+      o, DrafterEnv{r.s.model.get(), &r.kv, r.pool, r.s.model->config().vocab_size});
+  const int64_t n = kControlMaxN;
+  r.plan.n = n;
+  r.plan.first = 0;
+  if (r.ar_ignore_eos.n() < n) r.ar_ignore_eos = r.ar(n, 1);
+  // The control rules reach both kinds of block: prompt lookup answers on this repetitive prompt
+  // ("The little dog ..."), the layer_skip draft elsewhere.
+  int64_t lookup_blocks = 0, model_blocks = 0;
+  AcceptanceRule rule = q_drawn_top_k_rule();
+  AcceptanceRule counting{[&](const VerifyInputs& in) {
+                            if (!in.draft->tokens.empty()) ++(in.draft->logits.empty() ? lookup_blocks : model_blocks);
+                            return rule.verify(in);
+                          },
+                          rule.needs_p_when_greedy, rule.needs_draft_logits};
+  r.plan.sampling.top_k = 5;
+  r.plan.stream = 40;
+  Draws x = draw_speculative(r.memo, *r.s.info.tokenizer, r.plan, *d, o, {&r.kv, r.pool}, counting);
+  WARN("prompt_lookup_first + layer_skip under q_drawn_top_k: " << lookup_blocks << " lookup blocks, " << model_blocks
+                                                                << " layer_skip blocks");
+  CHECK(lookup_blocks > 0);
+  CHECK(model_blocks > 0);
+  // The control still changes what the wrapped drafter's blocks emit: caught against AR.
+  const std::vector<double> holm = holm_adjust(lossless_p_values(r.ar_ignore_eos, x, "q_drawn_top_k", n));
+  const double min_holm = *std::min_element(holm.begin(), holm.end());
+  WARN("... under the lossless tests at N = " << n << ": min Holm p " << min_holm);
+  CHECK(min_holm < kAlpha);
 }

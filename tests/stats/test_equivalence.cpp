@@ -663,6 +663,19 @@ TEST_CASE("sampling on stories260K at N = 20000: the lossless engine passes and 
   }
 }
 
+// stories_config's layer_skip 3/5 behind 2- to 3-gram prompt lookup (gamma 3, the wrapped drafter
+// drafting at most 2) on a repetitive context, positions 2..5.
+ExperimentConfig lookup_first_config(int64_t samples, double t, int64_t top_k) {
+  ExperimentConfig cfg = stories_config(samples, t, 1.0, top_k, 3);
+  cfg.prompts.inline_prompts[0].text = "The little dog was happy. The little dog";
+  DrafterOptions& o = cfg.drafters[0].options;
+  o.prompt_lookup_first = true;
+  o.prompt_lookup_min = 2;
+  o.fallback_speculative_tokens = 2;
+  cfg.equivalence->positions = {2, 3, 4, 5};
+  return cfg;
+}
+
 // A drafter behind prompt lookup (prompt_lookup_first; sources_first.h) mixes blocks of two kinds
 // in one sequence: lookup continuations without q (one-hot) and layer-skip drafts with their q.
 // Through the engine at T 0.7 and 1 on a repetitive context: the first block is the lookup's
@@ -673,13 +686,7 @@ TEST_CASE("prompt_lookup_first under sampling: lookup and drafter blocks in one 
   c10::InferenceMode guard;
   stories();
   for (double t : {0.7, 1.0}) {
-    ExperimentConfig cfg = stories_config(8000, t, 1.0, 0, 3);
-    cfg.prompts.inline_prompts[0].text = "The little dog was happy. The little dog";
-    DrafterOptions& o = cfg.drafters[0].options;
-    o.prompt_lookup_first = true;
-    o.prompt_lookup_min = 2;
-    o.fallback_speculative_tokens = 2;
-    cfg.equivalence->positions = {2, 3, 4, 5};
+    ExperimentConfig cfg = lookup_first_config(8000, t, 0);
     cfg.equivalence->controls = {"always_accept"};
     const EquivalenceReport r = run_equivalence(cfg);
     INFO("T " << t << "\n" << format_equivalence_report(r));
@@ -694,6 +701,27 @@ TEST_CASE("prompt_lookup_first under sampling: lookup and drafter blocks in one 
     CHECK(r.controls_pass);
     CHECK(r.pass());
   }
+
+  // The drafter-side controls and the verifier check see the wrapped layer_skip draft: its blocks
+  // carry logits, the lookup's do not (until 2026-11-29 the controls stopped the check with "needs
+  // the draft's raw logits", and the drafter counted as one without logits whenever the lookup
+  // answered the trial step, so the verifier check tested a substitute draft).
+  ExperimentConfig cfg = lookup_first_config(4000, 0.7, 5);
+  cfg.equivalence->controls = {"q_drawn_top_k"};
+  cfg.equivalence->verifier = true;
+  cfg.equivalence->verifier_gammas = {1, 2};
+  cfg.equivalence->verifier_samples = 20000;
+  const EquivalenceReport r = run_equivalence(cfg);
+  INFO(format_equivalence_report(r));
+  REQUIRE(r.cells.size() == 1);
+  const ControlOutcome& qk = *r.cells[0].control("q_drawn_top_k");
+  CHECK(qk.ran);
+  CHECK_THAT(qk.note, !Contains("no draft logits"));
+  CHECK(qk.q_tv > 0.0);
+  REQUIRE_FALSE(r.verifier.empty());
+  for (const VerifierCellRow& v : r.verifier) CHECK(v.draft == "layer_skip");
+  CHECK(r.sampling_pass);
+  CHECK(r.verifier_pass);
 }
 
 // Issue 14, items 2 and 3 through `speclab check` itself: the realistic controls are keys of the

@@ -66,6 +66,9 @@ class SourcesFirstDrafter : public Drafter {
   // wrapped drafter, since construction. Error(kInternal) for i > n_sources().
   int64_t steps_from(size_t i) const;
   size_t n_sources() const { return sources_.size(); }
+  // The wrapped drafter: the one whose draft logits (and q) the sampling checks test, since the
+  // sources' blocks carry none (`speclab check`, experiments/app/equivalence_runner.cpp).
+  Drafter& fallback() { return *fallback_; }
 
  private:
   std::vector<Source> sources_;
