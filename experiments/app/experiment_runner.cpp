@@ -22,6 +22,7 @@
 #include "framework/core/thread_pool.h"
 #include "framework/engine/observers.h"
 #include "framework/engine/spec_decode.h"
+#include "framework/io/hdf5_journal.h"
 #include "framework/io/hdf5_recorder.h"
 #include "experiments/app/prompt_render.h"
 #include "experiments/app/session_parts.h"
@@ -323,6 +324,14 @@ void check_output_path(const std::string& path, OutputMode mode) {
       throw Error(ErrorKind::kIo, "expected a writable output file, found a read-only one: " +
                                       std::string(std::strerror(errno)), path, "output.path");
   }
+  // Before any model is loaded: a running writer of the file (or of the <path>.partial an
+  // --overwrite run is writing) is left alone (Hdf5Recorder::create and open refuse it too).
+  for (const std::string& held : {path, path + ".partial"})
+    if (hdf5_writer_holds(held))
+      throw Error(ErrorKind::kIo,
+                  "expected no process writing the output file, found one holding its lock (a running speclab run?); "
+                  "stop it or wait for it",
+                  held, "output.path");
   // The recorder creates <path>.partial (renamed to <path>) and writes <path>.journal at every
   // commit: probe that the directory takes a new file now, before any model is loaded.
   const std::string probe = path + ".partial";

@@ -254,7 +254,7 @@ std::string format_summary_table(const std::vector<MethodSummary>& rows, const s
     for (const auto& p : points)
       if (p.index == m.point && !p.label.empty()) point += " " + p.label;
     std::vector<std::string> row = {point};
-    if (with_category) row.push_back(m.category.empty() ? "(all)" : m.category);
+    if (with_category) row.push_back(m.category.empty() ? "(none)" : m.category);
     row.push_back(m.method);
     row.push_back(std::to_string(m.gamma));
     row.push_back(fmt("%.3f", m.alpha.rate) + " [" + fmt("%.3f", m.alpha.lo) + ", " + fmt("%.3f", m.alpha.hi) + "]");

@@ -764,6 +764,14 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetad
   impl->path = path;
   // Written as <path>.partial and renamed once complete: a kill before leaves `path` as it was.
   const std::string tmp = path + ".partial";
+  // A running writer of `path` (or of another create's <path>.partial) shares <path>.journal,
+  // which this one would truncate, and would go on writing into a file renamed away under it.
+  for (const std::string& held : {path, tmp})
+    if (hdf5_writer_holds(held))
+      throw Error(ErrorKind::kIo,
+                  "expected no process writing the file, found one holding its lock (a running speclab run?); stop it "
+                  "or wait for it before replacing the file",
+                  held);
   try {
   wrap_h5(path, "creating the experiment file", [&] {
     impl->file = std::make_unique<H5::H5File>(tmp, H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT,

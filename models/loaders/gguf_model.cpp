@@ -117,6 +117,16 @@ std::shared_ptr<Tokenizer> read_tokenizer(const GgufFile& f, const ModelConfig& 
                 f.path, "tokenizer.ggml.tokens");
   std::vector<int32_t> types;
   if (f.has("tokenizer.ggml.token_type")) types = f.get_int32_array("tokenizer.ggml.token_type");
+  // Control tokens that end a text in every model that has them. A GGUF names one EOS, but the
+  // model's HF generation_config may list more (Qwen2.5-Instruct: <|im_end|> and <|endoftext|>),
+  // and llama.cpp ends generation on these too.
+  TokenList end_markers;
+  constexpr int32_t kControl = 3;  // GGUF token_type CONTROL
+  for (size_t i = 0; i < types.size() && i < tokens.size(); ++i)
+    if (types[i] == kControl)
+      for (const char* m : {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
+                            "<end_of_turn>"})
+        if (tokens[i] == m) end_markers.push_back(static_cast<Token>(i));
 
   std::shared_ptr<Tokenizer> tok;
   try {
@@ -147,10 +157,12 @@ std::shared_ptr<Tokenizer> read_tokenizer(const GgufFile& f, const ModelConfig& 
   };
   tok->set_bos_id(token_id("tokenizer.ggml.bos_token_id"));
   TokenList eos;
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
-    const Token id = token_id(key);
+  auto add_eos = [&](Token id) {
     if (id >= 0 && std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
-  }
+  };
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+    add_eos(token_id(key));
+  for (Token id : end_markers) add_eos(id);
   tok->set_eos_ids(std::move(eos));
   return tok;
 }

@@ -20,7 +20,10 @@
 // Tokenizer: tokenizer.ggml.model "gpt2" -> ByteLevelBpe(tokens, merges, token_type, pre
 // (default "default")); "llama" -> SentencePieceBpe(tokens, scores, token_type,
 // tokenizer.ggml.add_space_prefix (default true)). BOS = tokenizer.ggml.bos_token_id (-1 when
-// absent); EOS = {eos_token_id, eot_token_id} (each when present, without duplicates). The chat
+// absent); EOS = {eos_token_id, eot_token_id, eom_token_id} (each when present), then every
+// control token among <|endoftext|>, <|im_end|>, <|eot_id|>, <|eom_id|>, <|end_of_text|>, <|end|>
+// and <end_of_turn>, without duplicates (a GGUF names one EOS; Qwen2.5-Instruct's
+// generation_config ends on <|im_end|> and <|endoftext|>, as llama.cpp does). The chat
 // template is tokenizer.chat_template when present.
 //
 // Throws Error(kIo) if the file cannot be read; Error(kUnsupported) for another architecture or

@@ -250,7 +250,9 @@ ByteLevelBpe::ByteLevelBpe(std::vector<std::string> tokens,
         k += d.len;
       }
     } else {
-      bytes_[i] = t;
+      // Unused entries (Qwen's [PAD151665]...) are placeholders with no text: they decode to
+      // nothing, as llama.cpp's detokenizer has it.
+      if (type != token_type::kUnused) bytes_[i] = t;
       if (type == token_type::kControl || type == token_type::kUserDefined)
         specials.push_back({t, id});
     }

@@ -16,7 +16,8 @@
 // decode() concatenates token_bytes(): normal tokens map their characters back to bytes;
 // control and user-defined tokens decode to their literal text (as HF's decode with
 // skip_special_tokens=False), so decode(encode(text)) == text for every text made of bytes
-// the vocabulary has.
+// the vocabulary has; unused entries (type 5, e.g. Qwen's 271 "[PAD...]" placeholders) decode
+// to nothing, as in llama.cpp.
 #pragma once
 
 #include <cstdint>

@@ -190,6 +190,14 @@ TEST_CASE("summarize: acceptance, positions, tau, cost ratio, speedup and catego
   CHECK(row.find("0.667 [") != std::string::npos);
   CHECK(row.find("2.333") != std::string::npos);
   CHECK(row.find("NO") != std::string::npos);
+
+  // In the by-category table a row without a category is the uncategorised prompts, not all of
+  // them (it said "(all)" until 2026-11-29; report.py says "(none)").
+  MethodSummary uncategorised = sum.by_category[0];
+  uncategorised.category = "";
+  const std::string by_cat = format_summary_table({sum.by_category[1], uncategorised}, d.points);
+  CHECK(by_cat.find("(none)") != std::string::npos);
+  CHECK(by_cat.find("(all)") == std::string::npos);
 }
 
 TEST_CASE("summarize: a run without its AR partner gives no speedup", "[summary]") {

@@ -290,7 +290,7 @@ TEST_CASE("load_gguf on SmolLM2: config, weights, tokenizer, un-permuted q/k", "
   REQUIRE(m.tokenizer != nullptr);
   CHECK(m.tokenizer->vocab_size() == 49152);
   CHECK(m.tokenizer->bos_id() == 1);
-  CHECK(m.tokenizer->eos_ids() == TokenList{2});
+  CHECK(m.tokenizer->eos_ids() == TokenList{2, 0});  // <|im_end|>, then <|endoftext|> (llama.cpp ends on it too)
   CHECK(m.tokenizer->token_text(1) == "<|im_start|>");
   CHECK(m.chat_template.family() == ChatTemplate::Family::kChatML);
 
@@ -1126,6 +1126,29 @@ TEST_CASE("load_gguf on synthetic files: names, biases, untied lm_head, RoPE lay
       check_rows(m.weights.at(hf), t, rope && interleaved);
     }
   }
+}
+
+// A GGUF names one EOS; the control tokens that end a text in every model that has them join it
+// (Qwen2.5-Instruct's <|endoftext|> beside its <|im_end|>, as its HF generation_config and
+// llama.cpp have it). Before 2026-11-29 a Qwen GGUF ran on past <|endoftext|>.
+TEST_CASE("load_gguf: control end-of-text markers join the EOS ids, other tokens of that text do not", "[gguf]") {
+  Synthetic s = make_synthetic("qwen2", true, true);
+  std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
+  std::vector<float> scores = {0, 0, 0};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int64_t i = 3; i < kVocab; ++i) {
+    pieces.push_back(i == 5 ? "<|endoftext|>" : i == 6 ? "<|im_end|>" : i == 7 ? "<|im_start|>" : "t" + std::to_string(i));
+    scores.push_back(-static_cast<float>(i));
+    types.push_back(i == 5 || i == 7 ? 3 : 1);  // 6: an <|im_end|> that is no control token
+  }
+  s.set("tokenizer.ggml.tokens", GgufValue::array(GgufArray::of_strings(pieces)));
+  s.set("tokenizer.ggml.scores", GgufValue::array(GgufArray::of_float32(scores)));
+  s.set("tokenizer.ggml.token_type", GgufValue::array(GgufArray::of_int32(types)));
+  const LoadedModel m = load_gguf(s.write("end_markers.gguf"));
+  CHECK(m.tokenizer->eos_ids() == TokenList{2, 5});
+  CHECK(m.tokenizer->is_eos(5));
+  CHECK_FALSE(m.tokenizer->is_eos(6));
+  CHECK_FALSE(m.tokenizer->is_eos(7));
 }
 
 TEST_CASE("load_gguf refuses what it cannot load, naming the key or tensor", "[gguf]") {

@@ -271,7 +271,19 @@ TEST_CASE("a second writer, or a reader, is refused while a writer holds the fil
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("found one holding its lock") != std::string::npos);
   }
+  // Replacing it (`speclab run --overwrite`) is refused too: the new file would take the path and
+  // truncate the running writer's journal, and both runs would report success (until
+  // 2026-11-29). The same for another create's <path>.partial.
+  try {
+    new_file(path);
+    FAIL("a file held by a writer was replaced");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kIo);
+    CHECK(std::string(e.what()).find("found one holding its lock") != std::string::npos);
+  }
+  RunRecord r1 = run(1);
+  rec.append(r1);  // the writer goes on, its journal intact
   rec = new_file(dir + "/other.h5");  // closes w.h5
-  CHECK(read_experiment(path).runs.size() == 1);
+  CHECK(read_experiment(path).runs.size() == 2);
   fs::remove_all(dir);
 }

@@ -416,6 +416,19 @@ TEST_CASE("ByteLevelBpe: GGUF-style vocabulary with the GPT-2, Llama-3 and Qwen2
   CHECK_THROWS_AS(ByteLevelBpe(v.tokens, v.merges, v.types, "falcon"), Error);
   CHECK_THROWS_AS(ByteLevelBpe(v.tokens, {"Ġ nonexistent"}, v.types, "gpt2"), Error);
   CHECK_THROWS_AS(ByteLevelBpe(v.tokens, v.merges, {1, 1}, "gpt2"), Error);
+
+  // An unused entry (type 5, as Qwen's "[PAD151665]") has no text: it decodes to nothing, as in
+  // llama.cpp (it decoded to its placeholder until 2026-11-29); a control token keeps its text.
+  std::vector<int32_t> types = v.types;
+  std::vector<std::string> tokens = v.tokens;
+  const Token unused = static_cast<Token>(tokens.size());
+  tokens.push_back("[PAD" + std::to_string(unused) + "]");
+  types.push_back(token_type::kUnused);
+  const ByteLevelBpe tok(tokens, v.merges, types, "smollm");
+  CHECK(tok.token_bytes(unused).empty());
+  CHECK(tok.decode({unused}).empty());
+  CHECK(tok.decode({tok.encode("hi", false).front(), unused}) == "hi");
+  CHECK(tok.token_bytes(2) == "<|im_end|>");
 }
 
 TEST_CASE("ByteLevelBpe: added tokens with lstrip/rstrip (tokenizer.json, merges as strings)",
