@@ -278,6 +278,7 @@ def compute_summary(exp: Experiment) -> dict:
                 if not sub:
                     continue
                 drafted = accepted = examined = emitted = n_steps = 0
+                ci_accepted = ci_examined = 0  # independent runs only (alpha's interval, positions)
                 by_k: dict[int, int] = {}
                 draft_time = ar_decode = spec_wall = ar_wall = 0.0
                 ar_fw = 0
@@ -288,6 +289,9 @@ def compute_summary(exp: Experiment) -> dict:
                     if runs["lossless"][i] >= 0:
                         checked += 1
                         failed += int(runs["lossless"][i] == 0)
+                    # Greedy repeats decode the same tokens again (for timing): only repeat 0's
+                    # steps are trials (experiment_summary.h, independent_trials).
+                    independent = not (int(runs["greedy"][i]) and int(runs["repeat"][i]) > 0)
                     for s in steps_by_run.get(i, []):
                         k, n = int(steps["drafted"][s]), int(steps["accepted"][s])
                         n_steps += 1
@@ -297,6 +301,10 @@ def compute_summary(exp: Experiment) -> dict:
                         emitted += n + 1
                         examined += min(n + 1, k)
                         draft_time += float(steps["draft_seconds"][s])
+                        if not independent:
+                            continue
+                        ci_accepted += n
+                        ci_examined += min(n + 1, k)
                         while len(pos_t) < k:
                             pos_t.append(0)
                             pos_h.append(0)
@@ -312,7 +320,7 @@ def compute_summary(exp: Experiment) -> dict:
                         ar_decode += float(runs["decode_seconds"][a])
                         ar_fw += max(0, int(runs["target_forwards"][a]) - 1)
                 gamma = int(runs["gamma"][sub[0]])
-                alpha = wilson(accepted, examined)
+                alpha = wilson(ci_accepted, ci_examined)
                 c = _ratio(_ratio(draft_time, drafted), _ratio(ar_decode, ar_fw))
                 speedup = _ratio(ar_wall, spec_wall)
                 tau_l, cost_l = leviathan_mixture(alpha[0], by_k, c)

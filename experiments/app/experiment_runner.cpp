@@ -22,6 +22,7 @@
 #include "framework/core/thread_pool.h"
 #include "framework/engine/observers.h"
 #include "framework/engine/spec_decode.h"
+#include "framework/core/rng.h"
 #include "framework/io/hdf5_journal.h"
 #include "framework/io/hdf5_recorder.h"
 #include "experiments/app/prompt_render.h"
@@ -179,8 +180,12 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
 
 // Decodes one prompt with one method (-1: AR, else the drafter of that index); fills the
 // measurements of `rec` (not the key fields).
-void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, RunRecord& rec) {
+void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, int64_t repeat, RunRecord& rec) {
   const ExperimentConfig& cfg = ctx.point->config;
+  // Each repeat samples from its own seed (repeat 0 from sampling.seed itself): repeats of a
+  // sampled run are independent draws, counted as such by the summary (independent_trials()).
+  SamplingOptions sampling = cfg.sampling;
+  sampling.seed = derived_seed(cfg.sampling.seed, static_cast<uint64_t>(repeat));
   Method method;
   if (method_index >= 0) {
     method.drafter = &ctx.parts->drafter(static_cast<size_t>(method_index));
@@ -192,7 +197,7 @@ void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, 
   session.add_observer(timer);
   session.add_observer(log);
   const auto t0 = Clock::now();
-  session.begin({ids, method, cfg.generation, cfg.sampling});
+  session.begin({ids, method, cfg.generation, sampling});
   SpecResult s = run_to_end(session);
   rec.wall_seconds = since(t0);
   rec.n_prompt_tokens = static_cast<int64_t>(ids.size());
@@ -550,7 +555,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
       rec.gamma = o.num_speculative_tokens;
     }
     try {
-      decode_once(*ctx, m, ctx->prompts[static_cast<size_t>(j)], rec);
+      decode_once(*ctx, m, ctx->prompts[static_cast<size_t>(j)], r, rec);
     } catch (const Error& e) {
       throw Error(e.kind(),
                   "point #" + std::to_string(pi) + ", prompt '" + prompt.id + "', method '" + rec.key.method +
@@ -599,7 +604,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
           for (int64_t m = -1; m < static_cast<int64_t>(point.config.drafters.size()); ++m) {
             if (stop()) return false;
             RunRecord scratch;
-            decode_once(*ctx, m, ctx->prompts.front(), scratch);
+            decode_once(*ctx, m, ctx->prompts.front(), 0, scratch);
           }
       }
       const int64_t n_own = static_cast<int64_t>(point_prompts[static_cast<size_t>(pi)].size());

@@ -13,6 +13,12 @@ uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
+uint64_t derived_seed(uint64_t seed, uint64_t index) {
+  if (index == 0) return seed;
+  uint64_t state = seed ^ (index * 0x9e3779b97f4a7c15ULL);
+  return splitmix64(state);
+}
+
 Rng::Rng(uint64_t seed) {
   uint64_t sm = seed;
   for (auto& word : s_) word = splitmix64(sm);

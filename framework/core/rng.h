@@ -22,6 +22,12 @@ namespace speclab {
 // the mixed value. Exposed so that tests and seed derivations can use the same function.
 uint64_t splitmix64(uint64_t& state);
 
+// Seed number `index` derived from `seed`: `seed` itself at index 0, else one splitmix64 output
+// of seed ^ (index * 0x9e3779b97f4a7c15). `speclab run` seeds repeat r of a sampled run with
+// derived_seed(sampling.seed, r), so repeats are independent draws and one repeat draws as the
+// seed alone does.
+uint64_t derived_seed(uint64_t seed, uint64_t index);
+
 class Rng {
  public:
   explicit Rng(uint64_t seed);

@@ -102,6 +102,9 @@ struct SummaryBuilder::Acc {
   bool labeled = false;
   int64_t examined = 0, emitted = 0, accept_prob_n = 0, ar_decode_forwards = 0;
   double accept_prob_sum = 0.0, draft_total = 0.0, ar_decode = 0.0;
+  // Acceptance trials of the statistically distinct runs (independent_trials()): alpha's interval
+  // and the positions' come from these.
+  int64_t ci_accepted = 0, ci_examined = 0;
   std::vector<int64_t> pos_trials, pos_hits;
   std::vector<int64_t> steps_by_drafted;  // [k]: steps that drafted k tokens
 
@@ -121,6 +124,7 @@ struct SummaryBuilder::Acc {
       ++m.lossless_checked;
       if (r.lossless == 0) ++m.lossless_failed;
     }
+    const bool independent = independent_trials(r);
     for (const StepRecord& s : r.steps) {
       ++m.n_steps;
       const size_t k = static_cast<size_t>(std::max<int32_t>(0, s.drafted));
@@ -131,6 +135,14 @@ struct SummaryBuilder::Acc {
       emitted += s.accepted + 1;
       examined += std::min(s.accepted + 1, s.drafted);
       draft_total += s.draft_seconds;
+      for (float a : s.accept_prob)
+        if (!std::isnan(a)) {
+          accept_prob_sum += a;
+          ++accept_prob_n;
+        }
+      if (!independent) continue;
+      ci_accepted += s.accepted;
+      ci_examined += std::min(s.accepted + 1, s.drafted);
       if (static_cast<int64_t>(pos_trials.size()) < s.drafted) {
         pos_trials.resize(static_cast<size_t>(s.drafted), 0);
         pos_hits.resize(static_cast<size_t>(s.drafted), 0);
@@ -139,17 +151,13 @@ struct SummaryBuilder::Acc {
         ++pos_trials[static_cast<size_t>(i)];
         if (i < s.accepted) ++pos_hits[static_cast<size_t>(i)];
       }
-      for (float a : s.accept_prob)
-        if (!std::isnan(a)) {
-          accept_prob_sum += a;
-          ++accept_prob_n;
-        }
     }
   }
 
   MethodSummary result() const {
     MethodSummary out = m;
-    out.alpha = wilson_interval(m.accepted, examined);
+    out.examined = examined;
+    out.alpha = wilson_interval(ci_accepted, ci_examined);
     for (size_t i = 0; i < pos_trials.size(); ++i)
       out.positions.push_back({static_cast<int64_t>(i), wilson_interval(pos_hits[i], pos_trials[i])});
     out.accepted_fraction = ratio(static_cast<double>(m.accepted), static_cast<double>(m.drafted));

@@ -8,9 +8,13 @@
 //             step that drafted k tokens and kept n examined min(n + 1, k) positions (the
 //             positions after the first rejection are never examined). Under the paper's i.i.d.
 //             model this is the maximum-likelihood estimate of alpha. 95% Wilson score interval
-//             (Wilson 1927) over the examined positions as Bernoulli trials.
+//             (Wilson 1927) over the examined positions as Bernoulli trials. alpha and its
+//             interval count the runs of independent_trials() only: greedy repeats of a (point,
+//             prompt, method) decode the same tokens, so they are not new trials (until
+//             2026-11-29 every repeat counted, and the interval narrowed with `repeats` alone).
+//             The accepted / examined columns count every run.
 //   alpha[i]  the same, conditional on reaching draft position i (0-based): trials = steps with
-//             k > i and n >= i, successes = steps with n > i.
+//             k > i and n >= i, successes = steps with n > i (independent_trials() runs only).
 //   tau       mean accepted length: tokens per verification forward, mean of (n + 1) over the
 //             steps (SpecResult::mean_accepted_length): what the verification kept, also on a
 //             run's last step when EOS or a stop string cut some of them from the output.
@@ -56,6 +60,11 @@ struct Proportion {
 // trials < 0, successes > trials or z <= 0.
 Proportion wilson_interval(int64_t successes, int64_t trials, double z = kZ95);
 
+// Whether a run's steps are acceptance trials of their own: every sampled run (each repeat draws
+// from its own seed, derived_seed() in framework/core/rng.h), and repeat 0 of a greedy one (greedy repeats are the same
+// decoding again, there for timing).
+inline bool independent_trials(const RunRecord& r) { return !(r.greedy && r.key.repeat > 0); }
+
 // Leviathan et al.'s expected walltime improvement factor for acceptance rate alpha in [0, 1],
 // gamma >= 0 draft tokens per step and cost ratio c >= 0. NaN in -> NaN out. Throws
 // Error(kBadInput) for values outside those ranges.
@@ -82,8 +91,8 @@ struct MethodSummary {
   std::string drafter;   // drafter name
   int64_t gamma = 0;
   int64_t n_runs = 0;    // speculative prompt-runs summarised
-  int64_t n_steps = 0, drafted = 0, accepted = 0;
-  Proportion alpha;
+  int64_t n_steps = 0, drafted = 0, accepted = 0, examined = 0;  // over every run
+  Proportion alpha;  // over the runs of independent_trials(): greedy repeats 1.. are left out
   double accepted_fraction = 0.0;  // accepted / drafted
   double mean_accept_prob = 0.0;   // mean of min(1, p/q) over examined positions (expected alpha)
   double tau = 0.0;

@@ -408,7 +408,7 @@ void append_summary_rows(Table& t, const std::vector<MethodSummary>& rows) {
     r.add("n_steps", m.n_steps);
     r.add("drafted", m.drafted);
     r.add("accepted", m.accepted);
-    r.add("examined", m.alpha.trials);
+    r.add("examined", m.examined);
     r.add_real("alpha", m.alpha.rate);
     r.add_real("alpha_lo", m.alpha.lo);
     r.add_real("alpha_hi", m.alpha.hi);

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "framework/io/experiment_summary.h"
 #include "framework/io/hdf5_recorder.h"
 
 using namespace speclab;
@@ -507,6 +508,79 @@ TEST_CASE("speclab run: prompt files and repeats sweep per point", "[experiment]
   CHECK(runs[2] == S{{2, 0}, {3, 0}, {1, 0}});                          // two.jsonl, repeats 1
   CHECK(runs[3] == S{{2, 0}, {2, 1}, {3, 0}, {3, 1}, {1, 0}, {1, 1}});  // two.jsonl, repeats 2
   CHECK(d.runs.size() == 2 * (2 + 4 + 3 + 6));                          // ar + prompt_lookup
+  fs::remove_all(dir);
+}
+
+// Repeats: a sampled run draws each repeat from its own seed (repeat 0 from the seed itself), so
+// repeats are independent samples; a greedy run's repeats decode the same tokens again (for
+// timing), so alpha's interval and the positions count repeat 0 only. Until 2026-11-29 every
+// repeat drew from the same seed and counted as new trials: the interval narrowed with `repeats`
+// alone. The Python reader's summary agrees.
+TEST_CASE("speclab run: sampled repeats are independent draws, greedy repeats are not new trials",
+          "[experiment][repeats]") {
+  const std::string dir = temp_dir(), h5 = dir + "/rep.h5";
+  write_file(dir + "/r.yaml",
+             "models: {target: {path: stories260K}}\n"
+             "drafters: [{name: layer_skip, draft_layers_first: 3}]\n"
+             "generation: {max_new_tokens: 24, ignore_eos: true}\n"
+             "sampling: {seed: 11}\n"
+             "prompts:\n  chat: off\n  inline: [{id: a, text: \"Once upon a time\"}, {id: b, text: \"The little dog\"}]\n"
+             "sweep:\n  sampling.temperature: [0, 0.8]\n"
+             "repeats: 3\nwarmup: 0\n"
+             "output: {path: " + h5 + "}\n");
+  const Result r = cli("run '" + dir + "/r.yaml' --no-report", dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const ExperimentData d = read_experiment(h5);
+  std::map<std::tuple<int64_t, int64_t, std::string>, std::vector<TokenList>> tokens;  // (point, prompt, method) -> per repeat
+  std::map<int64_t, std::array<int64_t, 4>> acc;  // point -> accepted, examined over repeat 0, over all repeats
+  for (const RunRecord& run : d.runs) {
+    tokens[{run.key.point, run.key.prompt, run.key.method}].push_back(run.tokens);
+    for (const StepRecord& st : run.steps) {
+      auto& a = acc[run.key.point];
+      const int64_t ex = std::min(st.accepted + 1, st.drafted);
+      if (run.key.repeat == 0) a[0] += st.accepted, a[1] += ex;
+      a[2] += st.accepted, a[3] += ex;
+    }
+  }
+  int64_t sampled_differ = 0;
+  for (const auto& [key, per_repeat] : tokens) {
+    REQUIRE(per_repeat.size() == 3);
+    const bool all_equal = per_repeat[0] == per_repeat[1] && per_repeat[1] == per_repeat[2];
+    if (std::get<0>(key) == 0) CHECK(all_equal);  // greedy
+    else sampled_differ += !all_equal;
+  }
+  CHECK(sampled_differ == 4);  // every (prompt, method) of the sampled point
+  H5::H5File f(h5, H5F_ACC_RDONLY);
+  const auto s_point = ints(f, "/summary/overall/point");
+  const auto s_lo = reals(f, "/summary/overall/alpha_lo"), s_hi = reals(f, "/summary/overall/alpha_hi");
+  REQUIRE(s_point.size() == 2);
+  for (size_t k = 0; k < 2; ++k) {
+    const auto& a = acc.at(s_point[k]);
+    const Proportion want = s_point[k] == 0 ? wilson_interval(a[0], a[1]) : wilson_interval(a[2], a[3]);
+    INFO("point " << s_point[k]);
+    CHECK(s_lo[k] == Approx(want.lo).epsilon(1e-12));
+    CHECK(s_hi[k] == Approx(want.hi).epsilon(1e-12));
+  }
+  CHECK(acc.at(0)[3] == 3 * acc.at(0)[1]);  // the greedy repeats did run, and are left out
+
+  write_file(dir + "/cross.py",
+             "import math, sys\n"
+             "sys.path.insert(0, '" + std::string(SPECLAB_SOURCE_DIR) + "/analysis')\n"
+             "from speclab_h5 import Experiment, compute_summary\n"
+             "e = Experiment(sys.argv[1]); c = compute_summary(e)\n"
+             "f, p = e.summary['overall'], c['overall']\n"
+             "for col in ('alpha', 'alpha_lo', 'alpha_hi', 'accepted', 'examined'):\n"
+             "    for a, b in zip(f[col], p[col]):\n"
+             "        assert abs(float(a) - float(b)) <= 1e-12, (col, a, b)\n"
+             "def pos_rows(t):\n"
+             "    return sorted(zip(*(list(map(str, t[k])) for k in ('point', 'method', 'pos', 'trials', 'successes'))))\n"
+             "assert pos_rows(e.summary['positions']) == pos_rows(c['positions']) != [], 'positions differ'\n"
+             "print('summaries agree')\n");
+  const std::string py = "/usr/bin/python3 '" + dir + "/cross.py' '" + h5 + "' > '" + dir + "/.py' 2>&1";
+  const int py_status = std::system(py.c_str());
+  INFO(read_file(dir + "/.py"));
+  CHECK((WIFEXITED(py_status) && WEXITSTATUS(py_status) == 0));
   fs::remove_all(dir);
 }
 
