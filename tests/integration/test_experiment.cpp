@@ -112,6 +112,16 @@ std::vector<double> reals(const H5::H5File& f, const std::string& path) {
   return v;
 }
 
+// Runs a Python script of the test on an experiment file: it must exit 0 (its output is shown
+// when it does not).
+void check_python_script(const std::string& script, const std::string& h5) {
+  const std::string out = script + ".out";
+  const std::string py = "/usr/bin/python3 '" + script + "' '" + h5 + "' > '" + out + "' 2>&1";
+  const int py_status = std::system(py.c_str());
+  INFO(read_file(out));
+  CHECK((WIFEXITED(py_status) && WEXITSTATUS(py_status) == 0));
+}
+
 std::vector<std::string> strs(const H5::H5File& f, const std::string& path) {
   H5::DataSet ds = f.openDataSet(path);
   hsize_t n[1];
@@ -321,10 +331,7 @@ TEST_CASE("speclab run: a tiny stories260K experiment, its HDF5 file, summary an
              "    assert 0.5 < r['tau_over_cost'] / sp < 2.0, r\n"
              "    assert 0 <= r['draft_steps'] <= 1 and r['verify_cost'] > 0, r\n"
              "print('decomposition consistent')\n");
-  const std::string py = "/usr/bin/python3 '" + dir + "/cross.py' '" + h5 + "' > '" + dir + "/.py' 2>&1";
-  const int py_status = std::system(py.c_str());
-  INFO(read_file(dir + "/.py"));
-  CHECK((WIFEXITED(py_status) && WEXITSTATUS(py_status) == 0));
+  check_python_script(dir + "/cross.py", h5);
 
   // The report `speclab run` generated, and `speclab report` on its own.
   CHECK(r.out.find("report: " + dir + "/rep/report.md") != std::string::npos);
@@ -577,10 +584,7 @@ TEST_CASE("speclab run: sampled repeats are independent draws, greedy repeats ar
              "    return sorted(zip(*(list(map(str, t[k])) for k in ('point', 'method', 'pos', 'trials', 'successes'))))\n"
              "assert pos_rows(e.summary['positions']) == pos_rows(c['positions']) != [], 'positions differ'\n"
              "print('summaries agree')\n");
-  const std::string py = "/usr/bin/python3 '" + dir + "/cross.py' '" + h5 + "' > '" + dir + "/.py' 2>&1";
-  const int py_status = std::system(py.c_str());
-  INFO(read_file(dir + "/.py"));
-  CHECK((WIFEXITED(py_status) && WEXITSTATUS(py_status) == 0));
+  check_python_script(dir + "/cross.py", h5);
   fs::remove_all(dir);
 }
 
