@@ -400,6 +400,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
       ModelSource ds;
       ds.path = o.draft_model;
       ds.format = o.draft_model_format;
+      ds.tokenizer = o.draft_model_tokenizer;
       try {
         check_model_source(ds, key, pt, config);
       } catch (const Error& e) {
@@ -407,6 +408,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
         std::string field = e.field();
         if (field == key + ".path") field = key + ".draft_model";
         if (field == key + ".format") field = key + ".draft_model_format";
+        if (field == key + ".tokenizer") field = key + ".draft_model_tokenizer";
         throw Error(e.kind(), e.message(), e.file(), field);
       }
     }

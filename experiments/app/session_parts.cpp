@@ -44,7 +44,8 @@ void check_same_vocabulary(const LoadedModel& draft, const LoadedModel& target) 
 }
 
 // Loads a draft (a draft model, an eagle head, medusa heads, a retrieval datastore) with load(). An error
-// that names no field (the file missing or unreadable) is rethrown naming draft_model, and,
+// that names no field (the file missing or unreadable) is rethrown naming draft_model (or
+// draft_model_tokenizer, for that file), and,
 // where no draft_model was given, that `path` is the default one for this target.
 template <class Load>
 auto with_draft_field(Load load, const std::string& path, const DrafterOptions& o) -> decltype(load()) {
@@ -57,7 +58,9 @@ auto with_draft_field(Load load, const std::string& path, const DrafterOptions& 
                                    ? " (no draft_model given: the default trained " + o.name +
                                          " draft for this target; `speclab train-draft` writes it, docs/train-draft.md)"
                                    : ""),
-                e.file().empty() ? path : e.file(), "draft_model");
+                e.file().empty() ? path : e.file(),
+                !o.draft_model_tokenizer.empty() && e.file() == o.draft_model_tokenizer ? "draft_model_tokenizer"
+                                                                                         : "draft_model");
   }
 }
 
@@ -77,6 +80,7 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
       src.format = o.draft_model_format;
       if (env.target != nullptr) src.device = env.target->config().device;
     }
+    src.tokenizer = o.draft_model_tokenizer;
     // A reduced head larger than the vocabulary would silently be the whole one.
     const auto check_draft_vocab = [&](int64_t vocab) {
       if (o.draft_vocab > vocab)

@@ -83,6 +83,7 @@ void DrafterArgs::add_to(po::options_description& desc) {
       ("draft-layers", po::value(&layers), "layer_skip: target layers the draft runs, e.g. 0-14 (default: first half)")
       ("draft-model", po::value(&draft_model), "draft_model: model path or named entry; eagle, medusa: the head; retrieval: the datastore (default: the trained or shipped one, docs/train-draft.md)")
       ("draft-format", po::value(&draft_format)->default_value(draft_format), "draft_model: format")
+      ("draft-tokenizer", po::value(&draft_tokenizer), "draft_model: a llama2.c draft's tokenizer.bin (default: beside it)")
       ("draft-vocab", po::value(&draft_vocab)->default_value(draft_vocab),
        "draft_model: LM head over the N most frequent tokens only (FR-Spec; 0 = whole vocabulary)")
       ("param", po::value(&params)->multitoken(), "plugin parameter key=value (repeatable)");
@@ -117,6 +118,7 @@ DrafterOptions DrafterArgs::options() const {
   if (!layers.empty()) o.draft_layers = parse_layer_list(layers, "--draft-layers");
   o.draft_model = draft_model;
   o.draft_model_format = draft_format;
+  o.draft_model_tokenizer = draft_tokenizer;
   o.draft_vocab = draft_vocab;
   for (const auto& kv : params) {
     auto eq = kv.find('=');
@@ -148,6 +150,7 @@ Error DrafterArgs::flag_error(const Error& e) {
       {"draft_layers_first", "--draft-layers"},
       {"draft_model", "--draft-model"},
       {"draft_model_format", "--draft-format"},
+      {"draft_model_tokenizer", "--draft-tokenizer"},
       {"draft_vocab", "--draft-vocab"},
       {"params", "--param"},
   };

@@ -82,7 +82,7 @@ struct DrafterArgs {
   int fallback_gamma = 0;
   int retrieval_min = DrafterOptions{}.retrieval_min, retrieval_max = DrafterOptions{}.retrieval_max;
   std::string layers;   // layer_skip: "0-14" or "0,2,4"
-  std::string draft_model, draft_format = "auto";
+  std::string draft_model, draft_format = "auto", draft_tokenizer;
   int64_t draft_vocab = 0;
   std::vector<std::string> params;  // key=value for plugins
 

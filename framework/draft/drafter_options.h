@@ -56,6 +56,8 @@ struct DrafterOptions {
   // under assets/drafts/)
   std::string draft_model;
   std::string draft_model_format = "auto";
+  // draft_model: a llama2.c draft's tokenizer.bin ("": the one beside the model).
+  std::string draft_model_tokenizer;
   // draft_model: compute the draft's LM head over only its N most frequent tokens (FR-Spec, Zhao
   // et al. 2025), taken as the N lowest token ids (byte-level BPE ids follow merge order, i.e.
   // frequency in the tokenizer's corpus) plus the end-of-sequence and <|...|> control tokens.

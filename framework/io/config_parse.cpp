@@ -24,6 +24,7 @@ void finalize(ExperimentConfig& c) {
     if (e.options.name == "draft_model" && c.models.draft && (e.options.draft_model.empty() || e.draft_from_models)) {
       e.options.draft_model = c.models.draft->path;
       e.options.draft_model_format = c.models.draft->format;
+      e.options.draft_model_tokenizer = c.models.draft->tokenizer;
       e.draft_from_models = true;
     }
   }

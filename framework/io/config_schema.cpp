@@ -80,6 +80,18 @@ Codec<Preemption> preemption_mode() {
 
 // ---- the tables ---------------------------------------------------------------------------------
 
+// models.draft: which model, in which format, with which llama2.c tokenizer. Its placement and
+// precision are its target's (draft_source_for), so those keys are not taken here.
+const Table<ModelSource>& draft_source_table() {
+  using S = ModelSource;
+  static const Table<S> t("draft model source", {
+      field("path", {}, &S::path, model_path()),
+      field("format", {}, &S::format, one_of(S::formats())),
+      field("tokenizer", {}, &S::tokenizer, path()),
+  });
+  return t;
+}
+
 const Table<ModelSource>& source_table() {
   using S = ModelSource;
   static const Table<S> t("model source", {
@@ -99,7 +111,7 @@ const Table<ModelsOptions>& models_table() {
   using M = ModelsOptions;
   static const Table<M> t("models", {
       field("target", {}, &M::target, section(source_table())),
-      field("draft", {}, &M::draft, optional_section(source_table())),
+      field("draft", {}, &M::draft, optional_section(draft_source_table())),
   });
   return t;
 }
@@ -246,6 +258,7 @@ const Table<DrafterEntry>& drafter_table() {
           also(field("draft_model", {"model"}, &E::options, &O::draft_model, model_path()),
                [](E& e) { e.draft_from_models = false; }),
           field("draft_model_format", {}, &E::options, &O::draft_model_format),
+          field("draft_model_tokenizer", {}, &E::options, &O::draft_model_tokenizer, path()),
           field("draft_vocab", {}, &E::options, &O::draft_vocab, integer<int64_t>(0, kI32Max)),
           field("params", {}, &E::options, &O::params, parameter_map()),
       });

@@ -781,3 +781,33 @@ TEST_CASE("retrieval_first: read from YAML, alone or behind prompt lookup, and r
              Contains("drafters[0].retrieval_first") && Contains("another drafter"));
   CHECK_THAT(config_error(kBase + "drafters: [{name: eagle, retrieval_first: 2}]\n"), Contains("drafters[0].retrieval_first"));
 }
+
+// models.draft names a model, its format and its llama2.c tokenizer; the tokenizer reaches the
+// draft_model entries (it was dropped until 2026-11-29, so a draft whose tokenizer is not the
+// tokenizer.bin beside it could not be used). Placement and precision are the target's: those
+// keys are refused under models.draft (they were accepted and ignored).
+TEST_CASE("models.draft: path, format and tokenizer reach draft_model entries; other keys are refused",
+          "[config]") {
+  const ExperimentConfig c = parse_experiment_config(
+      "models:\n"
+      "  target: {path: stories260K}\n"
+      "  draft: {path: /d/stories.bin, format: llama2c, tokenizer: /d/tok512.bin}\n"
+      "prompts:\n"
+      "  inline: [hello]\n"
+      "drafters:\n"
+      "  - name: draft_model\n"
+      "  - {name: draft_model, label: own, draft_model: /e/other.bin, draft_model_tokenizer: /e/tok.bin}\n",
+      "draft.yaml");
+  REQUIRE(c.drafters.size() == 2);
+  CHECK(c.drafters[0].options.draft_model == "/d/stories.bin");
+  CHECK(c.drafters[0].options.draft_model_format == "llama2c");
+  CHECK(c.drafters[0].options.draft_model_tokenizer == "/d/tok512.bin");
+  CHECK(c.drafters[1].options.draft_model == "/e/other.bin");
+  CHECK(c.drafters[1].options.draft_model_tokenizer == "/e/tok.bin");
+  for (const char* key : {"kv_dtype: int8", "weights: f32", "device: cpu", "dtype: float32", "activations: f32"}) {
+    INFO(key);
+    CHECK_THAT(config_error("models:\n  target: {path: stories260K}\n  draft: {path: /d/s.bin, " + std::string(key) +
+                            "}\nprompts:\n  inline: [hello]\n"),
+               Contains("models.draft"));
+  }
+}
