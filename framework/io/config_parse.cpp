@@ -28,13 +28,19 @@ void finalize(ExperimentConfig& c) {
       e.draft_from_models = true;
     }
   }
+  // Default labels are the drafter's name, except where a sweep sets the name: the label names
+  // the entry at every point, so the name of one point would mislabel the others ("drafter"
+  // then; the point's label says which drafter ran).
+  bool name_swept = false;
+  for (const SweepAxis& a : c.sweep) name_swept = name_swept || a.key == "drafter.name" || a.key == "drafter.method";
   std::set<std::string> taken;
   for (const auto& e : c.drafters)
     if (!e.label.empty()) taken.insert(e.label);
   for (auto& e : c.drafters) {
     if (!e.label.empty()) continue;
-    std::string label = e.options.name;
-    for (int k = 2; taken.count(label); ++k) label = e.options.name + "_" + std::to_string(k);
+    const std::string base = name_swept ? std::string("drafter") : e.options.name;
+    std::string label = base;
+    for (int k = 2; taken.count(label); ++k) label = base + "_" + std::to_string(k);
     e.label = label;
     taken.insert(label);
   }
@@ -145,14 +151,18 @@ bool set_by_axis(const std::string& field, const std::string& axis) {
   return close != std::string::npos && field.substr(close + 2) == axis.substr(8);
 }
 
-// A numeric sweep value as the setting holds it (0.0 -> 0, 1e3 -> 1000); other values as written.
+// A number or boolean sweep value as the setting holds it (0.0 -> 0, 1e3 -> 1000, 1MiB ->
+// 1048576, on -> true), so that two spellings of one value are found to be one point; other
+// values (paths, names) as written.
 std::string canonical_sweep_value(const ExperimentConfig& c, const std::string& key, const std::string& written) {
-  char* end = nullptr;
-  std::strtod(written.c_str(), &end);
-  if (written.empty() || end != written.c_str() + written.size()) return written;
   const std::string path =
       starts_with(key, "drafter.") ? (c.drafters.empty() ? key : "drafters[0]." + key.substr(8)) : key;
-  return effective_value(c, path).value_or(written);
+  const std::optional<std::string> held = effective_value(c, path);
+  if (!held || held->empty()) return written;
+  if (*held == "true" || *held == "false") return *held;
+  char* end = nullptr;
+  std::strtod(held->c_str(), &end);
+  return end == held->c_str() + held->size() ? *held : written;
 }
 
 // Sweep values: types first, each located at its value in the sweep list (and recorded as the
@@ -180,13 +190,13 @@ void check_sweep(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ct
         if (e.kind() != ErrorKind::kConfig) throw;
         throw Error(ErrorKind::kConfig, e.message(), val.where(), written.back());
       }
-      // Numbers by value: 0 and 0.0 are one point, recorded as 0.
+      // Numbers and booleans by value: 0 and 0.0 are one point, recorded as 0.
       std::vector<std::string>& values = cfg.sweep[a].values;
       if (std::find(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(j), canon) !=
           values.begin() + static_cast<std::ptrdiff_t>(j))
         throw Error(ErrorKind::kConfig,
-                    "expected distinct values (each is one sweep point), found " + squote(values[j]) + ", which is " +
-                        squote(canon) + " again",
+                    "expected distinct values (each is one sweep point), found " + squote(values[j]) +
+                        (values[j] == canon ? " again" : ", which is " + squote(canon) + " again"),
                     val.where(), written.back() + "[" + std::to_string(j) + "]");
       values[j] = canon;
     }

@@ -509,6 +509,13 @@ TEST_CASE("sweep keys: per-point settings only, and a drafters entry may not wri
     CHECK(c.sweep[0].values == std::vector<std::string>{"0.5", "1"});
     CHECK(c.sweep[1].values == std::vector<std::string>{"2", "4"});
     CHECK(c.sweep[2].values == std::vector<std::string>{"off"});  // not a number: as written
+    // Booleans and byte sizes too (until 2026-11-29 only what strtod reads: these ran twice).
+    CHECK_THAT(config_error(kBase + "sweep:\n  generation.ignore_eos: [true, on]\n"),
+               Contains("found 'on', which is 'true' again"));
+    CHECK_THAT(config_error(kBase + "sweep:\n  kv.budget_bytes: [1MiB, 1048576]\n"),
+               Contains("found '1048576' again"));
+    CHECK_THAT(config_error(kBase + "sweep:\n  kv.budget_bytes: [1MiB, 1024KiB]\n"),
+               Contains("found '1024KiB', which is '1048576' again"));
   }
   SECTION("prompts.*, repeats and warmup are per point") {
     const ExperimentConfig c = parse_experiment_config(
@@ -810,4 +817,24 @@ TEST_CASE("models.draft: path, format and tokenizer reach draft_model entries; o
                             "}\nprompts:\n  inline: [hello]\n"),
                Contains("models.draft"));
   }
+}
+
+// A sweep over drafter.name: the entry's default label names no one drafter (it was the name
+// before the sweep at every point, so layer_skip's results read "prompt_lookup"); an explicit
+// label is kept.
+TEST_CASE("a drafter.name sweep gives unlabelled entries a neutral label", "[config][sweep]") {
+  const ExperimentConfig c =
+      parse_experiment_config(kBase + "drafters: [{draft_layers_first: 2}, {draft_layers_first: 3, label: ls3}]\n"
+                                      "sweep: {drafter.name: [prompt_lookup, layer_skip]}\n",
+                              "names.yaml");
+  const std::vector<SweepPoint> pts = expand_sweep(c);
+  REQUIRE(pts.size() == 2);
+  for (const SweepPoint& p : pts) {
+    REQUIRE(p.config.drafters.size() == 2);
+    CHECK(p.config.drafters[0].label == "drafter");
+    CHECK(p.config.drafters[1].label == "ls3");
+  }
+  CHECK(pts[1].config.drafters[0].options.name == "layer_skip");
+  const ExperimentConfig plain = parse_experiment_config(kBase + "drafters: [{name: layer_skip}]\n", "plain.yaml");
+  CHECK(plain.drafters[0].label == "layer_skip");
 }
