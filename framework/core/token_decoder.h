@@ -12,7 +12,9 @@ namespace speclab {
 class TokenDecoder {
  public:
   virtual ~TokenDecoder() = default;
-  // The raw bytes one token stands for (may be a partial UTF-8 sequence; empty for control).
+  // The raw bytes one token stands for (may be a partial UTF-8 sequence). Control tokens:
+  // empty in SentencePieceBpe (llama2.c, GGUF "llama"), their literal text ("<|im_end|>") in
+  // ByteLevelBpe, as HF decodes them with skip_special_tokens=False; unused entries: empty.
   virtual std::string token_bytes(Token id) const = 0;
   // True for the model's end-of-sequence ids.
   virtual bool is_eos(Token id) const = 0;

@@ -26,7 +26,9 @@ class Tokenizer : public TokenDecoder {
 
   virtual TokenList encode(std::string_view text, bool add_bos) const = 0;
   virtual std::string decode(const TokenList& tokens) const = 0;
-  // The raw bytes one token stands for (may be a partial UTF-8 sequence; empty for control).
+  // The raw bytes one token stands for (may be a partial UTF-8 sequence). Control tokens:
+  // empty in SentencePieceBpe (llama2.c, GGUF "llama"), their literal text ("<|im_end|>") in
+  // ByteLevelBpe, as HF decodes them with skip_special_tokens=False; unused entries: empty.
   std::string token_bytes(Token id) const override = 0;
   // The vocabulary entry as stored (e.g. "Ġthe", "▁the", "<0x0A>", "<|im_end|>").
   virtual const std::string& token_text(Token id) const = 0;
