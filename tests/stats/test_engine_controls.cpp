@@ -249,7 +249,7 @@ TEST_CASE("engine controls behind prompt_lookup_first: the wrapped drafter's q i
   o.prompt_lookup_first = true;
   std::unique_ptr<Drafter> d = drafter_registry().create(
       o, DrafterEnv{r.s.model.get(), &r.kv, r.pool, r.s.model->config().vocab_size});
-  const int64_t n = kControlMaxN;
+  const int64_t n = kLosslessN;  // the lossless check's N
   r.plan.n = n;
   r.plan.first = 0;
   if (r.ar_ignore_eos.n() < n) r.ar_ignore_eos = r.ar(n, 1);
