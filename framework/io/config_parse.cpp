@@ -111,12 +111,14 @@ namespace {
 // written key. (A top-level key such as sampling.temperature may be written and swept: the
 // written value is the base that each point replaces, as documented in docs/config.md.)
 void check_sweep_conflicts(const YAML::Node& root, const YamlOrigin& origin, const std::vector<SweepAxis>& sweep) {
-  auto conflict = [&](const YAML::Node& key, const std::string& written, const std::string& axis) {
+  // Located at the written value: a --set override's value names the --set (a key node has no
+  // such label, and the error blamed the file for a --set).
+  auto conflict = [&](const YAML::Node& value, const std::string& written, const std::string& axis) {
     throw Error(ErrorKind::kConfig,
                 "expected the drafters entries to leave this key to sweep." + axis +
                     ", which sets it on every entry at every point; found it written here (remove it here or "
                     "from the sweep)",
-                origin.where(key), written);
+                origin.where(value), written);
   };
   const Schema& drafter = drafter_table().schema();
   const YAML::Node list = top_schema().find("drafters")->value_in(root);
@@ -132,12 +134,12 @@ void check_sweep_conflicts(const YAML::Node& root, const YamlOrigin& origin, con
         const std::string name = ax.key.substr(std::string("drafter.params.").size());
         if (params.IsMap())
           for (auto it = params.begin(); it != params.end(); ++it)
-            if (it->first.IsScalar() && it->first.Scalar() == name) conflict(it->first, at + "params." + name, ax.key);
+            if (it->first.IsScalar() && it->first.Scalar() == name) conflict(it->second, at + "params." + name, ax.key);
         continue;
       }
       const KeyDef* def = drafter.find(segs[1]);
       const YAML::Node key = def ? def->key_in(entry) : YAML::Node();
-      if (key.IsDefined() && !key.IsNull()) conflict(key, at + key.Scalar(), ax.key);
+      if (key.IsDefined() && !key.IsNull()) conflict(def->value_in(entry), at + key.Scalar(), ax.key);
     }
   }
 }

@@ -529,8 +529,12 @@ TEST_CASE("sweep keys: per-point settings only, and a drafters entry may not wri
   }
   SECTION("a drafters entry that writes a key a drafter.<key> sweep sets is an error at that key") {
     CHECK_THAT(config_error(kBase + "drafters:\n  - name: prompt_lookup\n    gamma: 7\nsweep:\n  drafter.gamma: [1, 2]\n"),
-               Contains("bad.yaml:7:5: drafters[0].gamma: expected the drafters entries to leave this key to "
+               Contains("bad.yaml:7:12: drafters[0].gamma: expected the drafters entries to leave this key to "
                         "sweep.drafter.num_speculative_tokens"));
+    // Written by a --set, it names the --set (it named the file, as if written there).
+    CHECK_THAT(config_error(kBase + "drafters:\n  - name: prompt_lookup\nsweep:\n  drafter.gamma: [1, 2]\n",
+                            {"drafter.gamma=7"}),
+               Contains("--set drafter.gamma=7: drafters[0].gamma: expected the drafters entries to leave"));
     CHECK_THAT(config_error(kBase + "drafters:\n  - name: layer_skip\n  - {name: prompt_lookup, "
                                     "max_matching_ngram_size: 2}\nsweep:\n  drafter.prompt_lookup_max: [2, 3]\n"),
                Contains("drafters[1].max_matching_ngram_size: expected the drafters entries to leave"));
