@@ -144,9 +144,21 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
     }
     ids.push_back(std::move(t));
   }
-  SessionParts parts(*target, cfg.kv);
+  std::unique_ptr<SessionParts> parts_owner;
+  try {
+    parts_owner = std::make_unique<SessionParts>(*target, cfg.kv);
+  } catch (const Error& e) {
+    throw in_config(e, "kv", "kv", cfg.source_path);
+  }
+  SessionParts& parts = *parts_owner;
   std::vector<Drafter*> drafters;
-  for (const DrafterEntry& d : cfg.drafters) drafters.push_back(&parts.add_drafter(d.options));
+  for (size_t i = 0; i < cfg.drafters.size(); ++i) {
+    try {
+      drafters.push_back(&parts.add_drafter(cfg.drafters[i].options));
+    } catch (const Error& e) {
+      throw in_config(e, "drafter", "drafters[" + std::to_string(i) + "]", cfg.source_path);
+    }
+  }
   // Every check begins many sequences on few prompts: drafters may keep their prompt state (a
   // draft model's prefill) as the target's prefill is memoized (PrefillMemo, below). Released
   // before `parts` goes.

@@ -159,20 +159,16 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
   // layer range against its depth) fail here: the error names the config and the key path.
   const std::string at = point.values.empty() ? "" : " (sweep point #" + std::to_string(point.index) + ": " +
                                                           point_label(point.values) + ")";
-  auto rethrow = [&](const Error& e, const std::string& section, const std::string& key) {
-    if (e.file() != section) throw;
-    throw Error(e.kind(), e.message() + at, cfg.source_path, key + (e.field().empty() ? "" : "." + e.field()));
-  };
   try {
     ctx->parts = std::make_unique<SessionParts>(*ctx->target, cfg.kv);
   } catch (const Error& e) {
-    rethrow(e, "kv", "kv");
+    throw in_config(e, "kv", "kv", cfg.source_path, at);
   }
   for (size_t i = 0; i < cfg.drafters.size(); ++i) {
     try {
       ctx->parts->add_drafter(cfg.drafters[i].options);
     } catch (const Error& e) {
-      rethrow(e, "drafter", "drafters[" + std::to_string(i) + "]");
+      throw in_config(e, "drafter", "drafters[" + std::to_string(i) + "]", cfg.source_path, at);
     }
   }
   return ctx;

@@ -66,6 +66,12 @@ auto with_draft_field(Load load, const std::string& path, const DrafterOptions& 
 
 }  // namespace
 
+Error in_config(const Error& e, const std::string& section, const std::string& key, const std::string& source_path,
+                const std::string& note) {
+  if (e.file() != section) return e;
+  return Error(e.kind(), e.message() + note, source_path, key + (e.field().empty() ? "" : "." + e.field()));
+}
+
 DrafterRegistry drafter_registry(const LoadedModel* target) {
   DrafterRegistry r = DrafterRegistry::with_builtins();
   r.add("draft_model", [target](const DrafterOptions& o, const DrafterEnv& env) -> std::unique_ptr<Drafter> {

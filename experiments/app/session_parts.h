@@ -8,9 +8,11 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "experiments/app/loaded_target.h"
+#include "framework/core/error.h"
 #include "framework/draft/registry.h"
 #include "framework/engine/session.h"
 #include "framework/kv/kv_cache_manager.h"
@@ -24,6 +26,12 @@ namespace speclab {
 // registry), draft_model refuses a model whose vocabulary differs from the target's (Error
 // kConfig, "drafter", "draft_model", naming both files and sizes).
 DrafterRegistry drafter_registry(const LoadedModel* target = nullptr);
+
+// An error of SessionParts or add_drafter() as the config file names it: `e` from `section` ("kv",
+// "drafter") becomes one in `source_path` at `key` + "." + its field ("drafters[1].draft_layers_first"),
+// its message followed by `note`; `e` itself when it names another file (a model, a prompt file).
+Error in_config(const Error& e, const std::string& section, const std::string& key, const std::string& source_path,
+                const std::string& note = "");
 
 class SessionParts {
  public:

@@ -100,7 +100,12 @@ int cmd_check(const std::vector<std::string>& args) {
       std::fflush(stderr);
     };
   c10::InferenceMode inference;
-  const EquivalenceReport report = run_equivalence(config, options);
+  EquivalenceReport report;
+  try {
+    report = run_equivalence(config, options);
+  } catch (const Error& e) {
+    throw located_config_error(e, config_path, overrides);
+  }
   std::cout << format_equivalence_report(report);
   EquivalenceFileMeta meta;
   meta.config_yaml = config.resolved_yaml;

@@ -230,6 +230,9 @@ int cmd_run(const std::vector<std::string>& args) {
     StopSignals signals;
     try {
       out = run_experiment(config, ropts);
+    } catch (const Error& e) {
+      progress.finish();
+      throw located_config_error(e, config_path, overrides);
     } catch (...) {
       progress.finish();
       throw;

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/error.h"
 #include "framework/draft/drafter_options.h"
 #include "framework/engine/generation.h"
 #include "framework/kv/kv_options.h"
@@ -158,6 +159,12 @@ struct ExperimentConfig {
 ExperimentConfig load_experiment_config(const std::string& path, const std::vector<std::string>& overrides = {});
 ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std::string& source_name,
                                          const std::vector<std::string>& overrides = {});
+
+// `e` located where its field is written when it names the config file `path` without a line
+// (an error found once models are loaded, e.g. draft_layers_first beyond the target's layers):
+// "<file>:<line>:<col>" of the key, or the `--set` that wrote it. `e` itself when the key is not
+// written (a default, a value a sweep sets) or the file no longer parses.
+Error located_config_error(const Error& e, const std::string& path, const std::vector<std::string>& overrides = {});
 
 }  // namespace speclab
 

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <set>
@@ -19,6 +20,7 @@
 
 using namespace speclab;
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 
 namespace {
 
@@ -841,4 +843,25 @@ TEST_CASE("a drafter.name sweep gives unlabelled entries a neutral label", "[con
   CHECK(pts[1].config.drafters[0].options.name == "layer_skip");
   const ExperimentConfig plain = parse_experiment_config(kBase + "drafters: [{name: layer_skip}]\n", "plain.yaml");
   CHECK(plain.drafters[0].label == "layer_skip");
+}
+
+// Errors found once models are loaded name the key's place in the file, or the --set that wrote
+// it (speclab run and check call located_config_error; they named the file alone).
+TEST_CASE("located_config_error: a model-time error gets the key's line and column, or its --set", "[config]") {
+  const std::string path = tmp_dir() + "/located.yaml";
+  {
+    std::ofstream f(path);
+    f << kBase << "drafters:\n  - name: layer_skip\n    draft_layers_first: 9\n";
+  }
+  const Error e(ErrorKind::kConfig, "expected at most 5 layers, found 9", path, "drafters[0].draft_layers_first");
+  CHECK(std::string(located_config_error(e, path).what()) ==
+        path + ":7:25: drafters[0].draft_layers_first: expected at most 5 layers, found 9");
+  const Error k(ErrorKind::kConfig, "too small", path, "kv.budget_bytes");
+  CHECK_THAT(std::string(located_config_error(k, path, {"kv.budget_bytes=4KiB"}).what()),
+             StartsWith("--set kv.budget_bytes=4KiB: kv.budget_bytes: too small"));
+  // Not written (a default): the file alone, as before; another file: unchanged.
+  CHECK(std::string(located_config_error(k, path).what()) == path + ": kv.budget_bytes: too small");
+  const Error other(ErrorKind::kIo, "cannot open", "/x/model.gguf", "path");
+  CHECK(std::string(located_config_error(other, path).what()) == "/x/model.gguf: path: cannot open");
+  std::remove(path.c_str());
 }
