@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include "experiments/app/evaluation_sets.h"
@@ -246,6 +247,17 @@ std::string cache_key(const TrainDraftConfig& c, const std::string& target_hash,
   f.add(c.data.prompts.system);
   f.add(std::to_string(c.data.validation_fraction));
   for (const Prompt& p : prompts) f.add(p.text);
+  // How the target was loaded changes its answers and features (a float32 run's cache must not
+  // serve a bfloat16 one). Only settings off their defaults are added, so that caches written
+  // before they were keyed stay valid for the default load.
+  const ModelSource defaults;
+  for (const auto& [name, value, fallback] :
+       {std::make_tuple("weights", c.target.weights, defaults.weights),
+        std::make_tuple("activations", c.target.activations, defaults.activations),
+        std::make_tuple("dtype", c.target.dtype, defaults.dtype), std::make_tuple("kv_dtype", c.target.kv_dtype, defaults.kv_dtype),
+        std::make_tuple("device", c.target.device, defaults.device),
+        std::make_tuple("tokenizer", c.target.tokenizer, defaults.tokenizer)})
+    if (value != fallback) f.add(std::string(name) + "=" + value);
   return f.hex();
 }
 
@@ -262,13 +274,26 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
   {
     std::ifstream in(path);
     std::string line;
+    std::streamoff good = 0;  // bytes of whole, parsed lines
+    bool cut = false;
     while (std::getline(in, line)) {
       try {
+        if (in.eof()) throw std::runtime_error("no newline");  // the last line is cut short
         const nlohmann::json j = nlohmann::json::parse(line);
         cached[j.at("i").get<int64_t>()] = j.at("answer").get<TokenList>();
+        good += static_cast<std::streamoff>(line.size()) + 1;
       } catch (const std::exception&) {
-        break;  // a line cut short by an interruption: the rest is recomputed
+        cut = true;  // a line cut short by an interruption: it and the rest are recomputed
+        break;
       }
+    }
+    // Appending after a cut line would glue the next answer to it, and every later run would stop
+    // reading there again: the cut is removed first.
+    if (cut) {
+      in.close();
+      std::error_code ec;
+      fs::resize_file(path, static_cast<std::uintmax_t>(good), ec);
+      if (ec) throw Error(ErrorKind::kIo, "cannot remove an interrupted line from the answer cache: " + ec.message(), path);
     }
   }
   std::ofstream out(path, std::ios::app);
@@ -279,11 +304,14 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
   std::vector<size_t> prompt_of;                  // samples[s] answers prompts[prompt_of[s]]
   std::vector<TokenList> todo;                    // prompts without a cached answer
   std::vector<size_t> todo_sample;                // their samples
+  // Every K-th prompt is held out, and a prompt that comes again goes where its first copy went,
+  // so that no text is both trained on and validated on.
+  std::map<std::string, bool> held_out;  // prompt text -> validation
   for (size_t i = 0; i < prompts.size(); ++i) {
     Sample s;
     s.prompt = encode_prompt(target.info, prompts[i].text, chat, c.data.prompts.system);
     if (static_cast<int64_t>(s.prompt.size()) > c.data.max_prompt_tokens) continue;
-    s.validation = static_cast<int64_t>(i) % K == K - 1;
+    s.validation = held_out.emplace(prompts[i].text, static_cast<int64_t>(i) % K == K - 1).first->second;
     auto it = cached.find(static_cast<int64_t>(i));
     if (it != cached.end()) {
       s.answer = it->second;
@@ -294,6 +322,11 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
     prompt_of.push_back(i);
     samples.push_back(std::move(s));
   }
+  if (samples.empty())
+    throw Error(ErrorKind::kConfig,
+                "expected prompts of at most " + std::to_string(c.data.max_prompt_tokens) + " tokens, found none among " +
+                    std::to_string(prompts.size()),
+                c.source_path, "data.max_prompt_tokens");
   // The missing answers, data.answer_batch prompts decoded together (engine/batch_decode.h:
   // the same tokens as generate_ar's), each appended as it finishes, with the rows of
   // feature_layers() that stage 2 would otherwise compute again by teacher forcing.
@@ -427,20 +460,42 @@ void log_into_state(const TrainLog& log, std::map<std::string, at::Tensor>& s) {
 }  // namespace
 
 std::string target_weights_hash(const LoadedModel& target) {
-  static std::map<std::string, std::string> memo;  // path + size + mtime -> hash
+  static std::map<std::string, std::string> memo;  // paths + sizes + mtimes -> hash
   const std::string path = target.origin.path.empty() ? target.source : target.origin.path;
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) throw Error(ErrorKind::kIo, "cannot read the target's weights", path);
-  const std::string key = path + "\n" + std::to_string(st.st_size) + "\n" + std::to_string(st.st_mtime);
+  // A model file, or an HF checkpoint directory: its weight, config and tokenizer files in name
+  // order, each name then its bytes (a directory's own bytes are none: every HF target hashed
+  // alike until 2026-11-29).
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      const std::string ext = e.path().extension().string();
+      if (e.is_regular_file(ec) && (ext == ".safetensors" || ext == ".json" || ext == ".bin" || ext == ".model"))
+        files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    if (files.empty()) throw Error(ErrorKind::kIo, "expected the target's weight files in its directory, found none", path);
+  } else {
+    files.push_back(path);
+  }
+  std::string key;
+  for (const std::string& file : files) {
+    struct stat st;
+    if (::stat(file.c_str(), &st) != 0) throw Error(ErrorKind::kIo, "cannot read the target's weights", file);
+    key += file + "\n" + std::to_string(st.st_size) + "\n" + std::to_string(st.st_mtime) + "\n";
+  }
   auto it = memo.find(key);
   if (it != memo.end()) return it->second;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::kIo, "cannot read the target's weights", path);
   Fnv f;
   std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    f.add(buf.data(), static_cast<size_t>(in.gcount()));
+  for (const std::string& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw Error(ErrorKind::kIo, "cannot read the target's weights", file);
+    if (files.size() > 1) f.add(fs::path(file).filename().string());
+    while (in) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      f.add(buf.data(), static_cast<size_t>(in.gcount()));
+    }
   }
   return memo[key] = f.hex();
 }
@@ -654,6 +709,17 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   const std::vector<Prompt> prompts = load_prompts(pc);
   const std::string evaluation_check = check_outside_evaluation_sets(c, prompts);
   const std::string key = cache_key(c, hash, prompts);
+  if (resume && !retrieval) {
+    // The config names a prompt file by path: its content (and how the target answers) are the
+    // data key's, checked before the data stage. (A checkpoint written before 2026-11-29 has none.)
+    const auto ck = SafetensorsFile::open(c.output.checkpoint).metadata();
+    const auto data_key = ck.find("data_key");
+    if (data_key != ck.end() && data_key->second != key)
+      throw Error(ErrorKind::kBadInput,
+                  "the checkpoint was trained on other data (the prompts, or how the target is loaded, changed since: "
+                  "data key " + data_key->second + ", now " + key + "); start again without --resume",
+                  c.output.checkpoint);
+  }
   fs::create_directories(c.data.cache_dir);
   if (retrieval) {
     TrainDraftResult r = build_datastore(c, *target, prompts, key, hash, progress);
@@ -803,6 +869,11 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     if (ck_meta["target_weights_hash"] != hash || ck_meta["training_config"] != c.resolved_yaml)
       throw Error(ErrorKind::kBadInput, "the checkpoint belongs to another target or training config", c.output.checkpoint);
     trainer->load_state(state, c.output.checkpoint);
+    if (stop_after > 0 && stop_after <= trainer->steps_done())
+      throw Error(ErrorKind::kConfig,
+                  "expected a step after the checkpoint's " + std::to_string(trainer->steps_done()) + ", found " +
+                      std::to_string(stop_after) + " (--stop-after counts steps from the start of training)",
+                  "command line", "--stop-after");
     log = log_from_state(state);
     auto w = state.find("log.wall_seconds");
     if (w != state.end()) prior_seconds = w->second.item<double>();
@@ -814,12 +885,19 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     auto state = trainer->state();
     log_into_state(log, state);
     state["log.wall_seconds"] = at::full({1}, log.wall_seconds, at::kFloat);
-    write_tensors(c.output.checkpoint, state, meta);
+    auto checkpoint_meta = meta;
+    checkpoint_meta["data_key"] = key;
+    write_tensors(c.output.checkpoint, state, checkpoint_meta);
     write_train_log(c.output.log, log);
   };
   double agreement = log.agreement.empty() ? 0.0 : log.agreement.back();
   while (trainer->steps_done() < c.train.steps) {
     const TrainStepLog s = trainer->step();
+    if (!std::isfinite(s.loss))
+      throw Error(ErrorKind::kBadInput,
+                  "the loss is " + std::string(std::isnan(s.loss) ? "NaN" : "infinite") + " at step " +
+                      std::to_string(s.step) + ": training diverged (lower train.lr, or check the loss weights)",
+                  c.source_path, "train.lr");
     log.step.push_back(static_cast<double>(s.step));
     log.loss.push_back(s.loss);
     log.feature_loss.push_back(s.feature_loss);

@@ -36,8 +36,10 @@
 
 namespace speclab {
 
-// A hash of the model file a target was loaded from (FNV-1a 64 over its bytes, 16 hex digits):
-// what a trained draft names as its target. Error(kIo, path) when unreadable.
+// A hash of the model a target was loaded from, 16 hex digits: FNV-1a-style (64-bit prime, offset
+// basis 1469598103934665603) over a model file's bytes, or over an HF directory's .safetensors,
+// .json, .bin and .model files in name order, each name then its bytes. What a trained draft
+// names as its target. Error(kIo, path) when unreadable or a directory holds none of them.
 std::string target_weights_hash(const LoadedModel& target);
 
 struct TrainDraftProgress {

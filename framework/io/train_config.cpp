@@ -1,6 +1,10 @@
 // YAML -> TrainDraftConfig: the field tables of `speclab train-draft` and its validate().
 #include "framework/io/train_config.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
 #include "framework/core/error.h"
 #include "framework/io/config_schema.h"
 #include "framework/io/config_util.h"
@@ -80,7 +84,8 @@ const Table<TrainDraftConfig>& train_top_table() {
 
 // The evaluation sets SpecLab measures on: training on them would flatter every figure.
 const char* evaluation_set(const std::string& file) {
-  const std::string base = basename_of(file);
+  std::string base = basename_of(file);  // in lower case: HumanEval.jsonl.gz is the official name
+  std::transform(base.begin(), base.end(), base.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   if (base.find("mt_bench") != std::string::npos || base.find("mt-bench") != std::string::npos) return "MT-bench";
   if (base.find("humaneval") != std::string::npos) return "HumanEval";
   if (base.find("gsm8k_test") != std::string::npos || base.find("gsm8k-test") != std::string::npos) return "GSM8K test";
@@ -113,8 +118,10 @@ void DraftDataOptions::validate() const {
   if (answer_batch < 1 || answer_batch > 32)
     bad("data.answer_batch", "expected 1 to 32 prompts answered together, found " + std::to_string(answer_batch));
   if (max_prompt_tokens < 1) bad("data.max_prompt_tokens", "expected at least 1, found " + std::to_string(max_prompt_tokens));
-  if (!(validation_fraction > 0 && validation_fraction < 1))
-    bad("data.validation_fraction", "expected a fraction in (0, 1), found " + config::to_text(validation_fraction));
+  // Every K-th prompt is held out, K = round(1 / validation_fraction) >= 2: at most half.
+  if (!(validation_fraction > 0 && validation_fraction <= 0.5))
+    bad("data.validation_fraction", "expected a fraction in (0, 0.5] (every round(1 / fraction)-th prompt is held out), found " +
+                                        config::to_text(validation_fraction));
 }
 
 void DraftHeadOptions::validate() const {
@@ -143,7 +150,8 @@ void DraftTrainOptions::validate() const {
   if (warmup < 0) bad("train.warmup", "expected 0 or more steps");
   if (!(weight_decay >= 0 && weight_decay < 1)) bad("train.weight_decay", "expected a value in [0, 1)");
   if (!(grad_clip >= 0)) bad("train.grad_clip", "expected 0 (off) or a positive norm");
-  if (!(token_loss_weight >= 0)) bad("train.token_loss_weight", "expected a weight >= 0");
+  if (!(token_loss_weight >= 0 && std::isfinite(token_loss_weight)))
+    bad("train.token_loss_weight", "expected a finite weight >= 0, found " + config::to_text(token_loss_weight));
   if (!(feature_noise >= 0 && feature_noise <= 1))
     bad("train.feature_noise", "expected a fraction of the features' RMS in [0, 1], found " + config::to_text(feature_noise));
   if (unroll < 1 || unroll > 8) bad("train.unroll", "expected 1 to 8 draft steps, found " + std::to_string(unroll));

@@ -29,7 +29,7 @@ struct DraftDataOptions {
   // are the same tokens at any width, so it is not part of the cache key.
   int64_t answer_batch = 16;
   int64_t max_prompt_tokens = 256;   // longer prompts (chat template included) are skipped
-  double validation_fraction = 0.1;  // the last fraction of the prompts, held apart
+  double validation_fraction = 0.1;  // (0, 0.5]: every round(1 / it)-th prompt is held apart (a text seen again goes with its first copy)
   std::string cache_dir = ".cache/draft_data";  // answers and features, keyed by target + data
 
   // Error(kConfig, ..., "data.<key>"); also when a prompt file is an evaluation set (MT-bench,

@@ -224,6 +224,23 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   train_draft(a, false, {}, 90);  // interrupted after 90 steps
   CHECK_FALSE(fs::exists(a.output.path));
   CHECK(read_train_log(a.output.log).loss.size() == 90);
+  // --stop-after counts from the start: a step the checkpoint has passed is refused (it was
+  // ignored, and the run went on to the end).
+  const Error past = test::catch_error([&] { train_draft(a, true, {}, 50); });
+  CHECK(past.field() == "--stop-after");
+  // The prompt file changed since the checkpoint: refused before the data stage (it trained on).
+  const std::string prompts = read_bytes(kDir / "prompts.jsonl");
+  {
+    std::ofstream p(kDir / "prompts.jsonl", std::ios::app);
+    p << "{\"prompt\": \"A new prompt\"}\n";
+  }
+  const Error data = test::catch_error([&] { train_draft(a, true); });
+  CHECK(data.kind() == ErrorKind::kBadInput);
+  CHECK_THAT(data.message(), Catch::Contains("trained on other data"));
+  {
+    std::ofstream p(kDir / "prompts.jsonl", std::ios::trunc);
+    p << prompts;
+  }
   train_draft(a, true);
   CHECK(read_bytes(a.output.path) == first);
   CHECK(read_train_log(a.output.log).loss == log.loss);
@@ -233,6 +250,90 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   const Error e = test::catch_error([&] { train_draft(a, true); });
   CHECK(e.kind() == ErrorKind::kBadInput);
   CHECK(e.file() == a.output.checkpoint);
+}
+
+// The data stage's edges (2026-11-29): an answers cache cut mid-line is cut back before new
+// answers are appended (they were glued to it, and every later run stopped reading there); a prompt
+// that comes again is held out with its first copy (the split was by index, so one text could be
+// trained on and validated on); max_prompt_tokens leaving no prompt is a config error (it was a
+// libtorch error, exit 1).
+TEST_CASE("train-draft data: a cut answers line is repaired, repeated prompts stay in one split", "[train]") {
+  fs::create_directories(kDir);
+  {
+    std::ofstream p(kDir / "dup_prompts.jsonl");
+    for (const char* o : {"Once upon a time", "Lily went to", "The cat saw", "Tom had a big", "Once upon a time",
+                          "The sun was", "Ben and Mia", "There was a dog", "The bird flew", "Sue liked to"})
+      p << "{\"prompt\": \"" << o << "\"}\n";
+  }
+  TrainDraftConfig c = load_train_config(write_config("dup", 1, "dup_prompts.jsonl").string());
+  c.data.cache_dir = (kDir / "dup_cache").string();
+  train_draft(c, false);
+  std::string answers;
+  for (const auto& e : fs::directory_iterator(c.data.cache_dir))
+    if (e.path().filename().string().rfind("answers-", 0) == 0) answers = e.path().string();
+  REQUIRE_FALSE(answers.empty());
+  std::string features;
+  for (const auto& e : fs::directory_iterator(c.data.cache_dir))
+    if (e.path().filename().string().rfind("features-", 0) == 0) features = e.path().string();
+  {
+    // K = 5: prompt 4 would be held out by its index; it repeats prompt 0, which is trained on.
+    const SafetensorsFile f = SafetensorsFile::open(features);
+    const HostTensor split = f.read("validation");
+    REQUIRE(split.data.size() == 10);
+    CHECK(split.data[0] == 0.f);
+    CHECK(split.data[4] == 0.f);
+    CHECK(split.data[9] == 1.f);
+  }
+  // Cut the answers file inside its fourth line, as a kill would, and run the data stage again.
+  const std::string whole = read_bytes(answers);
+  size_t at = 0;
+  for (int line = 0; line < 3; ++line) at = whole.find('\n', at) + 1;
+  {
+    std::ofstream f(answers, std::ios::trunc | std::ios::binary);
+    f << whole.substr(0, at + 10);
+  }
+  fs::remove(features);
+  train_draft(c, false);
+  const std::string again = read_bytes(answers);
+  std::istringstream lines(again);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    INFO(line);
+    CHECK_NOTHROW(nlohmann::json::parse(line));
+    ++n;
+  }
+  CHECK(n == 10);
+  CHECK(again.back() == '\n');
+
+  c.data.max_prompt_tokens = 1;
+  const Error none = test::catch_error([&] { train_draft(c, false); });
+  CHECK(none.kind() == ErrorKind::kConfig);
+  CHECK(none.field() == "data.max_prompt_tokens");
+}
+
+// An HF checkpoint directory is hashed by its files (a directory read as a file gave no bytes,
+// so every HF target had one hash, and a draft for one loaded for any other).
+TEST_CASE("target_weights_hash: an HF directory by its files' names and bytes", "[train]") {
+  auto dir = [](const std::string& name, const std::string& weights) {
+    const fs::path d = kDir / name;
+    fs::create_directories(d);
+    std::ofstream(d / "config.json") << "{}";
+    std::ofstream(d / "model.safetensors") << weights;
+    std::ofstream(d / "README.md") << name;  // not a model file: not hashed
+    LoadedModel m;
+    m.origin.path = d.string();
+    m.source = d.string();
+    return m;
+  };
+  const std::string a = target_weights_hash(dir("hf_a", "weights a"));
+  CHECK(a != target_weights_hash(dir("hf_b", "weights b")));
+  CHECK(a == target_weights_hash(dir("hf_a_copy", "weights a")));
+  const fs::path empty = kDir / "hf_empty";
+  fs::create_directories(empty);
+  LoadedModel e;
+  e.origin.path = empty.string();
+  CHECK(test::catch_error([&] { target_weights_hash(e); }).kind() == ErrorKind::kIo);
 }
 
 // The data stage answers data.answer_batch prompts together (engine/batch_decode.h): the same
