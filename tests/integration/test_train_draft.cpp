@@ -392,6 +392,10 @@ TEST_CASE("train-draft refuses training prompts from an evaluation set", "[train
   const Error e = test::catch_error([] { load_train_config(write_config("eval", 10, "mt_bench_questions.jsonl").string()); });
   CHECK(e.kind() == ErrorKind::kConfig);
   CHECK_THAT(e.what(), Catch::Contains("evaluation set") && Catch::Contains("MT-bench"));
+  // By name in any case: HumanEval's official file is HumanEval.jsonl.gz.
+  std::ofstream(kDir / "HumanEval.jsonl") << "{\"prompt\": \"x\"}\n";
+  const Error h = test::catch_error([] { load_train_config(write_config("eval2", 10, "HumanEval.jsonl").string()); });
+  CHECK_THAT(h.what(), Catch::Contains("evaluation set") && Catch::Contains("HumanEval"));
 }
 
 TEST_CASE("train-draft refuses training prompts that contain an evaluation set's text, whatever the file's name",
