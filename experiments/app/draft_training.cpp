@@ -727,7 +727,15 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     return r;
   }
   const bool distill = c.architecture == "draft_model";
-  const TargetTensors frozen = target_tensors(target->info, distill ? c.head.draft_layers : std::vector<int64_t>{});
+  // A layer the target does not have is the config's error (head.draft_layers), not the model file's.
+  const TargetTensors frozen = [&] {
+    try {
+      return target_tensors(target->info, distill ? c.head.draft_layers : std::vector<int64_t>{});
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kConfig) throw;
+      throw Error(e.kind(), e.message(), c.source_path, e.field());
+    }
+  }();
   for (int64_t l : c.head.aux_layers)
     if (!valid_aux_layer(l, frozen.config))
       throw Error(ErrorKind::kConfig,
@@ -738,7 +746,13 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   std::vector<int64_t> init_aux;
   int64_t init_layers = 0;
   if (c.architecture == "eagle" && !c.train.init.empty()) {
-    const SafetensorsFile init_file = SafetensorsFile::open(c.train.init);
+    const SafetensorsFile init_file = [&] {
+      try {
+        return SafetensorsFile::open(c.train.init);
+      } catch (const Error& e) {
+        throw Error(e.kind(), e.message(), e.file().empty() ? c.train.init : e.file(), "train.init");
+      }
+    }();
     init_layers = eagle_draft_layers([&](const std::string& name) { return init_file.contains(name); });
     if (init_layers > c.head.layers)
       throw Error(ErrorKind::kConfig,
@@ -820,7 +834,13 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     // vocabulary is not taken: the head rows are the target's, frozen, and this config's data
     // choose them; no trained tensor depends on which rows they are.
     at::Tensor init_ids;
-    auto init = read_draft(c.train.init, c.architecture, target->info, frozen.config, init_ids);
+    auto init = [&] {  // errors name train.init, the key that chose the file
+      try {
+        return read_draft(c.train.init, c.architecture, target->info, frozen.config, init_ids);
+      } catch (const Error& e) {
+        throw Error(e.kind(), e.message(), e.file().empty() ? c.train.init : e.file(), "train.init");
+      }
+    }();
     if (c.architecture == "eagle" && init_aux.empty() && !c.head.aux_layers.empty()) {
       // An EAGLE head without aux layers starts one with them: its fc gains zero columns over a,
       // so the new head starts out computing exactly what the old one did (eagle_head.h). A

@@ -108,7 +108,12 @@ namespace {
 }  // namespace
 
 void DraftDataOptions::validate() const {
-  prompts.validate();
+  try {
+    prompts.validate();
+  } catch (const Error& e) {  // PromptOptions names its own section ("prompts"): here it is data.prompts
+    if (e.file() != "prompts") throw;
+    bad("data.prompts" + (e.field().empty() ? std::string() : "." + e.field()), e.message());
+  }
   std::vector<std::string> files = prompts.files;
   for (const PromptSource& s : prompts.sources) files.push_back(s.file);
   for (const std::string& f : files)

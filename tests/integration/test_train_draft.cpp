@@ -312,6 +312,21 @@ TEST_CASE("train-draft data: a cut answers line is repaired, repeated prompts st
   CHECK(none.field() == "data.max_prompt_tokens");
 }
 
+// Errors name the config and the key that chose what is wrong (they named the target's model
+// file for head.draft_layers, and no key, or drafter.draft_model, for train.init).
+TEST_CASE("train-draft errors name the config key: head.draft_layers, train.init", "[train]") {
+  TrainDraftConfig d = load_train_config(write_config("names_dm", 1, "prompts.jsonl", "draft_model").string());
+  d.head.draft_layers = {0, 9};
+  const Error layers = test::catch_error([&] { train_draft(d, false); });
+  CHECK(layers.file() == d.source_path);
+  CHECK(layers.field() == "head.draft_layers");
+  TrainDraftConfig e = load_train_config(write_config("names_init", 1).string());
+  e.train.init = (kDir / "no_such_init.safetensors").string();
+  const Error init = test::catch_error([&] { train_draft(e, false); });
+  CHECK(init.file() == e.train.init);
+  CHECK(init.field() == "train.init");
+}
+
 // An HF checkpoint directory is hashed by its files (a directory read as a file gave no bytes,
 // so every HF target had one hash, and a draft for one loaded for any other).
 TEST_CASE("target_weights_hash: an HF directory by its files' names and bytes", "[train]") {
