@@ -799,7 +799,7 @@ TEST_CASE("retrieval_first: read from YAML, alone or behind prompt lookup, and r
 // draft_model entries (it was dropped until 2026-11-29, so a draft whose tokenizer is not the
 // tokenizer.bin beside it could not be used). Placement and precision are the target's: those
 // keys are refused under models.draft (they were accepted and ignored).
-TEST_CASE("models.draft: path, format and tokenizer reach draft_model entries; other keys are refused",
+TEST_CASE("models.draft: path, format and tokenizer reach draft_model entries, other keys are refused",
           "[config]") {
   const ExperimentConfig c = parse_experiment_config(
       "models:\n"
