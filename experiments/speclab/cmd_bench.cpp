@@ -14,6 +14,8 @@
 #include <c10/core/InferenceMode.h>
 #include <sys/resource.h>
 
+#include <fstream>
+
 #include "framework/core/thread_pool.h"
 
 #include <algorithm>
@@ -372,10 +374,24 @@ std::string long_word(size_t bytes, int variant) {
   return w;
 }
 
+// The process's peak resident set (VmHWM), in MiB; ru_maxrss where /proc is not mounted.
 double peak_rss_mib() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // "VmHWM:  123456 kB"
+  struct rusage ru {};
+  ::getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
+}
+
+// Resets the peak that peak_rss_mib() reads to the current resident set (Linux 4.0+); false where
+// the kernel does not allow it.
+bool reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  clear.flush();
+  return static_cast<bool>(clear);
 }
 
 std::string run_capture(const std::string& cmd, int& status) {
@@ -401,7 +417,7 @@ nlohmann::json run_llama_cpp(const std::string& path, int64_t prefill_len, int s
   const std::string script = std::string(SPECLAB_SOURCE_DIR) + "/scripts/llamacpp_bench.py";
   std::ostringstream cmd;
   cmd << python_interpreter() << " " << script << " --model '" << path << "' --n-prompt " << prefill_len << " --n-decode "
-      << std::max(steps, 16) << " --threads " << threads << " --repeats 2";
+      << steps << " --threads " << threads << " --repeats 2";
   if (!contexts.empty()) {
     cmd << " --contexts";
     for (int64_t c : contexts) cmd << " " << c;
@@ -481,6 +497,16 @@ int cmd_bench(const std::vector<std::string>& args) {
     throw Error(ErrorKind::kConfig,
                 "expected positive --steps, --naive-steps, --prefill, --verify-reps, --verify-context and some --contexts",
                 "command line");
+  for (size_t i = 1; i < contexts.size(); ++i)
+    if (contexts[i] <= contexts[i - 1])
+      throw Error(ErrorKind::kConfig,
+                  "expected increasing context lengths (the ratio is the last over the first), found " +
+                      std::to_string(contexts[i]) + " after " + std::to_string(contexts[i - 1]),
+                  "command line", "--contexts");
+  for (const char* flag : {"spec-gamma", "spec-steps"})
+    if (draft_model.empty() && !vm[flag].defaulted())
+      throw Error(ErrorKind::kConfig, "only speculative steps use it: give --draft-model too", "command line",
+                  std::string("--") + flag);
   if (!draft_model.empty() && (spec_gamma < 1 || spec_gamma > 64))
     throw Error(ErrorKind::kConfig, "expected 1 to 64 drafts per step, found " + std::to_string(spec_gamma),
                 "command line", "--spec-gamma");
@@ -489,6 +515,8 @@ int cmd_bench(const std::vector<std::string>& args) {
                 "command line", "--spec-steps");
   if (llama_cpp != "auto" && llama_cpp != "on" && llama_cpp != "off")
     throw Error(ErrorKind::kConfig, "expected auto, on or off, found '" + llama_cpp + "'", "command line", "--llama-cpp");
+  if (f32_compare && llama_cpp == "off")
+    throw Error(ErrorKind::kConfig, "compares with llama.cpp: not with --llama-cpp off", "command line", "--f32-compare");
 
   const std::unique_ptr<LoadedTarget> target = load_runtime_model(margs);
   const LoadedTarget& m = *target;
@@ -496,10 +524,24 @@ int cmd_bench(const std::vector<std::string>& args) {
   const ModelConfig& c = model.config();
   const bool on_device = c.device != "cpu";  // CUDA: timings include the device work (logits come back to the host)
   const bool synthetic = m.info.format == "random";
-  for (int64_t ctx : contexts)
-    if (ctx <= 0 || ctx + steps > c.max_position_embeddings)
-      throw Error(ErrorKind::kConfig, "context " + std::to_string(ctx) + " does not fit the model context " +
-                                          std::to_string(c.max_position_embeddings), "command line", "--contexts");
+  for (int64_t ctx : contexts) {
+    if (ctx <= 0)
+      throw Error(ErrorKind::kConfig, "expected positive context lengths, found " + std::to_string(ctx), "command line",
+                  "--contexts");
+    if (ctx + steps > c.max_position_embeddings)
+      throw Error(ErrorKind::kConfig,
+                  "context " + std::to_string(ctx) + " and " + std::to_string(steps) +
+                      " steps do not fit the model context " + std::to_string(c.max_position_embeddings),
+                  "command line", "--contexts");
+  }
+  // A verification pass of up to 17 rows after verify_ctx tokens: the default shrinks to a small
+  // model's context, a value given is refused (it was shrunk silently).
+  if (vm["verify-context"].defaulted()) verify_ctx = std::min<int64_t>(verify_ctx, c.max_position_embeddings - 18);
+  if (verify_ctx + 18 > c.max_position_embeddings)
+    throw Error(ErrorKind::kConfig,
+                "expected at most " + std::to_string(c.max_position_embeddings - 18) +
+                    " (the model context less a 17-row pass), found " + std::to_string(verify_ctx),
+                "command line", "--verify-context");
   if (llama_cpp == "on" && (m.info.format != "gguf" || on_device))
     throw Error(ErrorKind::kConfig,
                 "expected a GGUF model on the CPU for the llama.cpp comparison, found a " + m.info.format + " model on " +
@@ -511,7 +553,9 @@ int cmd_bench(const std::vector<std::string>& args) {
                     ", found " + std::to_string(prefill_len),
                 "command line", "--prefill");
   // The draft is timed last; a missing or unfit one is found now, not after every other figure
-  // (loaded once to check, then again where it is timed, so that peak RSS stays the target's).
+  // (loaded once to check, then again where it is timed). The check's load is then taken out of
+  // the peak, so that peak RSS stays the target's (until 2026-11-29 it counted the draft too).
+  bool rss_without_draft = true;
   if (!draft_model.empty()) {
     try {
       const LoadedModel dl = load_model(draft_source_for(m.info, draft_model));
@@ -525,8 +569,8 @@ int cmd_bench(const std::vector<std::string>& args) {
       throw Error(e.kind(), e.message(), e.file().empty() ? draft_model : e.file(),
                   e.field().empty() ? "--draft-model" : "--draft-model: " + e.field());
     }
+    rss_without_draft = reset_peak_rss();
   }
-  verify_ctx = std::min<int64_t>(verify_ctx, c.max_position_embeddings - 18);
   // Human-readable lines go to stdout unless --json, where one JSON object is printed at the end.
   auto say = [&](const char* fmt, auto... a) {
     if (!json_out) std::printf(fmt, a...);
@@ -705,6 +749,20 @@ int cmd_bench(const std::vector<std::string>& args) {
     if (lc.is_null()) say("\nllama.cpp: not usable by %s (make peer installs it in .cache/peer)\n", python_interpreter().c_str());
   }
   report["llama_cpp"] = lc;
+  // llama.cpp runs the GGUF as stored (its matrices quantized, int8 activations, a float16 cache):
+  // where SpecLab runs otherwise, the ratios compare two precisions, and say so.
+  if (!lc.is_null()) {
+    std::string unlike;
+    if (margs.weights != "native") unlike += " --weights " + margs.weights;
+    if (margs.activations == "f32") unlike += " --activations f32";
+    if (c.kv_geometry().dtype != "float16") unlike += " K/V " + c.kv_geometry().dtype;
+    if (!unlike.empty()) {
+      say("\nnote: SpecLab runs%s; llama.cpp the GGUF as stored with a float16 K/V cache: the ratios below compare "
+          "different precisions\n",
+          unlike.c_str());
+      report["llama_cpp_unlike"] = unlike.substr(1);
+    }
+  }
   say("\n%-58s %10s %10s %8s %s\n", "figure", "SpecLab", "llama.cpp", "ratio", "target");
   auto row = [&](const std::string& name, double ours, double theirs, const char* target) {
     const double ratio = theirs > 0 ? ours / theirs : 0.0;
@@ -712,7 +770,11 @@ int cmd_bench(const std::vector<std::string>& args) {
       say("%-58s %10.2f %10.2f %8.2f %s\n", name.c_str(), ours, theirs, ratio, target);
     else
       say("%-58s %10.2f %10s %8s %s\n", name.c_str(), ours, "-", "-", target);
-    report["figures"].push_back({{"figure", name}, {"speclab", ours}, {"llama_cpp", theirs}, {"ratio", ratio},
+    // No llama.cpp figure: null, not 0 (it was 0.0, which reads as a measured rate).
+    report["figures"].push_back({{"figure", name},
+                                 {"speclab", ours},
+                                 {"llama_cpp", theirs > 0 ? nlohmann::json(theirs) : nlohmann::json()},
+                                 {"ratio", theirs > 0 ? nlohmann::json(ratio) : nlohmann::json()},
                                  {"target", target}});
   };
   for (size_t i = 0; i < contexts.size(); ++i) {
@@ -745,8 +807,9 @@ int cmd_bench(const std::vector<std::string>& args) {
   const double lc_ratio = !lc.is_null() && lc["decode_at"].contains(front_key) && lc["decode_at"].contains(back_key)
                               ? lc["decode_at"][back_key].get<double>() / lc["decode_at"][front_key].get<double>()
                               : 0.0;
-  row("decode at context " + back_key + " / at " + front_key, decode_rate.back() / decode_rate.front(), lc_ratio,
-      ">= 0.8");
+  if (contexts.size() > 1)  // one context has no ratio (it printed "at 32 / at 32" = 1.00)
+    row("decode at context " + back_key + " / at " + front_key, decode_rate.back() / decode_rate.front(), lc_ratio,
+        ">= 0.8");
   std::string floor_lines;
   auto context_floor = [&](const std::string& dtype) {
     KvGeometry g = c.kv_geometry();
@@ -776,7 +839,8 @@ int cmd_bench(const std::vector<std::string>& args) {
         lc["model"].get<std::string>().c_str(), m.info.storage_types.c_str(), threads);
 
   if (f32_compare && !lc.is_null()) compare_float32(margs, m, lc, prefill_len, steps, threads, contexts.front(), say);
-  say("\npeak RSS: %.1f MiB (SpecLab, measured before the bandwidth and llama.cpp runs)\n", rss_mib);
+  say("\npeak RSS: %.1f MiB (SpecLab, measured before the bandwidth and llama.cpp runs%s)\n", rss_mib,
+      rss_without_draft ? "" : "; it includes the --draft-model check's load: this kernel cannot reset the peak");
   if (json_out) std::printf("%s\n", report.dump(2).c_str());
   return kExitOk;
 }

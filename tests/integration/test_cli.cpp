@@ -227,7 +227,7 @@ TEST_CASE("speclab bench with the peer make peer installed: llama.cpp's version,
   // llama.cpp's figure and the ratio to it.
   std::vector<std::string> compared;
   for (const auto& f : j.at("figures"))
-    if (f.at("llama_cpp").get<double>() > 0.0 && f.at("ratio").get<double>() > 0.0)
+    if (f.at("llama_cpp").is_number() && f.at("ratio").is_number())
       compared.push_back(f.at("figure").get<std::string>());
   CHECK(compared == std::vector<std::string>{"decode tok/s, context 16", "decode tok/s, context 32",
                                              "prefill tok/s, 8 tokens", "decode at context 32 / at 16"});

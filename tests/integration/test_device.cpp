@@ -263,6 +263,20 @@ TEST_CASE("speclab bench on synthetic shapes: decode, verification and the specu
   CHECK(spec.at("outside_share").get<double>() < 1.0);
   CHECK(spec.at("step_ms").get<double>() >=
         spec.at("target_ms").get<double>() + spec.at("draft_ms").get<double>() - 1e-9);
+  // Without llama.cpp a figure's llama.cpp value and ratio are null (they were 0.0, which reads as
+  // a measured rate).
+  for (const auto& f : j.at("figures")) {
+    INFO(f.dump());
+    CHECK(f.at("llama_cpp").is_null());
+    CHECK(f.at("ratio").is_null());
+  }
+  // One context: no context ratio row (it printed "decode at context 16 / at 16" = 1.00).
+  const RunResult one = run_cli({"bench", "--model", "random:tiny", "--contexts", "16", "--steps", "2",
+                                 "--naive-steps", "1", "--prefill", "8", "--verify-context", "16", "--verify-reps", "1",
+                                 "--llama-cpp", "off", "--json"});
+  REQUIRE(one.exit_code == 0);
+  for (const auto& f : nlohmann::json::parse(one.out.substr(one.out.find('{'))).at("figures"))
+    CHECK(f.at("figure").get<std::string>().rfind("decode at context", 0) != 0);
   // A draft of another vocabulary (512 tokens against SmolLM2's 49,152) is refused with exit code 2.
   const RunResult bad = run_cli({"bench", "--model", "random:tiny", "--contexts", "16", "--steps", "2",
                                  "--draft-model", "random:smollm2-135m", "--llama-cpp", "off"});
