@@ -154,7 +154,9 @@ Error DrafterArgs::flag_error(const Error& e) {
       {"draft_vocab", "--draft-vocab"},
       {"params", "--param"},
   };
-  const auto it = flags.find(e.field());
+  // A field may be written as its config path ("drafter.draft_model", read_draft's).
+  const std::string field = e.field().rfind("drafter.", 0) == 0 ? e.field().substr(8) : e.field();
+  const auto it = flags.find(field);
   if (it == flags.end()) return e;
   return Error(e.kind(), e.message(), e.file() == "drafter" || e.file().empty() ? "command line" : e.file(),
                it->second);

@@ -365,7 +365,8 @@ void run_case(Fixtures& f, const Case& c, int index) {
   const fs::path out = f.outs / std::to_string(index);
   fs::create_directories(out);
   const std::map<std::string, std::string> vars = {
-      {"{dir}", f.dir.string()}, {"{out}", out.string()}, {"{tok}", kStoriesTok}, {"{long_prompt}", f.long_prompt}};
+      {"{dir}", f.dir.string()}, {"{out}", out.string()}, {"{tok}", kStoriesTok}, {"{long_prompt}", f.long_prompt},
+      {"{src}", SPECLAB_SOURCE_DIR}};
   std::vector<std::string> args;
   for (const auto& a : c.args) args.push_back(expand(a, vars));
   const RunResult r = run_cli(args);
