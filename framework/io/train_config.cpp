@@ -185,6 +185,22 @@ void TrainDraftConfig::validate() const {
     bad("head.aux_layers", "only an eagle head reads aux layers; this architecture is " + architecture);
   if (head.layers != 1 && architecture != "eagle")
     bad("head.layers", "only an eagle head has this many decoder layers; this architecture is " + architecture);
+  // Keys another architecture reads, set here off their defaults, would be ignored silently (they
+  // were until 2026-11-29). Retrieval trains nothing: its train.* keys are not checked.
+  const DraftTrainOptions train_defaults;
+  const DraftHeadOptions head_defaults;
+  auto only_for = [&](const char* arch, const char* key, bool set) {
+    if (set && architecture != arch && architecture != "retrieval")
+      bad(key, std::string("only ") + arch + " reads it; this architecture is " + architecture);
+  };
+  only_for("eagle", "train.feature_noise", train.feature_noise != train_defaults.feature_noise);
+  only_for("eagle", "train.unroll", train.unroll != train_defaults.unroll);
+  only_for("eagle", "train.unroll_decay", train.unroll_decay != train_defaults.unroll_decay);
+  only_for("eagle", "train.token_loss_weight", train.token_loss_weight != train_defaults.token_loss_weight);
+  only_for("medusa", "train.medusa_decay", train.medusa_decay != train_defaults.medusa_decay);
+  only_for("medusa", "head.medusa_heads", head.medusa_heads != head_defaults.medusa_heads);
+  if (!head.draft_layers.empty() && architecture != "draft_model")
+    bad("head.draft_layers", "only draft_model reads it (the distilled draft's layers); this architecture is " + architecture);
   if (architecture == "retrieval" && output.dtype != "float32")
     bad("output.dtype", "expected float32 for a retrieval datastore (its token ids are exact in float32, not in float16), "
                         "found '" + output.dtype + "'");

@@ -117,6 +117,13 @@ TEST_CASE("a training config: unknown keys and bad values name the file, line an
   CHECK_THROWS_WITH(load(base + "train: {unroll: 0}\n"), Catch::Contains("train.unroll"));
   CHECK_THROWS_WITH(load(base + "train: {unroll: 9}\n"), Catch::Contains("train.unroll"));
   CHECK_THROWS_WITH(load(base + "train: {unroll_decay: 0}\n"), Catch::Contains("train.unroll_decay"));
+  // A key of another architecture, off its default, is refused (it was ignored).
+  CHECK_THROWS_WITH(load(base + "architecture: medusa\ntrain: {feature_noise: 0.1}\n"),
+                    Catch::Contains("train.feature_noise: only eagle reads it; this architecture is medusa"));
+  CHECK_THROWS_WITH(load(base + "architecture: draft_model\nhead: {draft_layers: [0], medusa_heads: 2}\n"),
+                    Catch::Contains("head.medusa_heads: only medusa reads it"));
+  CHECK_THROWS_WITH(load(base + "head: {draft_layers: [0, 1]}\n"), Catch::Contains("head.draft_layers: only draft_model"));
+  CHECK_NOTHROW(load(base + "architecture: medusa\nhead: {medusa_heads: 2}\ntrain: {medusa_decay: 0.5}\n"));
   CHECK_THROWS_WITH(load("target: {path: stories260K}\ndata: {prompts: {files: [humaneval.jsonl.gz]}}\n"),
                     Catch::Contains("evaluation set") && Catch::Contains("HumanEval"));
 }
