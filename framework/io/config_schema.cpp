@@ -80,30 +80,34 @@ Codec<Preemption> preemption_mode() {
 
 // ---- the tables ---------------------------------------------------------------------------------
 
-// models.draft: which model, in which format, with which llama2.c tokenizer. Its placement and
-// precision are its target's (draft_source_for), so those keys are not taken here.
-const Table<ModelSource>& draft_source_table() {
+// Which model, in which format, with which llama2.c tokenizer: the keys of every model source.
+std::vector<Field<ModelSource>> model_identity_fields() {
   using S = ModelSource;
-  static const Table<S> t("draft model source", {
+  return {
       field("path", {}, &S::path, model_path()),
       field("format", {}, &S::format, one_of(S::formats())),
       field("tokenizer", {}, &S::tokenizer, path()),
-  });
+  };
+}
+
+// models.draft: its placement and precision are its target's (draft_source_for), so it takes
+// only the identity keys.
+const Table<ModelSource>& draft_source_table() {
+  static const Table<ModelSource> t("draft model source", model_identity_fields());
   return t;
 }
 
 const Table<ModelSource>& source_table() {
   using S = ModelSource;
-  static const Table<S> t("model source", {
-      field("path", {}, &S::path, model_path()),
-      field("format", {}, &S::format, one_of(S::formats())),
-      field("tokenizer", {}, &S::tokenizer, path()),
-      field("weights", {}, &S::weights, one_of(S::weights_kinds())),
-      field("activations", {}, &S::activations, one_of(S::activations_kinds())),
-      field("device", {}, &S::device),
-      field("dtype", {}, &S::dtype, one_of(S::dtypes())),
-      field("kv_dtype", {}, &S::kv_dtype, one_of(S::kv_dtypes())),
-  });
+  static const Table<S> t("model source", [] {
+    std::vector<Field<S>> f = model_identity_fields();
+    f.push_back(field("weights", {}, &S::weights, one_of(S::weights_kinds())));
+    f.push_back(field("activations", {}, &S::activations, one_of(S::activations_kinds())));
+    f.push_back(field("device", {}, &S::device));
+    f.push_back(field("dtype", {}, &S::dtype, one_of(S::dtypes())));
+    f.push_back(field("kv_dtype", {}, &S::kv_dtype, one_of(S::kv_dtypes())));
+    return f;
+  }());
   return t;
 }
 
