@@ -431,10 +431,11 @@ nlohmann::json run_llama_cpp(const std::string& path, int64_t prefill_len, int s
 }
 
 // Float32 both: the same weights dequantized to F32 in a GGUF file (speclab export) for llama.cpp,
-// and SpecLab with --weights f32.
+// and SpecLab with --weights f32, both decoding at context `ctx` (the first of --contexts), beside
+// the quantized pair at that context. Ratios are SpecLab's rate / llama.cpp's, as in the table.
 template <class Say>
 void compare_float32(const ModelArgs& margs, const LoadedTarget& m, const nlohmann::json& lc, int64_t prefill_len,
-                     int steps, int threads, int64_t ctx, Say say) {
+                     int steps, int threads, int64_t ctx, double ours_quantized, nlohmann::json& report, Say say) {
   const std::string base = m.info.source.substr(m.info.source.find_last_of('/') + 1);
   const std::string f32_path = std::string(SPECLAB_SOURCE_DIR) + "/.cache/models/" + base + ".f32.gguf";
   if (std::FILE* probe = std::fopen(f32_path.c_str(), "rb")) {
@@ -444,17 +445,22 @@ void compare_float32(const ModelArgs& margs, const LoadedTarget& m, const nlohma
     eo.type = GgmlType::F32;
     export_gguf_layers(m.info.source, f32_path, eo);
   }
-  const nlohmann::json lc32 = run_llama_cpp(f32_path, prefill_len, steps, threads, {});
-  if (lc32.is_null()) return;
+  const std::string key = std::to_string(ctx);
+  const nlohmann::json lc32 = run_llama_cpp(f32_path, prefill_len, steps, threads, {ctx});
+  if (lc32.is_null() || !lc32["decode_at"].contains(key) || !lc["decode_at"].contains(key)) return;
   ModelArgs f32_args = margs;
   f32_args.weights = "f32";
   const std::unique_ptr<LoadedTarget> m32 = load_runtime_model(f32_args);
   cached_step_seconds(*m32->model, *m32->info.tokenizer, 16, 4);
-  const double ours32 = cached_step_seconds(*m32->model, *m32->info.tokenizer, ctx, steps);
-  say("\nfloat32 both: SpecLab --weights f32 (%s) %.1f tok/s, llama.cpp on %s %.1f tok/s (llama.cpp quantized: "
-      "%.1f): SpecLab decode time / llama.cpp decode time = %.2fx\n",
-      m32->model->weight_storage().c_str(), 1.0 / ours32, f32_path.c_str(), lc32["decode_tok_s"].get<double>(),
-      lc["decode_tok_s"].get<double>(), lc32["decode_tok_s"].get<double>() * ours32);
+  const double ours32 = 1.0 / cached_step_seconds(*m32->model, *m32->info.tokenizer, ctx, steps);
+  const double theirs32 = lc32["decode_at"][key].get<double>(), theirs = lc["decode_at"][key].get<double>();
+  say("\nfloat32 both, decode at context %s: SpecLab --weights f32 (%s) %.1f tok/s, llama.cpp on %s %.1f tok/s: "
+      "ratio %.2f (as stored: %.1f / %.1f tok/s, ratio %.2f)\n",
+      key.c_str(), m32->model->weight_storage().c_str(), ours32, f32_path.c_str(), theirs32, ours32 / theirs32,
+      ours_quantized, theirs, ours_quantized / theirs);
+  report["float32_both"] = {{"context", ctx},           {"speclab_tok_s", ours32},
+                            {"llama_cpp_tok_s", theirs32}, {"ratio", ours32 / theirs32},
+                            {"llama_cpp_model", f32_path}};
 }
 
 }  // namespace
@@ -838,7 +844,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     say("llama.cpp side: llama-cpp-python %s on %s (%s), %d threads\n", lc["version"].get<std::string>().c_str(),
         lc["model"].get<std::string>().c_str(), m.info.storage_types.c_str(), threads);
 
-  if (f32_compare && !lc.is_null()) compare_float32(margs, m, lc, prefill_len, steps, threads, contexts.front(), say);
+  if (f32_compare && !lc.is_null()) compare_float32(margs, m, lc, prefill_len, steps, threads, contexts.front(), decode_rate.front(), report, say);
   say("\npeak RSS: %.1f MiB (SpecLab, measured before the bandwidth and llama.cpp runs%s)\n", rss_mib,
       rss_without_draft ? "" : "; it includes the --draft-model check's load: this kernel cannot reset the peak");
   if (json_out) std::printf("%s\n", report.dump(2).c_str());
