@@ -191,8 +191,9 @@ const Table<KvOptions>& kv_table() {
   using K = KvOptions;
   static const Table<K> t("kv", {
       field("block_size", {}, &K::block_size),
-      field("budget_bytes", {}, &K::budget_bytes, byte_count()),
-      field("preemption", {}, &K::preemption, preemption_mode()),
+      // Declared in BlockManagerOptions, KvOptions' base.
+      field<K, int64_t>("budget_bytes", {}, &K::budget_bytes, byte_count()),
+      field<K, Preemption>("preemption", {}, &K::preemption, preemption_mode()),
   });
   return t;
 }

@@ -180,7 +180,15 @@ void ExperimentConfig::validate() const {
   under("sampling", [&] { sampling.validate(); });
   under("generation", [&] { generation.validate(); });
   under("prompts", [&] { prompts.validate(); });
-  under("kv", [&] { kv.validate(); });
+  kv.validate();  // its errors name the full key path (kv.budget_bytes, ...), as BlockManager's do
+  // The block manager can release other sequences to make room, but nothing in the engine resumes
+  // one: a drafter whose cache was released failed later with "unknown id", and a target released
+  // by a drafter's reservation likewise (found 2026-12-05). Until a caller rebuilds what it loses,
+  // running out of budget is the clear kResource error naming kv.budget_bytes.
+  if (kv.preemption != Preemption::kOff)
+    bad("", "kv.preemption",
+        "expected off: speclab run and check decode each sequence beside its drafters' caches and cannot rebuild one "
+        "that preemption releases (lowest_priority is the block manager's, for callers that do; docs/kv-cache.md)");
   under("output", [&] { output.validate(); });
   if (equivalence) under("equivalence", [&] { equivalence->validate(); });
   // The plan holds one entry per (point, prompt, method, repeat): a count beyond these bounds

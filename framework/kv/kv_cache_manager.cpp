@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/util/Exception.h>
 
 #include "framework/core/error.h"
 #include "framework/kv/kv_storage.h"
@@ -10,12 +11,9 @@
 namespace speclab {
 
 KvCacheManager::KvCacheManager(const KvOptions& options)
-    : options_(options), blocks_([&] {
+    : options_(options), blocks_([&]() -> const BlockManagerOptions& {
         options.validate();
-        BlockManagerOptions o;
-        o.budget_bytes = options.budget_bytes;
-        o.preemption = options.preemption;
-        return o;
+        return options;
       }()) {}
 
 PoolId KvCacheManager::add_pool(const KvGeometry& g) {
@@ -31,12 +29,22 @@ PoolId KvCacheManager::add_pool(const KvGeometry& g) {
                 "kv", "budget_bytes");
   // Never more slots than a budget-filling pool could use; contexts are bounded by the model too.
   po.n_blocks = static_cast<int32_t>(std::min<int64_t>(max_blocks, int64_t(1) << 20));
-  PoolId id = blocks_.add_pool(po);
+  // The storage first: a failed allocation leaves no pool without storage behind (pool ids index
+  // storage_), and says which key sizes it.
   c10::InferenceMode guard(false);
   Storage s;
   const int64_t slots = static_cast<int64_t>(po.n_blocks) * po.block_size;
-  s.k = at::empty(kv_storage_shape(g, slots), kv_storage_options(g));
-  s.v = at::empty_like(s.k);
+  try {
+    s.k = at::empty(kv_storage_shape(g, slots), kv_storage_options(g));
+    s.v = at::empty_like(s.k);
+  } catch (const c10::Error& e) {
+    throw Error(ErrorKind::kResource,
+                "cannot allocate a KV pool of " + std::to_string(po.n_blocks) + " blocks x " +
+                    std::to_string(po.bytes_per_block) + " bytes on " + g.device +
+                    " (each pool is sized to the whole budget): " + e.what_without_backtrace(),
+                "kv", "budget_bytes");
+  }
+  const PoolId id = blocks_.add_pool(po);
   storage_.push_back(std::move(s));
   return id;
 }

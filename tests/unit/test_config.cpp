@@ -391,6 +391,20 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
                         "weights, activations, device, dtype, kv_dtype), "
                         "found \"stories260K\""));
   }
+  SECTION("kv: each key validated once (BlockManagerOptions holds budget_bytes and preemption), named in full") {
+    CHECK_THAT(config_error(kBase + "kv:\n  block_size: 0\n"),
+               Contains("bad.yaml:6:15: kv.block_size: expected 1..4096 tokens, found 0"));
+    CHECK_THAT(config_error(kBase + "kv:\n  budget_bytes: 0\n"), Contains("bad.yaml:6:17: kv.budget_bytes: expected > 0"));
+    const ExperimentConfig ok = parse_experiment_config(
+        kBase + "kv:\n  block_size: 32\n  budget_bytes: 1MiB\n  preemption: off\n", "ok.yaml", {});
+    CHECK(ok.kv.block_size == 32);
+    CHECK(ok.kv.budget_bytes == 1 << 20);
+    CHECK(ok.kv.preemption == Preemption::kOff);
+    // The engine resumes no preempted sequence (a drafter's released cache failed as "unknown id").
+    CHECK_THAT(config_error(kBase + "kv:\n  preemption: lowest_priority\n"),
+               Contains("bad.yaml:6:15: kv.preemption: expected off: speclab run and check"));
+    CHECK(KvOptions().budget_bytes == int64_t(2) << 30);  // KvOptions' default, not BlockManagerOptions' 0
+  }
   SECTION("models.target.weights: native or f32") {
     CHECK_THAT(config_error("models:\n  target: {path: stories260K, weights: f16}\nprompts: {inline: [x]}\n"),
                Contains("bad.yaml:2:40: models.target.weights: expected one of native, f32, found 'f16'"));
