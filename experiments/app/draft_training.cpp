@@ -94,9 +94,18 @@ void write_tensors(const std::string& path, const std::map<std::string, at::Tens
   for (const auto& kv : tensors) w[kv.first] = to_host(kv.second);
   const fs::path p(path);
   if (p.has_parent_path()) fs::create_directories(p.parent_path());
-  const std::string tmp = path + ".tmp";
-  write_safetensors(tmp, w, dtype == "float16" ? SafetensorsDtype::kF16 : SafetensorsDtype::kF32, meta, {"vocab_ids"});
-  fs::rename(tmp, path);  // a checkpoint is never half written
+  // A checkpoint is never half written; the name is the process's own, so that two runs sharing a
+  // cache (the same features file, say) never write into one temporary file.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  try {
+    write_safetensors(tmp, w, dtype == "float16" ? SafetensorsDtype::kF16 : SafetensorsDtype::kF32, meta,
+                      {"vocab_ids"});
+    fs::rename(tmp, path);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
 }
 
 // The target's frozen tensors a draft reuses (float32), and the tensors of the target layers a

@@ -1075,7 +1075,7 @@ void write_gguf(const std::string& path, const GgufMetadata& metadata,
     sizes.push_back(n);
   }
 
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());  // the process's own: two writers never share it
   try {
     FileWriter out(tmp);
     out.write(head.bytes.data(), head.bytes.size());

@@ -173,7 +173,8 @@ struct GgufTensorToWrite {
 // (a uint32 power of two), else 32. Throws Error(kBadInput) naming the key or tensor for
 // duplicate names, a value out of its type's range, an array whose elements disagree with its
 // type, or a bad shape; Error(kIo) if the file cannot be written. The file is written to
-// "<path>.tmp" and renamed, so a failed write never leaves a partial file at `path`.
+// "<path>.tmp.<pid>" and renamed, so a failed write never leaves a partial file at `path`, and two
+// processes writing the same path each rename a whole file of their own.
 void write_gguf(const std::string& path, const GgufMetadata& metadata,
                 const std::vector<GgufTensorToWrite>& tensors);
 
