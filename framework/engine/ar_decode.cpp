@@ -14,7 +14,10 @@ namespace speclab {
 
 PrivateKv::PrivateKv(const ModelConfig& c, KvTarget kv_target, size_t tokens) : target_(kv_target) {
   if (target_.kv) return;
-  const int64_t n = std::min<int64_t>(c.max_position_embeddings, static_cast<int64_t>(tokens));
+  // Compared unsigned: prompt + max_new_tokens near INT64_MAX wrapped negative as an int64 (and
+  // sized a cache of a few blocks, exhausted on the first step).
+  const int64_t n = tokens > static_cast<size_t>(c.max_position_embeddings) ? c.max_position_embeddings
+                                                                            : static_cast<int64_t>(tokens);
   own_ = std::make_unique<KvCacheManager>(kv_options_for(c, n));
   target_ = {own_.get(), own_->add_pool(c.kv_geometry())};
 }

@@ -50,8 +50,10 @@ void generate_ar_batch(const Model& model, const TokenDecoder& decoder, const st
   const size_t L = options.hidden_layers.size();
   size_t longest = 0;
   for (const TokenList& p : prompts) longest = std::max(longest, p.size());
-  const int64_t per_seq =
-      std::min<int64_t>(c.max_position_embeddings, static_cast<int64_t>(longest) + gen.max_new_tokens);
+  // max_new_tokens is clamped first: a sum near INT64_MAX overflowed.
+  const int64_t per_seq = std::min<int64_t>(
+      c.max_position_embeddings,
+      static_cast<int64_t>(longest) + std::min<int64_t>(gen.max_new_tokens, c.max_position_embeddings));
   KvOptions kv_options = kv_options_for(c, per_seq);
   kv_options.budget_bytes *= width;  // each lane's blocks (kv_options_for keeps one spare block per sequence)
   KvCacheManager kv(kv_options);

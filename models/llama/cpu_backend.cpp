@@ -170,9 +170,17 @@ class CpuOps {
 
   at::Tensor view(const Rows& x) { return at::from_blob(x.data, {x.n, x.cols}, at::kFloat); }
 
+  // In pieces of at most kMaxRowExact rows, so that a row's logits are the same bits however many
+  // rows ask for them: the last prompt row's when batch decode keeps every row's top-1
+  // (logits_last_n = 0) equal generate_ar's from the last row alone. A prefill that asks for the
+  // last row only (the usual case) runs one piece.
   at::Tensor logits(const Rows& h) {
     at::Tensor out = at::empty({h.n, w_.lm_head.out}, at::kFloat);  // [k, vocab]
-    speclab::linear(w_.lm_head, h.data, nullptr, out.data_ptr<float>(), h.n, act_);
+    float* y = out.data_ptr<float>();
+    for (int64_t r = 0; r < h.n; r += kMaxRowExact) {
+      const int64_t k = std::min(kMaxRowExact, h.n - r);
+      speclab::linear(w_.lm_head, h.data + r * h.cols, nullptr, y + r * w_.lm_head.out, k, act_);
+    }
     return out;
   }
 

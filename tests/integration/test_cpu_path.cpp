@@ -326,3 +326,31 @@ TEST_CASE("step profile: every step of the layer loop is timed, on both paths, a
     CHECK(prof.at(LoopStep::kAttention) > before.at(LoopStep::kAttention));
   }
 }
+
+// Batch decode's teacher-forcing mode asks for every prompt row's logits (logits_last_n = 0),
+// where generate_ar asks for the last row's alone. The LM head runs in pieces of at most
+// kMaxRowExact rows, so the last row's logits are the same bits either way, and so is the first
+// answer token; before 2026-12-05 a prompt of more than 32 rows took the n-row float kernels
+// (16-lane sums on AVX-512) for all of them, and its last row differed from a 1-row head's.
+TEST_CASE("a row's logits are the same bits whether the LM head runs over every prompt row or the last alone",
+          "[model][cpu_path]") {
+  auto& s = testing::stories();
+  const ModelConfig& c = s.model->config();
+  for (int64_t n : {5, 33, 70}) {
+    INFO("prompt of " << n << " tokens");
+    std::vector<int64_t> toks(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) toks[static_cast<size_t>(i)] = 1 + (i * 37 + 11) % (c.vocab_size - 1);
+    const at::Tensor t = at::tensor(toks, at::kLong), p = at::arange(n, at::kLong);
+    ScatteredKv a(c, n, false), b(c, n, false);
+    ForwardOptions all, last;
+    all.logits_last_n = 0;
+    last.logits_last_n = 1;
+    const at::Tensor every = s.model->forward(t, p, a.view(0, n, true), all);
+    const at::Tensor one = s.model->forward(t, p, b.view(0, n, true), last);
+    REQUIRE(every.size(0) == n);
+    REQUIRE(one.size(0) == 1);
+    CHECK(at::equal(every[n - 1], one[0]));
+    // The check can fail: the row before differs.
+    CHECK_FALSE(at::equal(every[n - 2], one[0]));
+  }
+}

@@ -7,8 +7,10 @@
 #include <c10/core/InferenceMode.h>
 
 #include <fstream>
+#include <limits>
 
 #include "framework/engine/ar_decode.h"
+#include "framework/engine/batch_decode.h"
 #include "framework/kv/contiguous_kv.h"
 #include "models/llama/llama_model.h"
 #include "models/model_loader.h"
@@ -156,4 +158,24 @@ TEST_CASE("a prompt longer than the context is rejected", "[stories260k][bad-inp
   SamplingOptions greedy;
   CHECK_THROWS_WITH(generate_ar(*s.model, *s.info.tokenizer, ids, gen, greedy),
                     Catch::Contains("longer than the model context"));
+}
+
+// max_new_tokens near INT64_MAX: the KV sizing clamps it to the context first (until 2026-12-05
+// prompt + max_new_tokens wrapped negative and sized a cache of a few blocks, so the run failed
+// with "KV budget ... exhausted" naming kv.budget_bytes, a key nobody set; batch decode's sum
+// overflowed as a signed integer). Generation runs to the context instead.
+TEST_CASE("max_new_tokens near INT64_MAX decodes up to the context", "[stories260k][stop]") {
+  Stories& s = stories();
+  const TokenList ids = s.info.tokenizer->encode("Once upon a time", true);
+  GenerationOptions gen;
+  gen.max_new_tokens = std::numeric_limits<int64_t>::max();
+  gen.ignore_eos = true;
+  const auto r = generate_ar(*s.model, *s.info.tokenizer, ids, gen, SamplingOptions{});
+  CHECK(r.stop_reason == StopReason::kContext);
+  CHECK(static_cast<int64_t>(ids.size() + r.tokens.size()) == s.model->config().max_position_embeddings);
+  std::vector<TokenList> got;
+  generate_ar_batch(*s.model, *s.info.tokenizer, {ids}, gen, BatchDecodeOptions{},
+                    [&](size_t, const BatchAnswer& a) { got.push_back(a.tokens); });
+  REQUIRE(got.size() == 1);
+  CHECK(got[0] == r.tokens);
 }
