@@ -2,11 +2,13 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "framework/core/error.h"
 #include "framework/core/model_source.h"
@@ -48,14 +50,20 @@ ModelSource ModelArgs::source() const {
   return s;
 }
 
+Error flag_named(const Error& e, const std::string& section, const std::map<std::string, std::string>& flags) {
+  const std::string prefix = section + ".";
+  const std::string field = e.field().rfind(prefix, 0) == 0 ? e.field().substr(prefix.size()) : e.field();
+  const auto it = flags.find(field);
+  if (it == flags.end()) return e;
+  return Error(e.kind(), e.message(), e.file() == section || e.file().empty() ? "command line" : e.file(), it->second);
+}
+
 Error ModelArgs::flag_error(const Error& e) {
   static const std::map<std::string, std::string> flags = {
       {"path", "--model"},       {"format", "--format"}, {"tokenizer", "--tokenizer"}, {"weights", "--weights"},
       {"activations", "--activations"}, {"device", "--device"}, {"dtype", "--dtype"},   {"kv_dtype", "--kv-dtype"},
   };
-  const auto it = flags.find(e.field());
-  if (e.file() != "model" || it == flags.end()) return e;
-  return Error(e.kind(), e.message(), "command line", it->second);
+  return e.file() == "model" ? flag_named(e, "model", flags) : e;
 }
 
 void DrafterArgs::add_to(po::options_description& desc) {
@@ -92,11 +100,47 @@ void DrafterArgs::add_to(po::options_description& desc) {
 }
 
 void DrafterArgs::check_used(const po::variables_map& vm) const {
-  if (!drafter.empty()) return;
-  for (const std::string& n : names_)
-    if (n != "drafter" && vm.count(n) && !vm[n].defaulted())
-      throw Error(ErrorKind::kConfig, "expected --drafter with --" + n + " (without --drafter, generate decodes AR and "
-                                      "would ignore it), found none", "command line", "--" + n);
+  const auto given = [&](const std::string& n) { return vm.count(n) > 0 && !vm[n].defaulted(); };
+  if (given("drafter") && drafter.empty())
+    throw Error(ErrorKind::kConfig, "expected a drafter name (without --drafter, AR decoding), found an empty one",
+                "command line", "--drafter");
+  if (drafter.empty()) {
+    for (const std::string& n : names_)
+      if (n != "drafter" && given(n))
+        throw Error(ErrorKind::kConfig, "expected --drafter with --" + n + " (without --drafter, generate decodes AR and "
+                                        "would ignore it), found none", "command line", "--" + n);
+    return;
+  }
+  // A flag the built-in drafter never reads would be ignored. A plugin's drafter may read any
+  // option (and a plugin may take a built-in's name), so nothing is refused with --plugin.
+  if (given("plugin")) return;
+  static const std::set<std::string> builtins = {"prompt_lookup", "layer_skip", "draft_model",
+                                                 "eagle",         "medusa",     "retrieval"};
+  if (builtins.count(drafter) == 0) return;  // unknown: the registry names the known ones
+  // flag -> the built-in drafters that read it (the others, gamma and the schedule flags, apply to all).
+  static const std::map<std::string, std::vector<std::string>> readers = {
+      {"prompt-lookup-min", {"prompt_lookup"}},
+      {"prompt-lookup-max", {"prompt_lookup"}},
+      {"retrieval-min", {"retrieval"}},
+      {"retrieval-max", {"retrieval"}},
+      {"draft-layers", {"layer_skip"}},
+      {"draft-model", {"draft_model", "eagle", "medusa", "retrieval"}},
+      {"draft-format", {"draft_model"}},
+      {"draft-tokenizer", {"draft_model"}},
+      {"draft-vocab", {"draft_model"}},
+      {"param", {}},
+  };
+  for (const auto& [flag, who] : readers) {
+    if (!given(flag) || std::find(who.begin(), who.end(), drafter) != who.end()) continue;
+    if (lookup_first && flag.rfind("prompt-lookup-", 0) == 0) continue;  // the prompt-lookup source reads them
+    if (retrieval_first && flag.rfind("retrieval-", 0) == 0) continue;   // the datastore source reads them
+    std::string by;
+    for (const std::string& w : who) by += (by.empty() ? "" : ", ") + w;
+    throw Error(ErrorKind::kConfig,
+                "expected no --" + flag + " with --drafter " + drafter + ", which does not read it (read by: " +
+                    (by.empty() ? "a plugin's drafter" : by) + ")",
+                "command line", "--" + flag);
+  }
 }
 
 DrafterOptions DrafterArgs::options() const {
@@ -155,18 +199,14 @@ Error DrafterArgs::flag_error(const Error& e) {
       {"params", "--param"},
   };
   // A field may be written as its config path ("drafter.draft_model", read_draft's).
-  const std::string field = e.field().rfind("drafter.", 0) == 0 ? e.field().substr(8) : e.field();
-  const auto it = flags.find(field);
-  if (it == flags.end()) return e;
-  return Error(e.kind(), e.message(), e.file() == "drafter" || e.file().empty() ? "command line" : e.file(),
-               it->second);
+  return flag_named(e, "drafter", flags);
 }
 
 void validate_threads(int threads) {
   if (threads < 0 || threads > kMaxThreads)
     throw Error(ErrorKind::kConfig,
                 "expected 0 (all cores) to " + std::to_string(kMaxThreads) + " threads, found " + std::to_string(threads),
-                "cli", "--threads");
+                "command line", "--threads");
 }
 
 void set_threads(int threads) {
@@ -197,13 +237,23 @@ std::unique_ptr<LoadedTarget> load_runtime_model(const ModelArgs& args) {
   }
 }
 
+void check_chat_flag(const std::string& chat) {
+  if (chat != "on" && chat != "off" && chat != "auto")
+    throw Error(ErrorKind::kConfig, "expected on, off or auto; found '" + chat + "'", "command line", "--chat");
+}
+
 TokenList build_prompt(const LoadedTarget& m, const std::string& text, const std::string& chat,
                        const std::string& system) {
-  if (chat != "on" && chat != "off" && chat != "auto")
-    throw Error(ErrorKind::kConfig, "expected on, off or auto; found '" + chat + "'", "cli", "--chat");
+  check_chat_flag(chat);
   const bool use_chat = use_chat_template(m.info, chat);
   if (use_chat && !m.info.chat_template.available())
     throw Error(ErrorKind::kConfig, "the model ships no chat template; use --chat off", m.info.source, "--chat");
+  if (!use_chat && !system.empty())
+    throw Error(ErrorKind::kConfig,
+                std::string("expected no --system without a chat template (a system message is part of the chat "
+                            "template, and ") +
+                    (chat == "off" ? "--chat off" : "this model has none") + ": it would be ignored)",
+                "command line", "--system");
   return encode_prompt(m.info, text, use_chat, system);
 }
 

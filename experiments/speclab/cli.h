@@ -4,6 +4,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,9 +47,17 @@ struct ModelArgs {
 std::unique_ptr<LoadedTarget> load_runtime_model(const ModelArgs& args);
 
 // Prompt text -> ids. chat: "on" wraps the text as one user message through the model's chat
-// template, "off" uses it raw, "auto" = on when the model ships a template.
+// template, "off" uses it raw, "auto" = on when the model ships a template. A `system` message
+// without the template would be ignored: Error(kConfig) naming --system.
 TokenList build_prompt(const LoadedTarget& m, const std::string& text, const std::string& chat,
                        const std::string& system = {});
+// --chat: on, off or auto, else Error(kConfig) naming it (before a model loads).
+void check_chat_flag(const std::string& chat);
+
+// `e` naming the flag that sets its field: `flags` maps a section's keys (the field bare or as
+// "<section>.<key>") to flags; the file becomes "command line" where it was `section` or empty (a
+// path stays). `e` itself when its field is none of them.
+Error flag_named(const Error& e, const std::string& section, const std::map<std::string, std::string>& flags);
 
 // Parses `args` with `desc`; returns false (after printing help) when --help was given.
 // `positional`: the option that a bare argument fills (e.g. "config"); `help_notes`: printed

@@ -8,6 +8,7 @@
 #include "experiments/app/session_parts.h"
 #include "framework/engine/observers.h"
 #include "framework/engine/spec_decode.h"
+#include "framework/io/yaml_util.h"
 #include "models/llama/gemv.h"
 
 namespace speclab::cli {
@@ -71,6 +72,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   GenerationOptions gen;
   SamplingOptions samp;
   bool naive = false, verbose = false, stats = false;
+  std::string seed;  // parsed as the YAML key is: Boost read "-1" as 2^64 - 1
   DrafterArgs dargs;
   po::options_description desc("speclab generate");
   margs.add_to(desc);
@@ -85,15 +87,37 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("temperature,t", po::value(&samp.temperature)->default_value(samp.temperature), "0 = greedy")
       ("top-k", po::value(&samp.top_k)->default_value(samp.top_k), "0 = off")
       ("top-p", po::value(&samp.top_p)->default_value(samp.top_p), "1 = off")
-      ("seed", po::value(&samp.seed)->default_value(samp.seed), "RNG seed")
+      ("seed", po::value(&seed)->default_value(std::to_string(samp.seed)), "RNG seed, 0 to 2^64 - 1")
       ("naive", po::bool_switch(&naive), "no KV cache: recompute the whole sequence every step")
       ("verbose,v", po::bool_switch(&verbose), "print model memory accounting and timings to stderr")
       ("stats", po::bool_switch(&stats), "speculative: also run AR and print acceptance, mean accepted length, speedup");
   po::variables_map vm;
   if (!parse_or_help("usage: speclab generate --prompt TEXT [options]", desc, args, vm)) return kExitOk;
+  // Every flag is checked before the model loads (a large model takes a while to).
   dargs.check_used(vm);
-  gen.validate();
-  samp.validate();
+  if (!yaml_util::parse_uint64(seed, samp.seed))
+    throw Error(ErrorKind::kConfig, "expected a non-negative integer below 2^64, found '" + seed + "'", "command line",
+                "--seed");
+  try {
+    gen.validate();
+    samp.validate();
+  } catch (const Error& e) {
+    throw flag_named(flag_named(e, "generation", {{"max_new_tokens", "--max-new-tokens"}, {"stop", "--stop"}}),
+                     "sampling",
+                     {{"temperature", "--temperature"}, {"top_k", "--top-k"}, {"top_p", "--top-p"}, {"seed", "--seed"}});
+  }
+  // Greedy decoding draws nothing: these would be ignored.
+  if (samp.temperature == 0.0)
+    for (const char* flag : {"top-k", "top-p", "seed"})
+      if (!vm[flag].defaulted())
+        throw Error(ErrorKind::kConfig,
+                    std::string("expected --temperature > 0 with --") + flag + " (temperature 0 is greedy and draws nothing)",
+                    "command line", std::string("--") + flag);
+  if (naive && !dargs.drafter.empty())
+    throw Error(ErrorKind::kConfig, "--naive is an AR mode; drop it with --drafter", "command line", "--naive");
+  if (stats && dargs.drafter.empty()) throw Error(ErrorKind::kConfig, "--stats needs --drafter", "command line", "--stats");
+  check_chat_flag(chat);
+  const DrafterOptions dopts = dargs.drafter.empty() ? DrafterOptions{} : dargs.options();
 
   const std::unique_ptr<LoadedTarget> loaded = load_runtime_model(margs);
   const LoadedTarget& m = *loaded;
@@ -101,19 +125,16 @@ int cmd_generate(const std::vector<std::string>& args) {
   const TokenList ids = build_prompt(m, prompt, chat, system);
   const Tokenizer& tok = *m.info.tokenizer;
   if (naive) {
-    if (!dargs.drafter.empty()) throw Error(ErrorKind::kConfig, "--naive is an AR mode; drop it with --drafter", "command line", "--naive");
     GenerationResult r = generate_ar(*m.model, tok, ids, gen, samp, KvMode::kNaive);
     std::cout << r.text << std::endl;
     if (verbose) print_timing(r, "AR naive");
     return kExitOk;
   }
-  if (stats && dargs.drafter.empty()) throw Error(ErrorKind::kConfig, "--stats needs --drafter", "command line", "--stats");
 
   // One Session: the speculative run (or AR without --drafter), then AR for --stats.
   SessionParts parts(m, KvOptions{});  // defaults: 16-token blocks, 2 GiB budget shared by target and draft
   Method method;
   if (!dargs.drafter.empty()) {
-    const DrafterOptions dopts = dargs.options();
     method = {dargs.named_by_flags([&] { return &parts.add_drafter(dopts); }), dopts};
   }
   Session session(*m.model, tok, parts.kv_target());

@@ -21,7 +21,7 @@ const char* kUsage =
     "usage: speclab <command> [options]\n"
     "\n"
     "commands:\n"
-    "  generate   decode a prompt with a model (AR, cached or naive)\n"
+    "  generate   decode a prompt with a model: AR (cached or naive), or speculative with --drafter (--stats: vs AR)\n"
     "  bench      prefill/decode throughput, cached vs naive, bandwidth floor, peak RSS\n"
     "  export     write a subset of a GGUF model's layers as a new model (e.g. a draft model)\n"
     "  run        run an experiment config: AR + drafters over a sweep and prompts, HDF5 + summary + report\n"

@@ -16,8 +16,11 @@ void DrafterOptions::validate() const {
   if (schedule != "constant" && schedule != "heuristic" && schedule != "cost")
     bad("schedule", "expected constant, heuristic or cost, found '" + schedule + "'");
   if (max_speculative_tokens < num_speculative_tokens || max_speculative_tokens > 64)
-    bad("max_speculative_tokens", "expected gamma <= max_speculative_tokens <= 64, found " +
-                                      std::to_string(max_speculative_tokens));
+    bad("max_speculative_tokens", "expected gamma (" + std::to_string(num_speculative_tokens) +
+                                      ") <= max_speculative_tokens <= 64, found " +
+                                      std::to_string(max_speculative_tokens) +
+                                      (max_speculative_tokens == 16 ? " (the default: a gamma above 16 needs it set too)"
+                                                                    : ""));
   if (!(confidence_threshold >= 0.0 && confidence_threshold < 1.0))
     bad("confidence_threshold", "expected a probability in [0, 1), found " + std::to_string(confidence_threshold));
   if (confidence_from_token < 1 || confidence_from_token > 64)

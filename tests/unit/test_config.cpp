@@ -437,7 +437,8 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
   }
   SECTION("an invalid value that is not written points at its section") {
     const std::string e = config_error(kBase + "drafters:\n  - {name: prompt_lookup, gamma: 32}\n");
-    CHECK_THAT(e, Contains("bad.yaml:6:5: drafters[0].max_speculative_tokens: expected gamma <= max_speculative_tokens"));
+    CHECK_THAT(e, Contains("bad.yaml:6:5: drafters[0].max_speculative_tokens: expected gamma (32) <= max_speculative_tokens <= 64, "
+                           "found 16 (the default: a gamma above 16 needs it set too)"));
   }
   SECTION("empty sweep list") {
     CHECK_THAT(config_error(kBase + "drafters: [{name: prompt_lookup}]\nsweep:\n  drafter.gamma: []\n"),
@@ -461,7 +462,7 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
                              "sweep:\n"
                              "  drafter.gamma: [2, 8]\n"
                              "  drafter.max_speculative_tokens: [8, 4]\n";
-    CHECK_THAT(config_error(both), Contains("bad.yaml:8:39: sweep.drafter.max_speculative_tokens: expected gamma <= "
+    CHECK_THAT(config_error(both), Contains("bad.yaml:8:39: sweep.drafter.max_speculative_tokens: expected gamma (8) <= "
                                             "max_speculative_tokens <= 64, found 4"));
     CHECK_THAT(config_error(both), Contains("at sweep point drafter.num_speculative_tokens=8, "
                                             "drafter.max_speculative_tokens=4"));
