@@ -4,7 +4,7 @@ JOBS     ?= $(shell nproc)
 CMAKE_ARGS ?=
 SPECLAB  := $(BUILD)/speclab
 
-.PHONY: all setup configure build build-cli test demo demo-smollm2 bench clean bad-inputs crash-safety kill-test draft-model medusa-model retrieval-store distilled-model plugins qwen-pair demo-pair peer
+.PHONY: all setup configure build build-cli test demo demo-smollm2 bench clean bad-inputs crash-safety kill-test draft-gguf draft-model medusa-model retrieval-store distilled-model plugins qwen-pair demo-pair peer
 
 all: build
 
@@ -80,11 +80,14 @@ bench: build peer
 # (35 min on a 2-core Intel Xeon: data stage 11, training 24; the target's answers and features
 # are cached under .cache/draft_data; --resume continues an interrupted run). The `eagle` drafter
 # reads it from this default path, and otherwise the copy the repository ships (assets/drafts/).
+# `make draft-gguf` makes the first alone (under a second); `make draft-model` both (59 min on a
+# shared 2-core Zen 4, docs/train-draft.md).
 DRAFT_MODEL := .cache/models/smollm2-draft-6l.gguf
 EAGLE_DRAFT := .cache/drafts/SmolLM2-135M-Instruct.Q4_1.eagle.safetensors
-draft-model: build
+draft-gguf: build
 	@test -f $(DRAFT_MODEL) || $(SPECLAB) export --layers 0-5 --type q8_0 --out $(DRAFT_MODEL)
 	@echo "draft model: $(DRAFT_MODEL)"
+draft-model: draft-gguf
 	@test -f $(EAGLE_DRAFT) || $(SPECLAB) train-draft configs/train/eagle_smollm2.yaml \
 	  $$(test -f $(basename $(EAGLE_DRAFT)).ckpt.safetensors && echo --resume)
 	@echo "eagle draft: $(EAGLE_DRAFT)"

@@ -477,7 +477,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   po::options_description desc("speclab bench");
   margs.add_to(desc);
   desc.add_options()
-      ("contexts", po::value(&contexts)->multitoken(), "context lengths for the decode rates (default 64 512 2048)")
+      ("contexts", po::value(&contexts)->multitoken(), "context lengths for the decode rates (default 64 512 2048, less those beyond the model's context)")
       ("prefill", po::value(&prefill_len)->default_value(prefill_len), "prompt length for the prefill rate")
       ("verify-context", po::value(&verify_ctx)->default_value(verify_ctx), "context of the verification-cost passes")
       ("verify-reps", po::value(&verify_reps)->default_value(verify_reps),
@@ -530,6 +530,14 @@ int cmd_bench(const std::vector<std::string>& args) {
   const ModelConfig& c = model.config();
   const bool on_device = c.device != "cpu";  // CUDA: timings include the device work (logits come back to the host)
   const bool synthetic = m.info.format == "random";
+  // The default contexts drop those beyond a small model's context (random:tiny holds 1,024), as the
+  // default --verify-context shrinks; contexts given on the command line must fit.
+  if (vm["contexts"].empty() || vm["contexts"].defaulted()) {
+    std::vector<int64_t> fit;
+    for (int64_t ctx : contexts)
+      if (ctx + steps <= c.max_position_embeddings) fit.push_back(ctx);
+    if (!fit.empty()) contexts = fit;
+  }
   for (int64_t ctx : contexts) {
     if (ctx <= 0)
       throw Error(ErrorKind::kConfig, "expected positive context lengths, found " + std::to_string(ctx), "command line",

@@ -133,9 +133,9 @@ int cmd_report(const std::vector<std::string>& args) {
   std::error_code ec;
   const fs::file_status st = fs::status(input, ec);
   if (fs::is_directory(st))
-    throw Error(ErrorKind::kIo, "expected an experiment HDF5 file, found a directory", input, "RESULTS.h5");
+    throw Error(ErrorKind::kIo, "expected an experiment or training-log HDF5 file, found a directory", input, "RESULTS.h5");
   if (!fs::is_regular_file(st))
-    throw Error(ErrorKind::kIo, std::string("expected an experiment HDF5 file, found ") +
+    throw Error(ErrorKind::kIo, std::string("expected an experiment or training-log HDF5 file, found ") +
                                     (fs::exists(st) ? "a device or other special file" : "no file"),
                 input, "RESULTS.h5");
   const bool given = !out_dir.empty();

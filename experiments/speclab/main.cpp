@@ -29,7 +29,7 @@ const char* kUsage =
     "  check      distribution-equivalence checks (greedy, analytic, sampling + negative controls)\n"
     "  merge      merge the shard files of `run --shard i/n` into one experiment file\n"
     "  submit     run an experiment config as a Slurm job array of shards, then merge and report\n"
-    "  train-draft  train a draft (an EAGLE head) for its target: data from the target, libtorch autograd\n"
+    "  train-draft  train a draft for its target (an EAGLE head, Medusa heads, a small draft model) or build a retrieval datastore: data from the target, libtorch autograd\n"
     "\n"
     "Run `speclab <command> --help` for the options of a command.\n"
     "`speclab --openblas-coretype` prints the OPENBLAS_CORETYPE this program runs with (the core it\n"
