@@ -6,6 +6,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -434,12 +436,44 @@ bool x8_cpu_supported() {
 
 bool x8_active() { return x8_cpu_supported() && kernel_isa() != KernelIsa::kScalar; }
 
+namespace {
+const char* x8_zmm_env() {
+  static const char* e = std::getenv("SPECLAB_X8_ZMM");
+  return e;
+}
+}  // namespace
+
 bool x8_zmm_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("SPECLAB_X8_ZMM");
-    return !(e && std::string(e) == "0");
+  const char* e = x8_zmm_env();
+  return !(e && std::string(e) == "0");
+}
+
+bool cpu_splits_512_bit_ops() {
+  static const bool split = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
+    if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+    unsigned family = (a >> 8) & 0xfu;
+    if (family == 0xfu) family += (a >> 20) & 0xffu;
+    // Family 0x19 is Zen 3 and Zen 4; only Zen 4 has AVX-512 (Zen 5, family 0x1a, runs it at full width).
+    return family == 0x19u && __builtin_cpu_supports("avx512f");
   }();
-  return on;
+  return split;
+}
+
+bool x8_zmm_for(uint32_t type_id, int64_t n) {
+  if (!x8_zmm_enabled()) return false;
+  const char* e = x8_zmm_env();
+  if (e && std::string(e) == "1") return true;
+  // Zen 4, kernel_bench --shapes qwen1.5b --best, two alternated rounds per n, us (512 vs 256 bits):
+  // Q4_K gate_up n = 1 292-384 vs 366-411, n = 3 619-662 vs 435-506, n = 4 791-794 vs 513-684,
+  // n = 6 830-832 vs 691-774, n = 8 880-914 vs 980-1053; Q6_K lm_head n = 2 7661-8127 vs
+  // 6396-6831, n = 4 10586-10736 vs 8088-8534. Q4_1 and Q8_0 ran as fast or faster on 512 bits at
+  // every n (SmolLM2 shapes).
+  const GgmlType t = static_cast<GgmlType>(type_id);
+  const bool k_quant = t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+  return !(k_quant && n >= 2 && n <= 6 && cpu_splits_512_bit_ops());
 }
 
 int64_t x8_bytes(uint32_t type_id, int64_t out, int64_t in) {
@@ -487,7 +521,7 @@ void gemm_x8_int8_q(const uint8_t* wx8, uint32_t type_id, const QuantizedRows& x
                                           " do not fit " + ggml_type_name(type_id) + " weights");
   const int64_t nb = xq.in / xq.block, group_bytes = nb * x8_block_bytes(t);
   const int64_t groups = (out + kX8Rows - 1) / kX8Rows;
-  const bool zmm = kernel_isa() == KernelIsa::kAvx512Vnni && x8_zmm_enabled();
+  const bool zmm = kernel_isa() == KernelIsa::kAvx512Vnni && x8_zmm_for(type_id, xq.n);
   const RangeFn fn = kernel_isa() != KernelIsa::kAvx512Vnni ? avx2::pick(t) : zmm ? vnni_zmm::pick(t) : vnni::pick(t);
   // Chunks of 16 to 256 KiB of weights, about 4 per thread: long contiguous runs keep the
   // hardware prefetchers streaming (2 KiB runs reached half the memory bandwidth of 256 KiB runs

@@ -45,10 +45,18 @@ bool x8_cpu_supported();
 // Whether gemm_x8_int8 runs now: x8_cpu_supported() and kernel_isa() is not kScalar. It runs
 // the VNNI kernels under kAvx512Vnni, the AVX2 ones otherwise.
 bool x8_active();
-// Whether the VNNI kernels run on 512-bit registers, two groups at once (qgemm_x8_zmm.inc; the
-// same bits as the 256-bit ones): yes unless the environment sets SPECLAB_X8_ZMM=0 (read once),
-// which keeps the 256-bit VNNI kernels for side-by-side timings.
+// Whether the VNNI kernels may run on 512-bit registers, two groups at once (qgemm_x8_zmm.inc;
+// the same bits as the 256-bit ones): yes unless the environment sets SPECLAB_X8_ZMM=0 (read
+// once), which keeps the 256-bit VNNI kernels for side-by-side timings.
 bool x8_zmm_enabled();
+// Whether a call of `n` activation rows on `type_id` weights runs the 512-bit kernels:
+// x8_zmm_enabled(), except on a CPU that executes 512-bit instructions as two 256-bit halves
+// (AMD Zen 4) for K-quant weights at 2 to 6 rows, where the 256-bit kernels ran faster
+// (docs/performance.md, "On an AMD Zen 4"). SPECLAB_X8_ZMM=1 takes 512 bits everywhere.
+// Either way the bits are the same.
+bool x8_zmm_for(uint32_t type_id, int64_t n);
+// AMD family 0x19 with AVX-512 (Zen 4), whose AVX-512 units are 256 bits wide. Read once.
+bool cpu_splits_512_bit_ops();
 
 // Bytes of the repacked form of an [out, in] matrix of `type_id` (int8_gemm_supports types; `in`
 // a multiple of the block size). Throws Error(kUnsupported) for another type.

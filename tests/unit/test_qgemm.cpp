@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -495,8 +497,10 @@ TEST_CASE("repacked kernels: AVX2 and AVX-512 VNNI outputs are bit-identical", "
   }
   const int64_t out = 45;
   std::vector<float> bias(out, 0.5f);
+  // n = 2..6 covers the K-quants' 256-bit VNNI kernels on a CPU that splits 512-bit instructions
+  // (x8_zmm_for; AMD Zen 4), the 512-bit ones elsewhere.
   for (GgmlType t : kTypes)
-    for (int64_t n : {1, 7, 17}) {
+    for (int64_t n : {1, 2, 3, 5, 7, 17}) {
       INFO(ggml_type_name(id(t)) << " n=" << n);
       const int64_t in = row_len(t);
       // Extreme activations (every block holds +-127) and random ones.
@@ -600,5 +604,31 @@ TEST_CASE("repacked kernels: row i of an n-row call equals a 1-row call, n = 1..
     INFO(kernel_isa_name(isa) << " " << ggml_type_name(id(t)));
     CHECK(mismatched == 0);
     CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+  }
+}
+
+// Zen 4 detection (cpuid) against what the kernel reports in /proc/cpuinfo, and the kernel
+// choice it drives: the K-quants on 256 bits at 2 to 6 rows there, 512 bits elsewhere.
+TEST_CASE("x8_zmm_for: a CPU that splits 512-bit instructions is read as /proc/cpuinfo describes it", "[qgemm][x8]") {
+  std::ifstream in("/proc/cpuinfo");
+  REQUIRE(in.good());
+  std::string line, vendor, family;
+  bool avx512f = false;
+  while (std::getline(in, line)) {
+    const auto value = [&] { return line.substr(line.find(':') + 2); };
+    if (vendor.empty() && line.rfind("vendor_id", 0) == 0) vendor = value();
+    if (family.empty() && line.rfind("cpu family", 0) == 0) family = value();
+    if (line.rfind("flags", 0) == 0) avx512f = avx512f || (" " + value() + " ").find(" avx512f ") != std::string::npos;
+  }
+  const bool zen4 = vendor == "AuthenticAMD" && family == "25" && avx512f;
+  INFO("vendor " << vendor << ", family " << family << ", avx512f " << avx512f);
+  CHECK(cpu_splits_512_bit_ops() == zen4);
+  for (int64_t n : {1, 2, 6, 7, 17}) {
+    INFO("n=" << n);
+    CHECK(x8_zmm_for(id(GgmlType::Q4_1), n) == x8_zmm_enabled());
+    CHECK(x8_zmm_for(id(GgmlType::Q8_0), n) == x8_zmm_enabled());
+    const bool narrow = zen4 && n >= 2 && n <= 6 && std::getenv("SPECLAB_X8_ZMM") == nullptr;
+    CHECK(x8_zmm_for(id(GgmlType::Q4_K), n) == (x8_zmm_enabled() && !narrow));
+    CHECK(x8_zmm_for(id(GgmlType::Q6_K), n) == (x8_zmm_enabled() && !narrow));
   }
 }
