@@ -69,7 +69,7 @@ Error ModelArgs::flag_error(const Error& e) {
 void DrafterArgs::add_to(po::options_description& desc) {
   po::options_description own("drafter (speculative decoding; without --drafter, AR decoding)");
   own.add_options()
-      ("drafter", po::value(&drafter), "speculative decoding with: prompt_lookup | layer_skip | draft_model | eagle | medusa | retrieval | <plugin name>")
+      ("drafter", po::value(&drafter), "speculative decoding with: prompt_lookup (or ngram) | layer_skip | draft_model | eagle | medusa | retrieval | <plugin name>")
       ("plugin", po::value(&plugin), "drafter plugin shared library (.so)")
       ("gamma", po::value(&gamma)->default_value(gamma), "draft tokens per step (num_speculative_tokens)")
       ("schedule", po::value(&schedule)->default_value(schedule), "draft length schedule: constant | heuristic | cost (gamma 0..--gamma by measured costs)")

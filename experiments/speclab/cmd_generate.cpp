@@ -94,6 +94,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_or_help("usage: speclab generate --prompt TEXT [options]", desc, args, vm)) return kExitOk;
   // Every flag is checked before the model loads (a large model takes a while to).
+  dargs.drafter = canonical_drafter_name(dargs.drafter);  // --drafter ngram, as in YAML
   dargs.check_used(vm);
   if (!yaml_util::parse_uint64(seed, samp.seed))
     throw Error(ErrorKind::kConfig, "expected a non-negative integer below 2^64, found '" + seed + "'", "command line",

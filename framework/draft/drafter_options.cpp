@@ -65,6 +65,8 @@ const std::vector<std::string>& builtin_drafter_names() {
   return names;
 }
 
+std::string canonical_drafter_name(const std::string& name) { return name == "ngram" ? "prompt_lookup" : name; }
+
 std::vector<int64_t> layer_skip_layers(const DrafterOptions& o, int64_t n_layers) {
   if (!o.draft_layers.empty()) return o.draft_layers;
   const int64_t first = o.draft_layers_first > 0 ? o.draft_layers_first : n_layers / 2;

@@ -80,4 +80,8 @@ const std::vector<std::string>& builtin_drafter_names();
 // "draft_layers_first") when more layers are asked for than the target has.
 std::vector<int64_t> layer_skip_layers(const DrafterOptions& options, int64_t n_layers);
 
+// A drafter name as the registry knows it: vLLM's method name "ngram" is prompt_lookup (YAML's
+// drafter.name and generate's --drafter alike); any other name as given.
+std::string canonical_drafter_name(const std::string& name);
+
 }  // namespace speclab

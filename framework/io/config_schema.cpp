@@ -9,6 +9,7 @@
 #include <limits>
 #include <utility>
 
+#include "framework/draft/drafter_options.h"
 #include "framework/io/config_util.h"
 
 namespace speclab::config {
@@ -22,13 +23,10 @@ constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
 
 // ---- codecs of one key each ---------------------------------------------------------------------
 
-// vLLM's method name "ngram" is prompt_lookup.
+// vLLM's method name "ngram" is prompt_lookup (canonical_drafter_name).
 Codec<std::string> drafter_name() {
   Codec<std::string> c = text();
-  c.read = [](const YamlValue& x, const Ctx&, std::string& m) {
-    m = x.as_string();
-    if (m == "ngram") m = "prompt_lookup";
-  };
+  c.read = [](const YamlValue& x, const Ctx&, std::string& m) { m = canonical_drafter_name(x.as_string()); };
   return c;
 }
 
