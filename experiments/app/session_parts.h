@@ -35,8 +35,9 @@ Error in_config(const Error& e, const std::string& section, const std::string& k
 
 class SessionParts {
  public:
-  // Error(kConfig, "kv", <field>) when the options do not fit the target (e.g. the budget holds
-  // no block of its KV geometry).
+  // Error(kConfig, "kv", "budget_bytes") when the budget holds no block of the target's KV
+  // geometry (KvOptions::validate's own errors name "kv.<key>" in full; the config validated
+  // them first).
   SessionParts(const LoadedTarget& target, const KvOptions& kv);
 
   Drafter& add_drafter(const DrafterOptions& options);

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
-#include <set>
 
 #include "framework/core/error.h"
 #include "framework/core/model_source.h"
@@ -114,9 +113,18 @@ void DrafterArgs::check_used(const po::variables_map& vm) const {
   // A flag the built-in drafter never reads would be ignored. A plugin's drafter may read any
   // option (and a plugin may take a built-in's name), so nothing is refused with --plugin.
   if (given("plugin")) return;
-  static const std::set<std::string> builtins = {"prompt_lookup", "layer_skip", "draft_model",
-                                                 "eagle",         "medusa",     "retrieval"};
-  if (builtins.count(drafter) == 0) return;  // unknown: the registry names the known ones
+  const std::vector<std::string>& builtins = builtin_drafter_names();
+  if (std::find(builtins.begin(), builtins.end(), drafter) == builtins.end()) {
+    std::string known;
+    for (const std::string& b : builtins) known += (known.empty() ? "" : ", ") + b;
+    throw Error(ErrorKind::kConfig,
+                "unknown drafter '" + drafter + "'; known drafters: " + known +
+                    " (or load a plugin with --plugin)",
+                "command line", "--drafter");
+  }
+  if (drafter == "draft_model" && draft_model.empty())
+    throw Error(ErrorKind::kConfig, "expected a draft model path or named entry with --drafter draft_model, found none",
+                "command line", "--draft-model");
   // flag -> the built-in drafters that read it (the others, gamma and the schedule flags, apply to all).
   static const std::map<std::string, std::vector<std::string>> readers = {
       {"prompt-lookup-min", {"prompt_lookup"}},

@@ -93,8 +93,9 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("stats", po::bool_switch(&stats), "speculative: also run AR and print acceptance, mean accepted length, speedup");
   po::variables_map vm;
   if (!parse_or_help("usage: speclab generate --prompt TEXT [options]", desc, args, vm)) return kExitOk;
-  // Every flag is checked before the model loads (a large model takes a while to).
-  dargs.drafter = canonical_drafter_name(dargs.drafter);  // --drafter ngram, as in YAML
+  // The flags are checked before the model loads (a large model takes a while to), but for what
+  // needs the model: its chat template, its layer count, a draft's vocabulary.
+  if (dargs.plugin.empty()) dargs.drafter = canonical_drafter_name(dargs.drafter);  // --drafter ngram, as in YAML
   dargs.check_used(vm);
   if (!yaml_util::parse_uint64(seed, samp.seed))
     throw Error(ErrorKind::kConfig, "expected a non-negative integer below 2^64, found '" + seed + "'", "command line",
@@ -107,13 +108,20 @@ int cmd_generate(const std::vector<std::string>& args) {
                      "sampling",
                      {{"temperature", "--temperature"}, {"top_k", "--top-k"}, {"top_p", "--top-p"}, {"seed", "--seed"}});
   }
-  // Greedy decoding draws nothing: these would be ignored.
-  if (samp.temperature == 0.0)
-    for (const char* flag : {"top-k", "top-p", "seed"})
-      if (!vm[flag].defaulted())
-        throw Error(ErrorKind::kConfig,
-                    std::string("expected --temperature > 0 with --") + flag + " (temperature 0 is greedy and draws nothing)",
-                    "command line", std::string("--") + flag);
+  // Greedy decoding draws nothing: a top-k or top-p cut would be ignored (their "off" values are
+  // accepted; --seed too, which a plugin's drafter may draw from even under greedy).
+  if (samp.temperature == 0.0) {
+    if (samp.top_k != 0)
+      throw Error(ErrorKind::kConfig, "expected --temperature > 0 with --top-k (temperature 0 is greedy and draws nothing)",
+                  "command line", "--top-k");
+    if (samp.top_p != 1.0)
+      throw Error(ErrorKind::kConfig, "expected --temperature > 0 with --top-p (temperature 0 is greedy and draws nothing)",
+                  "command line", "--top-p");
+  }
+  if (chat == "off" && !system.empty())
+    throw Error(ErrorKind::kConfig,
+                "expected no --system with --chat off (a system message is part of the chat template: it would be ignored)",
+                "command line", "--system");
   if (naive && !dargs.drafter.empty())
     throw Error(ErrorKind::kConfig, "--naive is an AR mode; drop it with --drafter", "command line", "--naive");
   if (stats && dargs.drafter.empty()) throw Error(ErrorKind::kConfig, "--stats needs --drafter", "command line", "--stats");

@@ -19,7 +19,7 @@ void DrafterOptions::validate() const {
     bad("max_speculative_tokens", "expected gamma (" + std::to_string(num_speculative_tokens) +
                                       ") <= max_speculative_tokens <= 64, found " +
                                       std::to_string(max_speculative_tokens) +
-                                      (max_speculative_tokens == 16 ? " (the default: a gamma above 16 needs it set too)"
+                                      (max_speculative_tokens == 16 ? " (16 is the default: a gamma above 16 needs it set too)"
                                                                     : ""));
   if (!(confidence_threshold >= 0.0 && confidence_threshold < 1.0))
     bad("confidence_threshold", "expected a probability in [0, 1), found " + std::to_string(confidence_threshold));

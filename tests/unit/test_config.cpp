@@ -438,7 +438,7 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
   SECTION("an invalid value that is not written points at its section") {
     const std::string e = config_error(kBase + "drafters:\n  - {name: prompt_lookup, gamma: 32}\n");
     CHECK_THAT(e, Contains("bad.yaml:6:5: drafters[0].max_speculative_tokens: expected gamma (32) <= max_speculative_tokens <= 64, "
-                           "found 16 (the default: a gamma above 16 needs it set too)"));
+                           "found 16 (16 is the default: a gamma above 16 needs it set too)"));
   }
   SECTION("empty sweep list") {
     CHECK_THAT(config_error(kBase + "drafters: [{name: prompt_lookup}]\nsweep:\n  drafter.gamma: []\n"),
