@@ -245,22 +245,25 @@ std::unique_ptr<LoadedTarget> load_runtime_model(const ModelArgs& args) {
   }
 }
 
-void check_chat_flag(const std::string& chat) {
+void check_chat_flags(const std::string& chat, const std::string& system) {
   if (chat != "on" && chat != "off" && chat != "auto")
     throw Error(ErrorKind::kConfig, "expected on, off or auto; found '" + chat + "'", "command line", "--chat");
+  if (chat == "off" && !system.empty())
+    throw Error(ErrorKind::kConfig,
+                "expected no --system with --chat off (a system message is part of the chat template: it would be ignored)",
+                "command line", "--system");
 }
 
 TokenList build_prompt(const LoadedTarget& m, const std::string& text, const std::string& chat,
                        const std::string& system) {
-  check_chat_flag(chat);
+  check_chat_flags(chat, system);
   const bool use_chat = use_chat_template(m.info, chat);
   if (use_chat && !m.info.chat_template.available())
     throw Error(ErrorKind::kConfig, "the model ships no chat template; use --chat off", m.info.source, "--chat");
-  if (!use_chat && !system.empty())
+  if (!use_chat && !system.empty())  // --chat auto on a model without a template
     throw Error(ErrorKind::kConfig,
-                std::string("expected no --system without a chat template (a system message is part of the chat "
-                            "template, and ") +
-                    (chat == "off" ? "--chat off" : "this model has none") + ": it would be ignored)",
+                "expected no --system without a chat template (a system message is part of the chat template, and "
+                "this model has none: it would be ignored)",
                 "command line", "--system");
   return encode_prompt(m.info, text, use_chat, system);
 }

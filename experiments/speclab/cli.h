@@ -51,8 +51,9 @@ std::unique_ptr<LoadedTarget> load_runtime_model(const ModelArgs& args);
 // without the template would be ignored: Error(kConfig) naming --system.
 TokenList build_prompt(const LoadedTarget& m, const std::string& text, const std::string& chat,
                        const std::string& system = {});
-// --chat: on, off or auto, else Error(kConfig) naming it (before a model loads).
-void check_chat_flag(const std::string& chat);
+// Before a model loads: --chat is on, off or auto, and --system is not given with --chat off;
+// else Error(kConfig) naming the flag.
+void check_chat_flags(const std::string& chat, const std::string& system);
 
 // `e` naming the flag that sets its field: `flags` maps a section's keys (the field bare or as
 // "<section>.<key>") to flags; the file becomes "command line" where it was `section` or empty (a

@@ -118,14 +118,10 @@ int cmd_generate(const std::vector<std::string>& args) {
       throw Error(ErrorKind::kConfig, "expected --temperature > 0 with --top-p (temperature 0 is greedy and draws nothing)",
                   "command line", "--top-p");
   }
-  if (chat == "off" && !system.empty())
-    throw Error(ErrorKind::kConfig,
-                "expected no --system with --chat off (a system message is part of the chat template: it would be ignored)",
-                "command line", "--system");
   if (naive && !dargs.drafter.empty())
     throw Error(ErrorKind::kConfig, "--naive is an AR mode; drop it with --drafter", "command line", "--naive");
   if (stats && dargs.drafter.empty()) throw Error(ErrorKind::kConfig, "--stats needs --drafter", "command line", "--stats");
-  check_chat_flag(chat);
+  check_chat_flags(chat, system);
   const DrafterOptions dopts = dargs.drafter.empty() ? DrafterOptions{} : dargs.options();
 
   const std::unique_ptr<LoadedTarget> loaded = load_runtime_model(margs);
