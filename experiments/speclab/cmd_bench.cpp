@@ -409,15 +409,16 @@ std::string run_capture(const std::string& cmd, int& status) {
 
 // llama.cpp (scripts/llamacpp_bench.py through llama-cpp-python, run by python_interpreter(); the
 // script finds the peer `make peer` installs, scripts/peer.py) on `path`: its JSON report (version,
-// model, decode_tok_s, prefill_tok_s, decode_at{context: tok/s}), or null when llama-cpp-python is
-// not usable.
+// model, decode_tok_s, prefill_tok_s, decode_at{context: tok/s}, flash_attn_used{figure: bool}), or
+// null when llama-cpp-python is not usable. `flash_attn` is best (each figure the faster of
+// llama.cpp's flash attention off and on), on or off.
 nlohmann::json run_llama_cpp(const std::string& path, int64_t prefill_len, int steps, int threads,
-                             const std::vector<int64_t>& contexts) {
+                             const std::vector<int64_t>& contexts, const std::string& flash_attn) {
   int status = 0;
   const std::string script = std::string(SPECLAB_SOURCE_DIR) + "/scripts/llamacpp_bench.py";
   std::ostringstream cmd;
   cmd << python_interpreter() << " " << script << " --model '" << path << "' --n-prompt " << prefill_len << " --n-decode "
-      << steps << " --threads " << threads << " --repeats 2";
+      << steps << " --threads " << threads << " --repeats 2 --flash-attn " << flash_attn;
   if (!contexts.empty()) {
     cmd << " --contexts";
     for (int64_t c : contexts) cmd << " " << c;
@@ -430,12 +431,35 @@ nlohmann::json run_llama_cpp(const std::string& path, int64_t prefill_len, int s
   return j;
 }
 
+// How llama.cpp's figures were run, for the "llama.cpp side" line: "on", "off", or for --flash-attn
+// best the setting each figure came from ("best of off and on: on for decode at 64, 512, prefill;
+// off for decode at 2048").
+std::string flash_attn_summary(const nlohmann::json& lc, const std::vector<int64_t>& contexts) {
+  const std::string mode = lc.value("flash_attn", std::string("off"));
+  if (mode != "best" || !lc.contains("flash_attn_used")) return mode;
+  std::string on, off;
+  std::vector<std::string> figures;  // the table's order (json objects iterate alphabetically)
+  for (int64_t ctx : contexts) figures.push_back(std::to_string(ctx));
+  figures.push_back("prefill");
+  for (const std::string& figure : figures) {
+    if (!lc["flash_attn_used"].contains(figure)) continue;
+    const std::string name = figure == "prefill" ? "prefill" : "decode at " + figure;
+    std::string& list = lc["flash_attn_used"][figure].get<bool>() ? on : off;
+    list += (list.empty() ? "" : ", ") + name;
+  }
+  std::string out = "best of off and on per figure:";
+  if (!on.empty()) out += " on for " + on;
+  if (!off.empty()) out += std::string(on.empty() ? "" : ";") + " off for " + off;
+  return out;
+}
+
 // Float32 both: the same weights dequantized to F32 in a GGUF file (speclab export) for llama.cpp,
 // and SpecLab with --weights f32, both decoding at context `ctx` (the first of --contexts), beside
 // the quantized pair at that context. Ratios are SpecLab's rate / llama.cpp's, as in the table.
 template <class Say>
 void compare_float32(const ModelArgs& margs, const LoadedTarget& m, const nlohmann::json& lc, int64_t prefill_len,
-                     int steps, int threads, int64_t ctx, double ours_quantized, nlohmann::json& report, Say say) {
+                     int steps, int threads, int64_t ctx, double ours_quantized, const std::string& flash_attn,
+                     nlohmann::json& report, Say say) {
   const std::string base = m.info.source.substr(m.info.source.find_last_of('/') + 1);
   const std::string f32_path = std::string(SPECLAB_SOURCE_DIR) + "/.cache/models/" + base + ".f32.gguf";
   if (std::FILE* probe = std::fopen(f32_path.c_str(), "rb")) {
@@ -446,7 +470,7 @@ void compare_float32(const ModelArgs& margs, const LoadedTarget& m, const nlohma
     export_gguf_layers(m.info.source, f32_path, eo);
   }
   const std::string key = std::to_string(ctx);
-  const nlohmann::json lc32 = run_llama_cpp(f32_path, prefill_len, steps, threads, {ctx});
+  const nlohmann::json lc32 = run_llama_cpp(f32_path, prefill_len, steps, threads, {ctx}, flash_attn);
   if (lc32.is_null() || !lc32["decode_at"].contains(key) || !lc["decode_at"].contains(key)) return;
   ModelArgs f32_args = margs;
   f32_args.weights = "f32";
@@ -471,7 +495,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   int64_t prefill_len = 128, verify_ctx = 512;
   int verify_reps = 5;
   int steps = 16, naive_steps = 3;
-  std::string llama_cpp = "auto", draft_model;
+  std::string llama_cpp = "auto", llama_cpp_flash_attn = "best", draft_model;
   int spec_gamma = 4, spec_steps = 24;
   bool json_out = false, f32_compare = false, step_profile = false;
   po::options_description desc("speclab bench");
@@ -487,6 +511,8 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("naive-steps", po::value(&naive_steps)->default_value(naive_steps), "steps timed per context (naive)")
       ("llama-cpp", po::value(&llama_cpp)->default_value(llama_cpp),
        "compare with llama.cpp via llama-cpp-python: auto | on | off")
+      ("llama-cpp-flash-attn", po::value(&llama_cpp_flash_attn)->default_value(llama_cpp_flash_attn),
+       "llama.cpp's flash-attention kernel: best (run it off and on, each figure the faster) | on | off")
       ("f32-compare", po::bool_switch(&f32_compare), "also compare float32 both (an F32 copy of the GGUF for llama.cpp)")
       ("draft-model", po::value(&draft_model),
        "also time speculative steps with this draft_model (a path, named entry or random:<shape>; same device "
@@ -521,6 +547,12 @@ int cmd_bench(const std::vector<std::string>& args) {
                 "command line", "--spec-steps");
   if (llama_cpp != "auto" && llama_cpp != "on" && llama_cpp != "off")
     throw Error(ErrorKind::kConfig, "expected auto, on or off, found '" + llama_cpp + "'", "command line", "--llama-cpp");
+  if (llama_cpp_flash_attn != "best" && llama_cpp_flash_attn != "on" && llama_cpp_flash_attn != "off")
+    throw Error(ErrorKind::kConfig, "expected best, on or off, found '" + llama_cpp_flash_attn + "'", "command line",
+                "--llama-cpp-flash-attn");
+  if (llama_cpp == "off" && !vm["llama-cpp-flash-attn"].defaulted())
+    throw Error(ErrorKind::kConfig, "configures the llama.cpp comparison: not with --llama-cpp off", "command line",
+                "--llama-cpp-flash-attn");
   if (f32_compare && llama_cpp == "off")
     throw Error(ErrorKind::kConfig, "compares with llama.cpp: not with --llama-cpp off", "command line", "--f32-compare");
 
@@ -755,7 +787,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   nlohmann::json lc;
   if (llama_cpp != "off" && m.info.format == "gguf" && !on_device) {
     std::vector<int64_t> lc_contexts = contexts;
-    lc = run_llama_cpp(m.info.source, prefill_len, steps, threads, lc_contexts);
+    lc = run_llama_cpp(m.info.source, prefill_len, steps, threads, lc_contexts, llama_cpp_flash_attn);
     if (lc.is_null() && llama_cpp == "on")
       throw Error(ErrorKind::kConfig,
                   "llama-cpp-python is not usable by " + python_interpreter() + " (make peer installs it in .cache/peer)",
@@ -848,11 +880,15 @@ int cmd_bench(const std::vector<std::string>& args) {
     context_floor("int8");
   }
   say("%s", floor_lines.c_str());
-  if (!lc.is_null())
-    say("llama.cpp side: llama-cpp-python %s on %s (%s), %d threads\n", lc["version"].get<std::string>().c_str(),
-        lc["model"].get<std::string>().c_str(), m.info.storage_types.c_str(), threads);
+  if (!lc.is_null()) {
+    say("llama.cpp side: llama-cpp-python %s on %s (%s), %d threads, flash attention %s\n",
+        lc["version"].get<std::string>().c_str(), lc["model"].get<std::string>().c_str(), m.info.storage_types.c_str(),
+        threads, flash_attn_summary(lc, contexts).c_str());
+  }
 
-  if (f32_compare && !lc.is_null()) compare_float32(margs, m, lc, prefill_len, steps, threads, contexts.front(), decode_rate.front(), report, say);
+  if (f32_compare && !lc.is_null())
+    compare_float32(margs, m, lc, prefill_len, steps, threads, contexts.front(), decode_rate.front(),
+                    llama_cpp_flash_attn, report, say);
   say("\npeak RSS: %.1f MiB (SpecLab, measured before the bandwidth and llama.cpp runs%s)\n", rss_mib,
       rss_without_draft ? "" : "; it includes the --draft-model check's load: this kernel cannot reset the peak");
   if (json_out) std::printf("%s\n", report.dump(2).c_str());

@@ -223,6 +223,17 @@ TEST_CASE("speclab bench with the peer make peer installed: llama.cpp's version,
   CHECK(lc.at("prefill_tok_s").get<double>() > 0.0);
   CHECK(lc.at("decode_at").at("16").get<double>() > 0.0);
   CHECK(lc.at("decode_at").at("32").get<double>() > 0.0);
+  // Each llama.cpp figure is the faster of its flash attention off and on (--llama-cpp-flash-attn
+  // best), and says which it came from.
+  CHECK(lc.at("flash_attn") == "best");
+  for (const std::string ctx : {"16", "32"}) {
+    const double off = lc.at("by_flash_attn").at("off").at("decode_at").at(ctx).get<double>();
+    const double on = lc.at("by_flash_attn").at("on").at("decode_at").at(ctx).get<double>();
+    CHECK(lc.at("decode_at").at(ctx).get<double>() == std::max(off, on));
+    CHECK(lc.at("flash_attn_used").at(ctx).get<bool>() == (on > off));
+  }
+  CHECK(lc.at("prefill_tok_s").get<double>() == std::max(lc.at("by_flash_attn").at("off").at("prefill_tok_s").get<double>(),
+                                                         lc.at("by_flash_attn").at("on").at("prefill_tok_s").get<double>()));
   // The rows of decode at 16 and at 32, prefill and the context ratio (32 / 16) carry
   // llama.cpp's figure and the ratio to it.
   std::vector<std::string> compared;
