@@ -157,18 +157,31 @@ int cmd_generate(const std::vector<std::string>& args) {
     const SpecResult ar = run_to_end(session);
     const double t_spec = r.prefill_seconds + r.draft_prefill_seconds + r.decode_seconds,
                  t_ar = ar.prefill_seconds + ar.decode_seconds;
-    std::printf("drafter %s, gamma %d (%s): %zu steps, %zu target forwards, acceptance rate %.3f, mean accepted "
+    const char* same = ar.tokens == r.tokens
+                           ? "output identical to AR"
+                           : (samp.greedy() ? "OUTPUT DIFFERS FROM AR" : "sampled: outputs differ by design");
+    if (r.steps.empty()) {
+      // The prefill's token was the whole output (-n 1, or EOS first): no step drafted, so there is
+      // no acceptance and no decode phase to compare (it printed a ratio of two timer noises).
+      std::printf("drafter %s: no speculative steps (the prefill's token ended the output): no acceptance or "
+                  "speedup to report; %s\n",
+                  method.drafter->name().c_str(), same);
+      return kExitOk;
+    }
+    int64_t drafted = 0;
+    for (const SpecStep& st : r.steps) drafted += st.drafted;
+    char acceptance[64] = "no drafts";
+    if (drafted > 0) std::snprintf(acceptance, sizeof acceptance, "%.3f", r.acceptance_rate());
+    std::printf("drafter %s, gamma %d (%s): %zu steps, %zu target forwards, acceptance rate %s, mean accepted "
                 "length %.3f tokens/forward\n",
                 method.drafter->name().c_str(), method.options.num_speculative_tokens, method.options.schedule.c_str(),
-                r.steps.size(), static_cast<size_t>(r.forward_calls), r.acceptance_rate(), r.mean_accepted_length());
+                r.steps.size(), static_cast<size_t>(r.forward_calls), acceptance, r.mean_accepted_length());
     // Decode phase (prompt processing of both models excluded), as `speclab run` reports it; the
     // totals follow.
     std::printf("decode time: speculative %.3f s (draft %.3f, verify %.3f, accept %.3f, kv %.3f), AR %.3f s -> "
                 "speedup %.2fx; with prefill (draft's %.3f s included) %.3f s vs %.3f s -> %.2fx; %s\n",
                 r.decode_seconds, r.draft_seconds, r.verify_seconds, r.accept_seconds, r.kv_seconds, ar.decode_seconds,
-                ar.decode_seconds / r.decode_seconds, r.draft_prefill_seconds, t_spec, t_ar, t_ar / t_spec,
-                ar.tokens == r.tokens ? "output identical to AR"
-                                      : (samp.greedy() ? "OUTPUT DIFFERS FROM AR" : "sampled: outputs differ by design"));
+                ar.decode_seconds / r.decode_seconds, r.draft_prefill_seconds, t_spec, t_ar, t_ar / t_spec, same);
   }
   return kExitOk;
 }

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "framework/core/error.h"
+#include "framework/draft/drafter_options.h"
 #include "framework/io/config_schema.h"
 #include "framework/io/config_util.h"
 
@@ -21,6 +22,10 @@ namespace config {
 
 void finalize(ExperimentConfig& c) {
   for (auto& e : c.drafters) {
+    // vLLM's "ngram" is prompt_lookup, as generate's --drafter: only without a plugin, which may
+    // register a drafter of that name (a sweep's point sets the name again, so each point is
+    // renamed here too).
+    if (e.options.plugin.empty()) e.options.name = canonical_drafter_name(e.options.name);
     if (e.options.name == "draft_model" && c.models.draft && (e.options.draft_model.empty() || e.draft_from_models)) {
       e.options.draft_model = c.models.draft->path;
       e.options.draft_model_format = c.models.draft->format;

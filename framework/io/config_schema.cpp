@@ -23,13 +23,6 @@ constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
 
 // ---- codecs of one key each ---------------------------------------------------------------------
 
-// vLLM's method name "ngram" is prompt_lookup (canonical_drafter_name).
-Codec<std::string> drafter_name() {
-  Codec<std::string> c = text();
-  c.read = [](const YamlValue& x, const Ctx&, std::string& m) { m = canonical_drafter_name(x.as_string()); };
-  return c;
-}
-
 // A string that must be one of `allowed`.
 Codec<std::string> one_of(std::vector<std::string> allowed) {
   Codec<std::string> c = text();
@@ -239,7 +232,8 @@ const Table<DrafterEntry>& drafter_table() {
       "drafter",
       {
           field("label", {}, &E::label),
-          field("name", {"method"}, &E::options, &O::name, drafter_name()),
+          // vLLM's method name "ngram" becomes prompt_lookup in finalize(), where the entry has no plugin:
+          field("name", {"method"}, &E::options, &O::name),
           field("plugin", {}, &E::options, &O::plugin, path()),
           field("num_speculative_tokens", {"gamma", "num_assistant_tokens", "prompt_lookup_num_tokens"}, &E::options,
                 &O::num_speculative_tokens),

@@ -90,6 +90,17 @@ TEST_CASE("speclab generate on stories260K: AR and prompt_lookup", "[cli][smoke]
     CHECK(r.out.find("output identical to AR") != std::string::npos);
     CHECK(r.err.empty());
   }
+  SECTION("-n 1 --stats: no step, so no acceptance or speedup is printed") {
+    // The prefill's token is the whole output: it printed "acceptance rate 0.000" and a speedup
+    // of two timer noises.
+    const RunResult r = run_cli(stories({"-n", "1", "--drafter", "prompt_lookup", "--stats"}));
+    INFO(describe(r));
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find("no speculative steps") != std::string::npos);
+    CHECK(r.out.find("-> speedup") == std::string::npos);
+    CHECK(r.out.find("acceptance rate") == std::string::npos);
+    CHECK(r.out.find("output identical to AR") != std::string::npos);
+  }
 }
 
 TEST_CASE("speclab export: SmolLM2 layers 0-1 as Q8_0, then generate from it", "[cli][smoke][export]") {

@@ -342,6 +342,18 @@ TEST_CASE("HF GenerationConfig and vLLM speculative_config names map onto SpecLa
   const DrafterOptions& pl = c.drafters[0].options;
   CHECK(pl.name == "prompt_lookup");
   CHECK(c.drafters[0].label == "prompt_lookup");
+  // A plugin may register a drafter named ngram: with plugin: the name is left as written (it
+  // became prompt_lookup, which the plugin does not register), as generate's --drafter.
+  const ExperimentConfig pc =
+      parse_experiment_config(kBase + "drafters:\n  - {plugin: /tmp/libmy_ngram.so, name: ngram}\n", "hf.yaml");
+  CHECK(pc.drafters.at(0).options.name == "ngram");
+  CHECK(pc.drafters.at(0).label == "ngram");
+  // ... and a sweep over drafter.name renames each point as the base entry.
+  const std::vector<SweepPoint> pts = expand_sweep(parse_experiment_config(
+      kBase + "drafters:\n  - {num_speculative_tokens: 2}\nsweep:\n  drafter.name: [ngram, layer_skip]\n", "hf.yaml"));
+  REQUIRE(pts.size() == 2);
+  CHECK(pts[0].config.drafters.at(0).options.name == "prompt_lookup");
+  CHECK(pts[1].config.drafters.at(0).options.name == "layer_skip");
   CHECK(pl.num_speculative_tokens == 5);
   CHECK(pl.prompt_lookup_max == 4);
   const DrafterOptions& ls = c.drafters[1].options;
