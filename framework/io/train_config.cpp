@@ -5,6 +5,8 @@
 #include <cctype>
 #include <cmath>
 
+#include <yaml-cpp/yaml.h>
+
 #include "framework/core/error.h"
 #include "framework/io/config_schema.h"
 #include "framework/io/config_util.h"
@@ -178,6 +180,22 @@ void TrainDraftConfig::validate() const {
   head.validate();
   train.validate();
   output.validate();
+  // Retrieval trains nothing (stage 1's answers become its datastore): any train.* or head.* key
+  // set off its default would be ignored silently (they were until 2026-12-05). Compared through
+  // the tables' dumps, so a key added to either table is covered without a line here.
+  if (architecture == "retrieval") {
+    const config::Ctx ctx{""};
+    auto refuse_set = [&](const YAML::Node& given, const YAML::Node& defaults, const std::string& section) {
+      for (const auto& kv : given) {
+        const std::string key = kv.first.as<std::string>();
+        if (YAML::Dump(kv.second) != YAML::Dump(defaults[key]))
+          bad(section + "." + key, "a retrieval datastore is built from the target's answers, not trained: it reads no " +
+                                       section + ".* key (remove it, or choose an architecture that trains)");
+      }
+    };
+    refuse_set(config::train_table().dump(train, ctx), config::train_table().dump(DraftTrainOptions{}, ctx), "train");
+    refuse_set(config::head_table().dump(head, ctx), config::head_table().dump(DraftHeadOptions{}, ctx), "head");
+  }
   // What each architecture takes.
   if (architecture == "draft_model" && (head.draft_layers.empty() || head.draft_layers.size() > 8))
     bad("head.draft_layers", "expected 1 to 8 target layer indices (the distilled draft's layers start as copies of them)");
@@ -186,11 +204,11 @@ void TrainDraftConfig::validate() const {
   if (head.layers != 1 && architecture != "eagle")
     bad("head.layers", "only an eagle head has this many decoder layers; this architecture is " + architecture);
   // Keys another architecture reads, set here off their defaults, would be ignored silently (they
-  // were until 2026-11-29). Retrieval trains nothing: its train.* keys are not checked.
+  // were until 2026-11-29).
   const DraftTrainOptions train_defaults;
   const DraftHeadOptions head_defaults;
   auto only_for = [&](const char* arch, const char* key, bool set) {
-    if (set && architecture != arch && architecture != "retrieval")
+    if (set && architecture != arch)
       bad(key, std::string("only ") + arch + " reads it; this architecture is " + architecture);
   };
   only_for("eagle", "train.feature_noise", train.feature_noise != train_defaults.feature_noise);

@@ -111,6 +111,16 @@ TEST_CASE("a training config: unknown keys and bad values name the file, line an
   // A retrieval datastore keeps token ids exact: float32 only.
   CHECK_THROWS_WITH(load(base + "architecture: retrieval\noutput: {dtype: float16}\n"),
                     Catch::Contains("output.dtype") && Catch::Contains("expected float32 for a retrieval datastore"));
+  // Retrieval trains nothing: a train.* or head.* key off its default is refused, with the line of
+  // the key (they were ignored); at its default value it is accepted.
+  for (const std::string& set : {"train: {lr: 0.01}", "train: {steps: 5}", "train: {seed: 9}", "train: {unroll: 2}",
+                                 "head: {vocab_top_n: 100}", "head: {layers: 2}", "train: {init: x.safetensors}"}) {
+    const std::string key = set.substr(0, set.find(':')) + "." + set.substr(set.find('{') + 1, set.find(':', set.find('{')) - set.find('{') - 1);
+    INFO(set);
+    CHECK_THROWS_WITH(load(base + "architecture: retrieval\n" + set + "\n"),
+                      Catch::Contains("t.yaml:4") && Catch::Contains(key + ": a retrieval datastore is built from the target's answers"));
+  }
+  CHECK_NOTHROW(load(base + "architecture: retrieval\ntrain: {steps: 1000, seed: 1}\nhead: {medusa_heads: 4}\n"));
   CHECK(load(base).architecture == "eagle");  // the default
   CHECK_THROWS_WITH(load(base + "head: {medusa_heads: 0}\n"), Catch::Contains("head.medusa_heads"));
   CHECK_THROWS_WITH(load(base + "train: {medusa_decay: 1.5}\n"), Catch::Contains("train.medusa_decay"));
