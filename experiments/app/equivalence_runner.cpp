@@ -127,6 +127,7 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
   rep.samples = eq.samples;
   rep.positions = eq.positions;
   if (eq.negative_controls) rep.control_names = eq.controls.empty() ? engine_control_names() : eq.controls;
+  rep.controls_listed = eq.negative_controls && !eq.controls.empty();
 
   // Target, prompts, one KV manager shared by the target and every drafter.
   progress("loading " + cfg.models.target.path);

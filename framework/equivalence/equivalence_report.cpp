@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "framework/core/error.h"
+#include "framework/equivalence/engine_controls.h"
 
 namespace speclab {
 
@@ -82,6 +83,31 @@ void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<
         "expected a position m >= 2 for the sampling check, found only m = 1: the first token is sampled from the "
         "prefill logits before any draft is verified, so position-1 tests see no verification (and no negative "
         "control can be caught there); add m = 2 or more, or set sampling: false");
+  // A control listed by name must be able to run in some cell: one that the settings rule out
+  // everywhere is n/a in every cell, and the check passed on the other controls' power, or on none.
+  // Judged from the settings alone, as if every drafter supplied draft logits; a drafter that
+  // supplies none is found when the cells have run (finalize_sampling_verdict).
+  if (eq.negative_controls)
+    for (const std::string& name : eq.controls) {
+      std::string reason;
+      bool runs = false;
+      for (double t : eq.temperatures)
+        for (double p : eq.top_ps)
+          for (int64_t k : eq.top_ks)
+            for (int g : eq.gammas) {
+              SamplingOptions s;
+              s.temperature = t;
+              s.top_p = p;
+              s.top_k = k;
+              const std::string why = engine_control_skip_reason(name, s, /*model_drafter=*/true, g, m_max);
+              runs = runs || why.empty();
+              if (reason.empty()) reason = why;
+            }
+      if (!runs)
+        bad(cfg, "controls",
+            "expected controls that can run in some cell, found " + name + ", which no setting here exercises (" +
+                reason + "): it would pass by never running; add a setting where it applies, or remove it");
+    }
 }
 
 void finalize_sampling_verdict(EquivalenceReport& r) {
@@ -140,7 +166,10 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
     if (t.cell >= 0) {
       SamplingCell& c = r.cells[static_cast<size_t>(t.cell)];
       c.min_holm_p = std::min(c.min_holm_p, t.holm_p);
-      if (t.test.subject == "speculative" && t.test.stats.dof > 0 && !(c.detectable_tv <= t.test.stats.tv_radius))
+      // The smallest TV a test at a verified position could see (position 1 alone is the prefill
+      // sample: its radius, often the smallest, says nothing of verification).
+      if (t.test.subject == "speculative" && t.test.m != 1 && t.test.stats.dof > 0 &&
+          !(c.detectable_tv <= t.test.stats.tv_radius))
         c.detectable_tv = t.test.stats.tv_radius;
       if (t.reject) c.pass = false;
     }
@@ -193,6 +222,41 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
                            "contexts it drafts on (prompt_lookup needs a repeated n-gram)");
     }
   r.controls_pass = true;
+  // A control that ran in no cell showed no power: listed by name, that fails the check (the
+  // settings were checked up front, so here it is the drafters: e.g. a drafter-side control with
+  // only deterministic drafters); from the default list it is noted. No control in any cell fails.
+  std::map<std::string, std::string> never_ran;  // name -> the first cell's reason
+  bool any_ran = false;
+  for (const std::string& name : r.control_names) never_ran[name] = "";
+  for (const SamplingCell& c : r.cells)
+    for (const ControlOutcome& o : c.controls) {
+      if (o.applicable) {
+        never_ran.erase(o.name);
+        any_ran = true;
+      } else if (never_ran.count(o.name) && never_ran[o.name].empty()) {
+        never_ran[o.name] = o.note;
+      }
+    }
+  if (!r.control_names.empty() && !r.cells.empty()) {
+    if (!any_ran) {
+      r.controls_pass = false;
+      r.failures.push_back("control: no negative control could run in any cell, so the sampling tests showed no power "
+                           "to detect a wrong acceptance rule; add settings where one applies (docs/equivalence.md, "
+                           "section 4)");
+    }
+    for (const std::string& name : r.control_names) {
+      if (!never_ran.count(name)) continue;
+      const std::string line = "control: " + name + " ran in no cell (" +
+                               (never_ran[name].empty() ? std::string("not applicable") : never_ran[name]) +
+                               "): the check shows no power against it";
+      if (r.controls_listed) {
+        r.controls_pass = false;
+        r.failures.push_back(line + "; add a drafter or setting where it applies, or remove it from equivalence.controls");
+      } else {
+        r.notes.push_back(line);
+      }
+    }
+  }
   for (const SamplingCell& c : r.cells) {
     for (const ControlOutcome& oc : c.controls) {
       const ControlOutcome* o = &oc;

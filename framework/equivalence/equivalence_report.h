@@ -142,6 +142,7 @@ struct EquivalenceReport {
   int64_t samples = 0;
   std::vector<int> positions;
   std::vector<std::string> control_names;  // the sampling check's controls (equivalence.controls)
+  bool controls_listed = false;            // named in equivalence.controls (else the default: all of them)
   std::vector<GreedyRow> greedy;
   std::vector<AnalyticRow> analytic;
   std::vector<SamplingGroup> groups;

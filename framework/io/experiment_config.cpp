@@ -5,6 +5,7 @@
 #include "framework/io/experiment_config.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
 #include <map>
 #include <set>
@@ -142,6 +143,36 @@ void EquivalenceOptions::validate() const {
   if (!(alpha > 0.0 && alpha < 1.0)) bad(s, "alpha", "expected a significance level in (0, 1), found " + to_text(alpha));
   if (!(control_alpha > 0.0 && control_alpha < 1.0))
     bad(s, "control_alpha", "expected a significance level in (0, 1), found " + to_text(control_alpha));
+  // A control counts as caught at p x tests < control_alpha: at or above alpha a "caught" control
+  // would not even be rejected by the lossless family, so it would demonstrate no power.
+  if (negative_controls && !(control_alpha < alpha))
+    bad(s, "control_alpha",
+        "expected a level below alpha (" + to_text(alpha) + "), found " + to_text(control_alpha) +
+            ": a control is caught at p x tests < control_alpha, and one caught at alpha or above shows no power the "
+            "lossless tests (at alpha, Holm-corrected) would have");
+  if (!negative_controls && !controls.empty())
+    bad(s, "controls", "expected no control list with negative_controls: false (no control runs), found " +
+                           std::to_string(controls.size()) + " names");
+  // A value given twice runs the same cells twice (the same seed streams), which only enlarges the
+  // Holm family.
+  auto unique = [&](const char* key, auto values) {
+    std::sort(values.begin(), values.end());
+    const auto dup = std::adjacent_find(values.begin(), values.end());
+    if (dup == values.end()) return;
+    std::string v;
+    if constexpr (std::is_same_v<typename decltype(values)::value_type, std::string>)
+      v = "'" + *dup + "'";
+    else
+      v = to_text(static_cast<double>(*dup));
+    bad(s, key, "expected distinct values, found " + v + " twice");
+  };
+  unique("positions", positions);
+  unique("temperatures", temperatures);
+  unique("top_ps", top_ps);
+  unique("top_ks", top_ks);
+  unique("gammas", gammas);
+  unique("verifier_gammas", verifier_gammas);
+  unique("controls", controls);
   if (!(numerical_margin >= 0.0) || !std::isfinite(numerical_margin))
     bad(s, "numerical_margin", "expected a finite margin >= 0 (0 = the default tolerance), found " + to_text(numerical_margin));
   if (contexts < 1 || contexts > 100000)

@@ -168,7 +168,10 @@ ExperimentConfig stories_config(int64_t samples, double t, double top_p, int64_t
   eq.gammas = {gamma};
   eq.contexts = 1;
   eq.verifier = false;  // tests/stats/test_verifier_check.cpp; the end-to-end test turns it on
-  eq.controls = {"always_accept", "top_p_on_p_only"};  // the realistic ones: "realistic controls" below
+  // The realistic ones ("realistic controls" below has all): top_p_on_p_only only where top_p < 1,
+  // since a listed control that no setting exercises is refused.
+  eq.controls = top_p < 1.0 ? std::vector<std::string>{"always_accept", "top_p_on_p_only"}
+                            : std::vector<std::string>{"always_accept"};
   c.equivalence = eq;
   return c;
 }
@@ -634,21 +637,21 @@ TEST_CASE("sampling on stories260K at N = 20000: the lossless engine passes and 
     CHECK(r.family_size == 4);  // m >= 2 only: joint 2, marginal 2, exact 2 (speculative, AR); m = 1 apart
     CHECK(r.sampling_pass);
     // Negative controls: rejected by the same tests at the same N, p < 1e-6 after Bonferroni.
-    REQUIRE(c.controls.size() == 2);
+    REQUIRE(c.controls.size() == (cell.top_p < 1.0 ? 2u : 1u));
     const ControlOutcome& aa = *c.control("always_accept");
-    const ControlOutcome& tp = *c.control("top_p_on_p_only");
     REQUIRE(aa.applicable);
     CHECK(aa.caught);
     CHECK(aa.min_p * static_cast<double>(aa.tests) < 1e-6);
     CHECK(aa.power_n > 0);
     CHECK(aa.power_n <= 20000);
     if (cell.top_p < 1.0) {
+      const ControlOutcome& tp = *c.control("top_p_on_p_only");
       REQUIRE(tp.applicable);
       CHECK(tp.caught);
       CHECK(tp.min_p * static_cast<double>(tp.tests) < 1e-6);
       CHECK(tp.power_n > 0);
-    } else {
-      CHECK_FALSE(tp.applicable);
+    } else {  // at top_p = 1 it has nothing to change: listing it is refused (the bad-input test below)
+      CHECK(c.control("top_p_on_p_only") == nullptr);
     }
     CHECK(r.controls_pass);
     CHECK(r.pass());
@@ -735,12 +738,16 @@ TEST_CASE("realistic controls through speclab check: each is caught, the lossles
   ExperimentConfig cfg = stories_config(8000, 0.7, 1.0, 5, 2);
   cfg.prompts.inline_prompts[0].text = "The little dog was happy. The little dog";
   cfg.equivalence->positions = {2, 3, 4};
-  cfg.equivalence->controls = engine_control_names();
+  // Every control but top_p_on_p_only, which top_p = 1 leaves nothing to change (listing it is
+  // refused; the N = 20000 test above catches it at top_p 0.9).
+  cfg.equivalence->controls.clear();
+  for (const std::string& name : engine_control_names())
+    if (name != "top_p_on_p_only") cfg.equivalence->controls.push_back(name);
   const EquivalenceReport r = run_equivalence(cfg);
   INFO(format_equivalence_report(r));
   REQUIRE(r.cells.size() == 1);
   const SamplingCell& c = r.cells[0];
-  REQUIRE(c.controls.size() == 6);
+  REQUIRE(c.controls.size() == 5);
   CHECK(r.sampling_pass);
   CHECK(c.detectable_tv > 0.0);
   CHECK(c.detectable_tv < 0.1);
@@ -760,26 +767,25 @@ TEST_CASE("realistic controls through speclab check: each is caught, the lossles
   CHECK(qk.q_tv > 0.0);
   if (qk.applicable) CHECK(qk.caught);
   WARN("q_drawn_top_k: q TV " << qk.q_tv << ", " << (qk.caught ? "caught at N = " + std::to_string(qk.power_n) : qk.note));
-  CHECK_FALSE(c.control("top_p_on_p_only")->applicable);  // top_p = 1
-  CHECK_THAT(c.control("top_p_on_p_only")->note, Contains("top_p = 1"));
   CHECK(r.controls_pass);
   CHECK(r.pass());
 
   // The bonus control needs the bonus among the recorded positions: at gamma 4 (bonus at 6) it
-  // is not applicable, and says why. EOS and the stop string "happy" active (the context's own
-  // continuation, so many draws stop within the recorded positions): draws that stop are
-  // padded with "ended", only the two-sample tests run, and the lossless engine still passes.
+  // cannot run, so listing it is refused, saying why. EOS and the stop string "happy" active (the
+  // context's own continuation, so many draws stop within the recorded positions): draws that
+  // stop are padded with "ended", only the two-sample tests run, and the lossless engine still
+  // passes.
   cfg = stories_config(2000, 0.7, 1.0, 5, 4);
   cfg.prompts.inline_prompts[0].text = "The little dog was happy. The little dog";
   cfg.equivalence->positions = {2, 3, 4};
   cfg.equivalence->controls = {"bonus_from_row_k-1", "always_accept"};
   cfg.equivalence->eos_and_stop = true;
   cfg.generation.stop = {"happy"};
+  CHECK_THROWS_WITH(run_equivalence(cfg), Contains("bonus_from_row_k-1") && Contains("gamma + 2 = 6"));
+  cfg.equivalence->controls = {"always_accept"};
   const EquivalenceReport e = run_equivalence(cfg);
   INFO(format_equivalence_report(e));
   REQUIRE(e.cells.size() == 1);
-  CHECK_FALSE(e.cells[0].control("bonus_from_row_k-1")->applicable);
-  CHECK_THAT(e.cells[0].control("bonus_from_row_k-1")->note, Contains("gamma + 2 = 6"));
   CHECK(e.cells[0].control("always_accept")->caught);
   bool ended = false;
   for (const TestRow& t : e.tests) CHECK(t.test.test != "exact");
@@ -920,6 +926,64 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
   CHECK_THAT(r.failures[1], Contains("NOT caught"));
 }
 
+TEST_CASE("verdict: a control that ran in no cell fails when listed, is noted when defaulted, and none at all fails",
+          "[equivalence][verdict]") {
+  EquivalenceReport r;
+  r.alpha = 0.001;
+  r.control_alpha = 1e-6;
+  r.groups.resize(1);
+  r.cells.resize(2);
+  r.control_names = {"always_accept", "q_drawn_top_k"};
+  for (size_t c = 0; c < 2; ++c) {
+    r.cells[c].index = static_cast<int64_t>(c);
+    r.cells[c].acceptance_rate = 0.5;
+    r.cells[c].controls.resize(2);
+    r.cells[c].controls[0].name = "always_accept";
+    r.cells[c].controls[0].applicable = true;
+    r.cells[c].controls[0].caught = true;
+    r.cells[c].controls[1].name = "q_drawn_top_k";
+    r.cells[c].controls[1].note = "top_k = 0: the drafter draws from the full q";
+  }
+  TestRow t;
+  t.cell = 0;
+  t.test.subject = "speculative";
+  t.test.test = "joint";
+  t.test.m = 2;
+  t.test.stats.p_value = 0.5;
+  t.test.stats.dof = 3;
+  r.tests = {t};
+  // Listed by name (equivalence.controls) and n/a in every cell: the check fails, naming it.
+  r.controls_listed = true;
+  finalize_sampling_verdict(r);
+  CHECK(r.sampling_pass);
+  CHECK_FALSE(r.controls_pass);
+  REQUIRE(r.failures.size() == 1);
+  CHECK_THAT(r.failures[0], Contains("q_drawn_top_k ran in no cell") && Contains("top_k = 0") &&
+                                Contains("equivalence.controls"));
+  // Applicable in one cell: nothing to say (the other cell's n/a is that cell's business).
+  {
+    EquivalenceReport q = r;
+    q.cells[1].controls[1].applicable = true;
+    q.cells[1].controls[1].caught = true;
+    finalize_sampling_verdict(q);
+    CHECK(q.controls_pass);
+    CHECK(q.failures.empty());
+  }
+  // From the default list (all controls): a note, and the check passes on the others.
+  r.controls_listed = false;
+  finalize_sampling_verdict(r);
+  CHECK(r.controls_pass);
+  CHECK(r.failures.empty());
+  REQUIRE(r.notes.size() == 1);
+  CHECK_THAT(r.notes[0], Contains("q_drawn_top_k ran in no cell"));
+  // No control ran anywhere: the pass would rest on no demonstrated power, so it fails.
+  for (SamplingCell& c : r.cells) c.controls[0].applicable = false;
+  finalize_sampling_verdict(r);
+  CHECK_FALSE(r.controls_pass);
+  REQUIRE_FALSE(r.failures.empty());
+  CHECK_THAT(r.failures[0], Contains("no negative control could run in any cell"));
+}
+
 TEST_CASE("verdict: a verifier check that was asked for and ran no cell fails", "[equivalence][verdict]") {
   EquivalenceReport r;
   r.alpha = 0.001;
@@ -942,7 +1006,17 @@ TEST_CASE("bad input: too few samples, temperature 0, controls without a verifie
   c.equivalence->positions = {1};
   CHECK_THROWS_WITH(run_equivalence(c), Contains("prefill") && Contains("m >= 2"));
   c.equivalence->negative_controls = false;  // position-1 tests see no verification either way
+  c.equivalence->controls.clear();            // (a list without negative_controls is refused)
   CHECK_THROWS_WITH(run_equivalence(c), Contains("prefill") && Contains("m >= 2"));
+  // A control listed by name that no setting exercises would pass by never running: refused
+  // before anything runs, with the reason (top_p = 1 leaves top_p_on_p_only nothing to change;
+  // the bonus of a full first block at gamma 1 is position 3, beyond positions 1..2).
+  c = stories_config(2000, 1.0, 1.0, 0, 1);
+  c.equivalence->controls = {"always_accept", "top_p_on_p_only"};
+  CHECK_THROWS_WITH(run_equivalence(c), Contains("equivalence.controls") && Contains("top_p_on_p_only") &&
+                                            Contains("top_p = 1"));
+  c.equivalence->controls = {"bonus_from_row_k-1"};
+  CHECK_THROWS_WITH(run_equivalence(c), Contains("bonus_from_row_k-1") && Contains("gamma + 2 = 3"));
   c = stories_config(2000, 1.0, 1.0, 0, 1);
   c.equivalence->contexts = 3;
   CHECK_THROWS_WITH(run_equivalence(c), Contains("contexts"));
@@ -1098,7 +1172,7 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
          "sampling: {seed: 7}\n"
          "equivalence:\n  samples: 1000\n  positions: [1, 2]\n  temperatures: [1.0]\n  top_ps: [1.0]\n"
          "  top_ks: [0]\n  gammas: [2]\n  contexts: 1\n  verifier: false\n"
-         "  controls: [always_accept, top_p_on_p_only]\n";
+         "  controls: [always_accept]\n";
   }
   const std::string out = (dir / "cli.h5").string();
   fs::remove(out);
@@ -1119,7 +1193,9 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   // A finding, not a crash: at N = 1000 the top-p-on-p-only control (top_p = 0.9) is not caught
   // (it needs a few thousand draws here), so the check has no demonstrated power: exit 1, and
   // the results are still written.
-  CHECK(run_cli("check '" + yaml + "' --out '" + out + "' --overwrite --quiet --set 'equivalence.top_ps=[0.9]'", &log) == 1);
+  CHECK(run_cli("check '" + yaml + "' --out '" + out + "' --overwrite --quiet --set 'equivalence.top_ps=[0.9]' "
+                "--set 'equivalence.controls=[always_accept,top_p_on_p_only]'",
+                &log) == 1);
   CHECK_THAT(log, Contains("top_p_on_p_only NOT caught"));
   CHECK_THAT(log, Contains("verdict: FAIL"));
   CHECK(fs::exists(out));
