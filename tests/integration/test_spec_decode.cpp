@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 #include <nlohmann/json.hpp>
@@ -779,6 +781,76 @@ TEST_CASE("at the context's end every verified token is emitted, and the KV peak
     // The draft model's prefilled prompt is counted too (its own pool).
     if (with_drafter) CHECK(r.kv_peak_bytes > r.kv_seq_peak_bytes);
     else CHECK(r.kv_peak_bytes == r.kv_seq_peak_bytes);
+  }
+}
+
+// A separate draft model whose context is shorter than the target's: stories260K cut to 64
+// positions (its llama2.c header's seq_len, the RoPE tables cut to match) drafting for the
+// 512-position stories260K. It drafts while the context fits it and then stops, the target decoding
+// on alone: the output is AR's. Before 2026-12-05 the draft's forward at position 64 stopped the
+// run with "position out of range", and a prompt beyond 64 tokens failed in begin().
+TEST_CASE("a draft model with a shorter context than the target drafts until it is full, then not",
+          "[spec][context][draft_model]") {
+  c10::InferenceMode guard;
+  Stories& s = stories();
+  const std::string dir = std::string(SPECLAB_BINARY_DIR) + "/test_spec_decode_short_ctx";
+  std::filesystem::create_directories(dir);
+  const std::string src = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/stories260K.bin";
+  const std::string tok = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K/tok512.bin";
+  const std::string path = dir + "/stories260K_ctx64.bin";
+  {
+    std::ifstream in(src, std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    int32_t header[7];
+    std::memcpy(header, bytes.data(), sizeof header);
+    REQUIRE(header[5] > 0);  // a shared classifier: the file ends with the two RoPE tables
+    const int32_t seq_len = header[6], head_half = header[0] / header[3] / 2, cut = 64;
+    REQUIRE(seq_len == 512);
+    const size_t table = static_cast<size_t>(seq_len) * head_half * sizeof(float);
+    const size_t weights_end = bytes.size() - 2 * table, keep = static_cast<size_t>(cut) * head_half * sizeof(float);
+    std::vector<char> out(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(weights_end));
+    out.insert(out.end(), bytes.begin() + static_cast<std::ptrdiff_t>(weights_end),
+               bytes.begin() + static_cast<std::ptrdiff_t>(weights_end + keep));  // real, rows 0..63
+    out.insert(out.end(), bytes.begin() + static_cast<std::ptrdiff_t>(weights_end + table),
+               bytes.begin() + static_cast<std::ptrdiff_t>(weights_end + table + keep));  // imaginary
+    std::memcpy(out.data() + 6 * sizeof(int32_t), &cut, sizeof cut);
+    std::ofstream(path, std::ios::binary).write(out.data(), static_cast<std::streamsize>(out.size()));
+  }
+  DrafterOptions o;
+  o.name = "draft_model";
+  o.draft_model = path;
+  o.draft_model_format = "llama2c";
+  o.draft_model_tokenizer = tok;
+  o.num_speculative_tokens = 4;
+  const TokenList story = s.info.tokenizer->encode("Once upon a time, there was a little girl named Lily.", true);
+  for (const int64_t prompt_len : {int64_t{40}, int64_t{80}}) {  // 80: beyond the draft's context from the start
+    INFO("prompt of " << prompt_len << " tokens");
+    TokenList ids;
+    while (static_cast<int64_t>(ids.size()) < prompt_len) ids.insert(ids.end(), story.begin(), story.end());
+    ids.resize(static_cast<size_t>(prompt_len));
+    KvOptions kvo;
+    kvo.budget_bytes = 64 << 20;
+    KvCacheManager kv(kvo);
+    const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
+    DrafterEnv env{s.model.get(), &kv, pool, s.model->config().vocab_size};
+    auto drafter = drafter_registry().create(o, env);
+    GenerationOptions gen;
+    gen.max_new_tokens = 60;
+    const SpecResult r =
+        generate_speculative(*s.model, *s.info.tokenizer, ids, gen, SamplingOptions{}, *drafter, o, {&kv, pool});
+    const GenerationResult ar =
+        generate_ar(*s.model, *s.info.tokenizer, ids, gen, SamplingOptions{}, KvMode::kCached, {}, {&kv, pool});
+    CHECK(r.tokens == ar.tokens);
+    REQUIRE(r.tokens.size() == 60);
+    // Drafts while the context fits the draft's 64 positions, none after.
+    int64_t context = prompt_len + 1, drafted_inside = 0, drafted_beyond = 0;
+    for (const SpecStep& st : r.steps) {
+      (context <= 64 ? drafted_inside : drafted_beyond) += st.drafted;
+      context += st.accepted + 1;
+    }
+    CHECK(drafted_beyond == 0);
+    if (prompt_len < 64) CHECK(drafted_inside > 0);
+    CHECK(kv.bytes_used() == 0);
   }
 }
 

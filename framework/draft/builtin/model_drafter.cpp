@@ -55,9 +55,10 @@ void ModelDrafter::begin(SeqId seq, const TokenList& prompt) {
     return;
   }
   dseq_ = kv_->create(pool_);
-  // The prompt in one forward (positions 0..P-1); propose() then feeds only what follows it.
+  // The prompt in one forward (positions 0..P-1); propose() then feeds only what follows it. A
+  // prompt beyond a separate draft's own context is not fed: propose() drafts nothing then.
   const int64_t n = static_cast<int64_t>(prompt.size());
-  if (n > 0) {
+  if (n > 0 && n <= model_->config().max_position_embeddings) {
     kv_->reserve(dseq_, n);
     ForwardOptions fo;
     fo.logits_last_n = 1;
@@ -91,6 +92,15 @@ DraftBlock ModelDrafter::propose(const DraftContext& ctx, int max_k) {
   // pending token, whose context K/V the target already wrote.
   const int64_t start = own ? kv_->length(dseq_) : T - 1;
   SPECLAB_CHECK(start >= 0 && start < T, "draft cache is ahead of the context");
+  // A separate draft may hold a shorter context than the target's: its i-th forward reads
+  // positions up to T - 1 + i, so it drafts at most ctx - T + 1 tokens, and none once the context
+  // itself is beyond it (the target decodes on alone; the output is unchanged). It stopped the
+  // run with "position out of range" until 2026-12-05.
+  if (own) {
+    const int64_t room = model_->config().max_position_embeddings - T + 1;
+    if (room <= 0) return {};
+    max_k = static_cast<int>(std::min<int64_t>(max_k, room));
+  }
   TokenList feed(t.begin() + start, t.end());
   kv_->reserve(dseq_, static_cast<int64_t>(feed.size()) + max_k);
 
