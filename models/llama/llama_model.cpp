@@ -17,6 +17,8 @@
 #include "models/llama/gemv.h"
 #include "models/loaders/dequant.h"
 #include "models/llama/placement.h"
+#include "models/tokenizers/sentencepiece_bpe.h"
+#include "models/tokenizers/special_tokens.h"
 
 namespace speclab {
 
@@ -267,6 +269,26 @@ at::Tensor LlamaModel::lm_head(const at::Tensor& features) const {
 std::vector<int64_t> frequent_head_ids(const Tokenizer& tok, int64_t vocab, int64_t n) {
   std::vector<int64_t> ids;
   const int64_t text = std::min(tok.vocab_size(), vocab);
+  if (const auto* sp = dynamic_cast<const SentencePieceBpe*>(&tok)) {
+    int64_t counted = 0;
+    for (int64_t t = 0; t < vocab; ++t) {
+      if (t < text) {
+        const Token id = static_cast<Token>(t);
+        if (tok.is_eos(id)) {
+          ids.push_back(t);
+          continue;
+        }
+        // Only ordinary pieces count: not byte fallback, unknown, control or unused ones.
+        const int32_t type = sp->token_type(id);
+        if (type != token_type::kNormal && type != token_type::kUserDefined) continue;
+      }
+      if (counted < n) {
+        ids.push_back(t);
+        ++counted;
+      }
+    }
+    return ids;
+  }
   for (int64_t t = 0; t < vocab; ++t) {
     bool keep = t < n;
     if (!keep && t < text) {

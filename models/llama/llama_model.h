@@ -22,10 +22,17 @@ namespace speclab {
 
 struct CudaGraphCache;  // aten_backend.cpp
 
-// The token ids a reduced LM head keeps (FR-Spec, Zhao et al. 2025: "the N most frequent"): the
-// n lowest ids below `vocab`, since byte-level BPE and SentencePiece ids follow merge order, i.e.
-// frequency in the tokenizer's training corpus; plus every end-of-sequence id and every control
-// token written <|...|> (chat-template markers), wherever they sit. Ascending.
+// The token ids a reduced LM head keeps (FR-Spec, Zhao et al. 2025: "the N most frequent"), since
+// BPE ids follow merge order, i.e. frequency in the tokenizer's training corpus. Ascending.
+//   byte-level BPE (SmolLM2, Qwen2, Llama 3): the n lowest ids below `vocab`, plus every
+//     end-of-sequence id and every control token written <|...|> (chat-template markers),
+//     wherever they sit;
+//   SentencePiece (llama2.c, GGUF "llama"): the n lowest ids among the ordinary pieces (token types
+//     normal and user-defined: not unknown, control, unused or byte-fallback ones), plus every
+//     end-of-sequence id. Such vocabularies begin with their control pieces (<unk>, <s>, </s>) and
+//     the 256 <0xXX> byte-fallback pieces, which stand for characters the pieces do not cover and
+//     are rare by construction: until 2026-12-05 they were counted among the n, so a head of 300
+//     on stories260K's 512-piece vocabulary kept 41 pieces and drafted almost nothing.
 std::vector<int64_t> frequent_head_ids(const Tokenizer& tok, int64_t vocab, int64_t n);
 
 class LlamaModel : public Model {
