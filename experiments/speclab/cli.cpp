@@ -136,12 +136,16 @@ void DrafterArgs::check_used(const po::variables_map& vm) const {
       {"draft-format", {"draft_model"}},
       {"draft-tokenizer", {"draft_model"}},
       {"draft-vocab", {"draft_model"}},
+      // prompt_lookup copies tokens with no probability to gate on
+      {"confidence-threshold", {"layer_skip", "draft_model", "eagle", "medusa", "retrieval"}},
+      {"confidence-from-token", {"layer_skip", "draft_model", "eagle", "medusa", "retrieval"}},
       {"param", {}},
   };
   for (const auto& [flag, who] : readers) {
     if (!given(flag) || std::find(who.begin(), who.end(), drafter) != who.end()) continue;
     if (lookup_first && flag.rfind("prompt-lookup-", 0) == 0) continue;  // the prompt-lookup source reads them
-    if (retrieval_first && flag.rfind("retrieval-", 0) == 0) continue;   // the datastore source reads them
+    if (retrieval_first && (flag.rfind("retrieval-", 0) == 0 || flag.rfind("confidence-", 0) == 0))
+      continue;  // the datastore source reads them
     std::string by;
     for (const std::string& w : who) by += (by.empty() ? "" : ", ") + w;
     throw Error(ErrorKind::kConfig,
