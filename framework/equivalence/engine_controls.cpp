@@ -36,6 +36,10 @@ EngineControl make_engine_control(const std::string& name) {
     c.rule = replacement_from_p_rule();
   } else if (name == "bonus_from_row_k-1") {
     c.rule = bonus_from_previous_row_rule();
+  } else if (name == "residual_unnormalised") {
+    c.rule = residual_unnormalised_rule();
+  } else if (name == "p_row_off_by_one") {
+    c.rule = p_row_off_by_one_rule();
   } else if (name == "top_p_on_p_only" || name == "q_at_temperature_1" || name == "q_drawn_top_k") {
     c.divergence = std::make_shared<QDivergence>();
     c.rule = name == "top_p_on_p_only"      ? top_p_on_p_only_rule(c.divergence)

@@ -9,8 +9,10 @@
 //   replacement_from_p   the recovered token drawn from p instead of norm(max(0, p − q));
 //   bonus_from_row_k-1   the bonus token drawn from row k − 1 of p instead of row k;
 //   q_at_temperature_1   q drawn at T, verification handed q at temperature 1 (HF transformers #32867);
-//   q_drawn_top_k        q drawn from the run's top-k, verification handed the full q.
-// The last three of the list (and top_p_on_p_only) are drafter-side: they need the draft's raw
+//   q_drawn_top_k        q drawn from the run's top-k, verification handed the full q;
+//   residual_unnormalised the recovered token drawn from max(0, p − q) without normalising it;
+//   p_row_off_by_one     draft token i judged against row i + 1 of p (misaligned logit rows).
+// top_p_on_p_only, q_at_temperature_1 and q_drawn_top_k are drafter-side: they need the draft's raw
 // logits, i.e. a model drafter (behind prompt_lookup_first / retrieval_first: the wrapped one; the
 // sources' blocks, which carry no logits, are verified losslessly). A drafter-side control whose drawn and reported q differ by a mean
 // TV below kMinControlQTv on the rows the engine visited changed (nearly) nothing: it is reported

@@ -158,6 +158,20 @@ AcceptanceRule bonus_from_previous_row_rule() {
           true};
 }
 
+AcceptanceRule residual_unnormalised_rule() {
+  return {[](const VerifyInputs& in) {
+            return faulty::verify_residual_unnormalised(in.draft->tokens, *in.p, in.draft->probs, *in.rng);
+          },
+          true};
+}
+
+AcceptanceRule p_row_off_by_one_rule() {
+  return {[](const VerifyInputs& in) {
+            return faulty::verify_p_row_off_by_one(in.draft->tokens, *in.p, in.draft->probs, *in.rng);
+          },
+          true};
+}
+
 void Draws::append(const Draws& more) {
   if (more.m != m) throw Error(ErrorKind::kBadInput, "expected draws of " + std::to_string(m) + " tokens, found " +
                                                          std::to_string(more.m), "sampling check", "draws");

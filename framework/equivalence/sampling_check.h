@@ -57,6 +57,9 @@ AcceptanceRule top_p_on_p_only_rule(std::shared_ptr<QDivergence> divergence = {}
 // and framework/equivalence/verifier_check.h describe each):
 //   replacement_from_p_rule:     the recovered token drawn from p_i instead of norm(max(0, p_i − q_i));
 //   bonus_from_previous_row_rule: the bonus token drawn from row k − 1 of p instead of row k;
+//   residual_unnormalised_rule:  the recovered token drawn from max(0, p_i − q_i) not normalised
+//                                (an inverse CDF without the division by the sum);
+//   p_row_off_by_one_rule:       draft token i judged against p row i + 1 (logit rows misaligned);
 //   q_at_temperature_1_rule:     the draft drawn at the run's temperature, verification handed q
 //                                from the draft logits at temperature 1 (same top-k / top-p; the
 //                                warper skipped, HF transformers #32867);
@@ -71,6 +74,8 @@ AcceptanceRule top_p_on_p_only_rule(std::shared_ptr<QDivergence> divergence = {}
 // the verifier, per draft row: how large the planted bug is on the rows the engine visited.
 AcceptanceRule replacement_from_p_rule();
 AcceptanceRule bonus_from_previous_row_rule();
+AcceptanceRule residual_unnormalised_rule();
+AcceptanceRule p_row_off_by_one_rule();
 AcceptanceRule q_at_temperature_1_rule(std::shared_ptr<QDivergence> divergence = {});
 AcceptanceRule q_drawn_top_k_rule(std::shared_ptr<QDivergence> divergence = {});
 

@@ -75,6 +75,44 @@ Verdict verify_bonus_from_previous_row(const TokenList& draft,
   return v;
 }
 
+Verdict verify_residual_unnormalised(const TokenList& draft,
+                                     const std::vector<std::vector<float>>& target_probs,
+                                     const std::vector<std::vector<float>>& draft_probs, Rng& rng) {
+  const std::array<uint64_t, 4> start = rng.state();
+  Verdict v = verify_rejection(draft, target_probs, draft_probs, rng);
+  if (v.bonus) return v;
+  Rng replay(start);
+  for (int32_t i = 0; i <= v.n_accepted; ++i) replay.uniform();  // the accept/reject draws
+  const size_t i = static_cast<size_t>(v.n_accepted);
+  const std::vector<float>& p = target_probs[i];
+  const double u = replay.uniform();
+  double cum = 0.0;
+  int64_t last = -1;
+  v.next_token = -1;
+  for (size_t y = 0; y < p.size(); ++y) {
+    const double q = draft_probs.empty() ? (static_cast<Token>(y) == draft[i] ? 1.0 : 0.0) : draft_probs[i][y];
+    const double r = std::max(0.0, static_cast<double>(p[y]) - q);
+    if (!(r > 0.0)) continue;
+    last = static_cast<int64_t>(y);
+    cum += r;  // not divided by the residual's sum: the bug
+    if (u < cum) {
+      v.next_token = static_cast<Token>(y);
+      break;
+    }
+  }
+  if (v.next_token < 0) v.next_token = last >= 0 ? static_cast<Token>(last) : sample(p, replay);
+  rng = replay;
+  return v;
+}
+
+Verdict verify_p_row_off_by_one(const TokenList& draft, const std::vector<std::vector<float>>& target_probs,
+                                const std::vector<std::vector<float>>& draft_probs, Rng& rng) {
+  check_rejection_inputs(draft, target_probs, draft_probs);
+  std::vector<std::vector<float>> shifted(target_probs.begin() + 1, target_probs.end());
+  shifted.push_back(target_probs.back());  // [p_1, ..., p_k, p_k]
+  return verify_rejection(draft, shifted, draft_probs, rng);
+}
+
 std::vector<double> first_token_distribution_top_p_on_p_only(const std::vector<float>& p_processed,
                                                              const std::vector<float>& q_raw,
                                                              const std::vector<float>& q_drawn) {

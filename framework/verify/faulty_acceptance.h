@@ -38,6 +38,23 @@ Verdict verify_bonus_from_previous_row(const TokenList& draft,
                                        const std::vector<std::vector<float>>& target_probs,
                                        const std::vector<std::vector<float>>& draft_probs, Rng& rng);
 
+// WRONG: the recovered token at the first rejected position i is drawn from the residual
+// max(0, p_i − q_i) WITHOUT normalising it: a uniform u in [0, 1) walks the residual's running
+// sum, and where u is beyond the residual's total mass (the TV distance between p_i and q_i,
+// often well below 1) the last token with residual mass is taken. A sampler written as an
+// inverse CDF that forgets the division by the sum. Same draws as verify_rejection (u is the
+// recovered token's draw); everything else as verify_rejection.
+Verdict verify_residual_unnormalised(const TokenList& draft,
+                                     const std::vector<std::vector<float>>& target_probs,
+                                     const std::vector<std::vector<float>>& draft_probs, Rng& rng);
+
+// WRONG: draft token i is judged against row i + 1 of p instead of row i (an off-by-one in
+// the alignment of the target's logits, whose row i predicts the token after draft[0..i)): the
+// acceptance test and the recovered token use p_{i+1}; the bonus row k stays p_k. Implemented
+// as verify_rejection on the rows [p_1, ..., p_k, p_k]; the same draws.
+Verdict verify_p_row_off_by_one(const TokenList& draft, const std::vector<std::vector<float>>& target_probs,
+                                const std::vector<std::vector<float>>& draft_probs, Rng& rng);
+
 // WRONG: the first-token distribution when top-p (or any truncation) is applied to p and to
 // the drafter's sampling, but verification is handed the drafter's UNtruncated q: the draft
 // token is drawn from q_drawn (truncated) while the acceptance test and the residual use

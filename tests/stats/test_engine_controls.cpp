@@ -5,7 +5,8 @@
 //     after a rejection (a rollback) are all observed, two-sample against AR;
 //   - the same with EOS and a stop string active (draws that stop are padded with "ended");
 //   - the realistic negative controls through the same engine and tests (replacement from p,
-//     bonus from row k - 1, q at temperature 1, q drawn from its top-k, always-accept): each
+//     bonus from row k - 1, q at temperature 1, q drawn from its top-k, always-accept, the
+//     residual not normalised, p rows off by one): each
 //     must be caught, and the smallest N at which it is is printed (docs/equivalence.md).
 // SPECLAB_ENGINE_CONTROLS_N overrides the lossless N by hand.
 #include "tests/torch_catch.h"
@@ -161,6 +162,8 @@ TEST_CASE("engine negative controls: every realistic bug is caught through the r
       {"q_at_temperature_1", q_at_temperature_1_rule()},
       {"q_drawn_top_k", q_drawn_top_k_rule()},
       {"always_accept", always_accept_rule()},
+      {"residual_unnormalised", residual_unnormalised_rule()},
+      {"p_row_off_by_one", p_row_off_by_one_rule()},
   };
   uint64_t stream = 10;
   for (const auto& [name, rule] : controls) {

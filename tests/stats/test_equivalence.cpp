@@ -747,11 +747,12 @@ TEST_CASE("realistic controls through speclab check: each is caught, the lossles
   INFO(format_equivalence_report(r));
   REQUIRE(r.cells.size() == 1);
   const SamplingCell& c = r.cells[0];
-  REQUIRE(c.controls.size() == 5);
+  REQUIRE(c.controls.size() == 7);
   CHECK(r.sampling_pass);
   CHECK(c.detectable_tv > 0.0);
   CHECK(c.detectable_tv < 0.1);
-  for (const char* name : {"always_accept", "replacement_from_p", "bonus_from_row_k-1", "q_at_temperature_1"}) {
+  for (const char* name : {"always_accept", "replacement_from_p", "bonus_from_row_k-1", "q_at_temperature_1",
+                           "residual_unnormalised", "p_row_off_by_one"}) {
     INFO(name);
     const ControlOutcome& o = *c.control(name);
     CHECK(o.applicable);
