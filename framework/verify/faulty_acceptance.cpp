@@ -28,6 +28,14 @@ std::vector<double> normalised(const std::vector<float>& v, const char* field) {
   return out;
 }
 
+// The generator as verify_rejection left it before drawing the recovered token of `v` (a
+// rejection): `start` replayed over the n_accepted + 1 accept/reject draws.
+Rng replay_to_recovered(const std::array<uint64_t, 4>& start, const Verdict& v) {
+  Rng replay(start);
+  for (int32_t i = 0; i <= v.n_accepted; ++i) replay.uniform();
+  return replay;
+}
+
 }  // namespace
 
 Verdict verify_always_accept(const TokenList& draft,
@@ -55,8 +63,7 @@ Verdict verify_replacement_from_p(const TokenList& draft,
   const std::array<uint64_t, 4> start = rng.state();
   Verdict v = verify_rejection(draft, target_probs, draft_probs, rng);
   if (v.bonus) return v;
-  Rng replay(start);
-  for (int32_t i = 0; i <= v.n_accepted; ++i) replay.uniform();  // the accept/reject draws
+  Rng replay = replay_to_recovered(start, v);
   v.next_token = sample(target_probs[static_cast<size_t>(v.n_accepted)], replay);
   rng = replay;
   return v;
@@ -81,8 +88,7 @@ Verdict verify_residual_unnormalised(const TokenList& draft,
   const std::array<uint64_t, 4> start = rng.state();
   Verdict v = verify_rejection(draft, target_probs, draft_probs, rng);
   if (v.bonus) return v;
-  Rng replay(start);
-  for (int32_t i = 0; i <= v.n_accepted; ++i) replay.uniform();  // the accept/reject draws
+  Rng replay = replay_to_recovered(start, v);
   const size_t i = static_cast<size_t>(v.n_accepted);
   const std::vector<float>& p = target_probs[i];
   const double u = replay.uniform();
