@@ -371,8 +371,10 @@ void require_drafters(const ExperimentConfig& config) {
 }
 
 ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOptions& options) {
-  // 1. Everything that can be checked without touching the output.
-  config.validate();
+  // 1. Everything that can be checked without touching the output. With a sweep, each point is
+  // validated as it is expanded (the config without the sweep's values may be invalid where
+  // every point is valid: parse_experiment_config).
+  if (config.sweep.empty()) config.validate();
   require_drafters(config);
   const std::vector<SweepPoint> points = expand_sweep(config);
   if (points.empty()) throw Error(ErrorKind::kConfig, "expected at least one sweep point, found none", config.source_path, "sweep");

@@ -65,12 +65,14 @@ YAML::Node dump_sweep(const std::vector<SweepAxis>& axes, const Ctx&) {
   return n;
 }
 
-// The resolved YAML text of one sweep point: the experiment's with the values set and no sweep.
-std::string point_yaml(const std::string& resolved, const std::map<std::string, std::string>& values) {
+// The resolved YAML text of one sweep point: `base` (the experiment's resolved tree without its
+// sweep, parsed once: parsing the whole text per point was quadratic in the sweep's size) with
+// the values set. `resolved` as it is when it is not a map.
+std::string point_yaml(const std::string& resolved, const YAML::Node& base,
+                       const std::map<std::string, std::string>& values) {
   if (resolved.empty()) return {};
-  YAML::Node root = YAML::Load(resolved);
-  if (!root.IsMap()) return resolved;
-  root.remove("sweep");
+  if (!base.IsMap()) return resolved;
+  YAML::Node root = YAML::Clone(base);
   for (const auto& [k, v] : values) set_key(root, k, YAML::Node(v), "sweep");
   return emit(root);
 }
@@ -123,11 +125,20 @@ std::vector<SweepPoint> expand_points(const ExperimentConfig& config, const Poin
   YamlOrigin origin(config.source_path);
   const Ctx ctx{dirname_of(config.source_path)};
   out.reserve(static_cast<size_t>(total));
+  // Each point starts from the config without its sweep and resolved text (copying them per point
+  // made expansion quadratic in the number of values).
+  ExperimentConfig base = config;
+  base.sweep.clear();
+  base.resolved_yaml.clear();
+  YAML::Node base_tree;
+  if (!config.resolved_yaml.empty()) {
+    base_tree = YAML::Load(config.resolved_yaml);
+    if (base_tree.IsMap()) base_tree.remove("sweep");
+  }
   for (int64_t index = 0; index < total; ++index) {
     SweepPoint pt;
     pt.index = index;
-    pt.config = config;
-    pt.config.sweep.clear();
+    pt.config = base;
     // Mixed radix, last axis fastest: the first listed axis is the outermost loop.
     std::vector<size_t> digit(config.sweep.size());
     int64_t rem = index;
@@ -157,7 +168,7 @@ std::vector<SweepPoint> expand_points(const ExperimentConfig& config, const Poin
       throw Error(ErrorKind::kConfig, e.message() + " (sweep point " + std::to_string(index) + ": " + desc + ")",
                   config.source_path, e.field());
     }
-    pt.config.resolved_yaml = point_yaml(config.resolved_yaml, pt.values);
+    pt.config.resolved_yaml = point_yaml(config.resolved_yaml, base_tree, pt.values);
     out.push_back(std::move(pt));
   }
   return out;

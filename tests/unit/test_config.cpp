@@ -530,6 +530,29 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
   }
 }
 
+// Only the points of a sweep run: the config without the sweep's values may be invalid where every
+// point is valid (it was refused until 2026-12-05), while a point that is invalid is still refused,
+// located at its value; so is an invalid key that no axis sets, at every point.
+TEST_CASE("a sweep valid at every point is accepted though the config without its values is not", "[config][sweep]") {
+  const std::string gamma20 = kBase + "drafters:\n  - {name: layer_skip, gamma: 20}\n";
+  const ExperimentConfig c = parse_experiment_config(gamma20 + "sweep:\n  drafter.max_speculative_tokens: [20, 30]\n", "s.yaml");
+  const std::vector<SweepPoint> pts = expand_sweep(c);
+  REQUIRE(pts.size() == 2);
+  CHECK(pts[0].config.drafters.at(0).options.max_speculative_tokens == 20);
+  CHECK(pts[1].config.drafters.at(0).options.max_speculative_tokens == 30);
+  CHECK_THAT(config_error(gamma20 + "sweep:\n  drafter.max_speculative_tokens: [30, 10]\n"),
+             Contains("bad.yaml:8:40: sweep.drafter.max_speculative_tokens") && Contains("found 10"));
+  // A draft model given only by the sweep.
+  CHECK(expand_sweep(parse_experiment_config(kBase + "drafters:\n  - {name: draft_model}\nsweep:\n  drafter.draft_model: [stories260K]\n",
+                                             "s.yaml"))
+            .at(0)
+            .config.drafters.at(0)
+            .options.draft_model == "stories260K");
+  // An error no point can mend is still refused, at its key.
+  CHECK_THAT(config_error(kBase + "sampling: {temperature: -1}\nsweep:\n  sampling.seed: [1, 2]\n"),
+             Contains("bad.yaml:5:25: sampling.temperature"));
+}
+
 TEST_CASE("sweep keys: per-point settings only, and a drafters entry may not write a swept key", "[config][sweep]") {
   SECTION("name, output.* and equivalence.* cannot vary between points") {
     CHECK_THAT(config_error(kBase + "sweep:\n  name: [a, b]\n"),
