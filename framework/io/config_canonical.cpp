@@ -48,8 +48,16 @@ std::string effective_config_yaml(const ExperimentConfig& c) {
 std::optional<std::string> config::effective_value(const ExperimentConfig& c, const std::string& key_path) {
   const auto flat = flat_yaml(effective_config_yaml(c));
   const auto it = flat.find(key_path);
-  if (it == flat.end()) return std::nullopt;
-  return it->second;
+  if (it != flat.end()) return it->second;
+  // A list or map: its flattened entries under the key, "[0]=0,[1]=1" (one text per value).
+  std::string joined;
+  for (auto e = flat.lower_bound(key_path); e != flat.end() && starts_with(e->first, key_path); ++e) {
+    const std::string rest = e->first.substr(key_path.size());
+    if (rest.empty() || (rest[0] != '[' && rest[0] != '.')) continue;
+    joined += (joined.empty() ? "" : ",") + rest + "=" + e->second;
+  }
+  if (joined.empty()) return std::nullopt;
+  return joined;
 }
 
 std::vector<std::string> yaml_differences(const std::string& a, const std::string& b,

@@ -161,10 +161,12 @@ bool set_by_axis(const std::string& field, const std::string& axis) {
 // A number or boolean sweep value as the setting holds it (0.0 -> 0, 1e3 -> 1000, 1MiB ->
 // 1048576, on -> true), so that two spellings of one value are found to be one point; other
 // values (paths, names) as written.
-std::string canonical_sweep_value(const ExperimentConfig& c, const std::string& key, const std::string& written) {
+std::string canonical_sweep_value(const ExperimentConfig& c, const std::string& key, const std::string& written,
+                                  std::string* held_out = nullptr) {
   const std::string path =
       starts_with(key, "drafter.") ? (c.drafters.empty() ? key : "drafters[0]." + key.substr(8)) : key;
   const std::optional<std::string> held = effective_value(c, path);
+  if (held_out) *held_out = held ? *held : written;  // the setting as held: ngram is prompt_lookup, "0-1" is [0, 1]
   if (!held || held->empty()) return written;
   if (*held == "true" || *held == "false") return *held;
   char* end = nullptr;
@@ -190,26 +192,32 @@ void check_sweep(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ct
   for (auto it = sweep_node.begin(); it != sweep_node.end(); ++it, ++a) {
     written.push_back("sweep." + it->first.Scalar());
     value_nodes.emplace_back();
+    std::vector<std::string> held;  // each value as the setting holds it
     for (size_t j = 0; j < it->second.size(); ++j) {
       value_nodes.back().push_back(it->second[j]);
       const YamlValue val(&origin, it->second[j], YAML::Node(), written.back());
-      std::string canon;
+      std::string canon, as_held;
       try {
         ExperimentConfig c = base;
         apply_sweep_value(c, cfg.sweep[a].key, val, ctx);
-        canon = canonical_sweep_value(c, cfg.sweep[a].key, cfg.sweep[a].values[j]);
+        if (starts_with(cfg.sweep[a].key, "drafter.")) finalize(c);  // the ngram alias
+        canon = canonical_sweep_value(c, cfg.sweep[a].key, cfg.sweep[a].values[j], &as_held);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::kConfig) throw;
         throw Error(ErrorKind::kConfig, e.message(), val.where(), written.back());
       }
-      // Numbers and booleans by value: 0 and 0.0 are one point, recorded as 0.
+      // Values by the setting they make: 0 and 0.0, off and false, ngram and prompt_lookup, "0-1"
+      // and "0,1" are one point each (numbers and booleans are recorded as held: 0.0 as 0).
       std::vector<std::string>& values = cfg.sweep[a].values;
-      if (std::find(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(j), canon) !=
-          values.begin() + static_cast<std::ptrdiff_t>(j))
+      const auto same = std::find(held.begin(), held.end(), as_held);
+      if (same != held.end())
         throw Error(ErrorKind::kConfig,
                     "expected distinct values (each is one sweep point), found " + squote(values[j]) +
-                        (values[j] == canon ? " again" : ", which is " + squote(canon) + " again"),
+                        (values[j] == values[static_cast<size_t>(same - held.begin())]
+                             ? " again"
+                             : ", the same setting as " + squote(values[static_cast<size_t>(same - held.begin())])),
                     val.where(), written.back() + "[" + std::to_string(j) + "]");
+      held.push_back(as_held);
       values[j] = canon;
     }
   }

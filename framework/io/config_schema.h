@@ -87,8 +87,8 @@ std::vector<SweepPoint> expand_points(const ExperimentConfig& config, const Poin
 constexpr int64_t kMaxSweepPoints = 100000;
 
 // config_canonical.cpp: the canonical text of the setting at `key_path` (as in
-// effective_config_yaml: "sampling.temperature", "drafters[0].num_speculative_tokens"), or
-// nullopt when there is none.
+// effective_config_yaml: "sampling.temperature", "drafters[0].num_speculative_tokens"; a list or
+// map as its flattened entries, "[0]=0,[1]=1"), or nullopt when there is none.
 std::optional<std::string> effective_value(const ExperimentConfig& c, const std::string& key_path);
 
 }  // namespace speclab::config

@@ -570,7 +570,7 @@ TEST_CASE("sweep keys: per-point settings only, and a drafters entry may not wri
   SECTION("numbers are compared and recorded by value") {
     CHECK_THAT(config_error(kBase + "sweep:\n  sampling.temperature: [0, 0.0]\n"),
                Contains("sweep.sampling.temperature[1]: expected distinct values (each is one sweep point), found "
-                        "'0.0', which is '0' again"));
+                        "'0.0', the same setting as '0'"));
     const ExperimentConfig c =
         parse_experiment_config(kBase + "drafters: [{name: prompt_lookup}]\nsweep:\n  sampling.top_p: [0.50, 1e0]\n"
                                         "  drafter.gamma: [02, 4]\n  prompts.chat: [off]\n",
@@ -580,11 +580,19 @@ TEST_CASE("sweep keys: per-point settings only, and a drafters entry may not wri
     CHECK(c.sweep[2].values == std::vector<std::string>{"off"});  // not a number: as written
     // Booleans and byte sizes too (until 2026-11-29 only what strtod reads: these ran twice).
     CHECK_THAT(config_error(kBase + "sweep:\n  generation.ignore_eos: [true, on]\n"),
-               Contains("found 'on', which is 'true' again"));
+               Contains("found 'on', the same setting as 'true'"));
     CHECK_THAT(config_error(kBase + "sweep:\n  kv.budget_bytes: [1MiB, 1048576]\n"),
                Contains("found '1048576' again"));
     CHECK_THAT(config_error(kBase + "sweep:\n  kv.budget_bytes: [1MiB, 1024KiB]\n"),
-               Contains("found '1024KiB', which is '1048576' again"));
+               Contains("found '1024KiB', the same setting as '1048576'"));
+    // Other values by the setting they make (until 2026-12-05 only numbers and booleans: these
+    // ran as two identical points).
+    CHECK_THAT(config_error(kBase + "sweep:\n  prompts.chat: [off, false]\n"),
+               Contains("found 'false', the same setting as 'off'"));
+    CHECK_THAT(config_error(kBase + "drafters: [{gamma: 2}]\nsweep:\n  drafter.name: [prompt_lookup, ngram]\n"),
+               Contains("found 'ngram', the same setting as 'prompt_lookup'"));
+    CHECK_THAT(config_error(kBase + "drafters: [{name: layer_skip}]\nsweep:\n  drafter.draft_layers: [\"0-1\", \"0,1\"]\n"),
+               Contains("found '0,1', the same setting as '0-1'"));
   }
   SECTION("prompts.*, repeats and warmup are per point") {
     const ExperimentConfig c = parse_experiment_config(
