@@ -86,11 +86,22 @@ void PromptsOptions::validate() const {
   for (const auto& f : files) check_jsonl_name("files", f);
   check_prompt_keys("", field, category_field, id_field);
   for (size_t i = 0; i < sources.size(); ++i) sources[i].validate("sources[" + std::to_string(i) + "]");
-  for (size_t i = 0; i < inline_prompts.size(); ++i)
-    if (inline_prompts[i].text.empty())
+  for (size_t i = 0; i < inline_prompts.size(); ++i) {
+    const InlinePrompt& ip = inline_prompts[i];
+    if (ip.text.empty())
       bad("prompts", "inline[" + std::to_string(i) + "].text", "expected non-empty prompt text, found nothing");
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"text", &ip.text}, {"id", &ip.id},
+                                     {"category", &ip.category}})
+      if (value->find('\0') != std::string::npos)  // HDF5 keeps strings up to their first NUL
+        bad("prompts", "inline[" + std::to_string(i) + "]." + key,
+            "expected text without NUL characters: the results file keeps strings up to their first NUL");
+  }
   if (chat != "auto" && chat != "on" && chat != "off")
     bad("prompts", "chat", "expected auto, on or off, found " + squote(chat));
+  if (chat == "off" && !system.empty())  // (chat: auto with a model without a template: when it is loaded)
+    bad("prompts", "system",
+        "expected no system message with chat: off (it goes into the chat template; it would be dropped), found " +
+            squote(system.size() > 40 ? system.substr(0, 37) + "..." : system));
   if (limit < 0) bad("prompts", "limit", "expected a count >= 0 (0 = all), found " + std::to_string(limit));
 }
 

@@ -98,7 +98,17 @@ std::string json_field(const nlohmann::json& j, const std::string& field, const 
                 "expected a " + std::string(allow_number ? "string or number" : "string") + " at key " + squote(field) +
                     " (prompts." + setting + "), found no such key (keys on this line: " + json_keys(j) + ")",
                 where, field);
-  if (v->is_string()) return v->get<std::string>();
+  if (v->is_string()) {
+    std::string out = v->get<std::string>();
+    // HDF5 stores strings up to their first NUL: the text recorded would differ from the text run,
+    // and --resume would then find another prompt set and refuse to continue the file.
+    if (out.find('\0') != std::string::npos)
+      throw Error(ErrorKind::kBadInput,
+                  "expected text without NUL characters (\\u0000) at key " + squote(field) + " (prompts." + setting +
+                      "): the results file keeps strings up to their first NUL",
+                  where, field);
+    return out;
+  }
   if (allow_number && v->is_number()) return v->dump();
   throw Error(ErrorKind::kBadInput,
               "expected a " + std::string(allow_number ? "string or number" : "string") + " at key " + squote(field) +
