@@ -888,6 +888,7 @@ Hdf5Recorder Hdf5Recorder::open_for_append(const std::string& path) {
       t->truncate(committed_prefix(*t, n_runs, path, impl->read_limit));
     write_int_attr(root, "resume_count", read_int_attr(root, "resume_count", 0) + 1);
     write_str_attr(root, "status", "running");
+    write_str_attr(root, "end_time", "");  // empty while running (it kept the interrupted run's until 2026-12-05)
     impl->committed_runs = static_cast<int64_t>(n_runs);
     impl->commit();
   });

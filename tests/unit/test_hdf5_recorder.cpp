@@ -244,6 +244,11 @@ TEST_CASE("rows a killed writer left behind are ignored, and resume cuts them of
   REQUIRE(d.runs.size() == 1);
   CHECK(d.runs[0].steps.size() == 2);
   CHECK(d.runs[0].tokens.size() == 3);
+  {  // An end time left by an earlier end (a SIGINT'd run records one) is cleared on resume.
+    Hdf5Recorder rec = Hdf5Recorder::open_for_append(path);
+    rec.set_root_attribute("end_time", std::string("2026-12-05T13:46:49Z"));
+    rec.set_root_attribute("resume_count", int64_t{0});
+  }
   {
     Hdf5Recorder rec = Hdf5Recorder::open_for_append(path);
     CHECK(rec.root_int_attribute("resume_count", -1) == 1);
@@ -258,6 +263,12 @@ TEST_CASE("rows a killed writer left behind are ignored, and resume cuts them of
   CHECK(d.runs[1].tokens == std::vector<Token>{5, 6, 7});
   // Nothing of the junk rows survived: every table holds exactly the committed rows.
   H5::H5File f(path, H5F_ACC_RDONLY);
+  {
+    const H5::Attribute a = f.openGroup("/").openAttribute("end_time");
+    std::string end_time;
+    a.read(a.getStrType(), end_time);
+    CHECK(end_time.empty());  // empty while running (it kept the earlier end until 2026-12-05)
+  }
   hsize_t dims[1];
   f.openDataSet("/tokens/token").getSpace().getSimpleExtentDims(dims);
   CHECK(dims[0] == 6);
