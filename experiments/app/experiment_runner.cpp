@@ -356,6 +356,13 @@ void check_model_source(const ModelSource& src, const std::string& key, const Sw
     const ModelSource r = resolve_model_source(src);
     std::error_code ec;
     if (r.format != "random" && !fs::exists(r.path, ec)) throw Error(ErrorKind::kIo, "expected an existing model file or directory, found none at " + r.path, "", "path");
+    // A llama2.c file carries no vocabulary: its tokenizer file (default: tokenizer.bin beside it)
+    // must exist too (the load's error named neither the config nor the key).
+    if (r.format == "llama2c" && !r.tokenizer.empty() && !fs::exists(r.tokenizer, ec))
+      throw Error(ErrorKind::kIo,
+                  "expected the llama2.c tokenizer file, found none at " + r.tokenizer +
+                      (src.tokenizer.empty() ? " (the default beside the model; set tokenizer: to another)" : ""),
+                  "", "tokenizer");
   } catch (const Error& e) {
     const std::string at = point.values.empty() ? "" : " (sweep point #" + std::to_string(point.index) + ": " + point_label(point.values) + ")";
     const std::string where = e.file().empty() || e.file() == "model" ? "" : e.file() + ": ";
