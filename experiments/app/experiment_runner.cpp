@@ -484,6 +484,15 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
     // Read-only first: a mismatch must leave the file untouched.
     ExperimentData have = read_experiment(path);
     check_same_experiment(path, have, config, points.front().config, options.shard, precs, prrecs, methods);
+    // One file, one build: another binary's runs would mix two builds' results (and timings)
+    // under the file's git_revision (merge refuses shards of two revisions for the same reason).
+    const std::string built = options.git_revision.empty() ? "unknown" : options.git_revision;
+    if (have.meta.git_revision != built && have.meta.git_revision != "unknown" && built != "unknown")
+      throw Error(ErrorKind::kConfig,
+                  "expected the build that wrote the file (revision " + have.meta.git_revision +
+                      ") to resume it, found revision " + built +
+                      ": its runs would mix two builds' results; resume with that build, or use --overwrite to start over",
+                  path, "--resume");
     for (RunRecord& r : have.runs) {
       summary.add(r);
       done_keys.insert(r.key);

@@ -134,6 +134,11 @@ int cmd_train_draft(const std::vector<std::string>& args);
 // stdout, as `speclab run` and `speclab merge` end.
 void print_summary(const ExperimentSummary& summary, const std::vector<PointRecord>& points);
 
+// The source revision this binary was built from (scripts/build_revision.cmake): git HEAD, with
+// "+dirty.<12 hex of git diff HEAD>" when tracked files differed, or "unknown". Results files
+// record it as git_revision (until 2026-12-05 `git rev-parse` of the source tree at run time,
+// which named the tree's later commits for an older binary).
+std::string build_revision();
 // The SpecLab source tree (the one holding analysis/report.py): $SPECLAB_SOURCE_DIR, the
 // compile-time SPECLAB_SOURCE_DIR, or a parent of the executable; "" when none is found.
 std::string source_dir();

@@ -28,20 +28,6 @@ namespace {
 // prints its failure lines, a crash prints "internal error").
 constexpr int kExitCheckFailed = 1;
 
-std::string git_head() {
-  const std::string dir = source_dir();
-  const std::string cmd = "git " + (dir.empty() ? std::string() : "-C '" + dir + "' ") + "rev-parse HEAD 2>/dev/null";
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[128];
-    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    if (pclose(p) != 0) out.clear();
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  if (out.size() != 40 || out.find_first_not_of("0123456789abcdef") != std::string::npos) return "unknown";
-  return out;
-}
-
 }  // namespace
 
 int cmd_check(const std::vector<std::string>& args) {
@@ -109,7 +95,7 @@ int cmd_check(const std::vector<std::string>& args) {
   std::cout << format_equivalence_report(report);
   EquivalenceFileMeta meta;
   meta.config_yaml = config.resolved_yaml;
-  meta.git_revision = git_head();
+  meta.git_revision = build_revision();
   write_equivalence(config.output.path, report, meta, overwrite);
   std::cout << "results: " << config.output.path << " (group /equivalence)" << std::endl;
   return report.pass() ? kExitOk : kExitCheckFailed;

@@ -150,27 +150,6 @@ class StopSignals {
   struct sigaction old_int_ {}, old_term_ {};
 };
 
-std::string capture(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[256];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  if (pclose(p) != 0) return {};
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
-std::string git_revision() {
-  const std::string dir = source_dir();
-  std::string rev = capture("git " + (dir.empty() ? std::string() : "-C '" + dir + "' ") + "rev-parse HEAD 2>/dev/null");
-  if (rev.size() != 40 || rev.find_first_not_of("0123456789abcdef") != std::string::npos) return "unknown";
-  // "+dirty" when tracked files differ from HEAD: the binary may then not be what HEAD builds.
-  const std::string changes = capture("git " + (dir.empty() ? std::string() : "-C '" + dir + "' ") +
-                                      "status --porcelain --untracked-files=no 2>/dev/null");
-  return changes.empty() ? rev : rev + "+dirty";
-}
-
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& args) {
@@ -220,7 +199,7 @@ int cmd_run(const std::vector<std::string>& args) {
 
   RunnerOptions ropts;
   ropts.mode = resume ? OutputMode::kResume : overwrite ? OutputMode::kOverwrite : OutputMode::kCreate;
-  ropts.git_revision = git_revision();
+  ropts.git_revision = build_revision();
   ropts.shard = shard;
   ProgressPrinter progress;
   ropts.on_progress = [&progress](const ProgressEvent& e) { progress(e); };

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -204,8 +205,14 @@ TEST_CASE("speclab run: a tiny stories260K experiment, its HDF5 file, summary an
   const std::regex iso(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)");
   CHECK(std::regex_match(str_attr(f, "start_time"), iso));
   CHECK(std::regex_match(str_attr(f, "end_time"), iso));
+  // The revision the binary was built from (scripts/build_revision.cmake), not the tree's now.
   const std::string rev = str_attr(f, "git_revision");
-  CHECK((rev == "unknown" || std::regex_match(rev, std::regex("[0-9a-f]{40}(\\+dirty)?"))));
+  CHECK((rev == "unknown" || std::regex_match(rev, std::regex("[0-9a-f]{40}(\\+dirty\\.[0-9a-f]{12})?"))));
+  {
+    std::ifstream in(std::string(SPECLAB_BINARY_DIR) + "/generated/speclab_build_revision.h");
+    const std::string header((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK_THAT(header, Catch::Matchers::Contains("#define SPECLAB_BUILD_REVISION \"" + rev + "\""));
+  }
   CHECK(!str_attr(f, "torch_version").empty());
   CHECK(!str_attr(f, "cpu_model").empty());
   CHECK(int_attr(root, "cpu_cores") > 0);
@@ -614,6 +621,19 @@ TEST_CASE("speclab run --resume compares settings by value and names the ones th
   CHECK(bad.code == 2);
   CHECK_THAT(bad.err, Catch::Matchers::Contains("--resume: expected the same settings as the experiment recorded in "
                                                 "the file, found 1 different (file vs now: sampling.top_k: 0 vs 5)"));
+  // A file another build wrote is not resumed: its runs would mix two builds' results.
+  {
+    H5::H5File f(h5, H5F_ACC_RDWR);
+    H5::Group root = f.openGroup("/");
+    root.removeAttr("git_revision");
+    const H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
+    root.createAttribute("git_revision", type, H5::DataSpace(H5S_SCALAR))
+        .write(type, std::string("0123456789012345678901234567890123456789"));
+  }
+  const Result other = cli("run '" + dir + "/a.yaml' --no-report --resume", dir);
+  CHECK(other.code == 2);
+  CHECK_THAT(other.err, Catch::Matchers::Contains("--resume: expected the build that wrote the file (revision "
+                                                  "0123456789012345678901234567890123456789) to resume it"));
   fs::remove_all(dir);
 }
 
