@@ -135,6 +135,14 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
   const Model& model = *target->model;
   const Tokenizer& tok = *target->info.tokenizer;
   const ModelConfig& mc = model.config();
+  // A top_k at or above the vocabulary keeps every token: the same cells as top_k 0, run again
+  // under another label (it was accepted silently).
+  for (int64_t k : eq.top_ks)
+    if (k >= mc.vocab_size)
+      throw Error(ErrorKind::kConfig,
+                  "expected top_k values below the model's vocabulary of " + std::to_string(mc.vocab_size) +
+                      " tokens (0 = off), found " + std::to_string(k) + ": it keeps every token, as 0 does",
+                  cfg.source_path, "equivalence.top_ks");
   std::vector<TokenList> ids;
   for (const Prompt& p : prompts) {
     TokenList t = render_config_prompt(target->info, cfg, p);
