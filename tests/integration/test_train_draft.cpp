@@ -88,9 +88,11 @@ fs::path write_config(const std::string& name, int steps, const std::string& pro
     << "  answer_tokens: 24\n  validation_fraction: 0.2\n  cache_dir: cache\n"
     << "head: {vocab_top_n: 0" << (architecture == "medusa" ? ", medusa_heads: 3" : "")
     << (architecture == "draft_model" ? ", draft_layers: [0, 4]" : "") << "}\n"
-    << "train: {steps: " << steps << ", batch_tokens: 256, lr: 0.003, warmup: 10, eval_every: 50, "
-    << "checkpoint_every: 0, seed: 7" << (architecture == "eagle" ? ", feature_noise: 0.05" : "") << "}\n"
     << "output: {path: " << name << ".safetensors, dtype: float32}\n";
+  // Retrieval trains nothing: a train.* key there is refused.
+  if (architecture != "retrieval")
+    y << "train: {steps: " << steps << ", batch_tokens: 256, lr: 0.003, warmup: 10, eval_every: 50, "
+      << "checkpoint_every: 0, seed: 7" << (architecture == "eagle" ? ", feature_noise: 0.05" : "") << "}\n";
   return cfg;
 }
 
