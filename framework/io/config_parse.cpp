@@ -240,6 +240,31 @@ void check_sweep(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ct
   expand_points(cfg, &locate_point);
 }
 
+// A top-k or top-p cut where every point decodes greedily (temperature 0, not swept) is never
+// applied, and a sweep of it gives identical points: refused, as generate refuses --top-k and
+// --top-p under greedy decoding (it was accepted silently). Where the temperature is swept, the
+// points above 0 apply it.
+void refuse_cuts_under_greedy(const YAML::Node& root, const YamlOrigin& origin, const ExperimentConfig& cfg) {
+  for (const SweepAxis& a : cfg.sweep)
+    if (a.key == "sampling.temperature") return;
+  if (!cfg.sampling.greedy()) return;
+  const std::string why = "every point decodes greedily (sampling.temperature 0), where a cut changes nothing; set a "
+                          "temperature above 0 to sample, or remove it";
+  for (const char* key : {"sampling.top_k", "sampling.top_p"}) {
+    const auto axis = std::find_if(cfg.sweep.begin(), cfg.sweep.end(), [&](const SweepAxis& a) { return a.key == key; });
+    if (axis == cfg.sweep.end()) continue;
+    const YamlValue at = locate(root, origin, "sweep." + std::string(key));
+    throw Error(ErrorKind::kConfig, "expected no sweep of " + std::string(key) + ": " + why + " (its points would be identical)",
+                at.where(), at.path);
+  }
+  auto refuse = [&](const std::string& key, const std::string& found) {
+    const YamlValue at = locate(root, origin, key);
+    throw Error(ErrorKind::kConfig, "expected no cut, found " + found + ": " + why, at.where(), at.path);
+  };
+  if (cfg.sampling.top_k > 0) refuse("sampling.top_k", "top_k " + std::to_string(cfg.sampling.top_k));
+  if (cfg.sampling.top_p < 1.0) refuse("sampling.top_p", "top_p " + to_text(cfg.sampling.top_p));
+}
+
 }  // namespace
 
 }  // namespace config
@@ -298,6 +323,7 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
     }
   }
   if (!cfg.sweep.empty()) check_sweep(root, origin, ctx, cfg);
+  refuse_cuts_under_greedy(root, origin, cfg);
   return cfg;
 }
 

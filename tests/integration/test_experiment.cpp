@@ -617,10 +617,10 @@ TEST_CASE("speclab run --resume compares settings by value and names the ones th
   const Result ok = cli("run '" + dir + "/b.yaml' --no-report --resume", dir);
   INFO(ok.err);
   CHECK(ok.code == 0);
-  const Result bad = cli("run '" + dir + "/a.yaml' --no-report --resume --set sampling.top_k=5", dir);
+  const Result bad = cli("run '" + dir + "/a.yaml' --no-report --resume --set generation.max_new_tokens=5", dir);
   CHECK(bad.code == 2);
   CHECK_THAT(bad.err, Catch::Matchers::Contains("--resume: expected the same settings as the experiment recorded in "
-                                                "the file, found 1 different (file vs now: sampling.top_k: 0 vs 5)"));
+                                                "the file, found 1 different (file vs now: generation.max_new_tokens: 4 vs 5)"));
   // A file another build wrote is not resumed: its runs would mix two builds' results.
   {
     H5::H5File f(h5, H5F_ACC_RDWR);
@@ -644,7 +644,7 @@ TEST_CASE("speclab run: identical prompts in one point are separate prompt-runs"
              "drafters: [{name: prompt_lookup}]\n"
              "generation: {max_new_tokens: 3}\n"
              "prompts:\n  chat: off\n  inline: [{id: a, text: \"Once upon a time\"}, {id: a, text: \"Once upon a time\"}]\n"
-             "sweep:\n  sampling.top_k: [0, 5]\n"
+             "sweep:\n  sampling.seed: [1, 2]\n"
              "output: {path: " + h5 + "}\n");
   const Result r = cli("run '" + dir + "/d.yaml' --no-report", dir);
   INFO(r.err);

@@ -113,8 +113,9 @@ TEST_CASE("a training config: unknown keys and bad values name the file, line an
                     Catch::Contains("output.dtype") && Catch::Contains("expected float32 for a retrieval datastore"));
   // Retrieval trains nothing: a train.* or head.* key off its default is refused, with the line of
   // the key (they were ignored); at its default value it is accepted.
-  for (const std::string& set : {"train: {lr: 0.01}", "train: {steps: 5}", "train: {seed: 9}", "train: {unroll: 2}",
-                                 "head: {vocab_top_n: 100}", "head: {layers: 2}", "train: {init: x.safetensors}"}) {
+  for (const char* written : {"train: {lr: 0.01}", "train: {steps: 5}", "train: {seed: 9}", "train: {unroll: 2}",
+                              "head: {vocab_top_n: 100}", "head: {layers: 2}", "train: {init: x.safetensors}"}) {
+    const std::string set = written;
     const std::string key = set.substr(0, set.find(':')) + "." + set.substr(set.find('{') + 1, set.find(':', set.find('{')) - set.find('{') - 1);
     INFO(set);
     CHECK_THROWS_WITH(load(base + "architecture: retrieval\n" + set + "\n"),
@@ -572,7 +573,8 @@ TEST_CASE("sweep keys: per-point settings only, and a drafters entry may not wri
                Contains("sweep.sampling.temperature[1]: expected distinct values (each is one sweep point), found "
                         "'0.0', the same setting as '0'"));
     const ExperimentConfig c =
-        parse_experiment_config(kBase + "drafters: [{name: prompt_lookup}]\nsweep:\n  sampling.top_p: [0.50, 1e0]\n"
+        parse_experiment_config(kBase + "drafters: [{name: prompt_lookup}]\nsampling: {temperature: 0.7}\n"
+                                        "sweep:\n  sampling.top_p: [0.50, 1e0]\n"
                                         "  drafter.gamma: [02, 4]\n  prompts.chat: [off]\n",
                                 "ok.yaml", {});
     CHECK(c.sweep[0].values == std::vector<std::string>{"0.5", "1"});
@@ -615,6 +617,14 @@ TEST_CASE("sweep keys: per-point settings only, and a drafters entry may not wri
     CHECK_THAT(config_error(kBase + "drafters:\n  - name: layer_skip\n  - {name: prompt_lookup, "
                                     "max_matching_ngram_size: 2}\nsweep:\n  drafter.prompt_lookup_max: [2, 3]\n"),
                Contains("drafters[1].max_matching_ngram_size: expected the drafters entries to leave"));
+    // A top-k or top-p cut where every point decodes greedily changes nothing (refused, as
+    // generate refuses --top-k under greedy); with the temperature swept, the T > 0 points use it.
+    CHECK_THAT(config_error(kBase + "sampling: {top_k: 5}\n"),
+               Contains("bad.yaml:5:19: sampling.top_k: expected no cut, found top_k 5: every point decodes greedily"));
+    CHECK_THAT(config_error(kBase + "sampling: {temperature: 0}\nsweep:\n  sampling.top_p: [0.9, 1]\n"),
+               Contains("sweep.sampling.top_p: expected no sweep of sampling.top_p"));
+    CHECK_NOTHROW(parse_experiment_config(
+        kBase + "sampling: {top_p: 0.9}\nsweep:\n  sampling.temperature: [0, 0.7]\n", "ok.yaml", {}));
     // A top-level key may be written and swept: the written value is the base each point replaces.
     const ExperimentConfig ok = parse_experiment_config(
         kBase + "sampling: {temperature: 0.5}\nsweep:\n  sampling.temperature: [0, 1]\n", "ok.yaml", {});
@@ -633,10 +643,10 @@ TEST_CASE("effective_config_yaml: the same settings give the same text however t
   CHECK_THAT(ea, Contains("top_p: 1"));                  // defaults are written out
   CHECK_THAT(ea, Contains("num_speculative_tokens: 2"));  // under the canonical name
   CHECK(yaml_differences(ea, eb).empty());
-  const std::string ec = effective_config_yaml(parse_experiment_config(a, "c.yaml", {"sampling.top_k=5"}));
+  const std::string ec = effective_config_yaml(parse_experiment_config(a, "c.yaml", {"generation.max_new_tokens=5"}));
   const std::vector<std::string> d = yaml_differences(ea, ec);
   REQUIRE(d.size() == 1);
-  CHECK(d[0] == "sampling.top_k: 0 vs 5");
+  CHECK(d[0] == "generation.max_new_tokens: 8 vs 5");
   CHECK(yaml_differences("output: {path: a.h5}\nx: 1\n", "output: {path: b.h5}\nx: 1\n", {"output"}).empty());
   CHECK(yaml_differences("x: [1, 2]\n", "x: [1]\n") == std::vector<std::string>{"x[1]: 2 vs (absent)"});
   // Paths are absolute: the same config named by a relative or an absolute path gives one text.
