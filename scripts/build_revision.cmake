@@ -3,7 +3,7 @@
 #   #define SPECLAB_BUILD_REVISION "<git HEAD>"                      clean tree
 #   #define SPECLAB_BUILD_REVISION "<git HEAD>+dirty.<12 hex>"       tracked files differ from HEAD;
 #                                                                   the hex is the SHA-1 of `git diff HEAD`
-#   #define SPECLAB_BUILD_REVISION "unknown"                         no git, or not a checkout
+#   #define SPECLAB_BUILD_REVISION "unknown"                         no git, or not the root of a checkout
 # The results files record it as git_revision: the revision of the binary that ran, not of the
 # source tree at run time. The header is rewritten only when the text changes, so an unchanged
 # revision recompiles nothing.
@@ -11,9 +11,17 @@
 set(rev "unknown")
 find_program(GIT_EXE git)
 if(GIT_EXE)
+  # Only the source tree's own repository: a tree without .git unpacked inside another checkout
+  # would otherwise record that checkout's revision.
+  execute_process(COMMAND ${GIT_EXE} -C ${SRC} rev-parse --show-toplevel
+                  OUTPUT_VARIABLE top RESULT_VARIABLE top_rc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  get_filename_component(src_real "${SRC}" REALPATH)
+  if(top_rc EQUAL 0)
+    get_filename_component(top_real "${top}" REALPATH)
+  endif()
   execute_process(COMMAND ${GIT_EXE} -C ${SRC} rev-parse HEAD
                   OUTPUT_VARIABLE head RESULT_VARIABLE head_rc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  if(head_rc EQUAL 0 AND head MATCHES "^[0-9a-f]+$")
+  if(top_rc EQUAL 0 AND top_real STREQUAL src_real AND head_rc EQUAL 0 AND head MATCHES "^[0-9a-f]+$")
     set(rev "${head}")
     execute_process(COMMAND ${GIT_EXE} -C ${SRC} diff HEAD
                     OUTPUT_VARIABLE diff RESULT_VARIABLE diff_rc ERROR_QUIET)

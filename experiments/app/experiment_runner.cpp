@@ -361,7 +361,10 @@ void check_model_source(const ModelSource& src, const std::string& key, const Sw
     if (r.format == "llama2c" && !r.tokenizer.empty() && !fs::exists(r.tokenizer, ec))
       throw Error(ErrorKind::kIo,
                   "expected the llama2.c tokenizer file, found none at " + r.tokenizer +
-                      (src.tokenizer.empty() ? " (the default beside the model; set tokenizer: to another)" : ""),
+                      (src.tokenizer.empty() ? std::string(" (the default beside the model; set ") +
+                                                   (key == "models.target" ? "tokenizer" : "draft_model_tokenizer") +
+                                                   ": to another)"
+                                             : std::string()),
                   "", "tokenizer");
   } catch (const Error& e) {
     const std::string at = point.values.empty() ? "" : " (sweep point #" + std::to_string(point.index) + ": " + point_label(point.values) + ")";

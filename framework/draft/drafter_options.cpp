@@ -32,12 +32,6 @@ void DrafterOptions::validate() const {
   if (prompt_lookup_min < 1 || prompt_lookup_max < prompt_lookup_min)
     bad("prompt_lookup_min", "expected 1 <= prompt_lookup_min <= prompt_lookup_max, found " +
                                  std::to_string(prompt_lookup_min) + " and " + std::to_string(prompt_lookup_max));
-  // prompt_lookup copies tokens from the context: no probability to gate on, so a threshold would
-  // be ignored (it was until 2026-12-05); behind retrieval_first the datastore source reads it.
-  if (plugin.empty() && name == "prompt_lookup" && !retrieval_first && confidence_threshold > 0.0)
-    bad("confidence_threshold", "expected none with prompt_lookup, which copies tokens from the context with no "
-                                "probability to gate on (read by layer_skip, draft_model, eagle, medusa, retrieval, "
-                                "or with retrieval_first: true), found " + std::to_string(confidence_threshold));
   if (prompt_lookup_first && name == "prompt_lookup")
     bad("prompt_lookup_first", "expected another drafter to fall back on; prompt_lookup already drafts by lookup");
   // Not capped at num_speculative_tokens: a step's gamma caps it anyway, so a gamma sweep can keep one value.

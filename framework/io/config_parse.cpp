@@ -240,14 +240,38 @@ void check_sweep(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ct
   expand_points(cfg, &locate_point);
 }
 
+// A confidence threshold written on a prompt_lookup entry would be ignored: it copies tokens from
+// the context, with no probability to gate on (behind retrieval_first the datastore source reads
+// it). Refused where it is written on the entry; a `drafter.confidence_threshold` sweep, which sets
+// every entry, may leave prompt_lookup's unread (docs/config.md), as may a swept drafter.name.
+void refuse_lookup_threshold(const YAML::Node& root, const YamlOrigin& origin, const ExperimentConfig& cfg) {
+  for (const SweepAxis& a : cfg.sweep)
+    if (a.key == "drafter.confidence_threshold" || a.key == "drafter.name" || a.key == "drafter.retrieval_first")
+      return;
+  for (size_t i = 0; i < cfg.drafters.size(); ++i) {
+    const DrafterOptions& o = cfg.drafters[i].options;
+    if (!o.plugin.empty() || o.name != "prompt_lookup" || o.retrieval_first || !(o.confidence_threshold > 0.0)) continue;
+    const YamlValue at = locate(root, origin, "drafters[" + std::to_string(i) + "].confidence_threshold");
+    throw Error(ErrorKind::kConfig,
+                "expected none with prompt_lookup, which copies tokens from the context with no probability to gate "
+                "on (read by layer_skip, draft_model, eagle, medusa, retrieval, or with retrieval_first: true), found " +
+                    to_text(o.confidence_threshold),
+                at.where(), at.path);
+  }
+}
+
 // A top-k or top-p cut where every point decodes greedily (temperature 0, not swept) is never
 // applied, and a sweep of it gives identical points: refused, as generate refuses --top-k and
 // --top-p under greedy decoding (it was accepted silently). Where the temperature is swept, the
 // points above 0 apply it.
 void refuse_cuts_under_greedy(const YAML::Node& root, const YamlOrigin& origin, const ExperimentConfig& cfg) {
   for (const SweepAxis& a : cfg.sweep)
-    if (a.key == "sampling.temperature") return;
-  if (!cfg.sampling.greedy()) return;
+    if (a.key == "sampling.temperature")
+      for (const std::string& v : a.values)
+        if (std::strtod(v.c_str(), nullptr) > 0.0) return;  // a point that samples
+  bool temperature_swept = false;
+  for (const SweepAxis& a : cfg.sweep) temperature_swept = temperature_swept || a.key == "sampling.temperature";
+  if (!cfg.sampling.greedy() && !temperature_swept) return;
   const std::string why = "every point decodes greedily (sampling.temperature 0), where a cut changes nothing; set a "
                           "temperature above 0 to sample, or remove it";
   for (const char* key : {"sampling.top_k", "sampling.top_p"}) {
@@ -324,6 +348,7 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
   }
   if (!cfg.sweep.empty()) check_sweep(root, origin, ctx, cfg);
   refuse_cuts_under_greedy(root, origin, cfg);
+  refuse_lookup_threshold(root, origin, cfg);
   return cfg;
 }
 

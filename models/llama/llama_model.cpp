@@ -269,6 +269,10 @@ at::Tensor LlamaModel::lm_head(const at::Tensor& features) const {
 std::vector<int64_t> frequent_head_ids(const Tokenizer& tok, int64_t vocab, int64_t n) {
   std::vector<int64_t> ids;
   const int64_t text = std::min(tok.vocab_size(), vocab);
+  if (n >= vocab) {  // the whole head (a distilled draft trained with vocab_top_n 0 asks for it)
+    for (int64_t t = 0; t < vocab; ++t) ids.push_back(t);
+    return ids;
+  }
   if (const auto* sp = dynamic_cast<const SentencePieceBpe*>(&tok)) {
     int64_t counted = 0;
     for (int64_t t = 0; t < vocab; ++t) {

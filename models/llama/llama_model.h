@@ -24,6 +24,7 @@ struct CudaGraphCache;  // aten_backend.cpp
 
 // The token ids a reduced LM head keeps (FR-Spec, Zhao et al. 2025: "the N most frequent"), since
 // BPE ids follow merge order, i.e. frequency in the tokenizer's training corpus. Ascending.
+// n >= vocab: every id below vocab (the whole head).
 //   byte-level BPE (SmolLM2, Qwen2, Llama 3): the n lowest ids below `vocab`, plus every
 //     end-of-sequence id and every control token written <|...|> (chat-template markers),
 //     wherever they sit;

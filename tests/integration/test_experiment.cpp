@@ -631,9 +631,15 @@ TEST_CASE("speclab run --resume compares settings by value and names the ones th
         .write(type, std::string("0123456789012345678901234567890123456789"));
   }
   const Result other = cli("run '" + dir + "/a.yaml' --no-report --resume", dir);
-  CHECK(other.code == 2);
-  CHECK_THAT(other.err, Catch::Matchers::Contains("--resume: expected the build that wrote the file (revision "
-                                                  "0123456789012345678901234567890123456789) to resume it"));
+  std::ifstream in(std::string(SPECLAB_BINARY_DIR) + "/generated/speclab_build_revision.h");
+  const std::string header((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (header.find("\"unknown\"") != std::string::npos) {  // a build outside a git checkout cannot tell
+    CHECK(other.code == 0);
+  } else {
+    CHECK(other.code == 2);
+    CHECK_THAT(other.err, Catch::Matchers::Contains("--resume: expected the build that wrote the file (revision "
+                                                    "0123456789012345678901234567890123456789) to resume it"));
+  }
   fs::remove_all(dir);
 }
 
