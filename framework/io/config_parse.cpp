@@ -329,6 +329,17 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
   cfg.resolved_yaml = emit(root);
   const Ctx ctx{dirname_of(source_name)};
   top_table().read(YamlValue(&origin, root, YAML::Node(), ""), ctx, cfg);
+  // A --set of a key the sweep sets never runs (the sweep sets it at every point; it was
+  // accepted silently, and /config_yaml showed its value).
+  for (const std::string& o : overrides) {
+    const std::string key = o.substr(0, o.find('='));
+    for (const SweepAxis& a : cfg.sweep)
+      if (a.key == key)
+        throw Error(ErrorKind::kConfig,
+                    "expected a key the sweep does not set: sweep." + key +
+                        " sets it at every point, so this value would never run; set sweep." + key + "=[...] instead",
+                    "--set " + o, key);
+  }
   finalize(cfg);
 
   // Struct-level validation: the error names a canonical key path; add where it is written. With
