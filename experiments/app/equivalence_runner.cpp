@@ -400,6 +400,7 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
         progress("sampling: context " + g.prompt_id + ", " + sampling_label(s) + ": " + std::to_string(n) + " AR draws");
         const Draws ar = draw_ar(memo, tok, plan, kvt);
         g.ar_seconds = ar.seconds;
+        g.verified_positions_vary = verified_positions_vary(ar, static_cast<int64_t>(std::ceil(me)));
         ExactReference ref;
         if (!eq.eos_and_stop) ref = exact_reference(oracle, s, n, me, options.max_exact_prefixes, m_max >= 2);
         g.exact_prefixes = static_cast<int64_t>(ref.prefixes.size());

@@ -209,6 +209,17 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
                         sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma) +
                         "): every test has 0 degrees of freedom (the target is (nearly) deterministic at the recorded "
                         "positions): it compares nothing; choose a context with an open continuation");
+    } else if (any && c.group >= 0 && static_cast<size_t>(c.group) < r.groups.size() &&
+               !r.groups[static_cast<size_t>(c.group)].verified_positions_vary) {
+      // Degrees of freedom from position 1 alone (the prefill's sample) see no verification.
+      const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
+      r.sampling_pass = false;
+      r.failures.push_back("sampling: tests nothing: cell " + std::to_string(c.index) + " (context " + g.prompt_id + ", " +
+                           sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma) +
+                           "): after the first token every recorded token is (nearly) a function of the tokens before "
+                           "it in the AR draws, so the tests' degrees of freedom come from position 1, the prefill's "
+                           "sample, which no verification touches; choose a context with an open continuation or a "
+                           "higher temperature");
     }
   }
   // A drafter that proposed no tokens in any cell was never verified: the check says nothing of it.

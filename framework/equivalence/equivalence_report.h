@@ -70,6 +70,9 @@ struct SamplingGroup {
   int64_t exact_prefixes = 0;  // |S|
   double exact_covered = 0.0;  // Σ_{S} p1
   double ar_seconds = 0.0;
+  // Some verified position of the AR draws varies given the tokens before it
+  // (verified_positions_vary, min count min_expected): else every cell of the group tests nothing.
+  bool verified_positions_vary = true;
 };
 
 // A control is applicable when it ran, the drafter proposed tokens, and at least one of its tests

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <unordered_map>
 
@@ -328,6 +329,24 @@ ExactReference exact_reference(NextTokenOracle& oracle, const SamplingOptions& s
   }
   ref.has_joint = true;
   return ref;
+}
+
+bool verified_positions_vary(const Draws& draws, int64_t min_count) {
+  const int64_t n = draws.n();
+  for (int j = 1; j < draws.m; ++j) {
+    // prefix (tokens 0..j-1) -> token at j -> count
+    std::map<std::vector<Token>, std::map<Token, int64_t>> next;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto first = draws.tokens.begin() + static_cast<std::ptrdiff_t>(i * draws.m);
+      ++next[std::vector<Token>(first, first + j)][draws.at(i, j)];
+    }
+    for (const auto& [prefix, counts] : next) {
+      int often = 0;
+      for (const auto& [token, count] : counts) often += count >= min_count;
+      if (often >= 2) return true;
+    }
+  }
+  return false;
 }
 
 std::vector<CellTest> compare_with_ar(const Draws& ar, const Draws& subject, const std::string& name,

@@ -167,6 +167,12 @@ struct CellTest {
 std::vector<CellTest> compare_with_ar(const Draws& ar, const Draws& subject, const std::string& name,
                                       const std::vector<int>& joints, const std::vector<int>& marginals, int64_t n,
                                       double min_expected, double delta);
+// Whether some verified position (2 .. m, 1-based) of `draws` varies given the tokens before it:
+// a prefix after which at least two different tokens each appear `min_count` times or more. When
+// none does, every token after the first is (nearly) a function of the first: the degrees of
+// freedom of the tests at positions >= 2 then come from position 1, the prefill's sample, and
+// those tests cannot see verification (a cell that tests nothing; equivalence_report.h).
+bool verified_positions_vary(const Draws& draws, int64_t min_count);
 // One-sample tests of the first n draws against the exact distributions: position 1 always, the
 // joint of positions 1-2 when ref.has_joint and the draws have m >= 2.
 std::vector<CellTest> compare_with_exact(const Draws& subject, const ExactReference& ref, const std::string& name,

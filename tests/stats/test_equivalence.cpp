@@ -985,6 +985,49 @@ TEST_CASE("verdict: a control that ran in no cell fails when listed, is noted wh
   CHECK_THAT(r.failures[0], Contains("no negative control could run in any cell"));
 }
 
+// A cell whose verified positions are each a function of the first token tests nothing there:
+// its tests' degrees of freedom all come from position 1, the prefill's sample (the audit's
+// "One day, a little" at T 0.2, top_p 0.9: joint-2, marginal-2 and joint-1 gave one X2 of dof 1).
+TEST_CASE("verdict: degrees of freedom from position 1 alone do not make a cell tested", "[equivalence][verdict]") {
+  Draws d;
+  d.m = 3;
+  auto add = [&](std::vector<Token> t, int times) {
+    for (int i = 0; i < times; ++i) d.tokens.insert(d.tokens.end(), t.begin(), t.end());
+  };
+  add({1, 10, 20}, 50);  // position 2 and 3 follow from position 1
+  add({2, 11, 21}, 50);
+  CHECK_FALSE(verified_positions_vary(d, 5));
+  add({2, 12, 21}, 4);   // another token after 2, but too rare to count
+  CHECK_FALSE(verified_positions_vary(d, 5));
+  add({2, 12, 21}, 1);   // now 5 times: position 2 varies given the prefix [2]
+  CHECK(verified_positions_vary(d, 5));
+  Draws e;
+  e.m = 3;
+  for (int i = 0; i < 40; ++i) e.tokens.insert(e.tokens.end(), {7, 8, static_cast<Token>(30 + i % 2)});
+  CHECK(verified_positions_vary(e, 5));  // position 3 varies after the prefix [7, 8]
+
+  EquivalenceReport r;
+  r.alpha = 0.001;
+  r.groups.resize(1);
+  r.cells.resize(1);
+  r.cells[0].acceptance_rate = 0.5;
+  TestRow t;
+  t.cell = 0;
+  t.test.subject = "speculative";
+  t.test.test = "joint";
+  t.test.m = 2;
+  t.test.stats.p_value = 0.5;
+  t.test.stats.dof = 1;
+  r.tests = {t};
+  finalize_sampling_verdict(r);
+  CHECK(r.sampling_pass);
+  r.groups[0].verified_positions_vary = false;
+  finalize_sampling_verdict(r);
+  CHECK_FALSE(r.sampling_pass);
+  REQUIRE(r.failures.size() == 1);
+  CHECK_THAT(r.failures[0], Contains("tests nothing") && Contains("position 1, the prefill's sample"));
+}
+
 TEST_CASE("verdict: a verifier check that was asked for and ran no cell fails", "[equivalence][verdict]") {
   EquivalenceReport r;
   r.alpha = 0.001;
