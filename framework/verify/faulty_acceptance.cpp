@@ -28,12 +28,20 @@ std::vector<double> normalised(const std::vector<float>& v, const char* field) {
   return out;
 }
 
-// The generator as verify_rejection left it before drawing the recovered token of `v` (a
-// rejection): `start` replayed over the n_accepted + 1 accept/reject draws.
-Rng replay_to_recovered(const std::array<uint64_t, 4>& start, const Verdict& v) {
+// verify_rejection on the same draws, with only the recovered token of a rejection replaced:
+// `draw(i, rng)` returns it for rejected row i, from the generator as verify_rejection left it
+// before its recovered-token draw (the n_accepted + 1 accept/reject draws replayed).
+template <class Draw>
+Verdict with_recovered_token(const TokenList& draft, const std::vector<std::vector<float>>& target_probs,
+                             const std::vector<std::vector<float>>& draft_probs, Rng& rng, Draw draw) {
+  const std::array<uint64_t, 4> start = rng.state();
+  Verdict v = verify_rejection(draft, target_probs, draft_probs, rng);
+  if (v.bonus) return v;
   Rng replay(start);
   for (int32_t i = 0; i <= v.n_accepted; ++i) replay.uniform();
-  return replay;
+  v.next_token = draw(static_cast<size_t>(v.n_accepted), replay);
+  rng = replay;
+  return v;
 }
 
 }  // namespace
@@ -60,13 +68,8 @@ Verdict verify_replacement_from_p(const TokenList& draft,
   // The real rule handed q = p at the rejected row draws its recovered token from p (the
   // documented fallback when the residual is all zero); so re-run the real rule on the same
   // draws, and replace only the recovered token.
-  const std::array<uint64_t, 4> start = rng.state();
-  Verdict v = verify_rejection(draft, target_probs, draft_probs, rng);
-  if (v.bonus) return v;
-  Rng replay = replay_to_recovered(start, v);
-  v.next_token = sample(target_probs[static_cast<size_t>(v.n_accepted)], replay);
-  rng = replay;
-  return v;
+  return with_recovered_token(draft, target_probs, draft_probs, rng,
+                              [&](size_t i, Rng& r) { return sample(target_probs[i], r); });
 }
 
 Verdict verify_bonus_from_previous_row(const TokenList& draft,
@@ -85,30 +88,21 @@ Verdict verify_bonus_from_previous_row(const TokenList& draft,
 Verdict verify_residual_unnormalised(const TokenList& draft,
                                      const std::vector<std::vector<float>>& target_probs,
                                      const std::vector<std::vector<float>>& draft_probs, Rng& rng) {
-  const std::array<uint64_t, 4> start = rng.state();
-  Verdict v = verify_rejection(draft, target_probs, draft_probs, rng);
-  if (v.bonus) return v;
-  Rng replay = replay_to_recovered(start, v);
-  const size_t i = static_cast<size_t>(v.n_accepted);
-  const std::vector<float>& p = target_probs[i];
-  const double u = replay.uniform();
-  double cum = 0.0;
-  int64_t last = -1;
-  v.next_token = -1;
-  for (size_t y = 0; y < p.size(); ++y) {
-    const double q = draft_probs.empty() ? (static_cast<Token>(y) == draft[i] ? 1.0 : 0.0) : draft_probs[i][y];
-    const double r = std::max(0.0, static_cast<double>(p[y]) - q);
-    if (!(r > 0.0)) continue;
-    last = static_cast<int64_t>(y);
-    cum += r;  // not divided by the residual's sum: the bug
-    if (u < cum) {
-      v.next_token = static_cast<Token>(y);
-      break;
+  return with_recovered_token(draft, target_probs, draft_probs, rng, [&](size_t i, Rng& r) {
+    const std::vector<float>& p = target_probs[i];
+    const double u = r.uniform();
+    double cum = 0.0;
+    int64_t last = -1;
+    for (size_t y = 0; y < p.size(); ++y) {
+      const double q = draft_probs.empty() ? (static_cast<Token>(y) == draft[i] ? 1.0 : 0.0) : draft_probs[i][y];
+      const double res = std::max(0.0, static_cast<double>(p[y]) - q);
+      if (!(res > 0.0)) continue;
+      last = static_cast<int64_t>(y);
+      cum += res;  // not divided by the residual's sum: the bug
+      if (u < cum) return static_cast<Token>(y);
     }
-  }
-  if (v.next_token < 0) v.next_token = last >= 0 ? static_cast<Token>(last) : sample(p, replay);
-  rng = replay;
-  return v;
+    return last >= 0 ? static_cast<Token>(last) : sample(p, r);
+  });
 }
 
 Verdict verify_p_row_off_by_one(const TokenList& draft, const std::vector<std::vector<float>>& target_probs,
