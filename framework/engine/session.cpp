@@ -46,6 +46,7 @@ struct Session::Sequence {
         stop(decoder, req.generation, static_cast<int64_t>(req.prompt.size()), context),
         rng(r.sampling.seed),
         draft_rng(Rng::stream(r.sampling.seed, 1)),
+        draft_rng_at_propose(draft_rng),
         policy(req.method.options),
         tokens(r.prompt) {
     res.prompt = r.prompt;
@@ -64,6 +65,7 @@ struct Session::Sequence {
   StopCriteria stop;
   Rng rng;        // the verifier's stream (AR's)
   Rng draft_rng;  // the drafter's stream
+  Rng draft_rng_at_propose;  // draft_rng as the last proposal began (VerifyInputs::draft_rng_at_propose)
   DraftLengthPolicy policy;
   TokenList tokens;  // prompt + every emitted token; back() is pending (emitted, not yet fed)
   GenerationResult res;
@@ -179,6 +181,7 @@ DraftBlock Session::propose(Sequence& s) {
   const int64_t room =
       std::min<int64_t>(s.req.generation.max_new_tokens - s.stop.n_generated(), c.max_position_embeddings - n - 1) - 1;
   const int max_k = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(s.policy.next(), room)));
+  s.draft_rng_at_propose = s.draft_rng;
   if (!drafter || max_k == 0) return {};
   DraftContext ctx;
   ctx.seq = s.id();
@@ -238,6 +241,7 @@ Verdict Session::verify(Sequence& s, const DraftBlock& d, const at::Tensor& logi
   in.p = &p;
   in.sampling = &sampling;
   in.rng = &s.rng;
+  in.draft_rng_at_propose = &s.draft_rng_at_propose;
   const Verdict v = rule_.verify ? rule_.verify(in) : lossless_acceptance(in);
   for (StepObserver* o : observers_) o->on_verified(in, v, record);
   return v;

@@ -25,6 +25,9 @@ struct VerifyInputs {
                                                        // lossless rule (it needs only logits)
   const SamplingOptions* sampling = nullptr;
   Rng* rng = nullptr;                                  // the verifier's stream
+  // The drafter's stream as this step's proposal began (before its draws). Only the shared_draws
+  // negative control reads it; the lossless rule never does.
+  const Rng* draft_rng_at_propose = nullptr;
 };
 
 struct AcceptanceRule {

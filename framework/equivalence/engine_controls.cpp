@@ -21,6 +21,8 @@ std::string engine_control_skip_reason(const std::string& name, const SamplingOp
            "(the verifier refuses q = 0 for a drafted token)";
   if (name == "q_drawn_top_k" && s.top_k <= 0) return "top_k = 0: the drafter draws from the full q";
   if (drafter_side && !model_drafter) return "the drafter supplies no draft logits (a deterministic drafter: no q to misreport)";
+  if (name == "shared_draws" && !model_drafter)
+    return "the drafter draws nothing (a deterministic drafter: no draws to share)";
   if (name == "bonus_from_row_k-1" && gamma + 2 > m_max)
     return "the bonus of a full first block is position gamma + 2 = " + std::to_string(gamma + 2) +
            ", beyond the recorded positions (max " + std::to_string(m_max) + ")";
@@ -40,6 +42,8 @@ EngineControl make_engine_control(const std::string& name) {
     c.rule = residual_unnormalised_rule();
   } else if (name == "p_row_off_by_one") {
     c.rule = p_row_off_by_one_rule();
+  } else if (name == "shared_draws") {
+    c.rule = shared_draws_rule();
   } else if (name == "top_p_on_p_only" || name == "q_at_temperature_1" || name == "q_drawn_top_k") {
     c.divergence = std::make_shared<QDivergence>();
     c.rule = name == "top_p_on_p_only"      ? top_p_on_p_only_rule(c.divergence)

@@ -11,7 +11,8 @@
 //   q_at_temperature_1   q drawn at T, verification handed q at temperature 1 (HF transformers #32867);
 //   q_drawn_top_k        q drawn from the run's top-k, verification handed the full q;
 //   residual_unnormalised the recovered token drawn from max(0, p − q) without normalising it;
-//   p_row_off_by_one     draft token i judged against row i + 1 of p (misaligned logit rows).
+//   p_row_off_by_one     draft token i judged against row i + 1 of p (misaligned logit rows);
+//   shared_draws         the verifier's uniforms are the drafter's (two streams seeded alike per step).
 // top_p_on_p_only, q_at_temperature_1 and q_drawn_top_k are drafter-side: they need the draft's raw
 // logits, i.e. a model drafter (behind prompt_lookup_first / retrieval_first: the wrapped one; the
 // sources' blocks, which carry no logits, are verified losslessly). A drafter-side control whose drawn and reported q differ by a mean
@@ -40,7 +41,8 @@ std::string engine_control_list();
 //                   temperature 1 with top_p < 1, q_at_temperature_1 reports a smaller nucleus
 //                   than the one drawn from, so a drawn token may have q = 0 there, which the
 //                   verifier refuses (as verifier_controls() marks it);
-//   model_drafter   the drafter supplies raw draft logits (the drafter-side controls need them);
+//   model_drafter   the drafter supplies raw draft logits (the drafter-side controls need them;
+//                   shared_draws needs a drafter that samples, which such a drafter is);
 //   gamma, m_max    bonus_from_row_k-1 is seen only when the bonus of a full first block,
 //                   position gamma + 2, is among the recorded positions 1..m_max.
 std::string engine_control_skip_reason(const std::string& name, const SamplingOptions& sampling, bool model_drafter,

@@ -117,7 +117,7 @@ struct TestRow {
   int64_t group = 0;
   int64_t cell = -1;             // -1 for the AR engine's exact tests (per group)
   CellTest test;
-  bool in_family = false;        // lossless engines: part of the Holm family
+  bool in_family = false;        // part of the Holm family: every lossless test (ar, speculative)
   double holm_p = 1.0;           // Holm-adjusted p (family members), else the raw p-value
   bool reject = false;           // holm_p < alpha (family) or p · tests < control_alpha (controls)
 };

@@ -166,6 +166,17 @@ AcceptanceRule residual_unnormalised_rule() {
           true};
 }
 
+AcceptanceRule shared_draws_rule() {
+  return {[](const VerifyInputs& in) {
+            SPECLAB_CHECK(in.draft_rng_at_propose != nullptr, "shared_draws: the engine passes the drafter's stream");
+            Rng shared = *in.draft_rng_at_propose;
+            VerifyInputs same = in;
+            same.rng = &shared;
+            return lossless_acceptance(same);
+          },
+          false};
+}
+
 AcceptanceRule p_row_off_by_one_rule() {
   return {[](const VerifyInputs& in) {
             return faulty::verify_p_row_off_by_one(in.draft->tokens, *in.p, in.draft->probs, *in.rng);

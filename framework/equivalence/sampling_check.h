@@ -68,7 +68,16 @@ AcceptanceRule top_p_on_p_only_rule(std::shared_ptr<QDivergence> divergence = {}
 //                                sampler truncates but reports the full distribution; reporting a
 //                                truncated, unnormalised q instead is refused by the host's q
 //                                validation, framework/draft/draft_block_check.h).
-// The last two need DraftBlock::logits and throw as top_p_on_p_only_rule does.
+//   shared_draws_rule:           the verifier's uniforms are the drafter's: each step the real
+//                                rule draws from a copy of the drafter's stream as the step's
+//                                proposal began (VerifyInputs::draft_rng_at_propose), so the
+//                                uniform that tests draft token i is the one that drew it. The
+//                                bug of two generators seeded alike per step (from the seed and
+//                                the position, say, or one Philox offset). Needs a drafter that
+//                                draws; with one that does not, the verifier replays the same
+//                                uniforms at every step, a bug too, but not this one.
+// q_at_temperature_1_rule and q_drawn_top_k_rule need DraftBlock::logits and throw as
+// top_p_on_p_only_rule does.
 // The drafter-side rules (top_p_on_p_only, q_at_temperature_1, q_drawn_top_k) add, when given a
 // QDivergence, the TV distance between the q each draft token was drawn from and the q handed to
 // the verifier, per draft row: how large the planted bug is on the rows the engine visited.
@@ -76,6 +85,7 @@ AcceptanceRule replacement_from_p_rule();
 AcceptanceRule bonus_from_previous_row_rule();
 AcceptanceRule residual_unnormalised_rule();
 AcceptanceRule p_row_off_by_one_rule();
+AcceptanceRule shared_draws_rule();
 AcceptanceRule q_at_temperature_1_rule(std::shared_ptr<QDivergence> divergence = {});
 AcceptanceRule q_drawn_top_k_rule(std::shared_ptr<QDivergence> divergence = {});
 

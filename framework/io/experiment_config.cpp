@@ -114,7 +114,7 @@ void OutputOptions::validate() const {
 const std::vector<std::string>& EquivalenceOptions::control_names() {
   static const std::vector<std::string> names = {"always_accept",         "top_p_on_p_only",    "replacement_from_p",
                                                  "bonus_from_row_k-1",    "q_at_temperature_1", "q_drawn_top_k",
-                                                 "residual_unnormalised", "p_row_off_by_one"};
+                                                 "residual_unnormalised", "p_row_off_by_one",      "shared_draws"};
   return names;
 }
 

@@ -164,6 +164,7 @@ TEST_CASE("engine negative controls: every realistic bug is caught through the r
       {"always_accept", always_accept_rule()},
       {"residual_unnormalised", residual_unnormalised_rule()},
       {"p_row_off_by_one", p_row_off_by_one_rule()},
+      {"shared_draws", shared_draws_rule()},
   };
   uint64_t stream = 10;
   for (const auto& [name, rule] : controls) {
@@ -210,6 +211,9 @@ TEST_CASE("engine controls: the cells where a control cannot run are named, and 
   s.temperature = 0.7;
   s.top_p = 0.9;
   CHECK(engine_control_skip_reason("q_at_temperature_1", s, true, 2, 5).empty());
+  // Shared draws need a drafter that draws: a deterministic one has none to share.
+  CHECK_THAT(engine_control_skip_reason("shared_draws", s, false, 2, 5), Catch::Matchers::Contains("draws nothing"));
+  CHECK(engine_control_skip_reason("shared_draws", s, true, 2, 5).empty());
 
   // A block without logits (a prompt-lookup source's) under a drafter-side rule: verified as the
   // lossless rule does, with the same draws (it threw "needs the draft's raw logits" before).

@@ -620,7 +620,7 @@ TEST_CASE("sampling on stories260K at N = 20000: the lossless engine passes and 
     int lossless = 0, speculative = 0;
     for (const TestRow& t : r.tests) {
       if (t.test.subject != "ar" && t.test.subject != "speculative") continue;
-      CHECK(t.in_family == (t.test.m >= 2));  // position 1 is a family of its own
+      CHECK(t.in_family);  // one Holm family, position 1 included
       ++lossless;
       speculative += t.test.subject == "speculative";
       INFO(t.test.subject << " " << t.test.test << " m=" << t.test.m << ": X2 " << t.test.stats.statistic << ", dof "
@@ -634,7 +634,7 @@ TEST_CASE("sampling on stories260K at N = 20000: the lossless engine passes and 
     // speculative: joint m=1, joint m=2, marginal 2, exact 1, exact 2; ar: exact 1, exact 2.
     CHECK(speculative == 5);
     CHECK(lossless == 7);
-    CHECK(r.family_size == 4);  // m >= 2 only: joint 2, marginal 2, exact 2 (speculative, AR); m = 1 apart
+    CHECK(r.family_size == 7);  // every lossless test, position 1 included (a second family gave up to 2 alpha)
     CHECK(r.sampling_pass);
     // Negative controls: rejected by the same tests at the same N, p < 1e-6 after Bonferroni.
     REQUIRE(c.controls.size() == (cell.top_p < 1.0 ? 2u : 1u));
@@ -747,12 +747,12 @@ TEST_CASE("realistic controls through speclab check: each is caught, the lossles
   INFO(format_equivalence_report(r));
   REQUIRE(r.cells.size() == 1);
   const SamplingCell& c = r.cells[0];
-  REQUIRE(c.controls.size() == 7);
+  REQUIRE(c.controls.size() == 8);
   CHECK(r.sampling_pass);
   CHECK(c.detectable_tv > 0.0);
   CHECK(c.detectable_tv < 0.1);
   for (const char* name : {"always_accept", "replacement_from_p", "bonus_from_row_k-1", "q_at_temperature_1",
-                           "residual_unnormalised", "p_row_off_by_one"}) {
+                           "residual_unnormalised", "p_row_off_by_one", "shared_draws"}) {
     INFO(name);
     const ControlOutcome& o = *c.control(name);
     CHECK(o.applicable);
@@ -883,7 +883,8 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
   finalize_sampling_verdict(r);
   CHECK(r.failures.empty());
   CHECK(r.sampling_pass);
-  // Position-1 tests (m = 1: the prefill sample) are a Holm family of their own, outside the main one.
+  // Position-1 tests (m = 1: the prefill sample) are in the one Holm family, so that the check's
+  // family-wise error rate is alpha (a family of their own at alpha gave up to 2 alpha).
   {
     EquivalenceReport q = r;
     TestRow p1 = row("speculative", 0.004, 0);
@@ -891,10 +892,12 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
     p1.test.stats.dof = 2;
     q.tests.push_back(p1);
     finalize_sampling_verdict(q);
-    CHECK(q.family_size == 3);
-    CHECK_FALSE(q.tests.back().in_family);
-    CHECK(q.tests.back().holm_p == Approx(0.004));  // alone in its family
-    CHECK(q.tests[0].holm_p == Approx(0.012));      // the main family is not diluted
+    CHECK(q.family_size == 4);
+    CHECK(q.tests.back().in_family);
+    CHECK(q.tests.back().holm_p == Approx(0.016));  // 4 x 0.004: the smallest of 4
+    CHECK(q.tests[0].holm_p == Approx(0.016));      // max(4 x 0.004, 3 x 0.004)
+    // At alpha 0.015 neither family alone would reject with its own Holm (0.004 alone: 0.004;
+    // 0.004 among 3: 0.012), the one family of 4 does not either: the rate is alpha, not 2 alpha.
   }
   // A drafter that proposed no tokens in any draw of any cell (acceptance NaN) verified nothing:
   // a failure. One cell without drafts beside cells with drafts is a note.
