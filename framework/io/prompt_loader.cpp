@@ -118,7 +118,8 @@ std::string json_field(const nlohmann::json& j, const std::string& field, const 
 
 // The prompts of one JSONL file, read with `src`'s keys (a PromptSource, or the section's own
 // keys for prompts.files).
-void read_jsonl(const std::string& base, const PromptSource& src, std::vector<Prompt>& out) {
+void read_jsonl(const std::string& base, const PromptSource& src, std::vector<Prompt>& out,
+                std::vector<std::pair<std::string, std::string>>& where_out) {
   const std::string path = config::resolve_path(base, src.file);
   const std::string text = read_prompt_file(path);
   std::map<std::string, int64_t> kept;  // per category
@@ -157,6 +158,7 @@ void read_jsonl(const std::string& base, const PromptSource& src, std::vector<Pr
       continue;
     if (src.per_category > 0 && kept[p.category]++ >= src.per_category) continue;
     out.push_back(std::move(p));
+    where_out.emplace_back(where, src.id_field.empty() ? "id" : src.id_field);
   }
 }
 
@@ -166,15 +168,16 @@ std::vector<Prompt> load_prompts(const ExperimentConfig& config) {
   const PromptsOptions& po = config.prompts;
   const std::string base = config.source_path.empty() ? std::string(".") : config::dirname_of(config.source_path);
   std::vector<Prompt> out;
+  std::vector<std::pair<std::string, std::string>> where;  // per prompt: (file:line or config, field)
   for (const std::string& file : po.files) {
     PromptSource src;
     src.file = file;
     src.field = po.field;
     src.category_field = po.category_field;
     src.id_field = po.id_field;
-    read_jsonl(base, src, out);
+    read_jsonl(base, src, out, where);
   }
-  for (const PromptSource& src : po.sources) read_jsonl(base, src, out);
+  for (const PromptSource& src : po.sources) read_jsonl(base, src, out, where);
   for (size_t i = 0; i < po.inline_prompts.size(); ++i) {
     const InlinePrompt& ip = po.inline_prompts[i];
     Prompt p;
@@ -182,8 +185,27 @@ std::vector<Prompt> load_prompts(const ExperimentConfig& config) {
     p.category = ip.category;
     p.id = ip.id.empty() ? "inline:" + std::to_string(i + 1) : ip.id;
     out.push_back(std::move(p));
+    where.emplace_back(config.source_path, "prompts.inline[" + std::to_string(i) + "].id");
   }
   if (po.limit > 0 && out.size() > static_cast<size_t>(po.limit)) out.resize(static_cast<size_t>(po.limit));
+  // An id names one prompt: /runs refers to prompts by id, so two different prompts under one id
+  // (two files of the same name, or an id_field that repeats) would be mixed up in every analysis.
+  // The same prompt listed twice is allowed.
+  std::map<std::string, size_t> first;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const auto [it, fresh] = first.emplace(out[i].id, i);
+    if (fresh) continue;
+    const Prompt& a = out[it->second];
+    if (a.text == out[i].text && a.category == out[i].category) continue;
+    throw Error(ErrorKind::kBadInput,
+                "expected each prompt id to name one prompt, found id " + squote(out[i].id) + " for two different " +
+                    (a.text == out[i].text ? "categories" : "texts") + " (the first at " + where[it->second].first +
+                    (where[it->second].first == config.source_path ? " " + where[it->second].second : std::string()) +
+                    ")" +
+                    (where[i].first == config.source_path ? "; give each inline prompt its own id"
+                                                          : "; give the files distinct names or set prompts.id_field to a unique key"),
+                where[i].first, where[i].second);
+  }
   if (out.empty()) {
     std::vector<std::string> names = po.files;
     for (const PromptSource& src : po.sources) names.push_back(src.file);

@@ -746,6 +746,31 @@ TEST_CASE("load_prompts: JSONL, .jsonl.gz, dotted fields, limit after concatenat
   }
 }
 
+TEST_CASE("load_prompts: an id names one prompt (the same prompt twice is kept)", "[config]") {
+  const std::string dir = tmp_dir();
+  ::mkdir((dir + "/sub").c_str(), 0755);
+  ::mkdir((dir + "/same").c_str(), 0755);
+  write_file(dir + "/a.jsonl", "{\"q\": \"first\"}\n");
+  write_file(dir + "/sub/a.jsonl", "{\"q\": \"second\"}\n");
+  write_file(dir + "/same/a.jsonl", "{\"q\": \"first\"}\n");
+  const std::string head = "models: {target: {path: stories260K}}\nprompts:\n  field: q\n";
+  // Two files of one name: both default ids are a.jsonl:1.
+  ExperimentConfig c = parse_experiment_config(head + "  files: [a.jsonl, sub/a.jsonl]\n", dir + "/p.yaml");
+  CHECK_THROWS_WITH(load_prompts(c), Contains("sub/a.jsonl:1: id:") && Contains("found id 'a.jsonl:1' for two different texts") &&
+                                         Contains("a.jsonl:1); give the files distinct names"));
+  // The same text under the same id is the same prompt.
+  c = parse_experiment_config(head + "  files: [a.jsonl, same/a.jsonl]\n", dir + "/p.yaml");
+  CHECK(load_prompts(c).size() == 2);
+  // Inline: the same id, another category.
+  c = parse_experiment_config(head + "  inline: [{id: x, text: t, category: a}, {id: x, text: t, category: b}]\n",
+                              dir + "/p.yaml");
+  CHECK_THROWS_WITH(load_prompts(c), Contains("prompts.inline[1].id") && Contains("two different categories") &&
+                                         Contains("give each inline prompt its own id"));
+  // Limit first: a duplicate cut off by the limit is not read.
+  c = parse_experiment_config(head + "  files: [a.jsonl, sub/a.jsonl]\n  limit: 1\n", dir + "/p.yaml");
+  CHECK(load_prompts(c).size() == 1);
+}
+
 TEST_CASE("prompts.sources: per-file keys, a category filter and a per-category cap", "[config]") {
   const std::string dir = tmp_dir();
   write_file(dir + "/s1.jsonl", "{\"p\": \"a1\"}\n{\"p\": \"a2\"}\n{\"p\": \"a3\"}\n");
