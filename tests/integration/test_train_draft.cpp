@@ -1570,6 +1570,43 @@ TEST_CASE("speclab check on eagle, medusa and the distilled draft: the analytic 
   CHECK(r.verifier[0].verdict.tested > 0);
   for (const VerifierControlRow& ctl : r.verifier_controls) CHECK(ctl.draft == arch);
   CHECK(r.pass());
+
+  // The sampling check through the engine over a whole first block (positions 2..4 at gamma 2:
+  // both drafts and the bonus), where the later draft rows come from the draft's own state (the
+  // head's predicted features, the heads beyond the first, the draft model's own KV); the
+  // verifier check [2b] above sees only the first draft row. The lossless engine must pass, and
+  // controls that misreport every row's q or share the drafter's draws must be caught.
+  c.prompts.inline_prompts.resize(1);
+  EquivalenceOptions s;
+  s.greedy = false;
+  s.analytic = false;
+  s.verifier = false;
+  s.sampling = true;
+  s.samples = 4000;
+  s.positions = {2, 3, 4};
+  s.temperatures = {0.7};
+  s.top_ps = {1.0};
+  s.top_ks = {5};
+  s.gammas = {2};
+  s.contexts = 1;
+  s.controls = {"always_accept", "shared_draws", "q_at_temperature_1"};
+  c.equivalence = s;
+  const EquivalenceReport e = run_equivalence(c);
+  INFO(format_equivalence_report(e));
+  REQUIRE(e.cells.size() == 1);
+  CHECK(e.cells[0].acceptance_rate > 0.05);
+  CHECK(e.sampling_pass);
+  for (const ControlOutcome& o : e.cells[0].controls) {
+    INFO(o.name);
+    CHECK(o.ran);
+    WARN(arch << " through the engine, positions 2..4: " << o.name << " "
+              << (o.caught ? "caught at N = " + std::to_string(o.power_n) : "missed, min p " + std::to_string(o.min_p)));
+  }
+  CHECK(e.cells[0].control("always_accept")->caught);
+  CHECK(e.cells[0].control("shared_draws")->caught);
+  // q at temperature 1 on every row: caught at N = 2000 for medusa and the draft model (2026-12-05,
+  // Zen 4); this 60-step eagle head's rows give p = 0.003 at N = 4000 (q TV 0.10), not caught.
+  if (arch != "eagle") CHECK(e.cells[0].control("q_at_temperature_1")->caught);
 }
 
 // Medusa heads (Cai et al. 2024) through the same pipeline: trained on the same teacher-forced
