@@ -281,7 +281,7 @@ def compute_summary(exp: Experiment) -> dict:
                 ci_accepted = ci_examined = 0  # independent runs only (alpha's interval, positions)
                 by_k: dict[int, int] = {}
                 draft_time = ar_decode = spec_wall = ar_wall = 0.0
-                ar_fw = 0
+                ar_fw = spec_tok = ar_tok = 0
                 pos_t: list[int] = []
                 pos_h: list[int] = []
                 checked = failed = 0
@@ -319,10 +319,13 @@ def compute_summary(exp: Experiment) -> dict:
                         ar_wall += float(runs["wall_seconds"][a]) - float(runs["prefill_seconds"][a])
                         ar_decode += float(runs["decode_seconds"][a])
                         ar_fw += max(0, int(runs["target_forwards"][a]) - 1)
+                        spec_tok += max(0, int(runs["n_generated"][i]) - 1)
+                        ar_tok += max(0, int(runs["n_generated"][a]) - 1)
                 gamma = int(runs["gamma"][sub[0]])
                 alpha = wilson(ci_accepted, ci_examined)
                 c = _ratio(_ratio(draft_time, drafted), _ratio(ar_decode, ar_fw))
-                speedup = _ratio(ar_wall, spec_wall)
+                # per decoded token on both sides (sampled pairs stop at different lengths)
+                speedup = _ratio(_ratio(ar_wall, ar_tok), _ratio(spec_wall, spec_tok))
                 tau_l, cost_l = leviathan_mixture(alpha[0], by_k, c)
                 predicted = _ratio(tau_l, cost_l) if by_k else leviathan_speedup(alpha[0], gamma, c)
                 row = dict(point=point, category=category or "", method=method, drafter=runs["drafter"][sub[0]],

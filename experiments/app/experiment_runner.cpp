@@ -197,7 +197,9 @@ void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, 
   SpecResult s = run_to_end(session);
   rec.wall_seconds = since(t0);
   rec.n_prompt_tokens = static_cast<int64_t>(ids.size());
-  rec.greedy = cfg.sampling.greedy() ? 1 : 0;
+  // Deterministic decoding (temperature 0, or top_k 1): repeats are the same trials again, and
+  // the speculative tokens must equal AR's (the lossless check below).
+  rec.greedy = cfg.sampling.deterministic() ? 1 : 0;
   // Prompt processing of both models (the draft model's prefill runs in the drafter's begin()).
   rec.prefill_seconds = s.prefill_seconds + s.draft_prefill_seconds;
   rec.decode_seconds = s.decode_seconds;

@@ -166,7 +166,11 @@ struct SummaryBuilder::Acc {
     out.draft_seconds_per_token = ratio(draft_total, static_cast<double>(m.drafted));
     out.ar_seconds_per_token = ratio(ar_decode, static_cast<double>(ar_decode_forwards));
     out.cost_ratio = ratio(out.draft_seconds_per_token, out.ar_seconds_per_token);
-    out.speedup = ratio(m.ar_wall_seconds, m.spec_wall_seconds);
+    // Per decoded token on both sides: under sampling the two runs of a pair stop (at EOS) at
+    // different lengths, and a ratio of total times would count the difference as speed. NaN
+    // when either side decoded nothing after the prefill's token (a ratio of timer overheads).
+    out.speedup = ratio(ratio(m.ar_wall_seconds, static_cast<double>(m.ar_decode_tokens)),
+                        ratio(m.spec_wall_seconds, static_cast<double>(m.spec_decode_tokens)));
     out.lossless = m.lossless_checked == 0 ? -1 : (m.lossless_failed == 0 ? 1 : 0);
     add_prediction(out, steps_by_drafted);
     return out;
@@ -177,11 +181,14 @@ SummaryBuilder::SummaryBuilder(std::vector<std::string> methods) : methods_(std:
 
 SummaryBuilder::~SummaryBuilder() = default;
 
-void SummaryBuilder::pair(const std::vector<Acc*>& accs, double spec_decode_wall, const ArRun& ar) {
+void SummaryBuilder::pair(const std::vector<Acc*>& accs, double spec_decode_wall, int64_t spec_decode_tokens,
+                          const ArRun& ar) {
   // Decode phase: prompt processing (the target's prefill, a draft model's prefill) excluded.
   for (Acc* a : accs) {
     a->m.spec_wall_seconds += spec_decode_wall;
     a->m.ar_wall_seconds += ar.decode_wall;
+    a->m.spec_decode_tokens += spec_decode_tokens;
+    a->m.ar_decode_tokens += ar.decode_tokens;
     a->ar_decode += ar.decode_seconds;
     a->ar_decode_forwards += ar.forwards;
   }
@@ -197,9 +204,10 @@ void SummaryBuilder::add(const RunRecord& r) {
     ar.decode_wall = r.wall_seconds - r.prefill_seconds;
     ar.decode_seconds = r.decode_seconds;
     ar.forwards = std::max<int64_t>(0, r.target_forwards - 1);
+    ar.decode_tokens = std::max<int64_t>(0, r.n_generated - 1);
     auto it = pending_.find(g);
     if (it != pending_.end()) {
-      for (const Pending& p : it->second) pair(p.accs, p.decode_wall, ar);
+      for (const Pending& p : it->second) pair(p.accs, p.decode_wall, p.decode_tokens, ar);
       pending_.erase(it);
     }
     return;
@@ -213,11 +221,12 @@ void SummaryBuilder::add(const RunRecord& r) {
     accs.push_back(a.get());
   }
   const double decode_wall = r.wall_seconds - r.prefill_seconds;
+  const int64_t decode_tokens = std::max<int64_t>(0, r.n_generated - 1);
   auto ar = ar_.find(g);
   if (ar != ar_.end())
-    pair(accs, decode_wall, ar->second);
+    pair(accs, decode_wall, decode_tokens, ar->second);
   else
-    pending_[g].push_back({accs, decode_wall});
+    pending_[g].push_back({accs, decode_wall, decode_tokens});
 }
 
 ExperimentSummary SummaryBuilder::finish(const std::vector<PointRecord>& points) const {

@@ -20,9 +20,12 @@
 //             run's last step when EOS or a stop string cut some of them from the output.
 //   c         cost ratio: (draft seconds / drafted tokens) / (seconds per AR decode forward),
 //             the AR time per token being the ar runs' decode_seconds / (target_forwards - 1).
-//   speedup   measured, decode phase: sum of ar (wall - prefill) seconds / sum of speculative
-//             (wall - prefill) seconds over the (prompt, repeat) pairs that both methods
-//             completed. Prefill is prompt processing: the target's forward over the prompt (the
+//   speedup   measured, decode phase, per decoded token: [sum of ar (wall - prefill) seconds /
+//             sum of ar (n_generated - 1)] / [the same sums of the speculative runs], over the
+//             (prompt, repeat) pairs that both methods completed (the first token comes from the
+//             prefill). Per token because sampled pairs stop at EOS at different lengths (equal in
+//             expectation, not per pair; until 2026-12-05 a ratio of total times, which counted
+//             the difference as speed). NaN when either side decoded nothing. Prefill is prompt processing: the target's forward over the prompt (the
 //             same in both methods) and, for a draft model, its own prefill of the prompt in the
 //             drafter's begin() (as llama.cpp's speculative example counts the draft's prompt in
 //             its encode time). It is outside what speculation (and the prediction, a per-token
@@ -62,7 +65,8 @@ Proportion wilson_interval(int64_t successes, int64_t trials, double z = kZ95);
 
 // Whether a run's steps are acceptance trials of their own: every sampled run (each repeat draws
 // from its own seed, derived_seed() in framework/core/rng.h), and repeat 0 of a greedy one (greedy repeats are the same
-// decoding again, there for timing).
+// decoding again, there for timing). RunRecord::greedy is SamplingOptions::deterministic():
+// temperature 0, or top_k 1 (until 2026-12-05 temperature 0 only, and top_k 1 repeats counted).
 inline bool independent_trials(const RunRecord& r) { return !(r.greedy && r.key.repeat > 0); }
 
 // Leviathan et al.'s expected walltime improvement factor for acceptance rate alpha in [0, 1],
@@ -98,6 +102,7 @@ struct MethodSummary {
   double tau = 0.0;
   double draft_seconds_per_token = 0.0, ar_seconds_per_token = 0.0, cost_ratio = 0.0;
   double spec_wall_seconds = 0.0, ar_wall_seconds = 0.0;  // over the matched (prompt, repeat) pairs
+  int64_t spec_decode_tokens = 0, ar_decode_tokens = 0;   // the same pairs' n_generated - 1 (decoded after the prefill's)
   double speedup = 0.0, predicted_speedup = 0.0, efficiency = 0.0;
   // Time breakdown of the speculative runs (sums, seconds).
   double draft_seconds = 0.0, verify_seconds = 0.0, accept_seconds = 0.0, kv_seconds = 0.0, other_seconds = 0.0;
@@ -133,13 +138,15 @@ class SummaryBuilder {
   struct ArRun {
     double decode_wall = 0.0, decode_seconds = 0.0;  // wall - prefill; decode_seconds
     int64_t forwards = 0;                            // target_forwards - 1 (>= 0)
+    int64_t decode_tokens = 0;                       // n_generated - 1 (>= 0)
   };
   struct Pending {  // a speculative run waiting for its ar run
     std::vector<Acc*> accs;
     double decode_wall = 0.0;
+    int64_t decode_tokens = 0;
   };
   using Group = std::tuple<int64_t, int64_t, int64_t>;  // point, prompt, repeat
-  void pair(const std::vector<Acc*>& accs, double spec_decode_wall, const ArRun& ar);
+  void pair(const std::vector<Acc*>& accs, double spec_decode_wall, int64_t spec_decode_tokens, const ArRun& ar);
 
   std::vector<std::string> methods_;
   std::set<int64_t> points_;

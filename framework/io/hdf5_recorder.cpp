@@ -85,6 +85,8 @@ const Schema kSummarySchema = {
     {"cost_ratio", Col::kF64},
     {"spec_wall_seconds", Col::kF64},
     {"ar_wall_seconds", Col::kF64},
+    {"spec_decode_tokens", Col::kI64},
+    {"ar_decode_tokens", Col::kI64},
     {"speedup", Col::kF64},
     {"predicted_speedup", Col::kF64},
     {"efficiency", Col::kF64},
@@ -420,6 +422,8 @@ void append_summary_rows(Table& t, const std::vector<MethodSummary>& rows) {
     r.add_real("cost_ratio", m.cost_ratio);
     r.add_real("spec_wall_seconds", m.spec_wall_seconds);
     r.add_real("ar_wall_seconds", m.ar_wall_seconds);
+    r.add("spec_decode_tokens", m.spec_decode_tokens);
+    r.add("ar_decode_tokens", m.ar_decode_tokens);
     r.add_real("speedup", m.speedup);
     r.add_real("predicted_speedup", m.predicted_speedup);
     r.add_real("efficiency", m.efficiency);

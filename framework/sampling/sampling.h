@@ -33,6 +33,10 @@ struct SamplingOptions {
   uint64_t seed = 0;         // seed of the Rng that the engine creates for a run
 
   bool greedy() const { return temperature == 0.0; }
+  // Every token is a function of the context: greedy, or top_k = 1 (one token kept at every
+  // position, whatever the draws). Such runs decode the same tokens on every repeat, and a
+  // speculative run the AR run's. (A top_p that keeps one token is data-dependent: not counted.)
+  bool deterministic() const { return greedy() || top_k == 1; }
 
   // Throws Error(kConfig, "expected ..., found ...", "sampling", <key>) when temperature is
   // negative, NaN or infinite, top_p is not in (0, 1] (or NaN), or top_k is negative.

@@ -595,6 +595,52 @@ TEST_CASE("speclab run: sampled repeats are independent draws, greedy repeats ar
   fs::remove_all(dir);
 }
 
+// top_k 1 at a temperature above 0 decodes deterministically: its repeats are the same tokens
+// (one trial, as greedy repeats), and a speculative run must equal AR token for token, so it is
+// checked (until 2026-12-05 only temperature 0 was: the interval narrowed with repeats, and the
+// lossless column said "not checked").
+TEST_CASE("speclab run: top_k 1 is deterministic decoding, repeats count once and lossless is checked",
+          "[experiment][repeats]") {
+  const std::string dir = temp_dir(), h5 = dir + "/k1.h5";
+  write_file(dir + "/k.yaml",
+             "models: {target: {path: stories260K}}\n"
+             "drafters: [{name: layer_skip, draft_layers_first: 3}]\n"
+             "generation: {max_new_tokens: 24, ignore_eos: true}\n"
+             "sampling: {seed: 11, temperature: 0.8, top_k: 1}\n"
+             "prompts:\n  chat: off\n  inline: [{id: a, text: \"Once upon a time\"}]\n"
+             "repeats: 3\nwarmup: 0\n"
+             "output: {path: " + h5 + "}\n");
+  const Result r = cli("run '" + dir + "/k.yaml' --no-report", dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const ExperimentData d = read_experiment(h5);
+  int64_t accepted0 = 0, examined0 = 0, spec_runs = 0;
+  std::map<std::string, std::vector<TokenList>> tokens;
+  for (const RunRecord& run : d.runs) {
+    CHECK(run.greedy == 1);
+    tokens[run.key.method].push_back(run.tokens);
+    if (run.key.method != kArMethod) {
+      ++spec_runs;
+      CHECK(run.lossless == 1);
+    }
+    if (run.key.repeat == 0)
+      for (const StepRecord& st : run.steps) accepted0 += st.accepted, examined0 += std::min(st.accepted + 1, st.drafted);
+  }
+  CHECK(spec_runs == 3);
+  for (const auto& [method, per_repeat] : tokens) {
+    REQUIRE(per_repeat.size() == 3);
+    CHECK(per_repeat[0] == per_repeat[1]);
+    CHECK(per_repeat[1] == per_repeat[2]);
+  }
+  H5::H5File f(h5, H5F_ACC_RDONLY);
+  const auto lo = reals(f, "/summary/overall/alpha_lo"), hi = reals(f, "/summary/overall/alpha_hi");
+  REQUIRE(lo.size() == 1);
+  const Proportion want = wilson_interval(accepted0, examined0);  // repeat 0 only
+  CHECK(lo[0] == Approx(want.lo).epsilon(1e-12));
+  CHECK(hi[0] == Approx(want.hi).epsilon(1e-12));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("speclab run --resume compares settings by value and names the ones that differ",
           "[experiment][resume]") {
   const std::string dir = temp_dir(), h5 = dir + "/out.h5";

@@ -108,6 +108,7 @@ RunRecord run(int64_t prompt, const std::string& method, const std::string& cate
   r.key = {0, prompt, method, 0};
   r.category = category;
   r.wall_seconds = wall;
+  r.n_generated = 11;  // 10 decoded after the prefill's token, as the AR runs' 10 decode forwards
   if (method != kArMethod) {
     r.drafter = "prompt_lookup";
     r.gamma = 3;
@@ -198,6 +199,33 @@ TEST_CASE("summarize: acceptance, positions, tau, cost ratio, speedup and catego
   const std::string by_cat = format_summary_table({sum.by_category[1], uncategorised}, d.points);
   CHECK(by_cat.find("(none)") != std::string::npos);
   CHECK(by_cat.find("(all)") == std::string::npos);
+}
+
+TEST_CASE("summarize: the speedup is per decoded token, and NaN when nothing was decoded", "[summary]") {
+  // A sampled pair that stops at different lengths: AR decodes 10 tokens in 2 s (0.2 s each), the
+  // speculative run 4 tokens in 0.5 s (0.125 s each): 1.6x, not the 4x of the total times.
+  ExperimentData d = hand_data();
+  d.runs.resize(3);  // AR 0, AR 1, speculative 0
+  d.runs[2].n_generated = 5;
+  d.runs[2].wall_seconds = 0.5;
+  ExperimentSummary sum = summarize(d);
+  REQUIRE(sum.overall.size() == 1);
+  CHECK(sum.overall[0].speedup == Approx(1.6));
+  CHECK(sum.overall[0].spec_decode_tokens == 4);
+  CHECK(sum.overall[0].ar_decode_tokens == 10);
+  CHECK(sum.overall[0].efficiency == Approx(1.6 / sum.overall[0].predicted_speedup));
+  // Only the prefill's token on the speculative side (max_new_tokens 1, or EOS at once): no decode
+  // phase to compare, so no speedup (it was a ratio of timer overheads, e.g. 1.30x).
+  d.runs[2].n_generated = 1;
+  d.runs[2].steps.clear();
+  sum = summarize(d);
+  CHECK(std::isnan(sum.overall[0].speedup));
+  // Nor on the AR side.
+  d = hand_data();
+  d.runs.resize(3);
+  d.runs[0].n_generated = 1;
+  d.runs[0].target_forwards = 1;
+  CHECK(std::isnan(summarize(d).overall[0].speedup));
 }
 
 TEST_CASE("summarize: a run without its AR partner gives no speedup", "[summary]") {
