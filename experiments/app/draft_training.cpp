@@ -26,6 +26,7 @@
 #include "experiments/app/evaluation_sets.h"
 #include "experiments/app/experiment_runner.h"
 #include "framework/core/error.h"
+#include "framework/core/fnv.h"
 #include "framework/core/token_tensor.h"
 #include "framework/draft/drafter_options.h"
 #include "framework/engine/ar_decode.h"
@@ -50,22 +51,7 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-struct Fnv {
-  uint64_t h = 1469598103934665603ull;
-  void add(const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  }
-  void add(const std::string& s) {
-    add(s.data(), s.size());
-    add("\0", 1);
-  }
-  std::string hex() const {
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-    return buf;
-  }
-};
+using Fnv = Fnv64;
 
 at::Tensor to_tensor(const HostTensor& t) {
   return at::tensor(t.data, at::kFloat).view(t.shape).clone();
@@ -514,7 +500,11 @@ bool is_trained_draft_file(const std::string& path) {
 }
 
 std::string default_draft_path(const LoadedModel& target, const std::string& architecture) {
-  const std::string file = fs::path(target.source).stem().string() + "." + architecture + ".safetensors";
+  return default_draft_path(target.source, architecture);
+}
+
+std::string default_draft_path(const std::string& target_source, const std::string& architecture) {
+  const std::string file = fs::path(target_source).stem().string() + "." + architecture + ".safetensors";
   const std::string trained = std::string(SPECLAB_SOURCE_DIR) + "/.cache/drafts/" + file;
   const std::string shipped = std::string(SPECLAB_SOURCE_DIR) + "/assets/drafts/" + file;
   return fs::exists(trained) || !fs::exists(shipped) ? trained : shipped;
@@ -707,6 +697,11 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   c10::InferenceMode grad_on(false);
   const auto t_data = Clock::now();
   const bool retrieval = c.architecture == "retrieval";  // no training: the answers cache is its resume
+  if (retrieval && stop_after > 0)
+    throw Error(ErrorKind::kConfig,
+                "expected no --stop-after for a retrieval datastore, found " + std::to_string(stop_after) +
+                    ": it trains no steps (an interrupted data stage continues from its answers cache)",
+                "command line", "--stop-after");
   if (resume && !retrieval && !fs::exists(c.output.checkpoint))
     throw Error(ErrorKind::kIo, "--resume: no checkpoint to resume from", c.output.checkpoint);
   check_train_outputs(c);
@@ -1038,6 +1033,8 @@ std::shared_ptr<const Datastore> load_datastore(const std::string& path, const L
   const int64_t n = static_cast<int64_t>(tokens.data.size()), vocab = target.config.vocab_size;
   if (tokens.shape.size() != 1 || offsets.shape.size() != 1 || offsets.data.size() < 2)
     throw Error(ErrorKind::kBadInput, "expected 1-D tensors tokens [N] and offsets [S + 1], S >= 1", path);
+  if (n == 0)  // it would load and never draft: every run would measure AR with extra steps
+    throw Error(ErrorKind::kBadInput, "expected a datastore of at least one token (tokens [N], N >= 1), found none", path);
   auto id = [](float v) { return std::floor(v) == v && v >= 0.f && v < static_cast<float>(kMaxExactId); };
   for (int64_t i = 0; i < n; ++i)
     if (!id(tokens.data[i]) || static_cast<int64_t>(tokens.data[i]) >= vocab)

@@ -109,5 +109,7 @@ bool is_trained_draft_file(const std::string& path);
 // train-draft write) when it exists, else the draft the repository ships,
 // assets/drafts/<stem>.<architecture>.safetensors, when that exists, else the .cache path.
 std::string default_draft_path(const LoadedModel& target, const std::string& architecture);
+// The same from the target's resolved source path (ModelSource::path, as LoadedModel::source).
+std::string default_draft_path(const std::string& target_source, const std::string& architecture);
 
 }  // namespace speclab

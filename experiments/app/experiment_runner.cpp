@@ -23,8 +23,10 @@
 #include "framework/engine/observers.h"
 #include "framework/engine/spec_decode.h"
 #include "framework/core/rng.h"
+#include "framework/core/file_fingerprint.h"
 #include "framework/io/hdf5_journal.h"
 #include "framework/io/hdf5_recorder.h"
+#include "experiments/app/draft_training.h"
 #include "experiments/app/prompt_render.h"
 #include "experiments/app/session_parts.h"
 #include "models/model_loader.h"
@@ -64,14 +66,77 @@ std::string cpu_model() {
   return "unknown";
 }
 
+// The files a run reads, by role, with their fingerprints (framework/core/file_fingerprint.h), for
+// runtime.files: the target model (and its tokenizer file), and per drafter entry its draft file
+// (a draft model or its tokenizer, a trained eagle / medusa / retrieval file, the default one for
+// this target when none is named), a plugin's library, and retrieval_first's datastore. A role
+// whose file differs between sweep points is listed per point ("<role>@<point>"). Paths differ
+// between machines and are left out: a resumed run or another shard must read the same content.
+YAML::Node run_files(const std::vector<SweepPoint>& points) {
+  std::map<std::string, std::vector<std::pair<int64_t, std::string>>> roles;  // role -> (point, path)
+  const auto add = [&](const std::string& role, int64_t point, const std::string& path) {
+    if (!path.empty()) roles[role].emplace_back(point, path);
+  };
+  for (const SweepPoint& pt : points) {
+    ModelSource target;
+    try {
+      target = resolve_model_source(pt.config.models.target);
+    } catch (const Error&) {
+      continue;  // a named model that is not installed: check_model_source reports it
+    }
+    add("target_model", pt.index, target.path);
+    add("target_model.tokenizer", pt.index, target.tokenizer);
+    for (const DrafterEntry& d : pt.config.drafters) {
+      const DrafterOptions& o = d.options;
+      const std::string role = "drafters." + d.label;
+      add(role + ".plugin", pt.index, o.plugin);
+      if (o.plugin.empty() && (o.name == "eagle" || o.name == "medusa" || o.name == "retrieval")) {
+        add(role + ".draft_model", pt.index, o.draft_model.empty() ? default_draft_path(target.path, o.name) : o.draft_model);
+      } else if (!o.draft_model.empty()) {
+        std::string path = o.draft_model;
+        if (!is_trained_draft_file(path)) {
+          ModelSource src;
+          src.path = o.draft_model;
+          src.format = o.draft_model_format;
+          try {
+            path = resolve_model_source(src).path;
+          } catch (const Error&) {  // reported before the run (check_model_source)
+          }
+        }
+        add(role + ".draft_model", pt.index, path);
+      }
+      add(role + ".draft_model_tokenizer", pt.index, o.draft_model_tokenizer);
+      if (o.retrieval_first) add(role + ".retrieval_first", pt.index, default_draft_path(target.path, "retrieval"));
+    }
+  }
+  std::map<std::string, std::string> seen;  // path -> fingerprint
+  const auto fingerprint = [&](const std::string& path) {
+    auto it = seen.find(path);
+    return it != seen.end() ? it->second : seen[path] = file_fingerprint(path);
+  };
+  YAML::Node out(YAML::NodeType::Map);
+  for (const auto& [role, uses] : roles) {
+    const bool one = std::all_of(uses.begin(), uses.end(), [&](const auto& u) { return u.second == uses.front().second; });
+    if (one) {
+      out[role] = fingerprint(uses.front().second);
+      continue;
+    }
+    for (const auto& [point, path] : uses) out[role + "@" + std::to_string(point)] = fingerprint(path);
+  }
+  return out;
+}
+
 // effective_config_yaml plus what only the run knows: the `runtime` section of /resolved_config,
-// for the first sweep point (`first_point`; `target` is its loaded target, null when none was):
-// the model file, and the placement the model resolved "auto" to (dtype, kv_dtype, device).
-std::string resolved_config(const ExperimentConfig& config, const ExperimentConfig& first_point,
+// for the first sweep point (`target` is its loaded target, null when none was): the model file,
+// and the placement the model resolved "auto" to (dtype, kv_dtype, device); and, for every point,
+// the fingerprints of the files the run reads (run_files).
+std::string resolved_config(const ExperimentConfig& config, const std::vector<SweepPoint>& points,
                             const LoadedTarget* target) {
+  const ExperimentConfig& first_point = points.front().config;
   YAML::Node n = YAML::Load(effective_config_yaml(config));
   YAML::Node rt;
   rt["threads"] = compute_threads();
+  rt["files"] = run_files(points);
   try {
     const ModelSource src = resolve_model_source(first_point.models.target);
     std::error_code ec;
@@ -97,12 +162,12 @@ std::string resolved_config(const ExperimentConfig& config, const ExperimentConf
   return std::string(e.c_str()) + "\n";
 }
 
-ExperimentMetadata host_metadata(const ExperimentConfig& config, const ExperimentConfig& first_point,
+ExperimentMetadata host_metadata(const ExperimentConfig& config, const std::vector<SweepPoint>& points,
                                  const RunnerOptions& options, const LoadedTarget* target) {
   ExperimentMetadata m;
   m.name = config.name;
   m.config_yaml = config.resolved_yaml;
-  m.resolved_config_yaml = resolved_config(config, first_point, target);
+  m.resolved_config_yaml = resolved_config(config, points, target);
   m.git_revision = options.git_revision.empty() ? "unknown" : options.git_revision;
   m.torch_version = SPECLAB_TORCH_VERSION;
   m.cpu_model = cpu_model();
@@ -237,7 +302,7 @@ std::vector<PromptRecord> prompt_records(const std::vector<Prompt>& prompts) {
 
 // Resume: the file must describe the same experiment.
 void check_same_experiment(const std::string& path, const ExperimentData& have, const ExperimentConfig& config,
-                           const ExperimentConfig& first_point, const ShardSpec& shard,
+                           const std::vector<SweepPoint>& sweep_points, const ShardSpec& shard,
                            const std::vector<PointRecord>& points, const std::vector<PromptRecord>& prompts,
                            const std::vector<std::string>& methods) {
   auto differs = [&](const std::string& what) {
@@ -268,7 +333,7 @@ void check_same_experiment(const std::string& path, const ExperimentData& have, 
   // Settings by value (0 and 0.0, key order and written-out defaults do not matter); the output
   // path may differ, and of the runtime facts only the thread count (it changes every timing).
   std::vector<std::string> diff = yaml_differences(
-      have.resolved_config_yaml, resolved_config(config, first_point, nullptr),
+      have.resolved_config_yaml, resolved_config(config, sweep_points, nullptr),
       shard_config_ignored_keys());
   if (!diff.empty()) {
     std::string list;
@@ -400,7 +465,8 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
       const std::string key = "drafters[" + std::to_string(d) + "]";
       // A file `speclab train-draft` wrote (eagle, medusa, a distilled draft_model) is not a model
       // source of its own: it must exist; its drafter checks the rest against the target.
-      if (fs::path(o.draft_model).extension() == ".safetensors" && !fs::is_directory(o.draft_model)) {
+      const bool trained = o.name == "eagle" || o.name == "medusa" || o.name == "retrieval";  // whatever the file is called
+      if ((trained || fs::path(o.draft_model).extension() == ".safetensors") && !fs::is_directory(o.draft_model)) {
         std::error_code ec;
         if (!fs::is_regular_file(o.draft_model, ec))
           throw Error(ErrorKind::kIo, "expected the trained draft written by speclab train-draft, found no file at " +
@@ -488,7 +554,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   if (resuming) {
     // Read-only first: a mismatch must leave the file untouched.
     ExperimentData have = read_experiment(path);
-    check_same_experiment(path, have, config, points.front().config, options.shard, precs, prrecs, methods);
+    check_same_experiment(path, have, config, points, options.shard, precs, prrecs, methods);
     // One file, one build: another binary's runs would mix two builds' results (and timings)
     // under the file's git_revision (merge refuses shards of two revisions for the same reason).
     const std::string built = options.git_revision.empty() ? "unknown" : options.git_revision;
@@ -541,7 +607,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
     recorder = std::make_unique<Hdf5Recorder>(Hdf5Recorder::open_for_append(path));
   } else {
     ExperimentMetadata meta =
-        host_metadata(config, points.front().config, options, ctx ? ctx->target : nullptr);
+        host_metadata(config, points, options, ctx ? ctx->target : nullptr);
     meta.plan = plan;
     recorder = std::make_unique<Hdf5Recorder>(Hdf5Recorder::create(path, meta, precs, prrecs, methods));
   }

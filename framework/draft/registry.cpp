@@ -55,8 +55,16 @@ std::unique_ptr<Drafter> DrafterRegistry::create(const DrafterOptions& options, 
     try {
       store = create(r, env);
     } catch (const Error& e) {
-      // Its errors name draft_model, which here is the drafter's file: name the key that asked.
-      throw Error(e.kind(), "the target's default datastore: " + e.message(), e.file(), "retrieval_first");
+      // Its errors name draft_model, which here is the drafter's file, and may suggest giving one
+      // (no key points retrieval_first elsewhere): name the key that asked, and how to build it.
+      std::string msg = e.message();
+      const size_t note = msg.find(" (no draft_model given");
+      if (note != std::string::npos) msg.erase(note);
+      throw Error(e.kind(),
+                  "retrieval_first reads the target's default datastore only: " + msg +
+                      " (build it with `speclab train-draft`, architecture: retrieval, output.path this file; "
+                      "docs/train-draft.md)",
+                  e.file(), "retrieval_first");
     }
     sources.push_back({std::move(store), options.fallback_speculative_tokens});
   }

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "framework/core/error.h"
+#include "framework/core/fnv.h"
 
 namespace speclab {
 
@@ -58,14 +59,9 @@ std::string shard_config_hash(const std::string& resolved_config_yaml) {
   } catch (const YAML::Exception&) {
     // Not YAML: hash the text as it is.
   }
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  Fnv64 f;
+  f.add(text.data(), text.size());
+  return f.hex();
 }
 
 }  // namespace speclab

@@ -30,9 +30,10 @@ struct ShardSpec {
 // `option`) naming the text and what was expected.
 ShardSpec parse_shard(const std::string& text, const std::string& option = "--shard");
 
-// A hex digest (FNV-1a, 64 bits) of the resolved config (/resolved_config) without what may
-// differ between the machines of one experiment: `output`, `equivalence` and the runtime facts
-// other than `threads` (model file location, chat template, working directory).
+// A hex digest (Fnv64, framework/core/fnv.h) of the resolved config (/resolved_config) without
+// what may differ between the machines of one experiment: `output`, `equivalence` and the runtime
+// facts other than `threads` and `files` (model file location, chat template, working directory;
+// `files` holds the content fingerprints of the model and draft files, which must be the same).
 std::string shard_config_hash(const std::string& resolved_config_yaml);
 
 // The keys shard_config_hash() leaves out, for yaml_differences().

@@ -234,10 +234,19 @@ TrainDraftConfig load_train_config(const std::string& path, const std::vector<st
   cfg.source_path = path;
   const Ctx ctx{dirname_of(path)};
   train_top_table().read(YamlValue(&origin, root, YAML::Node(), ""), ctx, cfg);
+  // A retrieval datastore writes no training log and no checkpoint: one given would be ignored.
+  const std::string given_output = !cfg.output.log.empty()          ? "output.log"
+                                   : !cfg.output.checkpoint.empty() ? "output.checkpoint"
+                                                                    : "";
   if (cfg.output.log.empty()) cfg.output.log = replace_extension(cfg.output.path, ".h5");
   if (cfg.output.checkpoint.empty()) cfg.output.checkpoint = replace_extension(cfg.output.path, ".ckpt.safetensors");
   cfg.resolved_yaml = emit(train_top_table().dump(cfg, ctx));
   try {
+    if (cfg.architecture == "retrieval" && !given_output.empty())
+      throw Error(ErrorKind::kConfig,
+                  "a retrieval datastore writes no training log and no checkpoint (it trains nothing): remove " +
+                      given_output,
+                  "", given_output);
     cfg.validate();
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kConfig) throw;

@@ -689,6 +689,38 @@ TEST_CASE("speclab run --resume compares settings by value and names the ones th
   fs::remove_all(dir);
 }
 
+// The files a run reads are named by content in runtime.files (framework/io/file_fingerprint.h):
+// a resumed run (or another shard, `speclab merge`) whose model or draft file changed in between
+// is refused, naming the file's role, though its path is the same (until 2026-12-05 it mixed two
+// models' results in one file: an audit did so with two retrieval datastores).
+TEST_CASE("speclab run --resume refuses a model file whose content changed", "[experiment][resume]") {
+  const std::string dir = temp_dir(), h5 = dir + "/out.h5";
+  const std::string shared = std::string(SPECLAB_SHARED_DIR) + "/models/stories260K";
+  fs::copy_file(shared + "/stories260K.bin", dir + "/m.bin");
+  std::string yaml = config_yaml(h5, "{max_new_tokens: 4}");
+  yaml.replace(yaml.find("{path: stories260K}"), 19, "{path: m.bin, format: llama2c, tokenizer: " + shared + "/tok512.bin}");
+  write_file(dir + "/a.yaml", yaml);
+  const Result first = cli("run '" + dir + "/a.yaml' --no-report", dir);
+  INFO(first.err);
+  REQUIRE(first.code == 0);
+  const ExperimentData d = read_experiment(h5);
+  CHECK_THAT(d.resolved_config_yaml, Catch::Matchers::Contains("target_model: 1056540:"));
+  CHECK_THAT(d.resolved_config_yaml, Catch::Matchers::Contains("target_model.tokenizer: "));
+  CHECK(cli("run '" + dir + "/a.yaml' --no-report --resume", dir).code == 0);  // the same file: resumes
+  {  // one weight's last byte changed: the model still loads, and is another model
+    std::fstream f(dir + "/m.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char c = static_cast<char>(f.get() ^ 0x01);
+    f.seekp(-1, std::ios::end);
+    f.put(c);
+  }
+  const Result changed = cli("run '" + dir + "/a.yaml' --no-report --resume", dir);
+  CHECK(changed.code == 2);
+  CHECK_THAT(changed.err, Catch::Matchers::Contains("--resume: expected the same settings") &&
+                              Catch::Matchers::Contains("runtime.files.target_model: 1056540:"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("speclab run: identical prompts in one point are separate prompt-runs", "[experiment][sweep]") {
   const std::string dir = temp_dir(), h5 = dir + "/out.h5";
   write_file(dir + "/d.yaml",

@@ -12,17 +12,22 @@
 //     NextDouble = (next >> 11) * 2^-53), five doubles printed with 16 decimals and then five
 //     raw 64-bit outputs of the same stream.
 #include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <stdexcept>
 #include <string>
 
 #include "framework/core/blas_core.h"
 #include "framework/core/error.h"
+#include "framework/core/file_fingerprint.h"
+#include "framework/core/fnv.h"
 #include "framework/core/rng.h"
 
 using namespace speclab;
@@ -175,4 +180,63 @@ TEST_CASE("native_blas_core: a generic OpenBLAS core on a CPU with AVX2 or AVX-5
   REQUIRE(native_blas_core("Cooperlake", true, true) == nullptr);
   REQUIRE(native_blas_core("Prescott", false, false) == nullptr);
   REQUIRE(native_blas_core(nullptr, true, true) == nullptr);
+}
+
+// FNV-1a 64 with SpecLab's offset basis (fnv.h: 1469598103934665603, the published basis short of
+// its last digit), against a Python implementation of the same:
+//   def f(b, h=1469598103934665603):
+//       for c in b: h = ((h ^ c) * 1099511628211) % 2**64
+//       return '%016x' % h
+// With the published basis, f(b"a", 14695981039346656037) is af63dc4c8601ec8c (the published
+// test vector), so the loop itself is FNV-1a's.
+TEST_CASE("Fnv64 is FNV-1a with SpecLab's offset basis", "[core][hash]") {
+  CHECK(speclab::Fnv64{}.hex() == "14650fb0739d0383");
+  speclab::Fnv64 a;
+  a.add("a", 1);
+  CHECK(a.hex() == "44bd8ad473cd9906");
+  speclab::Fnv64 published;
+  published.h = 14695981039346656037ull;
+  published.add("a", 1);
+  CHECK(published.hex() == "af63dc4c8601ec8c");
+}
+
+// file_fingerprint: content, not path; whole files up to kFingerprintWhole, sampled chunks beyond
+// (first and last included); a directory by its files; "missing" for nothing there.
+TEST_CASE("file_fingerprint names content, whole or by chunks, and directories", "[core][hash]") {
+  namespace fs = std::filesystem;
+  using speclab::file_fingerprint;
+  const fs::path dir = fs::temp_directory_path() / ("speclab_fp_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "d");
+  const auto write = [](const fs::path& p, const std::string& bytes) {
+    std::ofstream(p, std::ios::binary) << bytes;
+  };
+  write(dir / "a", "hello");
+  write(dir / "b", "hello");
+  write(dir / "c", "hellp");
+  CHECK(file_fingerprint((dir / "a").string()) == file_fingerprint((dir / "b").string()));
+  CHECK(file_fingerprint((dir / "a").string()).rfind("5:", 0) == 0);
+  CHECK(file_fingerprint((dir / "a").string()) != file_fingerprint((dir / "c").string()));
+  CHECK(file_fingerprint((dir / "none").string()) == "missing");
+  write(dir / "e", "");
+  CHECK(file_fingerprint((dir / "e").string()).rfind("0:", 0) == 0);
+  // Beyond kFingerprintWhole: the first and the last bytes are read, a change there shows.
+  std::string big(static_cast<size_t>(speclab::kFingerprintWhole + 12345), 'x');
+  write(dir / "big", big);
+  const std::string fp = file_fingerprint((dir / "big").string());
+  CHECK(fp.rfind(std::to_string(big.size()) + ":", 0) == 0);
+  for (size_t at : {size_t(0), big.size() - 1}) {
+    std::string other = big;
+    other[at] = 'y';
+    write(dir / "big2", other);
+    CHECK(file_fingerprint((dir / "big2").string()) != fp);
+  }
+  // A directory: its files by name and content.
+  write(dir / "d" / "one", "1");
+  write(dir / "d" / "two", "22");
+  const std::string d1 = file_fingerprint((dir / "d").string());
+  CHECK(d1.rfind("3:", 0) == 0);
+  write(dir / "d" / "two", "23");
+  CHECK(file_fingerprint((dir / "d").string()) != d1);
+  fs::remove_all(dir);
 }
