@@ -45,7 +45,7 @@ int cmd_check(const std::vector<std::string>& args) {
       ("overwrite", po::bool_switch(&overwrite),
        "replace an existing output file (an experiment file of `speclab run` keeps its runs and gets its "
        "/equivalence group replaced)")
-      ("threads", po::value(&threads)->default_value(threads), "CPU threads for libtorch (0 = default)")
+      ("threads", po::value(&threads)->default_value(threads), "CPU threads for the model kernels and libtorch (0 = all cores)")
       ("quiet,q", po::bool_switch(&quiet), "no progress lines on stderr");
   po::variables_map vm;
   const char* usage = "usage: speclab check CONFIG.yaml [--set key=value ...] [--out FILE.h5] [--overwrite]";

@@ -121,6 +121,13 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (naive && !dargs.drafter.empty())
     throw Error(ErrorKind::kConfig, "--naive is an AR mode; drop it with --drafter", "command line", "--naive");
   if (stats && dargs.drafter.empty()) throw Error(ErrorKind::kConfig, "--stats needs --drafter", "command line", "--stats");
+  // An empty --system would render as no system message (the template's default system prompt,
+  // e.g. Qwen's "You are Qwen..."), not as the empty system turn HF and llama.cpp render for it.
+  if (vm.count("system") && system.empty())
+    throw Error(ErrorKind::kConfig,
+                "expected a non-empty system message, found an empty one (an empty system turn is not supported: "
+                "without --system the chat template's default applies)",
+                "command line", "--system");
   check_chat_flags(chat, system);
   const DrafterOptions dopts = dargs.drafter.empty() ? DrafterOptions{} : dargs.options();
 

@@ -170,7 +170,7 @@ int cmd_run(const std::vector<std::string>& args) {
                                         "repeat) groups; merge the shard files with `speclab merge`")
       ("no-report", po::bool_switch(&no_report), "do not generate the report (plots + report.md)")
       ("report-dir", po::value(&report_dir), "report directory (default: <output stem>_report beside the file)")
-      ("threads", po::value(&threads)->default_value(threads), "CPU threads for libtorch (0 = default)");
+      ("threads", po::value(&threads)->default_value(threads), "CPU threads for the model kernels and libtorch (0 = all cores)");
   po::variables_map vm;
   const char* usage =
       "usage: speclab run CONFIG.yaml [--set key=value ...] [--output FILE.h5] [--resume | --overwrite] [--shard i/n]";

@@ -107,7 +107,7 @@ int cmd_submit(const std::vector<std::string>& args) {
       ("time", po::value(&time_limit), "time limit per task (sbatch --time, e.g. 01:00:00)")
       ("set", po::value(&overrides)->composing(), "override a config key: --set key=value (repeatable)")
       ("output,o", po::value(&output), "merged HDF5 output path (default: the config's output.path)")
-      ("threads", po::value(&threads)->default_value(threads), "CPU threads per task (0 = default)")
+      ("threads", po::value(&threads)->default_value(threads), "CPU threads per task (Slurm --cpus-per-task and the run's --threads; 0 = the cluster's default)")
       ("dry-run", po::bool_switch(&dry_run), "write and print the scripts, submit nothing");
   po::variables_map vm;
   const char* usage =

@@ -20,7 +20,7 @@ int cmd_train_draft(const std::vector<std::string>& args) {
       ("config", po::value(&config)->required(), "the training config (YAML)")
       ("set", po::value(&sets)->composing(), "override a config key: --set train.steps=200")
       ("resume", po::bool_switch(&resume), "continue from the checkpoint (output.checkpoint)")
-      ("threads", po::value(&threads)->default_value(0), "libtorch threads (0 = default)")
+      ("threads", po::value(&threads)->default_value(0), "CPU threads for the model kernels and libtorch (0 = all cores)")
       ("stop-after", po::value(&stop_after)->default_value(0), "checkpoint and stop after N steps (continue with --resume)")
       ("quiet,q", po::bool_switch(&quiet), "no progress line");
   po::variables_map vm;

@@ -25,9 +25,9 @@ void check_prompt_fits(const TokenList& prompt, const ModelConfig& config) {
   if (prompt.empty()) throw Error(ErrorKind::kBadInput, "expected at least one prompt token, found none", "prompt");
   if (static_cast<int64_t>(prompt.size()) >= config.max_position_embeddings)
     throw Error(ErrorKind::kBadInput,
-                "prompt is longer than the model context: " + std::to_string(prompt.size()) +
+                "prompt does not fit the model context: " + std::to_string(prompt.size()) +
                     " tokens, the context holds " + std::to_string(config.max_position_embeddings) +
-                    " (and at least one new token must fit)",
+                    " (the prompt and at least one new token must fit)",
                 "prompt");
   for (Token t : prompt)
     if (t < 0 || t >= config.vocab_size)

@@ -119,7 +119,10 @@ std::shared_ptr<Tokenizer> read_tokenizer(const GgufFile& f, const ModelConfig& 
   if (f.has("tokenizer.ggml.token_type")) types = f.get_int32_array("tokenizer.ggml.token_type");
   // Control tokens that end a text in every model that has them. A GGUF names one EOS, but the
   // model's HF generation_config may list more (Qwen2.5-Instruct: <|im_end|> and <|endoftext|>),
-  // and llama.cpp ends generation on these too.
+  // and llama.cpp ends generation on these too. This is HF's set, deliberately: llama.cpp's
+  // end-of-generation set for Qwen2.5-Coder also holds <|fim_pad|>, <|repo_name|> and
+  // <|file_sep|> (llama_vocab_is_eog), which HF's generation_config does not; a model that emits
+  // one of them continues here and stops in llama.cpp (an audit could not make either emit them).
   TokenList end_markers;
   constexpr int32_t kControl = 3;  // GGUF token_type CONTROL
   for (size_t i = 0; i < types.size() && i < tokens.size(); ++i)
