@@ -185,13 +185,14 @@ class Report:
         ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
         ax.set_title("Speedup over AR vs draft length γ\nmeasured and predicted (Leviathan et al. 2023)")
         ax.set_xlabel("γ (num_speculative_tokens, draft tokens per step)")
-        ax.set_ylabel("speedup (× AR wall time)")
+        ax.set_ylabel("speedup (× AR decode time per token)")
         if groups:
             self.legend(ax)
             all_g = sorted({int(r["gamma"]) for r in rows})
             ax.set_xticks(all_g)
         self.save(fig, "speedup_vs_gamma.png",
-                  "Measured speedup = AR / speculative decode-phase wall time (prefill excluded); predicted from measured α and c.")
+                  "Measured speedup = AR / speculative decode-phase wall time per decoded token (prefill excluded); "
+                  "predicted from measured α and c.")
 
     def time_breakdown(self) -> list[tuple[str, dict, int]]:
         runs = self.exp.runs
@@ -450,9 +451,9 @@ class Report:
         md.append("\n## Summary\n")
         md.append(f"Source: {self.summary_source}. α: per-token acceptance rate (accepted / examined draft "
                   "positions) with its 95% Wilson interval; τ: tokens per target verification forward; c: draft time "
-                  "per drafted token ÷ AR target time per token; speedup: AR wall ÷ speculative wall over the same "
-                  "prompts; predicted: (1−α^(k+1)) / ((1−α)(kc+1)) (Leviathan et al. 2023) over the steps' own draft lengths k (γ when every step drafts γ); efficiency: speedup ÷ "
-                  "predicted; lossless: greedy output token-identical to AR.\n")
+                  "per drafted token ÷ AR target time per token; speedup: AR ÷ speculative decode wall time per decoded token "
+                  "over the same prompts; predicted: (1−α^(k+1)) / ((1−α)(kc+1)) (Leviathan et al. 2023) over the steps' own draft lengths k (γ when every step drafts γ); efficiency: speedup ÷ "
+                  "predicted; lossless: deterministic (greedy or top_k 1) output token-identical to AR.\n")
         md.append(self.summary_table(self.rows("overall"), with_category=False))
         cat_rows = self.rows("by_category", category=None)
         if cat_rows:
