@@ -29,6 +29,7 @@
 #include "experiments/app/draft_training.h"
 #include "experiments/app/prompt_render.h"
 #include "experiments/app/session_parts.h"
+#include "models/llama/gemv.h"
 #include "models/model_loader.h"
 
 #ifndef SPECLAB_TORCH_VERSION
@@ -128,14 +129,17 @@ YAML::Node run_files(const std::vector<SweepPoint>& points) {
 
 // effective_config_yaml plus what only the run knows: the `runtime` section of /resolved_config,
 // for the first sweep point (`target` is its loaded target, null when none was): the model file,
-// and the placement the model resolved "auto" to (dtype, kv_dtype, device); and, for every point,
-// the fingerprints of the files the run reads (run_files).
+// and the placement the model resolved "auto" to (dtype, kv_dtype, device); the CPU kernels' ISA;
+// and, for every point, the fingerprints of the files the run reads (run_files).
 std::string resolved_config(const ExperimentConfig& config, const std::vector<SweepPoint>& points,
                             const LoadedTarget* target) {
   const ExperimentConfig& first_point = points.front().config;
   YAML::Node n = YAML::Load(effective_config_yaml(config));
   YAML::Node rt;
   rt["threads"] = compute_threads();
+  // The CPU kernels' instruction set (SPECLAB_KERNEL_ISA caps it): AVX2 and AVX-512 sum in other
+  // orders, so sampled tokens may differ between them. Compared on --resume and by merge.
+  rt["kernel_isa"] = kernel_isa_name(kernel_isa());
   rt["files"] = run_files(points);
   try {
     const ModelSource src = resolve_model_source(first_point.models.target);

@@ -32,7 +32,7 @@ ShardSpec parse_shard(const std::string& text, const std::string& option = "--sh
 
 // A hex digest (Fnv64, framework/core/fnv.h) of the resolved config (/resolved_config) without
 // what may differ between the machines of one experiment: `output`, `equivalence` and the runtime
-// facts other than `threads` and `files` (model file location, chat template, working directory;
+// facts other than `threads`, `kernel_isa` and `files` (model file location, chat template, working directory;
 // `files` holds the content fingerprints of the model and draft files, which must be the same).
 std::string shard_config_hash(const std::string& resolved_config_yaml);
 

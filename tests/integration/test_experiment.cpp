@@ -721,6 +721,33 @@ TEST_CASE("speclab run --resume refuses a model file whose content changed", "[e
   fs::remove_all(dir);
 }
 
+// The CPU kernels' ISA decides the bits (AVX2 and AVX-512 sum in other orders: sampled tokens can
+// differ), so a file is resumed only under the same one (SPECLAB_KERNEL_ISA caps it).
+TEST_CASE("speclab run --resume refuses a file written under another kernel ISA", "[experiment][resume]") {
+  const std::string dir = temp_dir(), h5 = dir + "/out.h5", h5_default = dir + "/default.h5";
+  write_file(dir + "/a.yaml", config_yaml(h5, "{max_new_tokens: 4}"));
+  // This machine's own ISA, as a run records it.
+  REQUIRE(cli("run '" + dir + "/a.yaml' --no-report --output '" + h5_default + "'", dir).code == 0);
+  const bool native_scalar =
+      read_experiment(h5_default).resolved_config_yaml.find("kernel_isa: scalar") != std::string::npos;
+  ::setenv("SPECLAB_KERNEL_ISA", "scalar", 1);  // the child processes inherit it
+  const Result first = cli("run '" + dir + "/a.yaml' --no-report", dir);
+  const Result again = cli("run '" + dir + "/a.yaml' --no-report --resume", dir);
+  ::unsetenv("SPECLAB_KERNEL_ISA");
+  INFO(first.err);
+  REQUIRE(first.code == 0);
+  CHECK_THAT(read_experiment(h5).resolved_config_yaml, Catch::Matchers::Contains("kernel_isa: scalar"));
+  CHECK(again.code == 0);
+  const Result other = cli("run '" + dir + "/a.yaml' --no-report --resume", dir);
+  if (native_scalar) {  // a CPU without AVX2: the same ISA
+    CHECK(other.code == 0);
+  } else {
+    CHECK(other.code == 2);
+    CHECK_THAT(other.err, Catch::Matchers::Contains("runtime.kernel_isa: scalar vs "));
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("speclab run: identical prompts in one point are separate prompt-runs", "[experiment][sweep]") {
   const std::string dir = temp_dir(), h5 = dir + "/out.h5";
   write_file(dir + "/d.yaml",
