@@ -3,7 +3,8 @@
 // (14695981039346656037: it lost its last digit in SpecLab's first hash, the train-draft data key);
 // it is kept because drafts and data caches already name their targets with it (a trained draft's
 // speclab.target hash), and any basis spreads the bits as well. The one non-cryptographic hash
-// SpecLab uses to name content (config hashes, draft data keys, file fingerprints): it tells
+// SpecLab uses to name content (config hashes, draft data keys, file fingerprints, the HDF5
+// journal's record checksums): it tells
 // honest inputs apart, nothing more.
 #pragma once
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "framework/core/fnv.h"
 
 namespace speclab {
 
@@ -24,9 +25,11 @@ constexpr uint64_t kNoFile = uint64_t(1) << 62;  // a boundary above every addre
 constexpr char kHead[8] = {'S', 'L', 'J', 'R', 'N', 'L', '0', '1'};
 constexpr char kTail[8] = {'S', 'L', 'J', 'E', 'N', 'D', '0', '1'};
 
-uint64_t fnv1a(const char* p, size_t n, uint64_t h = 1469598103934665603ull) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
-  return h;
+// The journal's checksum: Fnv64 (framework/core/fnv.h) of the record's bytes.
+uint64_t fnv1a(const char* p, size_t n) {
+  Fnv64 f;
+  f.add(p, n);
+  return f.h;
 }
 
 // Reads [addr, addr + n) of `fd`; bytes past the end of the file read as zeros (as sec2 does).
