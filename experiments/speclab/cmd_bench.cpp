@@ -37,6 +37,9 @@
 #include "framework/draft/builtin/model_drafter.h"
 #include "framework/kv/contiguous_kv.h"
 #include "experiments/app/loaded_target.h"
+#include "experiments/app/pass_roof.h"
+#include "models/llama/arith_peak.h"
+#include "models/llama/attention_int8_vnni.h"
 #include "models/llama/gemv.h"
 #include "models/llama/llama_model.h"
 #include "models/model_loader.h"
@@ -725,8 +728,10 @@ int cmd_bench(const std::vector<std::string>& args) {
   // The same passes over an int8 cache (beside the int8 decode rates above): on AVX-512 VNNI its
   // attention runs on integer dot products (models/llama/attention_int8_vnni.h).
   std::map<int64_t, double> verify_cost8;
+  double verify_one_row8_s = 0;  // the fastest one-row pass over the int8 cache
   if (!decode_rate8.empty()) {
     const VerificationTimes v8 = verification_rounds(model, verify_ctx, {1, 5, 9, 17}, verify_reps, "int8");
+    verify_one_row8_s = v8.best_s.at(1);
     say("over an int8 K/V cache (--kv-dtype int8): n = 1 %.2f ms", v8.best_s.at(1) * 1e3);
     for (int64_t n : {5, 9, 17}) {
       verify_cost8[n] = v8.cost.at(n);
@@ -764,6 +769,75 @@ int cmd_bench(const std::vector<std::string>& args) {
   report["floor_tok_s"] = 1.0 / floor_s;
   report["floor_share"] = floor_share;
   report["peak_rss_mib"] = rss_mib;
+
+  // The arithmetic roof of the verification passes (experiments/app/pass_roof.h): what no pass of
+  // n rows can beat on this CPU, from the bytes it reads and its MACs at the CPU's peak rates.
+  std::map<int64_t, double> roof_cost, roof_cost8;
+  const auto* llama_model = dynamic_cast<const LlamaModel*>(&model);
+  if (!on_device && llama_model != nullptr && kernel_isa() != KernelIsa::kScalar) {
+    const cpu::ArithPeak peak = cpu::measure_arith_peak(kernel_isa());
+    const LlamaModel::RowMacs mm = llama_model->matmul_macs_per_row();
+    const double att = attention_macs_per_row(c.num_hidden_layers, c.num_attention_heads, c.head_dim, verify_ctx);
+    auto roof_for = [&](const std::string& dtype) {
+      KvGeometry g = c.kv_geometry();
+      g.dtype = dtype;
+      PassRoof r;
+      r.bytes = wbytes + static_cast<double>(g.bytes_per_token(g.element_bytes())) * static_cast<double>(verify_ctx);
+      r.bandwidth = bw;
+      const bool int8_attention = cpu::int8_vnni_attention(
+          dtype == "int8" ? cpu::KvElement::kInt8 : cpu::KvElement::kFloat16, c.head_dim);
+      r.int8_macs_per_row = mm.int8 + (int8_attention ? att : 0.0);
+      r.f32_macs_per_row = mm.f32 + (int8_attention ? 0.0 : att);
+      r.int8_macs_per_s = peak.int8_macs_per_s;
+      r.f32_macs_per_s = peak.f32_macs_per_s;
+      return std::make_pair(r, int8_attention);
+    };
+    // One cache's roof: the table of n, and the JSON under `key`. one_row_s: that cache's measured
+    // one-row pass.
+    auto print_roof = [&](const PassRoof& r, bool int8_attention, double one_row_s, const std::string& label,
+                          std::map<int64_t, double>& cost, const std::string& key) {
+      say("%s: a row does %.1f M MACs of int8 matmuls, %.1f M of float32 matmuls and %.1f M of %s attention, at "
+          "least %.3f ms; a pass reads %.1f MB, at least %.3f ms at %.2f GB/s; a pass of n rows takes at least "
+          "max(%.3f, n x %.3f) ms\n",
+          label.c_str(), mm.int8 / 1e6, mm.f32 / 1e6, att / 1e6, int8_attention ? "int8" : "float32",
+          r.row_seconds() * 1e3, r.bytes / 1e6, r.memory_seconds() * 1e3, bw / 1e9, r.memory_seconds() * 1e3,
+          r.row_seconds() * 1e3);
+      say("%-6s %10s %28s %24s\n", "n", "roof ms", "vs the measured one-row pass", "vs the one-row roof");
+      for (int64_t n : {5, 9, 17}) {
+        cost[n] = r.seconds(n) / one_row_s;
+        const double at_roof = r.seconds(n) / r.seconds(1);
+        say("%-6lld %10.2f %28.2f %24.2f\n", static_cast<long long>(n), r.seconds(n) * 1e3, cost[n], at_roof);
+        report[key][std::to_string(n)] = cost[n];
+        report[key + "_at_roof"][std::to_string(n)] = at_roof;
+      }
+    };
+    const auto [roof, att_int8] = roof_for(c.kv_geometry().dtype);
+    if (roof.valid()) {
+      say("\narithmetic roof at context %lld (lower bounds, experiments/app/pass_roof.h): peak rates on %d threads, "
+          "float32 %.1f G MAC/s (%s), int8 %.1f G MAC/s (%s); a pass at the roof on both sides of the ratio would "
+          "cost the last column\n",
+          static_cast<long long>(verify_ctx), peak.threads, peak.f32_macs_per_s / 1e9, peak.f32_instruction.c_str(),
+          peak.int8_macs_per_s / 1e9, peak.int8_instruction.c_str());
+      print_roof(roof, att_int8, vt.best_s.at(1), "the model's cache (" + c.kv_geometry().dtype + ")", roof_cost,
+                 "verify_cost_roof");
+      report["arith_peak"] = {{"threads", peak.threads},
+                              {"f32_gmacs", peak.f32_macs_per_s / 1e9},
+                              {"f32_instruction", peak.f32_instruction},
+                              {"int8_gmacs", peak.int8_macs_per_s / 1e9},
+                              {"int8_instruction", peak.int8_instruction}};
+      report["pass_roof"] = {{"context", verify_ctx},
+                             {"row_ms", roof.row_seconds() * 1e3},
+                             {"memory_ms", roof.memory_seconds() * 1e3},
+                             {"matmul_int8_macs", mm.int8},
+                             {"matmul_f32_macs", mm.f32},
+                             {"attention_macs", att},
+                             {"attention_int8", att_int8}};
+      if (verify_one_row8_s > 0) {
+        const auto [roof8, att8_int8] = roof_for("int8");
+        print_roof(roof8, att8_int8, verify_one_row8_s, "an int8 K/V cache", roof_cost8, "verify_cost_roof_kv_int8");
+      }
+    }
+  }
 
   // Speculative steps with a draft model: how much of a step is the engine's own.
   SpecTiming spec;
@@ -834,14 +908,18 @@ int cmd_bench(const std::vector<std::string>& args) {
       on_device ? ">= 0.70" : ">= 0.50");
   const char* verify_targets[] = {on_device ? "<= 1.1" : "<= 1.15", "<= 1.35", "<= 2.0"};
   int vi = 0;
-  for (int64_t n : {5, 9, 17})
+  for (int64_t n : {5, 9, 17}) {
     row("verification of n = " + std::to_string(n) + " vs one decode step, context " + std::to_string(verify_ctx),
         verify_cost.at(n), 0.0, verify_targets[vi++]);
+    if (roof_cost.count(n)) row("    its arithmetic roof on this CPU", roof_cost[n], 0.0, "(lower bound)");
+  }
   vi = 0;
   for (int64_t n : {5, 9, 17})
-    if (verify_cost8.count(n))
+    if (verify_cost8.count(n)) {
       row("... n = " + std::to_string(n) + " over an int8 K/V cache (--kv-dtype int8)", verify_cost8[n], 0.0,
           verify_targets[vi++]);
+      if (roof_cost8.count(n)) row("    its arithmetic roof on this CPU", roof_cost8[n], 0.0, "(lower bound)");
+    }
   if (!draft_model.empty())
     row("speculative step: share outside model forwards, gamma " + std::to_string(spec_gamma), spec.outside_share, 0.0,
         "<= 0.03");

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <functional>
 #include <map>
 
 #include <cmath>
@@ -175,6 +176,22 @@ std::shared_ptr<const PackedMatrix> LlamaModel::pack_matrix(const at::Tensor& w)
   if (!placement_.device.is_cpu()) return nullptr;
   c10::InferenceMode guard;
   return std::make_shared<LlamaPackedMatrix>(pack_f32_matrix(w, activations_), activations_);
+}
+
+LlamaModel::RowMacs LlamaModel::matmul_macs_per_row() const {
+  RowMacs r;
+  const bool int8 = activations_ == Activations::kInt8 && !placement_.dense;
+  std::function<void(const WeightMatrix&)> add = [&](const WeightMatrix& m) {
+    if (!m.parts.empty()) {
+      for (const WeightMatrix& part : m.parts) add(part);
+      return;
+    }
+    (int8 && m.is_packed() ? r.int8 : r.f32) += static_cast<double>(m.out) * static_cast<double>(m.in);
+  };
+  add(w_.lm_head);
+  for (const LlamaLayer& L : w_.layers)
+    for (const WeightMatrix* m : {&L.w_qkv, &L.w_o, &L.w_gate_up, &L.w_down}) add(*m);
+  return r;
 }
 
 int64_t LlamaModel::row_exact_batch() const {

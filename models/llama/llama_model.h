@@ -61,6 +61,14 @@ class LlamaModel : public Model {
   uint64_t step_weight_bytes() const override { return step_weight_bytes_; }
   std::string weight_storage() const override { return weight_storage_; }
   Activations activations() const { return activations_; }
+  // Multiply-accumulates per activation row of every matmul a forward runs (q/k/v, o, gate/up,
+  // down in each layer, and the LM head at its kept rows), by the arithmetic that meets the
+  // weights on the CPU: int8 dot products (packed weights against int8 activations) or float32.
+  // `speclab bench`'s arithmetic roof divides them by the CPU's peak rates (arith_peak.h).
+  struct RowMacs {
+    double int8 = 0, f32 = 0;
+  };
+  RowMacs matmul_macs_per_row() const;
   // kMaxRowExact (32) on the CPU backend: its matmuls (gemv.h, qgemm.h), attention
   // (attention_cpu.h) and row operations compute each row independently of the batch.
   // kCudaPadRows (16) on CUDA with SpecLab's attention kernel: every call of up to that many

@@ -257,6 +257,27 @@ TEST_CASE("speclab bench on synthetic shapes: decode, verification and the specu
   CHECK(floor32 > 0.0);
   CHECK(floor32 < floor8);
   CHECK(floor8 < 1.0);
+  // The verification passes' arithmetic roof (experiments/app/pass_roof.h). random:tiny's MACs per
+  // row by hand: 2 layers of q/k/v 128 x (128 + 2 x 64), o 128 x 128, gate/up 128 x 2 x 256 and
+  // down 256 x 128, and the head 512 x 128, all float32 weights; attention over the 16-key
+  // verify context, 2 layers x 4 heads x 32 x 16 x 2.
+  const nlohmann::json& roof = j.at("pass_roof");
+  CHECK(roof.at("matmul_f32_macs").get<double>() == 2 * (128.0 * 256 + 128.0 * 128 + 128.0 * 512 + 256.0 * 128) + 512.0 * 128);
+  CHECK(roof.at("matmul_int8_macs").get<double>() == 0.0);
+  CHECK(roof.at("attention_macs").get<double>() == 2 * 4 * 32 * 16 * 2.0);
+  CHECK(j.at("arith_peak").at("f32_gmacs").get<double>() > 0.0);
+  // A lower bound, nondecreasing in n; at the roof on both sides a pass never costs less than one row.
+  for (const char* key : {"verify_cost_roof", "verify_cost_roof_kv_int8"}) {
+    INFO(key);
+    double previous = 0.0;
+    for (const char* n : {"5", "9", "17"}) {
+      const double cost = j.at(key).at(n).get<double>(), at_roof = j.at(std::string(key) + "_at_roof").at(n).get<double>();
+      CHECK(cost > 0.0);
+      CHECK(cost >= previous);
+      CHECK(at_roof >= 1.0);
+      previous = cost;
+    }
+  }
   const nlohmann::json& spec = j.at("spec");
   CHECK(spec.at("alpha").get<double>() == 1.0);  // the draft is the target itself: every draft accepted
   CHECK(spec.at("outside_share").get<double>() >= 0.0);

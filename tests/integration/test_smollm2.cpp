@@ -228,6 +228,26 @@ TEST_CASE("SmolLM2's quantized GGUF gets a float16 K/V cache by default, as llam
   CHECK(smollm2().model->config().kv_geometry().element_bytes() == 2);
 }
 
+// The matmuls' multiply-accumulates per row (`speclab bench`'s arithmetic roof), against the count
+// from SmolLM2-135M's published shape (hidden 576, intermediate 1536, 30 layers, 9 query heads and
+// 3 kv heads of 64, vocabulary 49,152, tied head): per layer q/k/v 576 x (576 + 2 x 192), o 576 x
+// 576, gate/up 576 x 2 x 1536 and down 1536 x 576, and the head 49,152 x 576.
+TEST_CASE("SmolLM2's matmul MACs per row: the published shape's count, by the arithmetic that meets them",
+          "[smollm2][roof]") {
+  const double per_layer = 576.0 * (576 + 2 * 192) + 576.0 * 576 + 576.0 * 2 * 1536 + 1536.0 * 576;
+  const double expected = 30 * per_layer + 49152.0 * 576;
+  REQUIRE(expected == 134479872.0);
+  // Float32 activations: every packed matrix meets float32 rows.
+  const LlamaModel::RowMacs f = smollm2().model->matmul_macs_per_row();
+  CHECK(f.f32 == expected);
+  CHECK(f.int8 == 0.0);
+  // Int8 activations (the commands' default): every Q4_1 / Q8_0 matrix meets int8 rows.
+  const SmolLM2 s8 = load_smollm2(Activations::kInt8);
+  const LlamaModel::RowMacs i = s8.model->matmul_macs_per_row();
+  CHECK(i.int8 == expected);
+  CHECK(i.f32 == 0.0);
+}
+
 TEST_CASE("SmolLM2 cached and naive decoding agree token for token", "[smollm2]") {
   SmolLM2& s = smollm2();
   for (const char* name : {"colors", "code"}) {

@@ -5,6 +5,8 @@
 // (Infinite gates are not covered: std::exp gives NaN for silu(-inf), the AVX2 path -inf.)
 // A negative control shows the comparison catches a wrong activation (sigmoid instead of silu).
 // cpu::rms_norm_rows against a float64 reference, each row alone and in place as among n rows.
+// cpu::measure_arith_peak (arith_peak.h) and PassRoof (experiments/app/pass_roof.h), the
+// arithmetic roof `speclab bench` prints, by hand-derived figures.
 // Torch-free.
 #include <catch2/catch.hpp>
 
@@ -14,6 +16,8 @@
 #include <random>
 #include <vector>
 
+#include "experiments/app/pass_roof.h"
+#include "models/llama/arith_peak.h"
 #include "models/llama/cpu_ops.h"
 #include "models/llama/gemv.h"
 #include "tests/support/kernel_isas.h"
@@ -147,5 +151,59 @@ TEST_CASE("rms_norm_rows equals a float64 reference, alone and among rows, on ev
       // 1 / (2 d), 3e-4 at d = 1539, a thousand times the bound).
       CHECK(worst_wrong > 1e-4);
     }
+  }
+}
+
+TEST_CASE("PassRoof: max of the reads and n rows of MACs at the peak rates, by hand", "[cpu_ops][roof]") {
+  PassRoof r;
+  r.bytes = 100e6;  // 2 ms at 50 GB/s
+  r.bandwidth = 50e9;
+  r.int8_macs_per_row = 100e6;  // 0.5 ms at 200 G MAC/s
+  r.int8_macs_per_s = 200e9;
+  r.f32_macs_per_row = 20e6;  // 0.5 ms at 40 G MAC/s
+  r.f32_macs_per_s = 40e9;
+  REQUIRE(r.valid());
+  CHECK(r.memory_seconds() == Approx(2e-3));
+  CHECK(r.row_seconds() == Approx(1e-3));
+  CHECK(r.seconds(1) == Approx(2e-3));  // reads bound a pass of 1 or 2 rows
+  CHECK(r.seconds(2) == Approx(2e-3));
+  CHECK(r.seconds(3) == Approx(3e-3));  // arithmetic from 3 rows on
+  CHECK(r.seconds(17) == Approx(17e-3));
+  // A rate that the row's MACs need is unknown: no bound. One they do not need may be.
+  PassRoof no_int8 = r;
+  no_int8.int8_macs_per_s = 0;
+  CHECK_FALSE(no_int8.valid());
+  no_int8.int8_macs_per_row = 0;
+  CHECK(no_int8.valid());
+  CHECK(no_int8.row_seconds() == Approx(0.5e-3));
+  PassRoof no_bandwidth = r;
+  no_bandwidth.bandwidth = 0;
+  CHECK_FALSE(no_bandwidth.valid());
+  // SmolLM2 at context 512: 30 layers x 9 heads x 64 x 512 keys x 2 (q.k and p.v).
+  CHECK(attention_macs_per_row(30, 9, 64, 512) == 17694720.0);
+}
+
+TEST_CASE("measure_arith_peak: the instructions of each ISA, at rates a core can reach", "[cpu_ops][roof]") {
+  IsaCapGuard guard;
+  for (KernelIsa isa : runnable_isas()) {
+    set_kernel_isa_cap(isa);
+    INFO("ISA " << kernel_isa_name(isa));
+    const cpu::ArithPeak p = cpu::measure_arith_peak(isa);
+    CHECK(p.threads >= 1);
+    if (isa == KernelIsa::kScalar) {
+      CHECK(p.f32_macs_per_s == 0.0);
+      CHECK(p.int8_macs_per_s == 0.0);
+      continue;
+    }
+    CHECK(p.f32_macs_per_s > 0.0);
+    CHECK(p.int8_macs_per_s > 0.0);
+    CHECK(p.f32_instruction.rfind("vfmadd231ps ", 0) == 0);
+    CHECK((isa == KernelIsa::kAvx2 ? p.f32_instruction == "vfmadd231ps ymm" : true));
+    CHECK((isa == KernelIsa::kAvx512Vnni ? p.int8_instruction.rfind("vpdpbusd ", 0) == 0
+                                         : p.int8_instruction == "vpmaddubsw ymm"));
+    // A loop the compiler dropped would time at about nothing: rates past two 512-bit units at
+    // 6 GHz per thread (float32: 2 x 16 MACs a cycle; int8: 2 x 64) are not a measurement.
+    CHECK(p.f32_macs_per_s < p.threads * 2 * 16 * 6e9);
+    CHECK(p.int8_macs_per_s < p.threads * 2 * 64 * 6e9);
   }
 }
