@@ -569,7 +569,7 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
     }
   float s[3 * kTile];
   // The kernels read each tile's K and V rows where the cache holds them, while the next tile's
-  // rows are hinted into L1 a few keys per block of scores (tile_prefetch.h). Until 2026-11-27
+  // rows are hinted a few keys per block of scores (tile_prefetch.h). Until 2026-11-27
   // the rows were copied into [kTile, row] buffers first, one memcpy per run of consecutive slots,
   // because read in place (one kv head's D of every row at a time) they streamed at a third of
   // the memory bandwidth; the hints then went out all at once before the arithmetic and stalled
@@ -586,7 +586,7 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
   const char* const vc = static_cast<const char*>(a.v);
   const int64_t c0 = g0 * hs, cn = (g1 - g0) * hs;  // the elements of a slot's row this item reads
   // The next tile's rows, hinted a few keys at a time during this tile's arithmetic (tile_prefetch.h).
-  detail::TilePrefetch next_tile(a.slots, a.slot_base, kc, vc, row * es, c0 * es, cn * es);
+  detail::TilePrefetch next_tile(a.slots, a.slot_base, kc, vc, row * es, c0 * es, cn * es, r1 - r0 <= 2);
   // The int8 VNNI flavour takes tiles of kInt8VnniTile keys (its per-tile steps cost more, its
   // per-key steps less).
   if (qq)
