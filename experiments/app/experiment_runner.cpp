@@ -107,7 +107,9 @@ YAML::Node run_files(const std::vector<SweepPoint>& points) {
         add(role + ".draft_model", pt.index, path);
       }
       add(role + ".draft_model_tokenizer", pt.index, o.draft_model_tokenizer);
-      if (o.retrieval_first) add(role + ".retrieval_first", pt.index, default_draft_path(target.path, "retrieval"));
+      if (o.retrieval_first)
+        add(role + ".retrieval_first", pt.index,
+            o.retrieval_datastore.empty() ? default_draft_path(target.path, "retrieval") : o.retrieval_datastore);
     }
   }
   std::map<std::string, std::string> seen;  // path -> fingerprint
@@ -465,13 +467,16 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
     check_model_source(pt.config.models.target, "models.target", pt, config);
     for (size_t d = 0; d < pt.config.drafters.size(); ++d) {
       const DrafterOptions& o = pt.config.drafters[d].options;
-      if (!o.plugin.empty() || o.draft_model.empty()) continue;
       const std::string key = "drafters[" + std::to_string(d) + "]";
+      std::error_code ec;
+      if (!o.retrieval_datastore.empty() && !fs::is_regular_file(o.retrieval_datastore, ec))
+        throw Error(ErrorKind::kIo, "expected the retrieval datastore written by speclab train-draft, found no file at " +
+                                        o.retrieval_datastore, config.source_path, key + ".retrieval_datastore");
+      if (!o.plugin.empty() || o.draft_model.empty()) continue;
       // A file `speclab train-draft` wrote (eagle, medusa, a distilled draft_model) is not a model
       // source of its own: it must exist; its drafter checks the rest against the target.
       const bool trained = o.name == "eagle" || o.name == "medusa" || o.name == "retrieval";  // whatever the file is called
       if ((trained || fs::path(o.draft_model).extension() == ".safetensors") && !fs::is_directory(o.draft_model)) {
-        std::error_code ec;
         if (!fs::is_regular_file(o.draft_model, ec))
           throw Error(ErrorKind::kIo, "expected the trained draft written by speclab train-draft, found no file at " +
                                           o.draft_model, config.source_path, key + ".draft_model");

@@ -83,6 +83,8 @@ void DrafterArgs::add_to(po::options_description& desc) {
       ("retrieval-first", po::bool_switch(&retrieval_first),
        "any other drafter: where prompt lookup (if first) has no match, the retrieval datastore's continuation of a "
        "suffix match of --retrieval-min or more tokens, the drafter elsewhere")
+      ("retrieval-datastore", po::value(&retrieval_datastore),
+       "with --retrieval-first: the datastore it reads (default: the target's trained or shipped one, docs/train-draft.md)")
       ("fallback-gamma", po::value(&fallback_gamma)->default_value(fallback_gamma),
        "with --prompt-lookup-first or --retrieval-first: the drafter's (and the datastore's) tokens per step at most (0 = --gamma)")
       ("retrieval-min", po::value(&retrieval_min)->default_value(retrieval_min), "retrieval: shortest context suffix matched in the datastore")
@@ -171,6 +173,7 @@ DrafterOptions DrafterArgs::options() const {
   o.retrieval_min = retrieval_min;
   o.retrieval_max = retrieval_max;
   o.retrieval_first = retrieval_first;
+  o.retrieval_datastore = retrieval_datastore;
   if (!layers.empty()) o.draft_layers = parse_layer_list(layers, "--draft-layers");
   o.draft_model = draft_model;
   o.draft_model_format = draft_format;
@@ -199,6 +202,7 @@ Error DrafterArgs::flag_error(const Error& e) {
       {"prompt_lookup_max", "--prompt-lookup-max"},
       {"prompt_lookup_first", "--prompt-lookup-first"},
       {"retrieval_first", "--retrieval-first"},
+      {"retrieval_datastore", "--retrieval-datastore"},
       {"fallback_speculative_tokens", "--fallback-gamma"},
       {"retrieval_min", "--retrieval-min"},
       {"retrieval_max", "--retrieval-max"},

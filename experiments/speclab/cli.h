@@ -89,6 +89,7 @@ struct DrafterArgs {
   int lookup_min = 1, lookup_max = 3;
   bool lookup_first = false;
   bool retrieval_first = false;
+  std::string retrieval_datastore;  // with retrieval_first: "" = the target's default
   int fallback_gamma = 0;
   int retrieval_min = DrafterOptions{}.retrieval_min, retrieval_max = DrafterOptions{}.retrieval_max;
   std::string layers;   // layer_skip: "0-14" or "0,2,4"

@@ -40,6 +40,10 @@ void DrafterOptions::validate() const {
                                            std::to_string(fallback_speculative_tokens));
   if (retrieval_first && name == "retrieval")
     bad("retrieval_first", "expected another drafter to fall back on; retrieval already drafts from the datastore");
+  if (!retrieval_datastore.empty() && !retrieval_first)
+    bad("retrieval_datastore", std::string("expected retrieval_first: true beside it (it names the datastore "
+                                           "retrieval_first reads), found retrieval_first: false") +
+                                   (name == "retrieval" ? "; the retrieval drafter reads its datastore from draft_model" : ""));
   if (fallback_speculative_tokens > 0 && !prompt_lookup_first && !retrieval_first)
     bad("fallback_speculative_tokens", "expected prompt_lookup_first: true or retrieval_first: true beside it (it caps "
                                        "the drafter behind them), found neither");

@@ -46,6 +46,11 @@ struct DrafterOptions {
   // one token are found for nearly every context, so a retrieval_min of 2 or more leaves the
   // drafter the steps without a longer match. framework/draft/builtin/sources_first.h.
   bool retrieval_first = false;
+  // With retrieval_first: the datastore it reads (a .safetensors from `speclab train-draft`,
+  // architecture: retrieval, built for this target); "": the target's default one, as the
+  // retrieval drafter's (draft_model's comment below). The retrieval drafter itself names its
+  // datastore with draft_model.
+  std::string retrieval_datastore;
   // layer_skip: the target's layers the draft runs: an explicit ascending list, or the first
   // `draft_layers_first` layers when the list is empty.
   std::vector<int64_t> draft_layers;

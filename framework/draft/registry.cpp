@@ -42,12 +42,14 @@ std::unique_ptr<Drafter> DrafterRegistry::create(const DrafterOptions& options, 
   std::vector<SourcesFirstDrafter::Source> sources;
   if (options.prompt_lookup_first) sources.push_back({std::make_unique<PromptLookupDrafter>(options), 0});
   if (options.retrieval_first) {
-    // The datastore the retrieval drafter would load by default for this target (its own
-    // draft_model key names the drafter's file here, not the datastore).
+    // The datastore retrieval_datastore names, else the one the retrieval drafter would load by
+    // default for this target (the entry's own draft_model names the drafter's file, not the
+    // datastore).
     DrafterOptions r = options;
     r.name = "retrieval";
     r.plugin.clear();
-    r.draft_model.clear();
+    r.draft_model = options.retrieval_datastore;
+    r.retrieval_datastore.clear();
     r.draft_model_format = "auto";
     r.prompt_lookup_first = r.retrieval_first = false;
     r.fallback_speculative_tokens = 0;
@@ -55,16 +57,18 @@ std::unique_ptr<Drafter> DrafterRegistry::create(const DrafterOptions& options, 
     try {
       store = create(r, env);
     } catch (const Error& e) {
-      // Its errors name draft_model, which here is the drafter's file, and may suggest giving one
-      // (no key points retrieval_first elsewhere): name the key that asked, and how to build it.
+      // Its errors name draft_model, which here is the drafter's file, and may suggest giving one:
+      // name the key that asked for the datastore, and how to build one.
       std::string msg = e.message();
       const size_t note = msg.find(" (no draft_model given");
       if (note != std::string::npos) msg.erase(note);
+      const bool named = !options.retrieval_datastore.empty();
       throw Error(e.kind(),
-                  "retrieval_first reads the target's default datastore only: " + msg +
-                      " (build it with `speclab train-draft`, architecture: retrieval, output.path this file; "
-                      "docs/train-draft.md)",
-                  e.file(), "retrieval_first");
+                  std::string(named ? "retrieval_first's datastore: " : "retrieval_first's default datastore: ") + msg +
+                      " (build one with `speclab train-draft`, architecture: retrieval" +
+                      (named ? "" : ", output.path this file, or name another with retrieval_datastore") +
+                      "; docs/train-draft.md)",
+                  e.file(), named ? "retrieval_datastore" : "retrieval_first");
     }
     sources.push_back({std::move(store), options.fallback_speculative_tokens});
   }

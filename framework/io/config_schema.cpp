@@ -248,6 +248,7 @@ const Table<DrafterEntry>& drafter_table() {
           field("retrieval_min", {}, &E::options, &O::retrieval_min),
           field("retrieval_max", {}, &E::options, &O::retrieval_max),
           field("retrieval_first", {}, &E::options, &O::retrieval_first),
+          field("retrieval_datastore", {}, &E::options, &O::retrieval_datastore, path()),
           field("draft_layers", {}, &E::options, &O::draft_layers, layer_list()),
           field("draft_layers_first", {"assistant_early_exit"}, &E::options, &O::draft_layers_first,
                 integer<int64_t>(kI32Min, kI32Max)),

@@ -721,6 +721,24 @@ TEST_CASE("speclab run --resume refuses a model file whose content changed", "[e
   fs::remove_all(dir);
 }
 
+// retrieval_datastore names the datastore retrieval_first reads: a missing file is refused before
+// anything runs, naming the entry's key, and no output is written.
+TEST_CASE("speclab run: a missing retrieval_datastore is refused before the run, naming its key", "[experiment]") {
+  const std::string dir = temp_dir(), h5 = dir + "/out.h5";
+  std::string yaml = config_yaml(h5, "{max_new_tokens: 4}");
+  const std::string entry = "  - name: layer_skip\n";
+  REQUIRE(yaml.find(entry) != std::string::npos);
+  yaml.replace(yaml.find(entry), entry.size(),
+               "  - {name: layer_skip, retrieval_first: true, retrieval_datastore: stores/none.safetensors}\n");
+  write_file(dir + "/a.yaml", yaml);
+  const Result r = cli("run '" + dir + "/a.yaml' --no-report", dir);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Matchers::Contains("drafters[1].retrieval_datastore") &&
+                        Catch::Matchers::Contains("stores/none.safetensors"));
+  CHECK_FALSE(fs::exists(h5));
+  fs::remove_all(dir);
+}
+
 // The CPU kernels' ISA decides the bits (AVX2 and AVX-512 sum in other orders: sampled tokens can
 // differ), so a file is resumed only under the same one (SPECLAB_KERNEL_ISA caps it).
 TEST_CASE("speclab run --resume refuses a file written under another kernel ISA", "[experiment][resume]") {

@@ -1521,6 +1521,18 @@ TEST_CASE("the shipped SmolLM2 EAGLE head, Medusa heads and retrieval datastore:
     CHECK(chain->steps_from(1) > 0);
     CHECK(chain->steps_from(2) > 0);
     CHECK(acc > 0);
+    // retrieval_datastore names the datastore: the shipped one by its path drafts the same steps;
+    // a file that is not a datastore (the EAGLE head) is refused, naming the key.
+    DrafterOptions named = orl;
+    named.retrieval_datastore = std::string(SPECLAB_SOURCE_DIR) + "/assets/drafts/SmolLM2-135M-Instruct.Q4_1.retrieval.safetensors";
+    auto* by_path = dynamic_cast<SourcesFirstDrafter*>(&parts.add_drafter(named));
+    REQUIRE(by_path != nullptr);
+    CHECK(run_counting(s, Request{ids, {by_path, named}, gen, {}}, acc, dr).tokens == ar.tokens);
+    CHECK(by_path->steps_from(1) > 0);
+    named.retrieval_datastore = head;
+    const Error e = test::catch_error([&] { parts.add_drafter(named); });
+    CHECK(e.field() == "retrieval_datastore");
+    CHECK_THAT(e.what(), Catch::Contains("not a retrieval draft"));
   }
 }
 

@@ -903,6 +903,19 @@ TEST_CASE("retrieval_first: read from YAML, alone or behind prompt lookup, and r
   CHECK_THAT(config_error(kBase + "drafters: [{name: retrieval, retrieval_first: true}]\n"),
              Contains("drafters[0].retrieval_first") && Contains("another drafter"));
   CHECK_THAT(config_error(kBase + "drafters: [{name: eagle, retrieval_first: 2}]\n"), Contains("drafters[0].retrieval_first"));
+  // retrieval_datastore names the datastore retrieval_first reads, relative to the config's folder
+  // as every path; without retrieval_first it would be ignored, and is refused.
+  const ExperimentConfig named = parse_experiment_config(
+      kBase + "drafters: [{name: eagle, retrieval_first: true, retrieval_datastore: stores/mine.safetensors}]\n",
+      "/data/exp/named.yaml");
+  CHECK(named.drafters.at(0).options.retrieval_datastore == "/data/exp/stores/mine.safetensors");
+  CHECK(parse_experiment_config(kBase + "drafters: [{name: eagle, retrieval_first: true}]\n", "d.yaml")
+            .drafters.at(0)
+            .options.retrieval_datastore.empty());
+  CHECK_THAT(config_error(kBase + "drafters: [{name: eagle, retrieval_datastore: mine.safetensors}]\n"),
+             Contains("drafters[0].retrieval_datastore") && Contains("expected retrieval_first: true beside it"));
+  CHECK_THAT(config_error(kBase + "drafters: [{name: retrieval, retrieval_datastore: mine.safetensors}]\n"),
+             Contains("drafters[0].retrieval_datastore") && Contains("reads its datastore from draft_model"));
 }
 
 // models.draft names a model, its format and its llama2.c tokenizer; the tokenizer reaches the
