@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "experiments/speclab/cli.h"
+#include "framework/core/ab_variant.h"
 #include "framework/core/error.h"
 #include "framework/core/step_profile.h"
 #include "framework/engine/ar_decode.h"
@@ -124,6 +125,46 @@ double prefill_seconds(const Model& model, int64_t n, int reps) {
   return best;
 }
 
+// One cache of `ctx` tokens (one prefill) and the inputs of a pass of each n in `ns`: pass(n)
+// times one forward of n new tokens over the same uncommitted slots after the context.
+// `kv_dtype` as for cached_step_seconds.
+class PassTimer {
+ public:
+  PassTimer(const Model& model, int64_t ctx, const std::vector<int64_t>& ns, const std::string& kv_dtype)
+      : model_(model), c_(model.config()) {
+    SPECLAB_CHECK(!ns.empty(), "at least one pass size");
+    if (!kv_dtype.empty()) c_.kv_dtype = kv_dtype;
+    kv_ = std::make_unique<ContiguousKv>(c_.kv_geometry(), ctx + *std::max_element(ns.begin(), ns.end()));
+    model.forward(synthetic_tokens(ctx, c_.vocab_size), at::arange(ctx, at::kLong), kv_->append_view(ctx),
+                  ForwardOptions{{}, 1});
+    kv_->commit(ctx);
+    for (int64_t n : ns) {
+      toks_[n] = synthetic_tokens(n, c_.vocab_size);
+      pos_[n] = at::arange(ctx, ctx + n, at::kLong);
+    }
+  }
+  // Seconds of one pass of n (one of `ns`); with `profile`, its time per layer-loop step is added.
+  double pass(int64_t n, StepProfile* profile = nullptr) {
+    ForwardOptions opts;
+    opts.profile = profile;
+    const auto t0 = Clock::now();
+    model_.forward(toks_.at(n), pos_.at(n), kv_->append_view(n), opts);
+    return since(t0);
+  }
+
+ private:
+  const Model& model_;
+  ModelConfig c_;
+  std::unique_ptr<ContiguousKv> kv_;
+  std::map<int64_t, at::Tensor> toks_, pos_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
 // Verification passes of every n in `ns` (which starts with 1) over one cache of `ctx` tokens,
 // in `rounds` rounds: each round times one pass of each n back to back, so a round's passes see
 // the same state of a shared machine. cost[n] is the median over rounds of the round's
@@ -138,36 +179,53 @@ VerificationTimes verification_rounds(const Model& model, int64_t ctx, const std
                                       const std::string& kv_dtype = "",
                                       std::map<int64_t, StepProfile>* profile = nullptr) {
   SPECLAB_CHECK(!ns.empty() && ns.front() == 1 && rounds >= 1, "verification sizes start with 1, at least one round");
-  ModelConfig c = model.config();
-  if (!kv_dtype.empty()) c.kv_dtype = kv_dtype;
-  const int64_t max_n = *std::max_element(ns.begin(), ns.end());
-  ContiguousKv kv(c.kv_geometry(), ctx + max_n);
-  model.forward(synthetic_tokens(ctx, c.vocab_size), at::arange(ctx, at::kLong), kv.append_view(ctx),
-                ForwardOptions{{}, 1});
-  kv.commit(ctx);
-  std::map<int64_t, at::Tensor> toks, pos;
-  for (int64_t n : ns) {
-    toks[n] = synthetic_tokens(n, c.vocab_size);
-    pos[n] = at::arange(ctx, ctx + n, at::kLong);
-  }
+  PassTimer timer(model, ctx, ns, kv_dtype);
   VerificationTimes out;
   std::map<int64_t, std::vector<double>> ratios;
   for (int r = 0; r < rounds; ++r) {
     std::map<int64_t, double> t;
-    for (int64_t n : ns) {  // each pass writes the same uncommitted slots after the context
-      ForwardOptions opts;
-      if (profile) opts.profile = &(*profile)[n];
-      auto t0 = Clock::now();
-      model.forward(toks[n], pos[n], kv.append_view(n), opts);
-      t[n] = since(t0);
+    for (int64_t n : ns) {
+      t[n] = timer.pass(n, profile ? &(*profile)[n] : nullptr);
       out.best_s[n] = r == 0 ? t[n] : std::min(out.best_s[n], t[n]);
     }
     for (int64_t n : ns) ratios[n].push_back(t[n] / t.at(1));
   }
-  for (auto& [n, v] : ratios) {
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    out.cost[n] = v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+  for (const auto& [n, v] : ratios) out.cost[n] = median(v);
+  return out;
+}
+
+// --ab (framework/core/ab_variant.h): every pass size timed with ab_variant() at 0 (A) and at 1
+// (B), the two passes of a size back to back (A first in even rounds, B first in odd ones), so
+// that both see the same state of a shared machine. Per size: the medians of A and of B, and the
+// median of the rounds' B / A. The switch is back at 0 on return, also after an exception.
+struct AbTimes {
+  std::map<int64_t, double> a_s, b_s, ratio;
+};
+AbTimes ab_rounds(const Model& model, int64_t ctx, const std::vector<int64_t>& ns, int rounds,
+                  const std::string& kv_dtype) {
+  PassTimer timer(model, ctx, ns, kv_dtype);
+  struct Reset {
+    ~Reset() { set_ab_variant(0); }
+  } reset;
+  std::map<int64_t, std::vector<double>> a, b, ratio;
+  for (int r = 0; r < rounds; ++r)
+    for (int64_t n : ns) {
+      double t[2];
+      for (int k = 0; k < 2; ++k) {
+        const int variant = (r % 2 == 0) ? k : 1 - k;
+        set_ab_variant(variant);
+        t[variant] = timer.pass(n);
+      }
+      set_ab_variant(0);
+      a[n].push_back(t[0]);
+      b[n].push_back(t[1]);
+      ratio[n].push_back(t[1] / t[0]);
+    }
+  AbTimes out;
+  for (int64_t n : ns) {
+    out.a_s[n] = median(a[n]);
+    out.b_s[n] = median(b[n]);
+    out.ratio[n] = median(ratio[n]);
   }
   return out;
 }
@@ -500,7 +558,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   int steps = 16, naive_steps = 3;
   std::string llama_cpp = "auto", llama_cpp_flash_attn = "best", draft_model;
   int spec_gamma = 4, spec_steps = 24;
-  bool json_out = false, f32_compare = false, step_profile = false;
+  bool json_out = false, f32_compare = false, step_profile = false, ab = false;
   po::options_description desc("speclab bench");
   margs.add_to(desc);
   desc.add_options()
@@ -525,6 +583,9 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("step-profile", po::bool_switch(&step_profile),
        "also time each step of the layer loop (norms, matmuls, attention, ...) in the verification passes, "
        "over the model's cache and int8 (CPU only)")
+      ("ab", po::bool_switch(&ab),
+       "also time every verification pass size with ab_variant() at 0 and at 1, alternating pass by pass, and "
+       "print B / A: for timing a kernel change in one process (framework/core/ab_variant.h)")
       ("json", po::bool_switch(&json_out), "print one JSON object instead of the tables");
   po::variables_map vm;
   if (!parse_or_help("usage: speclab bench [options]", desc, args, vm)) return kExitOk;
@@ -739,6 +800,22 @@ int cmd_bench(const std::vector<std::string>& args) {
       report["verify_cost_kv_int8"][std::to_string(n)] = v8.cost.at(n);
     }
     say("\n");
+  }
+  if (ab) {
+    const AbTimes abt = ab_rounds(model, verify_ctx, verify_ns, verify_reps, "");
+    say("\nA/B (--ab): passes at context %lld with ab_variant() 0 (A) and 1 (B), alternated pass by pass, %d rounds; "
+        "B / A is the median of the rounds' ratios (nothing in the tree reads the switch: on committed code this is an "
+        "A/A run, its ratios the noise)\n",
+        static_cast<long long>(verify_ctx), verify_reps);
+    say("%-6s %10s %10s %8s\n", "n", "A ms", "B ms", "B / A");
+    report["ab"]["context"] = verify_ctx;
+    report["ab"]["rounds"] = verify_reps;
+    for (int64_t n : verify_ns) {
+      say("%-6lld %10.3f %10.3f %8.3f\n", static_cast<long long>(n), abt.a_s.at(n) * 1e3, abt.b_s.at(n) * 1e3,
+          abt.ratio.at(n));
+      report["ab"]["passes"][std::to_string(n)] = {
+          {"a_ms", abt.a_s.at(n) * 1e3}, {"b_ms", abt.b_s.at(n) * 1e3}, {"b_over_a", abt.ratio.at(n)}};
+    }
   }
   if (step_profile) {
     if (on_device)

@@ -232,7 +232,7 @@ TEST_CASE("speclab bench on synthetic shapes: decode, verification and the specu
   // takes on the GPU (docs/gpu.md), on the CPU at the tiny shape: figures present and sane.
   const RunResult r = run_cli({"bench", "--model", "random:tiny", "--contexts", "16", "32", "--steps", "3",
                                "--naive-steps", "1", "--prefill", "8", "--verify-context", "16", "--draft-model",
-                               "random:tiny", "--spec-steps", "4", "--llama-cpp", "off", "--json"});
+                               "random:tiny", "--spec-steps", "4", "--llama-cpp", "off", "--ab", "--json"});
   INFO(testing::describe(r));
   REQUIRE(r.exit_code == 0);
   const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
@@ -277,6 +277,18 @@ TEST_CASE("speclab bench on synthetic shapes: decode, verification and the specu
       CHECK(at_roof >= 1.0);
       previous = cost;
     }
+  }
+  // --ab: every pass size timed with the switch at 0 and at 1 (framework/core/ab_variant.h). Nothing
+  // reads it, so both are the same code: the ratio is timing noise on passes of a few microseconds.
+  REQUIRE(j.contains("ab"));
+  CHECK(j.at("ab").at("context").get<int64_t>() == 16);
+  for (const char* n : {"1", "2", "3", "5", "9", "17"}) {
+    INFO("--ab n = " << n);
+    const nlohmann::json& p = j.at("ab").at("passes").at(n);
+    CHECK(p.at("a_ms").get<double>() > 0.0);
+    CHECK(p.at("b_ms").get<double>() > 0.0);
+    CHECK(p.at("b_over_a").get<double>() > 0.2);
+    CHECK(p.at("b_over_a").get<double>() < 5.0);
   }
   const nlohmann::json& spec = j.at("spec");
   CHECK(spec.at("alpha").get<double>() == 1.0);  // the draft is the target itself: every draft accepted

@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "framework/core/ab_variant.h"
 #include "framework/core/blas_core.h"
 #include "framework/core/error.h"
 #include "framework/core/file_fingerprint.h"
@@ -239,4 +240,14 @@ TEST_CASE("file_fingerprint names content, whole or by chunks, and directories",
   write(dir / "d" / "two", "23");
   CHECK(file_fingerprint((dir / "d").string()) != d1);
   fs::remove_all(dir);
+}
+
+TEST_CASE("ab_variant: 0 until set, any non-zero value is variant 1", "[core][ab]") {
+  CHECK(ab_variant() == 0);
+  set_ab_variant(1);
+  CHECK(ab_variant() == 1);
+  set_ab_variant(7);
+  CHECK(ab_variant() == 1);
+  set_ab_variant(0);
+  CHECK(ab_variant() == 0);
 }
