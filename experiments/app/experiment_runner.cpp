@@ -470,8 +470,11 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
       const std::string key = "drafters[" + std::to_string(d) + "]";
       std::error_code ec;
       if (!o.retrieval_datastore.empty() && !fs::is_regular_file(o.retrieval_datastore, ec))
-        throw Error(ErrorKind::kIo, "expected the retrieval datastore written by speclab train-draft, found no file at " +
-                                        o.retrieval_datastore, config.source_path, key + ".retrieval_datastore");
+        throw Error(ErrorKind::kIo,
+                    "expected the retrieval datastore written by speclab train-draft, found no file at " +
+                        o.retrieval_datastore +
+                        (pt.values.empty() ? "" : " (sweep point #" + std::to_string(pt.index) + ": " + point_label(pt.values) + ")"),
+                    config.source_path, key + ".retrieval_datastore");
       if (!o.plugin.empty() || o.draft_model.empty()) continue;
       // A file `speclab train-draft` wrote (eagle, medusa, a distilled draft_model) is not a model
       // source of its own: it must exist; its drafter checks the rest against the target.

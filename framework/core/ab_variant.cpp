@@ -1,14 +1,7 @@
 #include "framework/core/ab_variant.h"
 
-#include <atomic>
+namespace speclab::detail {
 
-namespace speclab {
+std::atomic<int> g_ab_variant{0};
 
-namespace {
-std::atomic<int> g_variant{0};
-}  // namespace
-
-int ab_variant() { return g_variant.load(std::memory_order_relaxed); }
-void set_ab_variant(int v) { g_variant.store(v != 0 ? 1 : 0, std::memory_order_relaxed); }
-
-}  // namespace speclab
+}  // namespace speclab::detail

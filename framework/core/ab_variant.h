@@ -13,13 +13,22 @@
 // prints the medians and B / A. Take the branch out before committing: nothing in the tree reads
 // the switch, so `--ab` on the committed code is an A/A run, whose ratios show the noise floor.
 //
-// The switch is 0 except while `speclab bench --ab` times a B pass. Reading it costs one relaxed
-// atomic load; set it only between forward passes.
+// The switch is 0 except while `speclab bench --ab` times a B pass. Reading it is one relaxed
+// atomic load, inlined; in an inner loop, read it once before the loop all the same. Set it only
+// between forward passes.
 #pragma once
+
+#include <atomic>
 
 namespace speclab {
 
-int ab_variant();            // 0 (A) or 1 (B)
-void set_ab_variant(int v);  // v: 0 or 1
+namespace detail {
+extern std::atomic<int> g_ab_variant;  // framework/core/ab_variant.cpp
+}  // namespace detail
+
+// 0 (A) or 1 (B).
+inline int ab_variant() { return detail::g_ab_variant.load(std::memory_order_relaxed); }
+// Any non-zero v selects B.
+inline void set_ab_variant(int v) { detail::g_ab_variant.store(v != 0 ? 1 : 0, std::memory_order_relaxed); }
 
 }  // namespace speclab

@@ -20,6 +20,7 @@
 // and DraftContext (the structs' layouts changed; want_logits and source came in without a bump).
 // 5 — DrafterOptions::retrieval_min and retrieval_max (the struct's layout changed).
 // 6 — DrafterOptions::retrieval_first (the struct's layout changed).
+// 7 — DrafterOptions::retrieval_datastore (the struct's layout changed).
 #pragma once
 
 #include <cstddef>
@@ -28,7 +29,7 @@
 #include "framework/draft/drafter.h"
 #include "framework/draft/host_api.h"
 
-#define SPECLAB_DRAFTER_ABI_VERSION 6
+#define SPECLAB_DRAFTER_ABI_VERSION 7
 #define SPECLAB_DRAFTER_PLUGIN_SYMBOL "speclab_drafter_plugin"
 
 namespace speclab {

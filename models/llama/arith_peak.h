@@ -2,9 +2,12 @@
 // what no CPU kernel here can beat, and so, with the bytes a pass reads, a lower bound on the time
 // of an n-row forward (`speclab bench`'s arithmetic roof, issue 12).
 //
-// Each rate is the best of a few timed runs of independent chains of one instruction, one chain
-// per register (enough to cover its latency), on every compute thread at once
-// (framework/core/thread_pool.h), counted in multiply-accumulates of the kernels' element type:
+// Each rate is measured with independent chains of one instruction, one chain per register
+// (enough to cover its latency), written in inline assembly so that no chain is dropped or
+// spilled. Every compute thread runs them at once, 8 times (framework/core/thread_pool.h). The
+// rate is the thread count times the fastest single run of any thread: another job on a core
+// slows some runs, and a lower bound needs the highest rate. Rates are counted in
+// multiply-accumulates of the kernels' element type:
 //   - float32: vfmadd231ps, 16 MACs per 512-bit instruction, 8 per 256-bit one;
 //   - int8:    vpdpbusd under kAvx512Vnni (64 per 512-bit instruction, 32 per 256-bit), else
 //              vpmaddubsw (32 per 256-bit instruction), which the int8 kernels need with an add
@@ -28,7 +31,7 @@ struct ArithPeak {
   int threads = 0;
 };
 
-// Measures both rates under `isa` (at most kernel_isa()); about 0.1 s. Under kScalar both are 0
+// Measures both rates under `isa` (at most kernel_isa()); some tens of milliseconds. Under kScalar both are 0
 // (the scalar kernels' rate depends on the compiler, not on one instruction).
 ArithPeak measure_arith_peak(KernelIsa isa);
 

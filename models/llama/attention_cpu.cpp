@@ -586,7 +586,9 @@ void run_item(const AttentionArgs& a, const detail::Int8Queries* qq, int64_t spl
   const char* const vc = static_cast<const char*>(a.v);
   const int64_t c0 = g0 * hs, cn = (g1 - g0) * hs;  // the elements of a slot's row this item reads
   // The next tile's rows, hinted a few keys at a time during this tile's arithmetic (tile_prefetch.h).
-  detail::TilePrefetch next_tile(a.slots, a.slot_base, kc, vc, row * es, c0 * es, cn * es, r1 - r0 <= 2);
+  // Into L2 for a call of one or two rows, into L1 for more (tile_prefetch.h): by the call's rows,
+  // not the item's, since a plan may cut a pass of more rows into items of one or two.
+  detail::TilePrefetch next_tile(a.slots, a.slot_base, kc, vc, row * es, c0 * es, cn * es, a.n <= 2);
   // The int8 VNNI flavour takes tiles of kInt8VnniTile keys (its per-tile steps cost more, its
   // per-key steps less).
   if (qq)

@@ -11,14 +11,14 @@
 // make; each step() hints the rows of the next few keys; finish() hints whatever is left (when
 // the steps were fewer than announced). Hints only: no result depends on them.
 //
-// Where they go: into L2 (prefetcht1) for an item of one or two query rows, whose tiles are bound
+// Where they go: into L2 (prefetcht1) for a call of one or two query rows, whose tiles are bound
 // by how many lines the core keeps in flight, and into L1 (prefetcht0) for more rows, whose
 // arithmetic per tile is long enough to wait for them. A T0 hint that misses holds one of the
 // core's few L1 miss buffers until its line arrives. On the 2-core Zen 4, one process
 // alternating T1 and T0 pass by pass (30 rounds, medians; SmolLM2, float16 cache): one-row
 // passes at context 2048 took 6.38 ms with T1 against 7.32 with T0 (0.87), two-row passes 0.94;
-// passes of 3 to 17 rows 0.99-1.05 (T1 slower at 3 and 5 rows); at context 64 no difference.
-// docs/performance.md, "The next tile's hints into L2 for one-row passes".
+// passes of 3 to 17 rows 0.99-1.05 (T1 slower at 3 and 5 rows); at context 64 no difference
+// (`speclab bench --ab`; docs/performance.md, "The next tile's hints into L2 for one-row passes").
 #pragma once
 
 #include <xmmintrin.h>  // _mm_prefetch

@@ -10,6 +10,7 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -257,38 +258,40 @@ TEST_CASE("speclab bench on synthetic shapes: decode, verification and the specu
   CHECK(floor32 > 0.0);
   CHECK(floor32 < floor8);
   CHECK(floor8 < 1.0);
-  // The verification passes' arithmetic roof (experiments/app/pass_roof.h). random:tiny's MACs per
-  // row by hand: 2 layers of q/k/v 128 x (128 + 2 x 64), o 128 x 128, gate/up 128 x 2 x 256 and
-  // down 256 x 128, and the head 512 x 128, all float32 weights; attention over the 16-key
-  // verify context, 2 layers x 4 heads x 32 x 16 x 2.
-  const nlohmann::json& roof = j.at("pass_roof");
-  CHECK(roof.at("matmul_f32_macs").get<double>() == 2 * (128.0 * 256 + 128.0 * 128 + 128.0 * 512 + 256.0 * 128) + 512.0 * 128);
-  CHECK(roof.at("matmul_int8_macs").get<double>() == 0.0);
-  CHECK(roof.at("attention_macs").get<double>() == 2 * 4 * 32 * 16 * 2.0);
-  CHECK(j.at("arith_peak").at("f32_gmacs").get<double>() > 0.0);
-  // A lower bound, nondecreasing in n; at the roof on both sides a pass never costs less than one row.
-  for (const char* key : {"verify_cost_roof", "verify_cost_roof_kv_int8"}) {
-    INFO(key);
-    double previous = 0.0;
-    for (const char* n : {"5", "9", "17"}) {
-      const double cost = j.at(key).at(n).get<double>(), at_roof = j.at(std::string(key) + "_at_roof").at(n).get<double>();
-      CHECK(cost > 0.0);
-      CHECK(cost >= previous);
-      CHECK(at_roof >= 1.0);
-      previous = cost;
+  // The verification passes' arithmetic roof (experiments/app/pass_roof.h), printed wherever the
+  // kernels are not scalar. random:tiny's MACs per row by hand: 2 layers of q/k/v 128 x (128 + 2 x
+  // 64), o 128 x 128, gate/up 128 x 2 x 256 and down 256 x 128, and the head 512 x 128, all float32
+  // weights; attention over the 16-key verify context, 2 layers x 4 heads x 32 x 16 x 2. Each
+  // printed bound is max(reads, n x row) over the median one-row pass, from the printed parts
+  // (the reads dropped where they would outlast that pass: tiny's bytes sit in the caches).
+  if (j.at("kernel_isa") != "scalar") {
+    const nlohmann::json& roof = j.at("pass_roof");
+    CHECK(roof.at("matmul_f32_macs").get<double>() ==
+          2 * (128.0 * 256 + 128.0 * 128 + 128.0 * 512 + 256.0 * 128) + 512.0 * 128);
+    CHECK(roof.at("matmul_int8_macs").get<double>() == 0.0);
+    CHECK(roof.at("attention_macs").get<double>() == 2 * 4 * 32 * 16 * 2.0);
+    CHECK(j.at("arith_peak").at("f32_gmacs").get<double>() > 0.0);
+    const double row = roof.at("row_ms").get<double>(), one = roof.at("one_row_ms").get<double>();
+    const double reads = j.at("verify_cost_roof_reads_counted").get<bool>() ? roof.at("memory_ms").get<double>() : 0.0;
+    for (const int n : {5, 9, 17}) {
+      INFO("n = " << n);
+      CHECK(j.at("verify_cost_roof").at(std::to_string(n)).get<double>() == Approx(std::max(reads, n * row) / one));
+      CHECK(j.at("verify_cost_roof_at_roof").at(std::to_string(n)).get<double>() ==
+            Approx(std::max(reads, n * row) / std::max(reads, row)));
     }
+    CHECK(j.contains("verify_cost_roof_kv_int8"));
   }
-  // --ab: every pass size timed with the switch at 0 and at 1 (framework/core/ab_variant.h). Nothing
-  // reads it, so both are the same code: the ratio is timing noise on passes of a few microseconds.
+  // --ab: every pass size timed with the switch at 0 and at 1 (framework/core/ab_variant.h), an
+  // even number of rounds (5 asked: 6).
   REQUIRE(j.contains("ab"));
   CHECK(j.at("ab").at("context").get<int64_t>() == 16);
+  CHECK(j.at("ab").at("rounds").get<int64_t>() == 6);
   for (const char* n : {"1", "2", "3", "5", "9", "17"}) {
     INFO("--ab n = " << n);
     const nlohmann::json& p = j.at("ab").at("passes").at(n);
     CHECK(p.at("a_ms").get<double>() > 0.0);
     CHECK(p.at("b_ms").get<double>() > 0.0);
-    CHECK(p.at("b_over_a").get<double>() > 0.2);
-    CHECK(p.at("b_over_a").get<double>() < 5.0);
+    CHECK(p.at("b_over_a").get<double>() > 0.0);
   }
   const nlohmann::json& spec = j.at("spec");
   CHECK(spec.at("alpha").get<double>() == 1.0);  // the draft is the target itself: every draft accepted

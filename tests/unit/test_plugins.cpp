@@ -144,6 +144,20 @@ DraftContext context(SeqId seq, const TokenList& tokens) {
 
 }  // namespace
 
+// A layout change of DrafterOptions without an ABI bump would let an old plugin load and read
+// the struct at the wrong offsets. Its size under libstdc++ on x86-64, per ABI version, makes
+// this test fail until the version is bumped with the layout (a 7th string, retrieval_datastore,
+// took it from 336 to 368 bytes and the ABI from 6 to 7 on 2026-12-05; the bump was first
+// missed, found by review).
+TEST_CASE("DrafterOptions' layout changes only with the plugin ABI version", "[plugins][abi]") {
+#if defined(__GLIBCXX__) && defined(__x86_64__) && _GLIBCXX_USE_CXX11_ABI
+  static_assert(SPECLAB_DRAFTER_ABI_VERSION == 7, "bumped the ABI: record sizeof(DrafterOptions) for it here");
+  CHECK(sizeof(DrafterOptions) == 368);
+#else
+  WARN("skipped: the recorded sizes are libstdc++'s on x86-64");
+#endif
+}
+
 TEST_CASE("the example plugin builds out of tree and loads", "[plugins]") {
   const LoadedPlugin p = load_drafter_plugin(fixtures().example);
   REQUIRE(p.descriptor != nullptr);
