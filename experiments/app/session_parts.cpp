@@ -68,8 +68,16 @@ auto with_draft_field(Load load, const std::string& path, const DrafterOptions& 
 
 Error in_config(const Error& e, const std::string& section, const std::string& key, const std::string& source_path,
                 const std::string& note) {
-  if (e.file() != section) return e;
-  return Error(e.kind(), e.message() + note, source_path, key + (e.field().empty() ? "" : "." + e.field()));
+  if (e.file() == section)
+    return Error(e.kind(), e.message() + note, source_path, key + (e.field().empty() ? "" : "." + e.field()));
+  // A drafter's error in a file it read (a trained draft, a datastore) keeps that file, and names
+  // the entry's key that pointed at it: "drafters[1].retrieval_datastore", not the bare option.
+  if (section == "drafter" && !e.field().empty() && e.field().rfind(key, 0) != 0) {
+    std::string field = e.field();
+    if (field.rfind(section + ".", 0) == 0) field = field.substr(section.size() + 1);
+    return Error(e.kind(), e.message() + note, e.file(), key + "." + field);
+  }
+  return e;
 }
 
 DrafterRegistry drafter_registry(const LoadedModel* target) {

@@ -29,7 +29,9 @@ DrafterRegistry drafter_registry(const LoadedModel* target = nullptr);
 
 // An error of SessionParts or add_drafter() as the config file names it: `e` from `section` ("kv",
 // "drafter") becomes one in `source_path` at `key` + "." + its field ("drafters[1].draft_layers_first"),
-// its message followed by `note`; `e` itself when it names another file (a model, a prompt file).
+// its message followed by `note`. A drafter's error that names another file (a trained draft, a
+// datastore) keeps the file, its field prefixed by `key` ("drafters[1].retrieval_datastore");
+// any other error is `e` itself.
 Error in_config(const Error& e, const std::string& section, const std::string& key, const std::string& source_path,
                 const std::string& note = "");
 

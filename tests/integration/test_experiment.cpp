@@ -722,8 +722,8 @@ TEST_CASE("speclab run --resume refuses a model file whose content changed", "[e
 }
 
 // retrieval_datastore names the datastore retrieval_first reads: a missing file is refused before
-// anything runs, naming the entry's key, and no output is written.
-TEST_CASE("speclab run: a missing retrieval_datastore is refused before the run, naming its key", "[experiment]") {
+// anything runs, naming the entry's key, and no output is written; so is one built for another target.
+TEST_CASE("speclab run: a missing retrieval_datastore is refused before the run and one for another target when its drafter is built, naming the key", "[experiment]") {
   const std::string dir = temp_dir(), h5 = dir + "/out.h5";
   std::string yaml = config_yaml(h5, "{max_new_tokens: 4}");
   const std::string entry = "  - name: layer_skip\n";
@@ -736,6 +736,15 @@ TEST_CASE("speclab run: a missing retrieval_datastore is refused before the run,
   CHECK_THAT(r.err, Catch::Matchers::Contains("drafters[1].retrieval_datastore") &&
                         Catch::Matchers::Contains("stores/none.safetensors"));
   CHECK_FALSE(fs::exists(h5));
+  // A datastore built for another target (the shipped SmolLM2 one, for stories260K): refused when
+  // the drafter is built, naming the file and the entry's key (until 2026-12-05 the bare option).
+  const std::string other = std::string(SPECLAB_SOURCE_DIR) + "/assets/drafts/SmolLM2-135M-Instruct.Q4_1.retrieval.safetensors";
+  yaml.replace(yaml.find("stores/none.safetensors"), std::string("stores/none.safetensors").size(), other);
+  write_file(dir + "/b.yaml", yaml);
+  const Result wrong = cli("run '" + dir + "/b.yaml' --no-report", dir);
+  CHECK(wrong.code == 2);
+  CHECK_THAT(wrong.err, Catch::Matchers::Contains(other + ": drafters[1].retrieval_datastore: ") &&
+                            Catch::Matchers::Contains("not for the target stories260K"));
   fs::remove_all(dir);
 }
 
