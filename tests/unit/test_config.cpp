@@ -3,6 +3,7 @@
 // (each must name the key and its line:column).
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <algorithm>
@@ -45,8 +46,12 @@ std::string config_error(const std::string& yaml, const std::vector<std::string>
   return {};
 }
 
+// One folder per process: CTest runs each test case as its own process, two at a time, and two
+// cases writing a.jsonl into one shared folder once read each other's file (a CI run failed so).
 std::string tmp_dir() {
-  const std::string d = std::string(SPECLAB_BINARY_DIR) + "/test_config_tmp";
+  const std::string parent = std::string(SPECLAB_BINARY_DIR) + "/test_config_tmp";
+  ::mkdir(parent.c_str(), 0755);
+  const std::string d = parent + "/" + std::to_string(::getpid());
   ::mkdir(d.c_str(), 0755);
   return d;
 }
