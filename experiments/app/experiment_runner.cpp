@@ -42,6 +42,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// " (sweep point #3: drafter.gamma=4)" for a point of a sweep, "" without one: the note an error
+// about one point's settings ends with.
+std::string point_note(const SweepPoint& p) {
+  return p.values.empty() ? "" : " (sweep point #" + std::to_string(p.index) + ": " + point_label(p.values) + ")";
+}
+
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 double thread_cpu_seconds() {
@@ -228,8 +234,7 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
   }
   // Settings that only the loaded model can check (the KV budget against its block size, a
   // layer range against its depth) fail here: the error names the config and the key path.
-  const std::string at = point.values.empty() ? "" : " (sweep point #" + std::to_string(point.index) + ": " +
-                                                          point_label(point.values) + ")";
+  const std::string at = point_note(point);
   try {
     ctx->parts = std::make_unique<SessionParts>(*ctx->target, cfg.kv);
   } catch (const Error& e) {
@@ -440,7 +445,7 @@ void check_model_source(const ModelSource& src, const std::string& key, const Sw
                                              : std::string()),
                   "", "tokenizer");
   } catch (const Error& e) {
-    const std::string at = point.values.empty() ? "" : " (sweep point #" + std::to_string(point.index) + ": " + point_label(point.values) + ")";
+    const std::string at = point_note(point);
     const std::string where = e.file().empty() || e.file() == "model" ? "" : e.file() + ": ";
     throw Error(e.kind(), where + e.message() + at, config.source_path, key + "." + (e.field().empty() ? "path" : e.field()));
   }
@@ -473,7 +478,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
         throw Error(ErrorKind::kIo,
                     "expected the retrieval datastore written by speclab train-draft, found no file at " +
                         o.retrieval_datastore +
-                        (pt.values.empty() ? "" : " (sweep point #" + std::to_string(pt.index) + ": " + point_label(pt.values) + ")"),
+                        point_note(pt),
                     config.source_path, key + ".retrieval_datastore");
       if (!o.plugin.empty() || o.draft_model.empty()) continue;
       // A file `speclab train-draft` wrote (eagle, medusa, a distilled draft_model) is not a model
