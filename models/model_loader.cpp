@@ -109,6 +109,14 @@ ModelSource resolve_model_source(const ModelSource& in) {
                   in.path);
   }
   if (s.format == "auto") s.format = detect_format(s.path);
+  // Only a llama2.c checkpoint reads a tokenizer file; GGUF and HF checkpoints carry their own.
+  // A tokenizer given for them would be silently unused (and a typo in it never noticed).
+  if (s.format != "llama2c" && !in.tokenizer.empty())
+    throw Error(ErrorKind::kConfig,
+                "expected no tokenizer file with a " + s.format +
+                    " model, which carries its own (a tokenizer.bin is read for llama2.c models only), found '" +
+                    in.tokenizer + "'",
+                "model", "tokenizer");
   if (s.format == "llama2c" && s.tokenizer.empty()) s.tokenizer = dirname_of(s.path) + "/tokenizer.bin";
   return s;
 }

@@ -514,6 +514,9 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
     // Keyed by (id, category, text, k) for the k-th copy within a point: identical prompts in one
     // point stay separate rows, the same prompt in several points is one.
     std::map<std::tuple<std::string, std::string, std::string, int>, int64_t> index_of;
+    // An id names one prompt over the whole file, as within one point (load_prompts): /runs
+    // refers to prompts by id, and a swept prompts.files could bring two files of one name.
+    std::map<std::string, std::pair<int64_t, size_t>> id_first;  // id -> (union row, point)
     for (size_t pi = 0; pi < points.size(); ++pi) {
       const std::vector<Prompt> own = load_prompts(points[pi].config);
       if (own.empty())
@@ -523,7 +526,20 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
         const int k = copies[std::make_tuple(p.id, p.category, p.text)]++;
         auto [it, fresh] =
             index_of.emplace(std::make_tuple(p.id, p.category, p.text, k), static_cast<int64_t>(prompts.size()));
-        if (fresh) prompts.push_back(p);
+        if (fresh) {
+          const auto [first, new_id] = id_first.emplace(p.id, std::make_pair(it->second, pi));
+          const Prompt& a = prompts[static_cast<size_t>(first->second.first)];
+          if (!new_id && (a.text != p.text || a.category != p.category))
+            throw Error(ErrorKind::kConfig,
+                        "expected each prompt id to name one prompt in all the sweep's points, found id '" + p.id +
+                            "' for two different " + (a.text == p.text ? "categories" : "texts") + ", in sweep point #" +
+                            std::to_string(points[first->second.second].index) + " (" +
+                            point_label(points[first->second.second].values) + ") and #" +
+                            std::to_string(points[pi].index) + " (" + point_label(points[pi].values) +
+                            "); give the files distinct names or set prompts.id_field to a unique key",
+                        config.source_path, "prompts");
+          prompts.push_back(p);
+        }
         point_prompts[pi].push_back(it->second);
       }
     }

@@ -52,6 +52,9 @@ auto with_draft_field(Load load, const std::string& path, const DrafterOptions& 
   try {
     return load();
   } catch (const Error& e) {
+    // The draft's model source (load_model: file "model") names the drafter's own keys.
+    if (e.file() == "model" && (e.field() == "tokenizer" || e.field() == "format"))
+      throw Error(e.kind(), e.message(), "drafter", "draft_model_" + e.field());
     if (!e.field().empty()) throw;
     throw Error(e.kind(),
                 e.message() + (o.draft_model.empty()
@@ -104,6 +107,11 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
                     "drafter", "draft_vocab");
     };
     if (target != nullptr && is_trained_draft_file(path)) {  // distilled by `speclab train-draft`
+      if (!o.draft_model_tokenizer.empty())
+        throw Error(ErrorKind::kConfig,
+                    "expected no tokenizer file with a draft distilled by `speclab train-draft`, which uses the "
+                    "target's tokenizer, found '" + o.draft_model_tokenizer + "'",
+                    "drafter", "draft_model_tokenizer");
       DistilledDraft d = load_distilled_draft(path, *target);
       check_draft_vocab(d.model.config.vocab_size);
       return ModelDrafter::separate(build_model(d.model, src, o.draft_vocab > 0 ? o.draft_vocab : d.head_vocab), env);

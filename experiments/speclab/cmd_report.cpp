@@ -138,7 +138,9 @@ int cmd_report(const std::vector<std::string>& args) {
     throw Error(ErrorKind::kIo, std::string("expected an experiment or training-log HDF5 file, found ") +
                                     (fs::exists(st) ? "a device or other special file" : "no file"),
                 input, "RESULTS.h5");
-  const bool given = !out_dir.empty();
+  const bool given = vm.count("out") > 0;
+  if (given && out_dir.empty())
+    throw Error(ErrorKind::kConfig, "expected a directory path, found an empty one", "command line", "--out");
   if (!given) out_dir = default_report_dir(input);
   check_report_dir(out_dir, given ? "--out" : "report directory");
   return run_report(input, out_dir);
