@@ -294,8 +294,8 @@ Codec<std::vector<E>> entries(const Table<E>& t, const std::string& expected,
               // A blank item ("-" with nothing after it, e.g. an entry whose keys were commented
               // out) is not an entry of defaults: a run would get a drafter nobody configured.
               if (item.is_null())
-                item.fail("expected a map of " + t.schema().what + " keys (" + t.schema().key_list() +
-                          "), found nothing (a blank list item)");
+                item.fail("expected " + std::string(from_scalar ? "a value or " : "") + "a map of " + t.schema().what +
+                          " keys (" + t.schema().key_list() + "), found nothing (a blank list item)");
               E e;
               if (from_scalar && item.node.IsScalar()) from_scalar(item.node.Scalar(), e);
               else t.read(item, ctx, e);
