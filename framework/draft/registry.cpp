@@ -1,5 +1,7 @@
 #include "framework/draft/registry.h"
 
+#include <filesystem>
+
 #include "framework/core/error.h"
 #include "framework/draft/builtin/sources_first.h"
 #include "framework/draft/builtin/model_drafter.h"
@@ -17,15 +19,38 @@ std::vector<std::string> DrafterRegistry::names() const {
   return out;
 }
 
-void DrafterRegistry::load_plugin(const std::string& path) {
+std::string DrafterRegistry::load_plugin(const std::string& path) {
   auto plugin = std::make_shared<LoadedPlugin>(load_drafter_plugin(path));
   const std::string name = plugin->descriptor->name;
+  const std::string file = std::filesystem::absolute(path).lexically_normal().string();
+  const auto known = plugin_files_.find(name);
+  if (known == plugin_files_.end() && factories_.count(name) > 0)
+    throw Error(ErrorKind::kConfig,
+                "expected a plugin whose drafter is not named as a built-in one, found " + path + " exporting '" +
+                    name + "' (it would replace the built-in drafter); rename the plugin's drafter",
+                "drafter", "plugin");
+  if (known != plugin_files_.end() && known->second != file)
+    throw Error(ErrorKind::kConfig,
+                "expected one plugin file per drafter name, found '" + name + "' exported by " + known->second +
+                    " and by " + path + " (the later would replace the earlier for every entry)",
+                "drafter", "plugin");
+  plugin_files_[name] = file;
   add(name, [plugin](const DrafterOptions& o, const DrafterEnv& env) { return make_plugin_drafter(*plugin, o, env); });
+  return name;
 }
 
 std::unique_ptr<Drafter> DrafterRegistry::create(const DrafterOptions& options, const DrafterEnv& env) {
   options.validate();
-  if (!options.plugin.empty()) load_plugin(options.plugin);
+  if (!options.plugin.empty()) {
+    const std::string exported = load_plugin(options.plugin);
+    // The entry runs the drafter its plugin exports: another name ran that drafter instead (a
+    // built-in, or another plugin's) while the results carried it, and left the plugin unused.
+    if (options.name != exported)
+      throw Error(ErrorKind::kConfig,
+                  "expected the drafter that " + options.plugin + " exports ('" + exported + "'), found '" +
+                      options.name + "'",
+                  "drafter", "name");
+  }
   auto it = factories_.find(options.name);
   if (it == factories_.end()) {
     std::string known;

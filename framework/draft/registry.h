@@ -24,11 +24,14 @@ class DrafterRegistry {
 
   void add(const std::string& name, DrafterFactory factory);
   std::vector<std::string> names() const;
-  // Loads options.plugin (if set) and registers the drafter it exports. Throws Error(kConfig)
-  // naming the file on a missing file/symbol or an ABI version mismatch.
-  void load_plugin(const std::string& path);
-  // Builds options.name (loading options.plugin first when set). An unknown name gives
-  // Error(kConfig) listing the known ones. With prompt_lookup_first or retrieval_first, the
+  // Loads the plugin at `path` and registers the drafter it exports; returns that drafter's name.
+  // Throws Error(kConfig) naming the file on a missing file/symbol or an ABI version mismatch, and
+  // Error(kConfig, ..., "drafter", "plugin") when the name is a built-in drafter's or another
+  // plugin file's (the later registration replaced the earlier, so entries ran another drafter).
+  std::string load_plugin(const std::string& path);
+  // Builds options.name (loading options.plugin first when set: then options.name must be the
+  // drafter that plugin exports, Error(kConfig, ..., "drafter", "name") otherwise). An unknown
+  // name gives Error(kConfig) listing the known ones. With prompt_lookup_first or retrieval_first, the
   // drafter is wrapped in a SourcesFirstDrafter that tries prompt lookup and/or the target's
   // default retrieval datastore first. retrieval_first without a "retrieval" factory in this
   // registry gives Error(kConfig, "drafter", "retrieval_first").
@@ -36,6 +39,7 @@ class DrafterRegistry {
 
  private:
   std::map<std::string, DrafterFactory> factories_;
+  std::map<std::string, std::string> plugin_files_;  // drafter name -> the plugin file that exports it
 };
 
 void register_builtin_drafters(DrafterRegistry& registry);

@@ -7,6 +7,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
+
 #include "framework/core/error.h"
 #include "framework/io/config_schema.h"
 #include "framework/io/config_util.h"
@@ -247,6 +249,21 @@ TrainDraftConfig load_train_config(const std::string& path, const std::vector<st
                   "a retrieval datastore writes no training log and no checkpoint (it trains nothing): remove " +
                       given_output,
                   "", given_output);
+    // The draft, its training log and its checkpoint are three files: one path for two of them
+    // made each write replace the other (the checkpoint left in place of the draft, or the log lost).
+    const auto same = [](const std::string& a, const std::string& b) {
+      return std::filesystem::absolute(a).lexically_normal() == std::filesystem::absolute(b).lexically_normal();
+    };
+    const std::pair<const char*, const std::string*> files[] = {
+        {"output.path", &cfg.output.path}, {"output.log", &cfg.output.log}, {"output.checkpoint", &cfg.output.checkpoint}};
+    for (size_t i = 1; i < 3; ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (cfg.architecture != "retrieval" && !files[i].second->empty() && !files[j].second->empty() &&
+            same(*files[i].second, *files[j].second))
+          throw Error(ErrorKind::kConfig,
+                      std::string("expected a file of its own, found the path of ") + files[j].first + " (" +
+                          *files[j].second + ")",
+                      "", files[i].first);
     cfg.validate();
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kConfig) throw;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -448,4 +449,50 @@ TEST_CASE("the registry creates a plugin drafter from drafter.plugin + drafter.n
   const TokenList tokens = {10, 20, 30, 40};
   d->begin(0, tokens);
   CHECK(d->propose(context(0, tokens), 4).tokens == TokenList{20, 30, 40, 20});
+}
+
+TEST_CASE("a plugin entry runs the drafter its plugin exports and a plugin cannot take another drafter's name",
+          "[plugins]") {
+  // Before 2026-12-05 each of these ran some other drafter without a word: the entry's name
+  // picked whatever was registered under it, and a plugin named like a built-in replaced it.
+  DrafterOptions options;
+  options.plugin = fixtures().example;  // exports repeat_last_n
+  options.params["n"] = "3";
+  // The error create() throws (a failed check where it creates a drafter).
+  const auto refusal = [&](DrafterRegistry& registry) {
+    try {
+      (void)registry.create(options, DrafterEnv{});
+    } catch (const Error& e) {
+      return e;
+    }
+    FAIL("created");
+    return Error(ErrorKind::kInternal, "");
+  };
+  SECTION("an entry naming another drafter than its plugin's") {
+    DrafterRegistry registry = DrafterRegistry::with_builtins();
+    options.name = "prompt_lookup";
+    const Error e = refusal(registry);
+    CHECK(e.field() == "name");
+    CHECK_THAT(e.message(), Catch::Contains("exports ('repeat_last_n'), found 'prompt_lookup'"));
+  }
+  SECTION("a plugin whose drafter has a built-in drafter's name") {
+    DrafterRegistry registry;
+    registry.add("repeat_last_n", [](const DrafterOptions&, const DrafterEnv&) -> std::unique_ptr<Drafter> {
+      return nullptr;
+    });
+    options.name = "repeat_last_n";
+    const Error e = refusal(registry);
+    CHECK(e.field() == "plugin");
+    CHECK_THAT(e.message(), Catch::Contains("would replace the built-in drafter"));
+  }
+  SECTION("two plugin files exporting one name") {
+    DrafterRegistry registry;
+    options.name = "repeat_last_n";
+    (void)registry.create(options, DrafterEnv{});
+    (void)registry.create(options, DrafterEnv{});  // the same file again: one drafter, fine
+    const std::string copy = kOut + "/repeat_last_n_copy.so";
+    std::filesystem::copy_file(fixtures().example, copy, std::filesystem::copy_options::overwrite_existing);
+    options.plugin = copy;
+    CHECK_THAT(refusal(registry).message(), Catch::Contains("expected one plugin file per drafter name"));
+  }
 }
