@@ -458,13 +458,15 @@ void require_drafters(const ExperimentConfig& config) {
                 config.source_path, "drafters");
 }
 
-ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOptions& options) {
+ExperimentPlan plan_experiment(const ExperimentConfig& config) {
+  ExperimentPlan plan;
   // 1. Everything that can be checked without touching the output. With a sweep, each point is
   // validated as it is expanded (the config without the sweep's values may be invalid where
   // every point is valid: parse_experiment_config).
   if (config.sweep.empty()) config.validate();
   require_drafters(config);
-  const std::vector<SweepPoint> points = expand_sweep(config);
+  plan.points = expand_sweep(config);
+  const std::vector<SweepPoint>& points = plan.points;
   if (points.empty()) throw Error(ErrorKind::kConfig, "expected at least one sweep point, found none", config.source_path, "sweep");
   // Every point's models exist before anything runs (a later point's missing file would
   // otherwise end the run after the earlier points).
@@ -480,6 +482,9 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
                         o.retrieval_datastore +
                         point_note(pt),
                     config.source_path, key + ".retrieval_datastore");
+      if (!o.plugin.empty() && !fs::is_regular_file(o.plugin, ec))
+        throw Error(ErrorKind::kIo, "expected a drafter plugin (a .so file), found no file at " + o.plugin + point_note(pt),
+                    config.source_path, key + ".plugin");
       if (!o.plugin.empty() || o.draft_model.empty()) continue;
       // A file `speclab train-draft` wrote (eagle, medusa, a distilled draft_model) is not a model
       // source of its own: it must exist; its drafter checks the rest against the target.
@@ -508,8 +513,9 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
   }
   // Prompts per point (prompts.* may be swept): the file's prompt table is their union, in
   // first-seen order, and each point runs its own list of indices into it.
-  std::vector<Prompt> prompts;
-  std::vector<std::vector<int64_t>> point_prompts(points.size());
+  std::vector<Prompt>& prompts = plan.prompts;
+  std::vector<std::vector<int64_t>>& point_prompts = plan.point_prompts;
+  point_prompts.resize(points.size());
   {
     // Keyed by (id, category, text, k) for the k-th copy within a point: identical prompts in one
     // point stay separate rows, the same prompt in several points is one.
@@ -544,6 +550,14 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
       }
     }
   }
+  return plan;
+}
+
+ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOptions& options) {
+  const ExperimentPlan checked = plan_experiment(config);
+  const std::vector<SweepPoint>& points = checked.points;
+  const std::vector<Prompt>& prompts = checked.prompts;
+  const std::vector<std::vector<int64_t>>& point_prompts = checked.point_prompts;
   const std::string& path = config.output.path;
   check_output_path(path, options.mode);
   std::vector<std::string> methods = {kArMethod};

@@ -32,11 +32,14 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "framework/io/experiment_config.h"
 #include "framework/io/experiment_records.h"
 #include "framework/io/experiment_summary.h"
+#include "framework/io/prompt_loader.h"
 #include "framework/io/shard.h"
+#include "framework/io/sweep.h"
 
 namespace speclab {
 
@@ -102,6 +105,18 @@ void ensure_output_directory(const std::string& path, const std::string& field =
 
 // Runs the experiment into config.output.path. Throws speclab::Error on bad input (config,
 // prompts, output path, models) before the output file is created or modified.
+// What run_experiment() checks before it touches the output or loads a model, and what it
+// derives: every sweep point valid, every point's model, draft and datastore files present, every
+// point's prompts loaded (each id naming one prompt over all points). The file's prompt table is
+// the points' union in first-seen order; point_prompts[p] indexes it for point p. `speclab
+// submit` runs it too, so that a config `run` would refuse is refused before any job is queued.
+struct ExperimentPlan {
+  std::vector<SweepPoint> points;
+  std::vector<Prompt> prompts;
+  std::vector<std::vector<int64_t>> point_prompts;
+};
+ExperimentPlan plan_experiment(const ExperimentConfig& config);
+
 ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOptions& options);
 
 }  // namespace speclab

@@ -95,7 +95,7 @@ bool slurm_time_ok(const std::string& t) {
 int cmd_submit(const std::vector<std::string>& args) {
   std::string config_path, output, partition, time_limit;
   std::vector<std::string> overrides;
-  bool slurm = false, dry_run = false;
+  bool slurm = false, dry_run = false, overwrite = false;
   int64_t shards = 0;
   int threads = 0;
   po::options_description desc("speclab submit");
@@ -108,11 +108,12 @@ int cmd_submit(const std::vector<std::string>& args) {
       ("set", po::value(&overrides)->composing(), "override a config key: --set key=value (repeatable)")
       ("output,o", po::value(&output), "merged HDF5 output path (default: the config's output.path)")
       ("threads", po::value(&threads)->default_value(threads), "CPU threads per task (Slurm --cpus-per-task and the run's --threads; 0 = the cluster's default)")
+      ("overwrite", po::bool_switch(&overwrite), "let the merge job replace an existing output file")
       ("dry-run", po::bool_switch(&dry_run), "write and print the scripts, submit nothing");
   po::variables_map vm;
   const char* usage =
       "usage: speclab submit CONFIG.yaml --slurm --shards N [--partition P] [--time T] [--set key=value ...] "
-      "[--output FILE.h5] [--dry-run]";
+      "[--output FILE.h5] [--overwrite] [--dry-run]";
   if (!parse_or_help(usage, desc, args, vm, "config")) return kExitOk;
   if (config_path.empty()) throw Error(ErrorKind::kConfig, "expected a config file, found none", "command line", "CONFIG");
   if (!slurm) throw Error(ErrorKind::kConfig, "expected --slurm (the only scheduler supported), found none", "command line", "--slurm");
@@ -130,10 +131,27 @@ int cmd_submit(const std::vector<std::string>& args) {
                 "command line", "--time");
   validate_threads(threads);
 
+  if (vm.count("output") && output.empty())
+    throw Error(ErrorKind::kConfig, "expected a path, found an empty one", "command line", "--output");
   ExperimentConfig config = load_experiment_config(config_path, overrides);  // checks it now
   require_drafters(config);
-  if (!output.empty()) config.output.path = output;
+  if (!output.empty()) {
+    config.output.path = output;
+    try {
+      config.output.validate();
+    } catch (const Error& e) {
+      throw Error(e.kind(), e.message(), "command line", "--output");
+    }
+  }
+  // What `speclab run` checks before it runs, for every point (files, prompts): a config it
+  // refuses would otherwise fail in every array task, or in the merge job after all of them.
+  (void)plan_experiment(config);
   const std::string out = absolute(config.output.path);
+  std::error_code exists_ec;
+  if (!overwrite && fs::exists(out, exists_ec))
+    throw Error(ErrorKind::kConfig,
+                "the merged output file already exists (the merge job replaces it); pass --overwrite to let it", out,
+                "output.path");
   const fs::path out_path(out);
   std::error_code ec;
   ensure_output_directory(out);
