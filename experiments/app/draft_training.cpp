@@ -749,7 +749,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   // An eagle init with other aux layers is refused before the data stage (which can take minutes).
   std::vector<int64_t> init_aux;
   int64_t init_layers = 0;
-  if (c.architecture == "eagle" && !c.train.init.empty()) {
+  if ((c.architecture == "eagle" || c.architecture == "draft_model") && !c.train.init.empty()) {
     const SafetensorsFile init_file = [&] {
       try {
         return SafetensorsFile::open(c.train.init);
@@ -757,6 +757,20 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
         throw Error(e.kind(), e.message(), e.file().empty() ? c.train.init : e.file(), "train.init");
       }
     }();
+    if (c.architecture == "draft_model") {
+      // The init's layers replace the ones head.draft_layers would copy from the target: other
+      // layers here trained the init's while the file recorded these.
+      const auto meta = init_file.metadata();
+      const auto listed = meta.find("draft_layers");
+      if (listed != meta.end() && listed->second != layer_text(c.head.draft_layers))
+        throw Error(ErrorKind::kConfig,
+                    "train.init's layers were copied from target layers [" + listed->second + "], this draft's from [" +
+                        layer_text(c.head.draft_layers) + "] (head.draft_layers): expected the same",
+                    c.source_path, "train.init");
+    }
+  }
+  if (c.architecture == "eagle" && !c.train.init.empty()) {
+    const SafetensorsFile init_file = SafetensorsFile::open(c.train.init);
     init_layers = eagle_draft_layers([&](const std::string& name) { return init_file.contains(name); });
     if (init_layers > c.head.layers)
       throw Error(ErrorKind::kConfig,

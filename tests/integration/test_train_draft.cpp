@@ -1751,6 +1751,14 @@ TEST_CASE("train-draft draft_model: a distilled 2-layer draft, the runtime model
   train_draft(c, false, {}, 70);  // interrupted after 70 steps
   train_draft(c, true);
   CHECK(read_bytes(c.output.path) == first);
+  // An init whose layers came from other target layers than head.draft_layers names: its weights
+  // replaced the layers copied from [1, 2] while the file recorded [1, 2].
+  const TrainDraftConfig other = load_train_config(
+      write_config("dm_other", 1, "prompts.jsonl", "draft_model").string(),
+      {"train.init=" + c.output.path, "head.draft_layers=[1, 2]", "train.lr=1e-9", "train.warmup=0"});
+  const Error mixed = test::catch_error([&] { train_draft(other, false); });
+  CHECK(mixed.field() == "train.init");
+  CHECK_THAT(mixed.message(), Catch::Contains("copied from target layers [0,4], this draft's from [1,2]"));
 
   ModelSource src;
   src.path = "stories260K";
