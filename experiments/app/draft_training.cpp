@@ -1,5 +1,7 @@
 #include "experiments/app/draft_training.h"
 
+#include "framework/io/config_canonical.h"
+
 #include <ATen/ATen.h>
 
 #include <ATen/core/grad_mode.h>
@@ -904,8 +906,23 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   if (resume) {
     std::map<std::string, std::string> ck_meta;
     const auto state = read_tensors(c.output.checkpoint, &ck_meta);
-    if (ck_meta["target_weights_hash"] != hash || ck_meta["training_config"] != c.resolved_yaml)
-      throw Error(ErrorKind::kBadInput, "the checkpoint belongs to another target or training config", c.output.checkpoint);
+    if (ck_meta["target_weights_hash"] != hash)
+      throw Error(ErrorKind::kBadInput,
+                  "the checkpoint belongs to another target (weights " + ck_meta["target_weights_hash"] + ", this one " +
+                      hash + ")",
+                  c.output.checkpoint);
+    // The settings by value, less those that change no trained weight: where the outputs go and
+    // in what dtype the draft is written, how often checkpoints are taken, and how many prompts
+    // the target answers at once (the answers are the same).
+    const std::vector<std::string> diff = yaml_differences(
+        ck_meta["training_config"], c.resolved_yaml, {"output", "data.answer_batch", "train.checkpoint_every"});
+    if (!diff.empty()) {
+      throw Error(ErrorKind::kBadInput,
+                  "expected the training settings the checkpoint was written with, found " +
+                      std::to_string(diff.size()) + " different (checkpoint vs now: " + differences_list(diff) +
+                      "); resume with those, or train anew without --resume",
+                  c.output.checkpoint);
+    }
     trainer->load_state(state, c.output.checkpoint);
     if (stop_after > 0 && stop_after <= trainer->steps_done())
       throw Error(ErrorKind::kConfig,

@@ -347,12 +347,9 @@ void check_same_experiment(const std::string& path, const ExperimentData& have, 
       have.resolved_config_yaml, resolved_config(config, sweep_points, nullptr),
       shard_config_ignored_keys());
   if (!diff.empty()) {
-    std::string list;
-    for (size_t i = 0; i < diff.size() && i < 5; ++i) list += (i ? "; " : "") + diff[i];
-    if (diff.size() > 5) list += "; and " + std::to_string(diff.size() - 5) + " more";
     throw Error(ErrorKind::kConfig,
                 "expected the same settings as the experiment recorded in the file, found " +
-                    std::to_string(diff.size()) + " different (file vs now: " + list +
+                    std::to_string(diff.size()) + " different (file vs now: " + differences_list(diff) +
                     "); resume with the same config (and --threads), or use --overwrite to start over",
                 path, "--resume");
   }

@@ -81,4 +81,11 @@ std::vector<std::string> yaml_differences(const std::string& a, const std::strin
   return out;
 }
 
+std::string differences_list(const std::vector<std::string>& diff, size_t most) {
+  std::string list;
+  for (size_t i = 0; i < diff.size() && i < most; ++i) list += (i ? "; " : "") + diff[i];
+  if (diff.size() > most) list += "; and " + std::to_string(diff.size() - most) + " more";
+  return list;
+}
+
 }  // namespace speclab

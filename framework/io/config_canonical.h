@@ -24,4 +24,7 @@ std::string effective_config_yaml(const ExperimentConfig& config);
 std::vector<std::string> yaml_differences(const std::string& a, const std::string& b,
                                           const std::vector<std::string>& ignore = {});
 
+// The first `most` of yaml_differences' lines joined with "; ", then "; and N more" for the rest.
+std::string differences_list(const std::vector<std::string>& diff, size_t most = 5);
+
 }  // namespace speclab

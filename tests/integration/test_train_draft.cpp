@@ -244,6 +244,17 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
     std::ofstream p(kDir / "prompts.jsonl", std::ios::trunc);
     p << prompts;
   }
+  // A setting that changes the weights: refused, naming it (the message named none).
+  const TrainDraftConfig lr = load_train_config(write_config("a", 200).string(), {"train.lr=0.002"});
+  const Error other = test::catch_error([&] { train_draft(lr, true); });
+  CHECK(other.kind() == ErrorKind::kBadInput);
+  CHECK_THAT(other.message(), Catch::Contains("1 different (checkpoint vs now: train.lr: "));
+  // One that changes none (how often checkpoints are taken) does not block the resume, which
+  // trains as the uninterrupted run did (the draft's metadata then records the new setting).
+  const TrainDraftConfig cadence = load_train_config(write_config("a", 200).string(), {"train.checkpoint_every=7"});
+  train_draft(cadence, true);
+  CHECK(read_train_log(a.output.log).loss == log.loss);
+  train_draft(a, false, {}, 90);  // interrupted again, resumed with the same settings: the same bytes
   train_draft(a, true);
   CHECK(read_bytes(a.output.path) == first);
   CHECK(read_train_log(a.output.log).loss == log.loss);
