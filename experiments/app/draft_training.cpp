@@ -742,6 +742,13 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
       throw Error(e.kind(), e.message(), c.source_path, e.field());
     }
   }();
+  // A reduced head larger than the vocabulary would be the whole one, while a draft_model file
+  // recorded the larger count as its draft_vocab (`--draft-vocab` above the vocabulary is refused).
+  if (c.head.vocab_top_n > frozen.config.vocab_size)
+    throw Error(ErrorKind::kConfig,
+                "expected at most the target's vocabulary of " + std::to_string(frozen.config.vocab_size) +
+                    " tokens (0 = all of them), found " + std::to_string(c.head.vocab_top_n),
+                c.source_path, "head.vocab_top_n");
   for (int64_t l : c.head.aux_layers)
     if (!valid_aux_layer(l, frozen.config))
       throw Error(ErrorKind::kConfig,
