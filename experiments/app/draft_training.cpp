@@ -704,6 +704,11 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
                 "expected no --stop-after for a retrieval datastore, found " + std::to_string(stop_after) +
                     ": it trains no steps (an interrupted data stage continues from its answers cache)",
                 "command line", "--stop-after");
+  if (retrieval && resume)
+    throw Error(ErrorKind::kConfig,
+                "expected no --resume for a retrieval datastore: it trains no steps and writes no checkpoint (an "
+                "interrupted data stage continues from its answers cache without it)",
+                "command line", "--resume");
   if (resume && !retrieval && !fs::exists(c.output.checkpoint))
     throw Error(ErrorKind::kIo, "--resume: no checkpoint to resume from", c.output.checkpoint);
   check_train_outputs(c);

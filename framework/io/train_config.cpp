@@ -166,6 +166,9 @@ void DraftTrainOptions::validate() const {
   if (unroll < 1 || unroll > 8) bad("train.unroll", "expected 1 to 8 draft steps, found " + std::to_string(unroll));
   if (!(unroll_decay > 0 && unroll_decay <= 1))
     bad("train.unroll_decay", "expected a decay in (0, 1], found " + config::to_text(unroll_decay));
+  // It weighs draft steps 2..unroll: with one step there is nothing to weigh (it was ignored).
+  if (unroll == 1 && unroll_decay != DraftTrainOptions{}.unroll_decay)
+    bad("train.unroll_decay", "expected train.unroll above 1 for a decay over its draft steps, found unroll 1");
   if (eval_every < 1) bad("train.eval_every", "expected at least 1");
   if (checkpoint_every < 0) bad("train.checkpoint_every", "expected 0 (only at the end) or more steps");
 }
