@@ -1,7 +1,5 @@
 #include "experiments/app/draft_training.h"
 
-#include "framework/io/config_canonical.h"
-
 #include <ATen/ATen.h>
 
 #include <ATen/core/grad_mode.h>
@@ -33,6 +31,7 @@
 #include "framework/draft/drafter_options.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/batch_decode.h"
+#include "framework/io/config_canonical.h"
 #include "framework/io/config_util.h"
 #include "framework/io/prompt_loader.h"
 #include "framework/io/train_log.h"
@@ -781,24 +780,22 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
                     "train.init's layers were copied from target layers [" + listed->second + "], this draft's from [" +
                         layer_text(c.head.draft_layers) + "] (head.draft_layers): expected the same",
                     c.source_path, "train.init");
+    } else {
+      init_layers = eagle_draft_layers([&](const std::string& name) { return init_file.contains(name); });
+      if (init_layers > c.head.layers)
+        throw Error(ErrorKind::kConfig,
+                    "train.init has " + std::to_string(init_layers) + " decoder layers, this head " +
+                        std::to_string(c.head.layers) + " (head.layers): expected at most as many",
+                    c.source_path, "train.init");
+      const auto meta = init_file.metadata();
+      const auto listed = meta.find("aux_layers");
+      init_aux = parse_aux_layers(listed == meta.end() ? "" : listed->second, frozen.config, c.train.init);
+      if (!init_aux.empty() && init_aux != c.head.aux_layers)
+        throw Error(ErrorKind::kConfig,
+                    "train.init reads aux layers [" + layer_text(init_aux) + "], this head [" +
+                        layer_text(c.head.aux_layers) + "]: expected the same, or an init without aux layers",
+                    c.source_path, "train.init");
     }
-  }
-  if (c.architecture == "eagle" && !c.train.init.empty()) {
-    const SafetensorsFile init_file = SafetensorsFile::open(c.train.init);
-    init_layers = eagle_draft_layers([&](const std::string& name) { return init_file.contains(name); });
-    if (init_layers > c.head.layers)
-      throw Error(ErrorKind::kConfig,
-                  "train.init has " + std::to_string(init_layers) + " decoder layers, this head " +
-                      std::to_string(c.head.layers) + " (head.layers): expected at most as many",
-                  c.source_path, "train.init");
-    const auto meta = init_file.metadata();
-    const auto listed = meta.find("aux_layers");
-    init_aux = parse_aux_layers(listed == meta.end() ? "" : listed->second, frozen.config, c.train.init);
-    if (!init_aux.empty() && init_aux != c.head.aux_layers)
-      throw Error(ErrorKind::kConfig,
-                  "train.init reads aux layers [" + layer_text(init_aux) + "], this head [" +
-                      layer_text(c.head.aux_layers) + "]: expected the same, or an init without aux layers",
-                  c.source_path, "train.init");
   }
   // The answers do not depend on the aux layers; the features file holds them.
   std::string aux_suffix;

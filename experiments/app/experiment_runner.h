@@ -103,8 +103,6 @@ void require_drafters(const ExperimentConfig& config);
 // empty path, Error(kIo, ..., dir, field) when the directory cannot be made or is a non-directory.
 void ensure_output_directory(const std::string& path, const std::string& field = "output.path");
 
-// Runs the experiment into config.output.path. Throws speclab::Error on bad input (config,
-// prompts, output path, models) before the output file is created or modified.
 // What run_experiment() checks before it touches the output or loads a model, and what it
 // derives: every sweep point valid, every point's model, draft and datastore files present, every
 // point's prompts loaded (each id naming one prompt over all points). The file's prompt table is
@@ -117,6 +115,8 @@ struct ExperimentPlan {
 };
 ExperimentPlan plan_experiment(const ExperimentConfig& config);
 
+// Runs the experiment into config.output.path. Throws speclab::Error on bad input (config,
+// prompts, output path, models) before the output file is created or modified.
 ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOptions& options);
 
 }  // namespace speclab

@@ -134,7 +134,6 @@ int cmd_submit(const std::vector<std::string>& args) {
   if (vm.count("output") && output.empty())
     throw Error(ErrorKind::kConfig, "expected a path, found an empty one", "command line", "--output");
   ExperimentConfig config = load_experiment_config(config_path, overrides);  // checks it now
-  require_drafters(config);
   if (!output.empty()) {
     config.output.path = output;
     try {
