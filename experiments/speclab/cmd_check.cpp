@@ -70,6 +70,24 @@ int cmd_check(const std::vector<std::string>& args) {
                   "own --set",
               config_path, "sweep"),
         config_path, overrides);
+  // Settings that check replaces with its own sweeps were accepted and ignored: a config written
+  // for `speclab run` at T = 0.7 or gamma 6 was checked at equivalence.temperatures and gammas.
+  const auto refuse_written = [&](const std::string& field, const std::string& instead) {
+    const WrittenKey at = written_key(config_path, overrides, field);
+    if (!at.where.empty())
+      throw Error(ErrorKind::kConfig,
+                  "expected no " + at.path + " in a config for `speclab check`, found one: check ignores it and " +
+                      instead,
+                  at.where, at.path);
+  };
+  // (A temperature of 0 is what the greedy checks run at: refused only above 0.)
+  for (const char* key : {"temperature", "top_p", "top_k"})
+    if (std::string(key) != "temperature" || config.sampling.temperature > 0)
+      refuse_written(std::string("sampling.") + key,
+                     std::string("samples at each of equivalence.") + key + "s (its greedy checks at temperature 0)");
+  for (size_t i = 0; i < config.drafters.size(); ++i)
+    refuse_written("drafters[" + std::to_string(i) + "].num_speculative_tokens",
+                   "drafts at each of equivalence.gammas (and verifier_gammas)");
   if (!output.empty()) config.output.path = output;
   config.output.validate();
   // Refuse an existing file before spending any time on the checks.

@@ -297,23 +297,29 @@ ExperimentConfig load_experiment_config(const std::string& path, const std::vect
   return parse_experiment_config(config::load_yaml_text(path), path, overrides);
 }
 
-Error located_config_error(const Error& e, const std::string& path, const std::vector<std::string>& overrides) {
-  if (e.file() != path || e.field().empty()) return e;
+WrittenKey written_key(const std::string& path, const std::vector<std::string>& overrides, const std::string& field) {
   try {
     using namespace config;
     YamlOrigin origin(path);
     YAML::Node root = parse_config_root(load_yaml_text(path), path, origin, "models, drafters, prompts, ...");
     for (const std::string& o : overrides) apply_override(root, o, origin);
-    const YamlValue at = locate(root, origin, e.field());
-    // Found only when the key itself is written (locate() returns the nearest written section,
-    // with the path completed, otherwise).
-    const size_t dot = e.field().find_last_of('.');
-    const std::string last = dot == std::string::npos ? e.field() : e.field().substr(dot + 1);
-    if (at.path != e.field() || !at.key.IsDefined() || !at.key.IsScalar() || at.key.Scalar() != last) return e;
-    return Error(e.kind(), e.message(), at.where(), at.path);
+    const YamlValue at = locate(root, origin, field);
+    // Found only when the key itself is written: locate() returns the nearest written section
+    // otherwise, its key that section's and its path completed with the field's remaining keys.
+    // A key written under an alias ends the path as written ("drafters[0].gamma").
+    if (!at.key.IsDefined() || !at.key.IsScalar()) return {};
+    const std::vector<std::string> got = split_key(at.path), want = split_key(field);
+    if (got.size() != want.size() || got.back() != at.key.Scalar()) return {};
+    return {at.where(), at.path};
   } catch (const Error&) {
-    return e;
+    return {};
   }
+}
+
+Error located_config_error(const Error& e, const std::string& path, const std::vector<std::string>& overrides) {
+  if (e.file() != path || e.field().empty()) return e;
+  const WrittenKey at = written_key(path, overrides, e.field());
+  return at.where.empty() ? e : Error(e.kind(), e.message(), at.where, at.path);
 }
 
 ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std::string& source_name,

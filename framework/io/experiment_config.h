@@ -160,6 +160,16 @@ ExperimentConfig load_experiment_config(const std::string& path, const std::vect
 ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std::string& source_name,
                                          const std::vector<std::string>& overrides = {});
 
+// Where the canonical key path `field` ("sampling.temperature", "drafters[1].num_speculative_tokens")
+// is written in the config file `path` with `overrides` applied: `where` is "<file>:<line>:<col>"
+// of the key, or the `--set` that wrote it, and `path` the key path as written (an alias, e.g.
+// "drafters[1].gamma", as spelled). Both empty when the key is not written (a default, a value a
+// sweep sets) or the file no longer parses.
+struct WrittenKey {
+  std::string where, path;
+};
+WrittenKey written_key(const std::string& path, const std::vector<std::string>& overrides, const std::string& field);
+
 // `e` located where its field is written when it names the config file `path` without a line
 // (an error found once models are loaded, e.g. draft_layers_first beyond the target's layers):
 // "<file>:<line>:<col>" of the key, or the `--set` that wrote it. `e` itself when the key is not
