@@ -711,7 +711,18 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   if (resume && !retrieval && !fs::exists(c.output.checkpoint))
     throw Error(ErrorKind::kIo, "--resume: no checkpoint to resume from", c.output.checkpoint);
   check_train_outputs(c);
-  auto target = load_target(c.target);
+  auto target = [&] {
+    try {
+      return load_target(c.target);
+    } catch (const Error& e) {  // the placement's errors (device, dtype) name the key that chose them
+      if (e.file() != "model") throw;
+      throw Error(e.kind(), e.message(), c.source_path, "target." + e.field());
+    }
+  }();
+  if (use_chat_template(target->info, c.data.prompts.chat) && !target->info.chat_template.available())
+    throw Error(ErrorKind::kConfig,
+                "expected a model with a chat template for chat: on, found none in " + target->info.source,
+                c.source_path, "data.prompts.chat");
   const std::string hash = target_weights_hash(target->info);
   ExperimentConfig pc;
   pc.source_path = c.source_path;
@@ -762,7 +773,9 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   // An eagle init with other aux layers is refused before the data stage (which can take minutes).
   std::vector<int64_t> init_aux;
   int64_t init_layers = 0;
-  if ((c.architecture == "eagle" || c.architecture == "draft_model") && !c.train.init.empty()) {
+  int64_t init_heads = 0;  // medusa: the init's heads
+  if ((c.architecture == "eagle" || c.architecture == "draft_model" || c.architecture == "medusa") &&
+      !c.train.init.empty()) {
     const SafetensorsFile init_file = [&] {
       try {
         return SafetensorsFile::open(c.train.init);
@@ -770,7 +783,17 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
         throw Error(e.kind(), e.message(), e.file().empty() ? c.train.init : e.file(), "train.init");
       }
     }();
-    if (c.architecture == "draft_model") {
+    if (c.architecture == "medusa") {
+      // Heads are independent of one another: an init with fewer heads starts the rest fresh
+      // (below); one with more would have its last heads dropped, as eagle's extra layers are refused.
+      while (init_file.contains("heads." + std::to_string(init_heads) + ".weight")) ++init_heads;
+      if (init_heads < 1 || init_heads > c.head.medusa_heads)
+        throw Error(ErrorKind::kConfig,
+                    "train.init has " + std::to_string(init_heads) + " Medusa heads (heads.<k>.weight), this draft " +
+                        std::to_string(c.head.medusa_heads) + " (head.medusa_heads): expected 1 to " +
+                        std::to_string(c.head.medusa_heads),
+                    c.source_path, "train.init");
+    } else if (c.architecture == "draft_model") {
       // The init's layers replace the ones head.draft_layers would copy from the target: other
       // layers here trained the init's while the file recorded these.
       const auto meta = init_file.metadata();
@@ -887,6 +910,10 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
         for (const auto& [name, t] : w.named(eagle_layer_prefix(l)))
           init[name] = t == &w.o_proj || t == &w.down_proj ? at::zeros_like(*t) : t->detach().clone();
       }
+    // Medusa heads past the init's start as the fresh ones (checked above: at most as many).
+    if (c.architecture == "medusa")
+      for (const auto& [name, t] : medusa.trained())
+        if (name.rfind("heads.", 0) == 0 && std::stoll(name.substr(6)) >= init_heads) init[name] = t->detach().clone();
     // take_trained checks names and shapes against the fresh tensors and hands over the init's;
     // they are then copied in place (the trainer holds the tensors it optimises).
     std::map<std::string, at::Tensor> loaded;

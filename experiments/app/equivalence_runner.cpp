@@ -131,7 +131,13 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
 
   // Target, prompts, one KV manager shared by the target and every drafter.
   progress("loading " + cfg.models.target.path);
-  const std::unique_ptr<LoadedTarget> target = load_target(cfg.models.target);
+  const std::unique_ptr<LoadedTarget> target = [&] {
+    try {  // the placement's errors (device, dtype) name the key that chose them
+      return load_target(cfg.models.target);
+    } catch (const Error& e) {
+      throw in_config(e, "model", "models.target", cfg.source_path);
+    }
+  }();
   const Model& model = *target->model;
   const Tokenizer& tok = *target->info.tokenizer;
   const ModelConfig& mc = model.config();
@@ -160,6 +166,8 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
     throw in_config(e, "kv", "kv", cfg.source_path);
   }
   SessionParts& parts = *parts_owner;
+  if (eq.greedy)  // its AR runs decode generation.max_new_tokens (the sampling checks a few tokens)
+    check_budget_holds_ar_runs(parts, ids, cfg.generation.max_new_tokens, cfg.source_path);
   std::vector<Drafter*> drafters;
   for (size_t i = 0; i < cfg.drafters.size(); ++i) {
     try {

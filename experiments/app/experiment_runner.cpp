@@ -221,7 +221,11 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
   auto ctx = std::make_unique<PointContext>();
   const ExperimentConfig& cfg = point.config;
   ctx->point = &point;
-  ctx->target = &models.get(cfg.models.target);
+  try {  // the placement's errors (device, dtype) name the key that chose them
+    ctx->target = &models.get(cfg.models.target);
+  } catch (const Error& e) {
+    throw in_config(e, "model", "models.target", cfg.source_path);
+  }
   const ModelConfig& mc = ctx->target->model->config();
   for (const Prompt& p : prompts) {
     TokenList ids = render_config_prompt(ctx->target->info, cfg, p);
@@ -240,6 +244,7 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
   } catch (const Error& e) {
     throw in_config(e, "kv", "kv", cfg.source_path, at);
   }
+  check_budget_holds_ar_runs(*ctx->parts, ctx->prompts, cfg.generation.max_new_tokens, cfg.source_path, at);
   for (size_t i = 0; i < cfg.drafters.size(); ++i) {
     try {
       ctx->parts->add_drafter(cfg.drafters[i].options);

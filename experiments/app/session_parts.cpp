@@ -83,6 +83,24 @@ Error in_config(const Error& e, const std::string& section, const std::string& k
   return e;
 }
 
+void check_budget_holds_ar_runs(const SessionParts& parts, const std::vector<TokenList>& prompts,
+                                int64_t max_new_tokens, const std::string& source_path, const std::string& note) {
+  const KvTarget kt = parts.kv_target();
+  const BlockPool& pool = kt.kv->blocks().pool(kt.pool);
+  int64_t longest = 0;
+  for (const TokenList& ids : prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
+  const int64_t positions = longest + max_new_tokens - 1;
+  const int64_t blocks = (positions + pool.block_size() - 1) / pool.block_size();
+  if (blocks > kt.kv->bytes_budget() / pool.bytes_per_block())
+    throw Error(ErrorKind::kConfig,
+                "expected a budget that holds the longest prompt's AR run (" + std::to_string(longest) +
+                    " prompt tokens + generation.max_new_tokens " + std::to_string(max_new_tokens) + " - 1 = " +
+                    std::to_string(positions) + " positions: " + std::to_string(blocks) + " blocks of " +
+                    std::to_string(pool.bytes_per_block()) + " bytes), found " + std::to_string(kt.kv->bytes_budget()) +
+                    " bytes" + note,
+                source_path, "kv.budget_bytes");
+}
+
 DrafterRegistry drafter_registry(const LoadedModel* target) {
   DrafterRegistry r = DrafterRegistry::with_builtins();
   r.add("draft_model", [target](const DrafterOptions& o, const DrafterEnv& env) -> std::unique_ptr<Drafter> {

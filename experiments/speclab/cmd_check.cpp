@@ -39,7 +39,7 @@ int cmd_check(const std::vector<std::string>& args) {
   po::options_description desc("speclab check");
   desc.add_options()
       ("config", po::value(&config_path), "experiment YAML with an `equivalence` section (positional)")
-      ("set", po::value(&overrides)->multitoken(), "override a config key: key=value (repeatable)")
+      ("set", po::value(&overrides)->composing(), "override a config key: --set key=value (repeatable)")
       ("device", po::value(&device), "cpu | cuda | cuda:N: shorthand for --set models.target.device=...")
       ("out,o", po::value(&output), "HDF5 output path (default: the config's output.path)")
       ("overwrite", po::bool_switch(&overwrite),

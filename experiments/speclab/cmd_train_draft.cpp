@@ -1,6 +1,7 @@
 // speclab train-draft — train a draft for its target (docs/train-draft.md).
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "experiments/app/draft_training.h"
@@ -12,7 +13,7 @@ namespace speclab::cli {
 int cmd_train_draft(const std::vector<std::string>& args) {
   std::string config;
   std::vector<std::string> sets;
-  bool resume = false, quiet = false;
+  bool resume = false, overwrite = false, quiet = false;
   int threads = 0;
   int64_t stop_after = 0;
   po::options_description desc("speclab train-draft");
@@ -20,17 +21,35 @@ int cmd_train_draft(const std::vector<std::string>& args) {
       ("config", po::value(&config)->required(), "the training config (YAML)")
       ("set", po::value(&sets)->composing(), "override a config key: --set train.steps=200")
       ("resume", po::bool_switch(&resume), "continue from the checkpoint (output.checkpoint)")
+      ("overwrite", po::bool_switch(&overwrite),
+       "train afresh over an existing draft and checkpoint (without it, or --resume, they are refused)")
       ("threads", po::value(&threads)->default_value(0), "CPU threads for the model kernels and libtorch (0 = all cores)")
       ("stop-after", po::value(&stop_after)->default_value(0), "checkpoint and stop after N steps (continue with --resume)")
       ("quiet,q", po::bool_switch(&quiet), "no progress line");
   po::variables_map vm;
-  if (!parse_or_help("usage: speclab train-draft config.yaml [--resume] [--set key=value]", desc, args, vm, "config"))
+  if (!parse_or_help("usage: speclab train-draft config.yaml [--resume | --overwrite] [--set key=value]", desc, args, vm, "config"))
     return kExitOk;
   set_threads(threads);
   if (stop_after < 0)
     throw Error(ErrorKind::kConfig, "expected a number of steps >= 0 (0 = train to the end), found " +
                                         std::to_string(stop_after), "command line", "--stop-after");
   const TrainDraftConfig c = load_train_config(config, sets);
+  // A fresh run replaced an existing draft and checkpoint: an hour of training lost to a
+  // forgotten --resume after --stop-after (run, check, export and merge refuse theirs too).
+  if (!resume && !overwrite) {
+    std::error_code ec;
+    for (const auto& [path, key] : {std::pair<std::string, std::string>{c.output.path, "output.path"},
+                                    {c.output.checkpoint, "output.checkpoint"}})
+      if (!path.empty() && std::filesystem::exists(path, ec))
+        throw Error(ErrorKind::kConfig,
+                    "expected no file at the " + std::string(key == "output.path" ? "draft's" : "checkpoint's") +
+                        " path, found one: " +
+                        (c.architecture == "retrieval"
+                             ? std::string("pass --overwrite to build the datastore afresh and replace it")
+                             : std::string("pass --resume to continue from the checkpoint, or --overwrite to train "
+                                           "afresh and replace it")),
+                    path, key);
+  }
   TrainDraftProgress progress;
   progress.stage = [&](const std::string& line) {
     if (!quiet) std::cerr << "\r" << line << "        " << std::flush;

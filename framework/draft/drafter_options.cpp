@@ -29,6 +29,9 @@ void DrafterOptions::validate() const {
     bad("confidence_from_token", "expected confidence_threshold > 0 beside it (it says where the threshold starts), "
                                  "found confidence_from_token: " + std::to_string(confidence_from_token) +
                                  " and confidence_threshold: 0");
+  // The largest n-gram matched (HF max_matching_ngram_size): each step scans the context once per length.
+  if (prompt_lookup_max < 1 || prompt_lookup_max > 64)
+    bad("prompt_lookup_max", "expected an n-gram length in 1..64, found " + std::to_string(prompt_lookup_max));
   if (prompt_lookup_min < 1 || prompt_lookup_max < prompt_lookup_min)
     bad("prompt_lookup_min", "expected 1 <= prompt_lookup_min <= prompt_lookup_max, found " +
                                  std::to_string(prompt_lookup_min) + " and " + std::to_string(prompt_lookup_max));

@@ -229,6 +229,14 @@ void TrainDraftConfig::validate() const {
                         "found '" + output.dtype + "'");
 }
 
+std::string default_train_output(const ModelSource& target, const std::string& architecture) {
+  std::string file = target.path;
+  if (const NamedModel* m = find_named_model(target.path)) file = m->file;
+  while (file.size() > 1 && file.back() == '/') file.pop_back();  // an HF directory named with a slash
+  return std::string(SPECLAB_SOURCE_DIR) + "/.cache/drafts/" + std::filesystem::path(file).stem().string() + "." +
+         architecture + ".safetensors";
+}
+
 TrainDraftConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
   using namespace config;
   YamlOrigin origin(path);
@@ -243,6 +251,12 @@ TrainDraftConfig load_train_config(const std::string& path, const std::vector<st
   const std::string given_output = !cfg.output.log.empty()          ? "output.log"
                                    : !cfg.output.checkpoint.empty() ? "output.checkpoint"
                                                                     : "";
+  // Without output.path, the draft goes where its drafter looks by default: it went to
+  // ./.cache/drafts/eagle.safetensors under the working directory, for every architecture and target.
+  const YAML::Node& const_root = root;
+  const YAML::Node output = const_root["output"];  // invalid (not an error) when absent
+  if (!(output.IsDefined() && output.IsMap() && output["path"].IsDefined()))
+    cfg.output.path = default_train_output(cfg.target, cfg.architecture);
   if (cfg.output.log.empty()) cfg.output.log = replace_extension(cfg.output.path, ".h5");
   if (cfg.output.checkpoint.empty()) cfg.output.checkpoint = replace_extension(cfg.output.path, ".ckpt.safetensors");
   cfg.resolved_yaml = emit(train_top_table().dump(cfg, ctx));

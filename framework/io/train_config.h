@@ -84,7 +84,8 @@ struct DraftTrainOptions {
 };
 
 struct TrainDraftOutput {
-  std::string path = ".cache/drafts/eagle.safetensors";
+  // Default (output.path not written): default_train_output(target, architecture).
+  std::string path;
   std::string log;         // HDF5 per-step log; default: path with .h5
   std::string checkpoint;  // default: path with .ckpt.safetensors
   std::string dtype = "float32";  // of the draft's tensors: float32 | float16 (checkpoints stay float32)
@@ -110,6 +111,12 @@ struct TrainDraftConfig {
 
 // `path` without its extension + `suffix`.
 std::string replace_extension(const std::string& path, const std::string& suffix);
+
+// The draft's path when output.path is not written: <checkout>/.cache/drafts/<target file
+// stem>.<architecture>.safetensors, where the eagle, medusa and retrieval drafters look for
+// their target's draft by default (experiments/app/draft_training.h: default_draft_path). The
+// stem is that of the named model's file, or of the path as written.
+std::string default_train_output(const ModelSource& target, const std::string& architecture);
 
 // Loads and validates a train-draft config; Error(kConfig) naming file:line and the key.
 TrainDraftConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides = {});

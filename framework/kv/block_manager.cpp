@@ -281,8 +281,8 @@ void BlockManager::throw_exhausted(SeqId seq, int64_t need) const {
                 "KV pool " + str(s.pool) + " exhausted: sequence " + str(seq) + " needs " +
                     str(need) + " more blocks, " + str(p.n_free()) + " of " + str(p.n_blocks()) +
                     " free (budget " + str(options_.budget_bytes) + " bytes, in use " +
-                    str(bytes_used_) + ")" + tail,
-                {}, "kv.n_blocks");
+                    str(bytes_used_) + ")" + tail + "; each pool holds the blocks the budget pays for: raise kv.budget_bytes",
+                {}, "kv.budget_bytes");
   const std::string bytes = need > std::numeric_limits<int64_t>::max() / p.bytes_per_block()
                                 ? std::string("more than 2^63")
                                 : str(need * p.bytes_per_block());

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "framework/core/error.h"
+#include "framework/core/regular_file.h"
 #include "models/tokenizers/sentencepiece_bpe.h"
 
 namespace speclab {
@@ -16,6 +17,7 @@ class Reader {
  public:
   Reader(const std::string& path) : path_(path), in_(path, std::ios::binary) {
     if (!in_) throw Error(ErrorKind::kIo, "cannot open file", path);
+    require_regular_file(path);
     in_.seekg(0, std::ios::end);
     size_ = static_cast<uint64_t>(in_.tellg());
     in_.seekg(0);

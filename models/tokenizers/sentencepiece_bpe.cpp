@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "framework/core/error.h"
+#include "framework/core/regular_file.h"
 
 namespace speclab {
 
@@ -132,6 +133,7 @@ std::unique_ptr<SentencePieceBpe> SentencePieceBpe::from_llama2c(const std::stri
                                                                  int64_t vocab_size) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ErrorKind::kIo, "cannot open tokenizer file", path);
+  require_regular_file(path);
   in.seekg(0, std::ios::end);
   const auto file_size = static_cast<int64_t>(in.tellg());
   in.seekg(0, std::ios::beg);

@@ -202,36 +202,56 @@ TEST_CASE("a second SIGINT ends the run at once, and the file keeps what was rep
   resume_and_compare(h5);
 }
 
-TEST_CASE("KV budget exhausted by a later prompt: clear error, earlier prompt-runs kept", "[crash][resource][kv]") {
+TEST_CASE("KV budget: too small for a prompt's AR run refused before any run, exhausted by a later run: clear "
+          "error and earlier prompt-runs kept", "[crash][resource][kv]") {
   TempDir d;
   const std::string cfg = d.path + "/kv.yaml", h5 = d.path + "/kv.h5";
-  // stories260K: 1280 KV bytes per token, 16-token blocks of 20480 bytes; 4 blocks hold the
-  // short prompt's 13 tokens but not the long one's ~80.
-  write_file(cfg,
-             "name: kv_budget\n"
-             "models:\n  target: {path: stories260K}\n"
-             "prompts:\n  chat: off\n  inline:\n"
-             "    - {id: short, text: \"Once upon a time\"}\n"
-             "    - {id: long, text: \"Once upon a time, there was a little girl named Lily. She loved to play outside "
-             "in the sun. One day, she saw a big red ball in the park. She wanted to play with it, so she ran to the "
-             "ball and kicked it. The ball went up high into the sky and came down near a tree.\"}\n"
-             "drafters:\n  - name: prompt_lookup\n"
-             "sampling: {temperature: 0}\ngeneration: {max_new_tokens: 8}\nwarmup: 0\n"
-             "kv: {budget_bytes: 81920}\n");
+  // stories260K: 1280 KV bytes per token, 16-token blocks of 20480 bytes. The long prompt is 101
+  // tokens: its AR run takes 101 + 8 - 1 positions, 7 blocks; a draft model's cache as many again.
+  const auto write_cfg = [&](const std::string& drafter, int64_t budget) {
+    write_file(cfg,
+               "name: kv_budget\n"
+               "models:\n  target: {path: stories260K}\n"
+               "prompts:\n  chat: off\n  inline:\n"
+               "    - {id: short, text: \"Once upon a time\"}\n"
+               "    - {id: long, text: \"Once upon a time, there was a little girl named Lily. She loved to play outside "
+               "in the sun. One day, she saw a big red ball in the park. She wanted to play with it, so she ran to the "
+               "ball and kicked it. The ball went up high into the sky and came down near a tree.\"}\n"
+               "drafters:\n  - " + drafter + "\n"
+               "sampling: {temperature: 0}\ngeneration: {max_new_tokens: 8}\nwarmup: 0\n"
+               "kv: {budget_bytes: " + std::to_string(budget) + "}\n");
+  };
+  // 4 blocks hold the short prompt's run, not the long one's: refused before any prompt-run (it
+  // failed after the short prompt's runs, and a larger budget could not --resume that file).
+  write_cfg("name: prompt_lookup", 81920);
+  const RunResult early = run_cli({"run", cfg, "--output", h5, "--no-report"});
+  INFO(describe(early));
+  CHECK(early.exit_code == 2);
+  const std::string e0 = error_line(early);
+  CHECK(e0.rfind("error: " + cfg + ":", 0) == 0);
+  CHECK(e0.find("kv.budget_bytes: expected a budget that holds the longest prompt's AR run") != std::string::npos);
+  CHECK(e0.find("found 81920 bytes") != std::string::npos);
+  CHECK(!fs::exists(h5));
+
+  // 8 blocks hold the long prompt's AR run, not its run beside a draft model's cache: the run
+  // stops there, keeping the 3 prompt-runs before it.
+  write_cfg("{name: draft_model, draft_model: stories260K}", 8 * 20480);
   const RunResult r = run_cli({"run", cfg, "--output", h5, "--no-report"});
   INFO(describe(r));
   CHECK(r.exited);
   CHECK(r.exit_code == 2);
   const std::string e = error_line(r);
-  CHECK(e.rfind("error: " + cfg + ": kv.", 0) == 0);
-  CHECK(e.find("prompt 'long', method 'ar'") != std::string::npos);
-  CHECK(e.find("budget 81920 bytes") != std::string::npos);
-  CHECK(e.find("2 prompt-runs recorded before are in " + h5) != std::string::npos);
+  CHECK(e.rfind("error: " + cfg + ":", 0) == 0);  // with the key's line
+  CHECK(e.find(": kv.budget_bytes: point #0, ") != std::string::npos);
+  CHECK(e.find("prompt 'long', method 'draft_model'") != std::string::npos);
+  CHECK(e.find("KV budget of 163840 bytes exhausted") != std::string::npos);
+  CHECK(e.find("3 prompt-runs recorded before are in " + h5) != std::string::npos);
   CHECK(r.out.empty());
   const ExperimentData part = read_experiment(h5);
-  REQUIRE(part.runs.size() == 2);
+  REQUIRE(part.runs.size() == 3);
   CHECK(part.runs[0].prompt_id == "short");
   CHECK(part.runs[1].prompt_id == "short");
+  CHECK(part.runs[2].prompt_id == "long");
   CHECK(status_of(h5) == "failed");
 }
 

@@ -1658,6 +1658,32 @@ TEST_CASE("train-draft medusa: the loss falls, heads agree less the further they
   CHECK(read_bytes(m.output.path) == first);
   CHECK(read_train_log(m.output.log).loss == log.loss);
 
+  // train.init with fewer heads: its heads are taken, the rest start fresh (one step at a
+  // negligible rate: heads 0-2 stay m's, head 3 is the fresh 4-head draft's); with more, refused.
+  const std::vector<std::string> still = {"head.medusa_heads=4", "train.lr=1e-9", "train.warmup=0"};
+  std::vector<std::string> grown_set = still;
+  grown_set.push_back("train.init=m.safetensors");
+  const TrainDraftConfig grown = load_train_config(write_config("m_grown", 1, "prompts.jsonl", "medusa").string(), grown_set);
+  train_draft(grown, false);
+  const TrainDraftConfig fresh4 = load_train_config(write_config("m_fresh4", 1, "prompts.jsonl", "medusa").string(), still);
+  train_draft(fresh4, false);
+  const SafetensorsFile fm = SafetensorsFile::open(m.output.path), fg = SafetensorsFile::open(grown.output.path),
+                        f4 = SafetensorsFile::open(fresh4.output.path);
+  const auto max_diff = [](const std::vector<float>& x, const std::vector<float>& y) {
+    REQUIRE(x.size() == y.size());
+    double d = 0;
+    for (size_t i = 0; i < x.size(); ++i) d = std::max(d, std::fabs(static_cast<double>(x[i]) - y[i]));
+    return d;
+  };
+  CHECK(max_diff(fg.read("heads.2.weight").data, fm.read("heads.2.weight").data) < 1e-6);
+  CHECK(max_diff(fg.read("heads.2.weight").data, f4.read("heads.2.weight").data) > 1e-3);  // negative control
+  CHECK(max_diff(fg.read("heads.3.weight").data, f4.read("heads.3.weight").data) < 1e-6);
+  const TrainDraftConfig fewer = load_train_config(write_config("m_fewer", 1, "prompts.jsonl", "medusa").string(),
+                                                   {"head.medusa_heads=2", "train.init=m.safetensors"});
+  const Error e_fewer = test::catch_error([&] { train_draft(fewer, false); });
+  CHECK(e_fewer.field() == "train.init");
+  CHECK_THAT(e_fewer.what(), Catch::Contains("train.init has 3 Medusa heads") && Catch::Contains("expected 1 to 2"));
+
   // An eagle draft is not a medusa draft, and the reverse.
   const TrainDraftConfig e = load_train_config(write_config("m_eagle", 5).string());
   train_draft(e, false);
