@@ -39,8 +39,8 @@ except ImportError as e:  # pragma: no cover - environment problem
     print(f"error: {e}; run with /usr/bin/python3 (Debian python3-h5py, python3-matplotlib)", file=sys.stderr)
     sys.exit(1)
 
-from speclab_h5 import (Experiment, SchemaError, compute_summary, efficiency_decomposition, read_table,  # noqa: E402
-                        recover_journal)
+from speclab_h5 import (Experiment, SchemaError, Table, compute_summary, efficiency_decomposition,  # noqa: E402
+                        read_table, recover_journal)
 
 PARTS = ("draft", "verify", "accept", "kv", "other")
 PART_LABELS = {"draft": "draft (propose)", "verify": "verify (target forward)", "accept": "accept (acceptance/sampling)",
@@ -53,12 +53,28 @@ def fmt(v, spec: str = ".3f") -> str:
         f = float(v)
     except (TypeError, ValueError):
         return str(v)
-    return "nan" if math.isnan(f) else format(f, spec)
+    return NA if math.isnan(f) else format(f, spec)
+
+
+# What a table shows for an undefined figure (NaN in the file: a drafter that never drafted has no
+# acceptance, cost or prediction; a run of 1 token has no decode phase). It printed "nan", "nan%".
+NA = "n/a"
+NA_NOTE = "n/a: undefined for these runs (no step drafted, or no decode step to time)."
 
 
 def times(v) -> str:
     s = fmt(v, ".2f")
-    return s if s == "nan" else s + "×"
+    return s if s == NA else s + "×"
+
+
+def percent(v) -> str:
+    s = fmt(100 * float(v), ".0f")
+    return s if s == NA else s + "%"
+
+
+def with_na_note(table: str) -> str:
+    """`table`, followed by NA_NOTE when a cell of it reads n/a."""
+    return table + ("\n" + NA_NOTE + "\n" if f"| {NA} |" in table else "")
 
 
 def runtime_value(resolved_config: str, key: str) -> str:
@@ -115,7 +131,9 @@ class Report:
         if not t or "point" not in t:
             return []
         n = len(t["point"])
-        out = [{k: t[k][i] for k in t} for i in range(n)]
+        # Rows of a file's table keep its name, so that a missing column is named (speclab_h5.Table).
+        out = [Table({k: t[k][i] for k in t}, t.where) if isinstance(t, Table) else {k: t[k][i] for k in t}
+               for i in range(n)]
         if category is not None:
             out = [r for r in out if str(r.get("category", "")) == category]
         return out
@@ -190,6 +208,8 @@ class Report:
             self.legend(ax)
             all_g = sorted({int(r["gamma"]) for r in rows})
             ax.set_xticks(all_g)
+        else:  # e.g. a file whose runs stopped before a speculative one (its axes were left blank)
+            ax.text(0.5, 0.5, "no speculative runs recorded", ha="center", transform=ax.transAxes)
         self.save(fig, "speedup_vs_gamma.png",
                   "Measured speedup = AR / speculative decode-phase wall time per decoded token (prefill excluded); "
                   "predicted from measured α and c.")
@@ -265,15 +285,17 @@ class Report:
             width = 0.8 / max(1, len(series))
             x = np.arange(len(cats))
             for i, (point, method) in enumerate(series):
-                y, lo, hi = [], [], []
+                y, lo, hi, missing = [], [], [], []
                 for c in cats:
                     r = next((r for r in rows if int(r["point"]) == point and str(r["method"]) == method
                               and str(r["category"]) == c), None)
                     a = float(r["alpha"]) if r is not None else math.nan
+                    missing.append(r is None)  # no run of this series in the category (e.g. a killed run)
                     y.append(a)
                     lo.append(a - float(r["alpha_lo"]) if r is not None else 0.0)
                     hi.append(float(r["alpha_hi"]) - a if r is not None else 0.0)
-                # No drafts in a category: an empty bar (height 0, no error bar) marked "no drafts".
+                # No drafts in a category: an empty bar (height 0, no error bar) marked "no drafts";
+                # no runs there at all (it was marked "no drafts" too): "no runs".
                 y = np.array(y)
                 none = np.isnan(y)
                 xs = x + (i - (len(series) - 1) / 2) * width
@@ -281,9 +303,9 @@ class Report:
                               yerr=[np.where(none, 0.0, np.clip(np.nan_to_num(lo), 0, None)),
                                     np.where(none, 0.0, np.clip(np.nan_to_num(hi), 0, None))],
                               capsize=2, label=self.series_label(point, method))
-                for xi in xs[none]:
-                    ax.text(xi, 0.02, "no drafts", rotation=90, ha="center", va="bottom", fontsize=7,
-                            color=bars.patches[0].get_facecolor())
+                for xi, gone in zip(xs[none], np.array(missing)[none]):
+                    ax.text(xi, 0.02, "no runs" if gone else "no drafts", rotation=90, ha="center", va="bottom",
+                            fontsize=7, color=bars.patches[0].get_facecolor())
             ax.set_xticks(x)
             ax.set_xticklabels([c if c else "(no category)" for c in cats], rotation=20, ha="right",
                                rotation_mode="anchor")
@@ -378,7 +400,7 @@ class Report:
                     fmt(r["efficiency"], ".2f"),
                     "yes" if ll == 1 else "NO" if ll == 0 else "n/a"]
             out.append(row)
-        return md_table(header, out)
+        return with_na_note(md_table(header, out))
 
     def decomposition_table(self, rows: list[dict], with_category: bool) -> str:
         header = ["point"] + (["category"] if with_category else []) + [
@@ -387,13 +409,13 @@ class Report:
         out = []
         for r in rows:
             row = [self.exp.point_label(r["point"])] + ([r["category"] or "(none)"] if with_category else [])
-            row += [r["method"], str(r["gamma"]), fmt(100 * r["draft_steps"], ".0f") + "%", fmt(r["mean_k"], ".2f"),
+            row += [r["method"], str(r["gamma"]), percent(r["draft_steps"]), fmt(r["mean_k"], ".2f"),
                     fmt(r["tau"], ".2f"), fmt(r["tau_leviathan"], ".2f"), fmt(r["verify_cost"], ".2f"),
                     fmt(r["draft_cost"], ".2f"), fmt(r["other_cost"], ".2f"), times(r["tau_over_cost"]),
                     times(r["speedup"]), fmt(r["tau_factor"], ".2f"), fmt(r["cost_factor"], ".2f"),
                     fmt(r["efficiency"], ".2f")]
             out.append(row)
-        return md_table(header, out)
+        return with_na_note(md_table(header, out))
 
     def by_source(self) -> str:
         """Steps by the source that drafted them (/steps/source), for drafters that combine several
@@ -621,7 +643,11 @@ def main(argv: list[str]) -> int:
     if error is not None:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    Report(exp, out).write()
+    try:
+        Report(exp, out).write()
+    except SchemaError as e:  # a column the report reads is missing (Table names the dataset)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -116,10 +116,23 @@ def committed_rows(group: h5py.Group) -> int:
     return max(n, 0)
 
 
-def read_table(group: h5py.Group, n: int | None = None) -> dict:
+class Table(dict):
+    """A table's columns by name. A column the file lacks is a SchemaError naming the file and the
+    dataset (a report on a file missing, say, /runs/method ended in a KeyError traceback)."""
+
+    def __init__(self, columns: dict, where: str):
+        super().__init__(columns)
+        self.where = where  # "<file>: /runs"
+
+    def __missing__(self, name: str):
+        raise SchemaError(f"{self.where}/{name}: expected the dataset, found none")
+
+
+def read_table(group: h5py.Group, n: int | None = None) -> Table:
     if n is None:
         n = committed_rows(group)
-    out = {name: _column(ds, n) for name, ds in group.items() if isinstance(ds, h5py.Dataset)}
+    out = Table({name: _column(ds, n) for name, ds in group.items() if isinstance(ds, h5py.Dataset)},
+                f"{group.file.filename}: {group.name}")
     optional = OPTIONAL_COLUMNS.get(group.name.rsplit("/", 1)[-1], {}) if group.name.count("/") == 1 else {}
     for name, default in optional.items():
         col = out.get(name)
@@ -130,7 +143,8 @@ def read_table(group: h5py.Group, n: int | None = None) -> dict:
 
 
 def _select(table: dict, mask: np.ndarray) -> dict:
-    return {k: v[mask] for k, v in table.items()}
+    rows = {k: v[mask] for k, v in table.items()}
+    return Table(rows, table.where) if isinstance(table, Table) else rows
 
 
 def _attr_str(v) -> str:

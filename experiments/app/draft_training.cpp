@@ -536,7 +536,18 @@ std::map<std::string, at::Tensor> read_draft(const std::string& path, const std:
                                              const LoadedModel& target, const ModelConfig& config, at::Tensor& vocab_ids,
                                              std::map<std::string, std::string>* meta_out = nullptr) {
   std::map<std::string, std::string> meta;
-  auto tensors = read_tensors(path, &meta);
+  auto tensors = [&] {
+    try {
+      return read_tensors(path, &meta);
+    } catch (const Error& e) {  // a GGUF model or an HDF5 log read as safetensors: say what was expected
+      if (e.kind() != ErrorKind::kBadInput || e.field().rfind("header", 0) != 0) throw;
+      throw Error(e.kind(),
+                  "expected " + std::string(architecture == "eagle" ? "an " : "a ") + architecture +
+                      " draft written by speclab train-draft (a .safetensors file), found a file that is not "
+                      "safetensors (" + e.field() + ": " + e.message() + ")",
+                  e.file());
+    }
+  }();
   if (meta_out) *meta_out = meta;
   check_draft_metadata(meta, path, architecture, target);
   auto ids = tensors.find("vocab_ids");

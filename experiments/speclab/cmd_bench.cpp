@@ -391,6 +391,7 @@ SpecTiming spec_step_timing(const Model& target, std::unique_ptr<Model> draft, c
   Method method;
   method.drafter = drafter.get();
   method.options.num_speculative_tokens = gamma;
+  method.options.max_speculative_tokens = std::max(gamma, method.options.max_speculative_tokens);  // else a gamma above 16 is refused
   SpecTiming out;
   for (int pass = 0; pass < 2; ++pass) {  // the first pass warms up
     gen.max_new_tokens = pass == 0 ? 2 * (gamma + 1) : steps * (gamma + 1);

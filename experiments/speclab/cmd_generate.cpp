@@ -177,9 +177,13 @@ int cmd_generate(const std::vector<std::string>& args) {
     }
     int64_t drafted = 0;
     for (const SpecStep& st : r.steps) drafted += st.drafted;
-    char acceptance[64] = "no drafts";
-    if (drafted > 0) std::snprintf(acceptance, sizeof acceptance, "%.3f", r.acceptance_rate());
-    std::printf("drafter %s, gamma %d (%s): %zu steps, %zu target forwards, acceptance rate %s, mean accepted "
+    // alpha as `speclab run` and its report define it (accepted / examined positions); the share
+    // of all drafted tokens accepted beside it (drafts after a rejection are never examined).
+    char acceptance[128] = "alpha: no drafts";
+    if (drafted > 0)
+      std::snprintf(acceptance, sizeof acceptance, "alpha %.3f (accepted / examined positions; %.3f of all drafted)",
+                    r.alpha(), r.acceptance_rate());
+    std::printf("drafter %s, gamma %d (%s): %zu steps, %zu target forwards, %s, mean accepted "
                 "length %.3f tokens/forward\n",
                 method.drafter->name().c_str(), method.options.num_speculative_tokens, method.options.schedule.c_str(),
                 r.steps.size(), static_cast<size_t>(r.forward_calls), acceptance, r.mean_accepted_length());

@@ -1,5 +1,7 @@
 #include "framework/engine/spec_decode.h"
 
+#include <algorithm>
+
 #include <memory>
 
 #include "framework/engine/observers.h"
@@ -20,6 +22,15 @@ double SpecResult::acceptance_rate() const {
     accepted += s.accepted;
   }
   return drafted > 0 ? accepted / drafted : 0.0;
+}
+
+double SpecResult::alpha() const {
+  double examined = 0.0, accepted = 0.0;
+  for (const auto& s : steps) {
+    examined += std::min(s.accepted + 1, s.drafted);
+    accepted += s.accepted;
+  }
+  return examined > 0 ? accepted / examined : 0.0;
 }
 
 SpecResult run_to_end(Session& session) {

@@ -19,8 +19,12 @@ struct SpecResult : GenerationResult {
 
   // Tokens per target forward (mean accepted length including the emitted correction/bonus).
   double mean_accepted_length() const;
-  // Fraction of drafted tokens accepted.
+  // Fraction of drafted tokens accepted (0 without drafts). Biased low as an estimate of
+  // Leviathan's alpha: the drafts after a step's first rejection are never examined.
   double acceptance_rate() const;
+  // Leviathan's alpha as `speclab run` reports it (framework/io/experiment_summary.h): accepted /
+  // examined positions, a step examining min(accepted + 1, drafted) of its drafts (0 without drafts).
+  double alpha() const;
 };
 
 // Runs the open sequence of `session` to its end, keeping every step's record, and closes it.

@@ -39,8 +39,11 @@ std::vector<int64_t> parse_layer_list(const std::string& text, const std::string
     }
   }
   if (out.empty()) bad("no layers");
-  std::sort(out.begin(), out.end());
-  if (std::adjacent_find(out.begin(), out.end()) != out.end()) bad("a layer is listed twice");
+  std::vector<int64_t> sorted = out;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) bad("a layer is listed twice");
+  // The layers run in the model's order: "1,0" was sorted into 0,1 silently (and echoed as 1,0).
+  if (sorted != out) bad("the layers are not in ascending order (they run in the model's order)");
   return out;
 }
 

@@ -20,7 +20,7 @@ struct ExportOptions {
 };
 
 // Parses "0-5", "0,2,4", "0-3,8" into ascending indices; Error(kConfig, ..., option) naming the
-// command-line option it came from.
+// command-line option it came from (also for a layer listed twice or a list out of order).
 std::vector<int64_t> parse_layer_list(const std::string& text, const std::string& option = "--layers");
 // "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" -> GgmlType; Error(kConfig, ..., "--type").
 GgmlType parse_export_type(const std::string& text);

@@ -352,6 +352,22 @@ TEST_CASE("speclab run: a tiny stories260K experiment, its HDF5 file, summary an
   CHECK(md.find("## Where the time goes") != std::string::npos);
   CHECK(md.find("| τ ÷ cost |") != std::string::npos);
   CHECK(md.find("layer_skip") != std::string::npos);
+
+  // A file without a column the report reads: one line naming the dataset, exit 2 (a KeyError
+  // traceback and exit 1 before). One column of each table the report reads.
+  write_file(dir + "/missing.py",
+             "import h5py, shutil, subprocess, sys\n"
+             "for name in ('runs/method', 'steps/accepted', 'point_values/key', 'summary/overall/alpha'):\n"
+             "    copy = sys.argv[1] + '.missing.h5'\n"
+             "    shutil.copy(sys.argv[1], copy)\n"
+             "    with h5py.File(copy, 'a') as f:\n"
+             "        del f[name]\n"
+             "    r = subprocess.run(['" SPECLAB_CLI "', 'report', copy, '--out', copy + '_rep'], capture_output=True, text=True)\n"
+             "    lines = r.stderr.strip().splitlines()\n"
+             "    assert r.returncode == 2 and len(lines) == 1, (name, r.returncode, r.stderr)\n"
+             "    assert lines[0] == 'error: ' + copy + ': /' + name + ': expected the dataset, found none', lines\n"
+             "print('missing columns named')\n");
+  check_python_script(dir + "/missing.py", h5);
   fs::remove_all(dir);
 }
 

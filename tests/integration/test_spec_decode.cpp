@@ -899,3 +899,17 @@ TEST_CASE("the application's registry builds exactly the built-in drafters the c
   std::sort(want.begin(), want.end());
   CHECK(drafter_registry().names() == want);  // names() is sorted
 }
+
+TEST_CASE("SpecResult alpha counts examined positions (run's definition), acceptance_rate every draft", "[spec]") {
+  // Step 1 drafts 4 and keeps 1 (positions 1 and 2 examined: the second rejected), step 2 keeps
+  // all 4 (4 examined), step 3 drafts none: alpha 5 / 6, acceptance rate 5 / 8.
+  SpecResult r;
+  r.steps.resize(3);
+  r.steps[0].drafted = 4;
+  r.steps[0].accepted = 1;
+  r.steps[1].drafted = 4;
+  r.steps[1].accepted = 4;
+  CHECK(r.alpha() == Approx(5.0 / 6.0));
+  CHECK(r.acceptance_rate() == Approx(5.0 / 8.0));
+  CHECK(SpecResult{}.alpha() == 0.0);
+}
