@@ -398,7 +398,7 @@ class Report:
                     else f"{fmt(r['alpha'])} [{fmt(r['alpha_lo'])}, {fmt(r['alpha_hi'])}]", fmt(r["tau"]),
                     fmt(r["cost_ratio"], ".4f"), times(r["speedup"]), times(r["predicted_speedup"]),
                     fmt(r["efficiency"], ".2f"),
-                    "yes" if ll == 1 else "NO" if ll == 0 else "n/a"]
+                    "yes" if ll == 1 else "NO" if ll == 0 else "not checked (sampled)"]
             out.append(row)
         return with_na_note(md_table(header, out))
 
@@ -470,6 +470,15 @@ class Report:
                                   ["resumed", a.get("resume_count", "0") + " time(s)"]])]
         if a.get("status") != "complete":
             md.append("\n**The run did not finish: this report covers the complete prompt-runs in the file.**\n")
+            # Each drafter's speedup is over its own prompts (AR's on the same ones), but side by side
+            # the rows may cover different prompts: say which cover how many.
+            runs = self.exp.runs
+            prompts: dict[tuple, set] = {}
+            for p, m, q in zip(runs["point"], runs["method"], runs["prompt"]):
+                prompts.setdefault((int(p), str(m)), set()).add(int(q))
+            if len({len(v) for v in prompts.values()}) > 1:
+                md.append("Prompts recorded per drafter differ, so rows side by side cover different prompts: " +
+                          ", ".join(f"{self.series_label(p, m)} {len(v)}" for (p, m), v in prompts.items()) + ".\n")
         md.append("\n## Summary\n")
         md.append(f"Source: {self.summary_source}. α: per-token acceptance rate (accepted / examined draft "
                   "positions) with its 95% Wilson interval; τ: tokens per target verification forward; c: draft time "

@@ -505,7 +505,7 @@ std::string default_draft_path(const LoadedModel& target, const std::string& arc
 }
 
 std::string default_draft_path(const std::string& target_source, const std::string& architecture) {
-  const std::string file = fs::path(target_source).stem().string() + "." + architecture + ".safetensors";
+  const std::string file = draft_file_stem(target_source) + "." + architecture + ".safetensors";
   const std::string trained = std::string(SPECLAB_SOURCE_DIR) + "/.cache/drafts/" + file;
   const std::string shipped = std::string(SPECLAB_SOURCE_DIR) + "/assets/drafts/" + file;
   return fs::exists(trained) || !fs::exists(shipped) ? trained : shipped;
@@ -797,12 +797,14 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     if (c.architecture == "medusa") {
       // Heads are independent of one another: an init with fewer heads starts the rest fresh
       // (below); one with more would have its last heads dropped, as eagle's extra layers are refused.
+      // (Another kind of file is left to read_draft, which names what it is.)
       while (init_file.contains("heads." + std::to_string(init_heads) + ".weight")) ++init_heads;
-      if (init_heads < 1 || init_heads > c.head.medusa_heads)
+      const auto kind = init_file.metadata().find("speclab.draft");
+      if (kind != init_file.metadata().end() && kind->second == "medusa" && init_heads > c.head.medusa_heads)
         throw Error(ErrorKind::kConfig,
                     "train.init has " + std::to_string(init_heads) + " Medusa heads (heads.<k>.weight), this draft " +
-                        std::to_string(c.head.medusa_heads) + " (head.medusa_heads): expected 1 to " +
-                        std::to_string(c.head.medusa_heads),
+                        std::to_string(c.head.medusa_heads) + " (head.medusa_heads): expected at most " +
+                        std::to_string(c.head.medusa_heads) + " (fewer grow: the rest start fresh)",
                     c.source_path, "train.init");
     } else if (c.architecture == "draft_model") {
       // The init's layers replace the ones head.draft_layers would copy from the target: other

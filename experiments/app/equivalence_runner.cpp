@@ -167,7 +167,7 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
   }
   SessionParts& parts = *parts_owner;
   if (eq.greedy)  // its AR runs decode generation.max_new_tokens (the sampling checks a few tokens)
-    check_budget_holds_ar_runs(parts, ids, cfg.generation.max_new_tokens, cfg.source_path);
+    check_budget_holds_ar_runs(parts, ids, cfg.generation.max_new_tokens, mc.max_position_embeddings, cfg.source_path);
   std::vector<Drafter*> drafters;
   for (size_t i = 0; i < cfg.drafters.size(); ++i) {
     try {

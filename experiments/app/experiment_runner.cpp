@@ -244,7 +244,8 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
   } catch (const Error& e) {
     throw in_config(e, "kv", "kv", cfg.source_path, at);
   }
-  check_budget_holds_ar_runs(*ctx->parts, ctx->prompts, cfg.generation.max_new_tokens, cfg.source_path, at);
+  check_budget_holds_ar_runs(*ctx->parts, ctx->prompts, cfg.generation.max_new_tokens, mc.max_position_embeddings,
+                             cfg.source_path, at);
   for (size_t i = 0; i < cfg.drafters.size(); ++i) {
     try {
       ctx->parts->add_drafter(cfg.drafters[i].options);

@@ -84,20 +84,25 @@ Error in_config(const Error& e, const std::string& section, const std::string& k
 }
 
 void check_budget_holds_ar_runs(const SessionParts& parts, const std::vector<TokenList>& prompts,
-                                int64_t max_new_tokens, const std::string& source_path, const std::string& note) {
+                                int64_t max_new_tokens, int64_t context_len, const std::string& source_path,
+                                const std::string& note) {
   const KvTarget kt = parts.kv_target();
   const BlockPool& pool = kt.kv->blocks().pool(kt.pool);
   int64_t longest = 0;
   for (const TokenList& ids : prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
-  const int64_t positions = longest + max_new_tokens - 1;
+  // A run stops when prompt + generated tokens reach the context (StopCriteria), so it never holds
+  // more than context_len - 1 positions (max_new_tokens clipped first: it has no upper bound).
+  const int64_t ctx = context_len > 0 ? context_len : int64_t(1) << 40;  // 0: the model names none
+  const int64_t positions = std::min(longest + std::min(max_new_tokens, ctx) - 1, ctx - 1);
   const int64_t blocks = (positions + pool.block_size() - 1) / pool.block_size();
   if (blocks > kt.kv->bytes_budget() / pool.bytes_per_block())
     throw Error(ErrorKind::kConfig,
-                "expected a budget that holds the longest prompt's AR run (" + std::to_string(longest) +
-                    " prompt tokens + generation.max_new_tokens " + std::to_string(max_new_tokens) + " - 1 = " +
+                "expected a budget that holds the longest prompt's AR run to generation.max_new_tokens (" +
+                    std::to_string(longest) + " prompt tokens + " + std::to_string(max_new_tokens) +
+                    " new - 1, at most the context's " + std::to_string(ctx) + " - 1 = " +
                     std::to_string(positions) + " positions: " + std::to_string(blocks) + " blocks of " +
                     std::to_string(pool.bytes_per_block()) + " bytes), found " + std::to_string(kt.kv->bytes_budget()) +
-                    " bytes" + note,
+                    " bytes (EOS could stop it sooner; the budget must not rely on it)" + note,
                 source_path, "kv.budget_bytes");
 }
 

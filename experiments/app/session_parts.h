@@ -37,12 +37,14 @@ Error in_config(const Error& e, const std::string& section, const std::string& k
 
 class SessionParts;
 // Error(kConfig, source_path, "kv.budget_bytes") unless the KV budget holds the longest prompt's
-// AR run (prompt + max_new_tokens - 1 positions of the target's cache): found before any run
-// instead of after the earlier prompts' runs (a file with a larger budget cannot --resume one with
-// this). Drafters' caches and verification rows need more; those fail when they run, naming
-// kv.budget_bytes too. `note` ends the message (e.g. the sweep point). prompts: token ids per prompt.
+// AR run to max_new_tokens (prompt + max_new_tokens - 1 positions of the target's cache, at most
+// context_len - 1, where every run stops): found before any run instead of after the earlier
+// prompts' runs (a file with a larger budget cannot --resume one with this). Drafters' caches and
+// verification rows need more; those fail when they run, naming kv.budget_bytes too. `note` ends
+// the message (e.g. the sweep point). prompts: token ids per prompt.
 void check_budget_holds_ar_runs(const SessionParts& parts, const std::vector<TokenList>& prompts,
-                                int64_t max_new_tokens, const std::string& source_path, const std::string& note = "");
+                                int64_t max_new_tokens, int64_t context_len, const std::string& source_path,
+                                const std::string& note = "");
 
 class SessionParts {
  public:

@@ -282,6 +282,23 @@ void print_step_profile(const Model& model, int64_t ctx, const std::vector<int64
       out[std::to_string(n)][loop_step_name(static_cast<LoopStep>(k))] = per_forward(n, k) * 1e6;
 }
 
+// The largest data cache of CPU 0 (Linux sysfs, e.g. index3: level 3, size "32768K"), in bytes;
+// 0 when sysfs does not say.
+int64_t last_level_cache_bytes() {
+  int64_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream type(dir + "type"), size(dir + "size");
+    std::string t, sz;
+    if (!(type >> t) || !(size >> sz) || t == "Instruction" || sz.empty()) continue;
+    char* end = nullptr;
+    const long long v = std::strtoll(sz.c_str(), &end, 10);
+    const int64_t mult = *end == 'K' ? 1024 : *end == 'M' ? 1024 * 1024 : *end == 'G' ? int64_t(1) << 30 : 1;
+    best = std::max<int64_t>(best, static_cast<int64_t>(v) * mult);
+  }
+  return best;
+}
+
 // Read bandwidth in bytes/s: summing a buffer much larger than the caches on the kernels'
 // threads (the same pool the matmuls use). The sum is over 32-bit integers in 8 independent
 // lanes, which the compiler vectorises: a float sum in 4 scalar chains was limited by its add
@@ -398,11 +415,11 @@ SpecTiming spec_step_timing(const Model& target, std::unique_ptr<Model> draft, c
     session.begin({TokenList(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ctx), method, gen, SamplingOptions{}});
     // begin() ran the prefill: not timed
     timed_target.seconds = timed_draft.seconds = 0.0;
-    int64_t n = 0, drafted = 0, accepted = 0;
+    int64_t n = 0, examined = 0, accepted = 0;
     const auto t0 = Clock::now();
     for (; !session.done() && n < steps; ++n) {
       const SpecStep rec = session.step();
-      drafted += rec.drafted;
+      examined += std::min(rec.accepted + 1, rec.drafted);  // alpha as `run` defines it (SpecResult::alpha)
       accepted += rec.accepted;
     }
     const double wall = since(t0);
@@ -412,7 +429,7 @@ SpecTiming spec_step_timing(const Model& target, std::unique_ptr<Model> draft, c
     out.target_seconds = timed_target.seconds / std::max<int64_t>(1, n);
     out.draft_seconds = timed_draft.seconds / std::max<int64_t>(1, n);
     out.outside_share = (wall - timed_target.seconds - timed_draft.seconds) / wall;
-    out.alpha = drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+    out.alpha = examined > 0 ? static_cast<double>(accepted) / static_cast<double>(examined) : 0.0;
   }
   return out;
 }
@@ -848,9 +865,18 @@ int cmd_bench(const std::vector<std::string>& args) {
   say("bandwidth floor: %.2f ms/token = %.1f tok/s; measured cached decode at context %lld: %.1f tok/s "
       "(%.0f%% of the floor rate)\n",
       floor_s * 1e3, 1.0 / floor_s, static_cast<long long>(contexts.front()), decode_rate.front(), 100.0 * floor_share);
+  // Weights that fit in the last-level cache are read from it, not from memory: the floor is then
+  // no floor (stories260K's 1 MB decoded at 209% of it), and its share is no figure of merit.
+  const int64_t llc = on_device ? 0 : last_level_cache_bytes();
+  const bool floor_binds = llc == 0 || wbytes > static_cast<double>(llc);
+  if (!floor_binds)
+    say("  (the weights, %.1f MB, fit in the %.0f MB last-level cache: they are read from it, not from memory, so "
+        "this floor does not bind and its share is no target)\n",
+        wbytes / 1e6, static_cast<double>(llc) / 1e6);
   report["bandwidth_gb_s"] = bw / 1e9;
   report["floor_tok_s"] = 1.0 / floor_s;
   report["floor_share"] = floor_share;
+  report["floor_binds"] = floor_binds;
   report["peak_rss_mib"] = rss_mib;
 
   // The arithmetic roof of the verification passes (experiments/app/pass_roof.h): what no pass of
@@ -946,7 +972,8 @@ int cmd_bench(const std::vector<std::string>& args) {
     const std::string dstorage = dm->weight_storage();
     spec = spec_step_timing(model, std::move(dm), *m.info.tokenizer, contexts.front(), spec_gamma, spec_steps);
     say("\nspeculative steps, draft %s (%s), gamma %d, context %lld, greedy, %lld steps: %.2f ms per step = target "
-        "forward %.2f + draft forwards %.2f + outside the forwards %.3f ms (%.1f%%); acceptance %.2f\n",
+        "forward %.2f + draft forwards %.2f + outside the forwards %.3f ms (%.1f%%); alpha %.2f (accepted / "
+        "examined positions)\n",
         draft_model.c_str(), dstorage.c_str(), spec_gamma, static_cast<long long>(contexts.front()),
         static_cast<long long>(spec.steps), spec.step_seconds * 1e3, spec.target_seconds * 1e3, spec.draft_seconds * 1e3,
         (spec.step_seconds - spec.target_seconds - spec.draft_seconds) * 1e3, 100.0 * spec.outside_share, spec.alpha);
@@ -1003,7 +1030,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   row("prefill tok/s, " + std::to_string(prefill_len) + " tokens", prefill_rate,
       lc.is_null() ? 0.0 : lc["prefill_tok_s"].get<double>(), "ratio >= 1.3");
   row("decode as a share of the bandwidth floor, context " + std::to_string(contexts.front()), floor_share, 0.0,
-      on_device ? ">= 0.70" : ">= 0.50");
+      !floor_binds ? "none (weights in cache)" : on_device ? ">= 0.70" : ">= 0.50");
   const char* verify_targets[] = {on_device ? "<= 1.1" : "<= 1.15", "<= 1.35", "<= 2.0"};
   int vi = 0;
   for (int64_t n : {5, 9, 17}) {

@@ -34,21 +34,33 @@ int cmd_train_draft(const std::vector<std::string>& args) {
     throw Error(ErrorKind::kConfig, "expected a number of steps >= 0 (0 = train to the end), found " +
                                         std::to_string(stop_after), "command line", "--stop-after");
   const TrainDraftConfig c = load_train_config(config, sets);
+  if (resume && overwrite)
+    throw Error(ErrorKind::kConfig, "expected --resume or --overwrite, found both (one continues the checkpoint, the "
+                                    "other discards it)", "command line", "--overwrite");
   // A fresh run replaced an existing draft and checkpoint: an hour of training lost to a
   // forgotten --resume after --stop-after (run, check, export and merge refuse theirs too).
-  if (!resume && !overwrite) {
-    std::error_code ec;
-    for (const auto& [path, key] : {std::pair<std::string, std::string>{c.output.path, "output.path"},
-                                    {c.output.checkpoint, "output.checkpoint"}})
-      if (!path.empty() && std::filesystem::exists(path, ec))
-        throw Error(ErrorKind::kConfig,
-                    "expected no file at the " + std::string(key == "output.path" ? "draft's" : "checkpoint's") +
-                        " path, found one: " +
-                        (c.architecture == "retrieval"
-                             ? std::string("pass --overwrite to build the datastore afresh and replace it")
-                             : std::string("pass --resume to continue from the checkpoint, or --overwrite to train "
-                                           "afresh and replace it")),
-                    path, key);
+  // --overwrite removes them first, so that a run stopped early leaves no old draft beside its new
+  // checkpoint (the make targets test for the draft alone). A retrieval datastore has no checkpoint.
+  std::vector<std::pair<std::string, std::string>> outputs = {{c.output.path, "output.path"}};
+  if (c.architecture != "retrieval")
+    outputs.insert(outputs.end(), {{c.output.checkpoint, "output.checkpoint"}, {c.output.log, "output.log"}});
+  std::error_code ec;
+  for (const auto& [path, key] : outputs) {
+    if (path.empty() || !std::filesystem::is_regular_file(path, ec)) continue;  // a directory: check_train_outputs
+    if (overwrite) {
+      std::filesystem::remove(path, ec);
+      if (ec)
+        throw Error(ErrorKind::kIo, "--overwrite: cannot remove the existing file: " + ec.message(), path, key);
+    } else if (!resume && key != "output.log") {
+      throw Error(ErrorKind::kConfig,
+                  "expected no file at the " + std::string(key == "output.path" ? "draft's" : "checkpoint's") +
+                      " path, found one: " +
+                      (c.architecture == "retrieval"
+                           ? std::string("pass --overwrite to build the datastore afresh and replace it")
+                           : std::string("pass --resume to continue from the checkpoint, or --overwrite to train "
+                                         "afresh and replace it")),
+                  path, key);
+    }
   }
   TrainDraftProgress progress;
   progress.stage = [&](const std::string& line) {

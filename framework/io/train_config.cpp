@@ -229,12 +229,19 @@ void TrainDraftConfig::validate() const {
                         "found '" + output.dtype + "'");
 }
 
+std::string draft_file_stem(const std::string& target_source) {
+  std::string p = target_source;
+  if (const NamedModel* m = find_named_model(p)) p = m->file;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();  // an HF directory named with a slash
+  const std::filesystem::path path(p);
+  std::error_code ec;
+  // A directory keeps its whole name ("Llama-3.2-1B", not "Llama-3"); a file loses its extension.
+  return std::filesystem::is_directory(path, ec) ? path.filename().string() : path.stem().string();
+}
+
 std::string default_train_output(const ModelSource& target, const std::string& architecture) {
-  std::string file = target.path;
-  if (const NamedModel* m = find_named_model(target.path)) file = m->file;
-  while (file.size() > 1 && file.back() == '/') file.pop_back();  // an HF directory named with a slash
-  return std::string(SPECLAB_SOURCE_DIR) + "/.cache/drafts/" + std::filesystem::path(file).stem().string() + "." +
-         architecture + ".safetensors";
+  return std::string(SPECLAB_SOURCE_DIR) + "/.cache/drafts/" + draft_file_stem(target.path) + "." + architecture +
+         ".safetensors";
 }
 
 TrainDraftConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {

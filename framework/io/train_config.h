@@ -117,6 +117,10 @@ std::string replace_extension(const std::string& path, const std::string& suffix
 // their target's draft by default (experiments/app/draft_training.h: default_draft_path). The
 // stem is that of the named model's file, or of the path as written.
 std::string default_train_output(const ModelSource& target, const std::string& architecture);
+// The name a target's default drafts are filed under: a named model's file stem
+// ("SmolLM2-135M-Instruct.Q4_1"), a model file's stem, or an HF directory's whole name (trailing
+// slashes ignored; dots kept). Both default_train_output and default_draft_path use it.
+std::string draft_file_stem(const std::string& target_source);
 
 // Loads and validates a train-draft config; Error(kConfig) naming file:line and the key.
 TrainDraftConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides = {});

@@ -276,13 +276,16 @@ void BlockManager::throw_exhausted(SeqId seq, int64_t need) const {
   std::string tail;
   if (options_.preemption == Preemption::kLowestPriority)
     tail = "; preemption found no lower-or-equal-priority sequences whose release makes room";
+  // A pool as large as the budget pays for (KvCacheManager's; not one given fewer blocks, or
+  // capped at 2^20): only a larger budget makes room.
+  const bool budget_sized = p.n_blocks() == options_.budget_bytes / p.bytes_per_block();
   if (need > p.n_free())
     throw Error(ErrorKind::kResource,
                 "KV pool " + str(s.pool) + " exhausted: sequence " + str(seq) + " needs " +
                     str(need) + " more blocks, " + str(p.n_free()) + " of " + str(p.n_blocks()) +
                     " free (budget " + str(options_.budget_bytes) + " bytes, in use " +
-                    str(bytes_used_) + ")" + tail + "; each pool holds the blocks the budget pays for: raise kv.budget_bytes",
-                {}, "kv.budget_bytes");
+                    str(bytes_used_) + ")" + tail + (budget_sized ? "; raise kv.budget_bytes" : ""),
+                {}, budget_sized ? "kv.budget_bytes" : "kv.n_blocks");
   const std::string bytes = need > std::numeric_limits<int64_t>::max() / p.bytes_per_block()
                                 ? std::string("more than 2^63")
                                 : str(need * p.bytes_per_block());

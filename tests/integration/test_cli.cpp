@@ -88,6 +88,9 @@ TEST_CASE("speclab generate on stories260K: AR and prompt_lookup", "[cli][smoke]
     CHECK(r.exit_code == 0);
     CHECK(r.out.rfind(", there was", 0) == 0);
     CHECK(r.out.find("output identical to AR") != std::string::npos);
+    // alpha as `speclab run` defines it (accepted / examined), the share of all drafts beside it.
+    CHECK(r.out.find(", alpha ") != std::string::npos);
+    CHECK(r.out.find(" (accepted / examined positions; ") != std::string::npos);
     CHECK(r.err.empty());
   }
   SECTION("-n 1 --stats: no step, so no acceptance or speedup is printed") {
@@ -98,7 +101,7 @@ TEST_CASE("speclab generate on stories260K: AR and prompt_lookup", "[cli][smoke]
     CHECK(r.exit_code == 0);
     CHECK(r.out.find("no speculative steps") != std::string::npos);
     CHECK(r.out.find("-> speedup") == std::string::npos);
-    CHECK(r.out.find("acceptance rate") == std::string::npos);
+    CHECK(r.out.find("alpha") == std::string::npos);
     CHECK(r.out.find("output identical to AR") != std::string::npos);
   }
 }

@@ -208,7 +208,7 @@ TEST_CASE("KV budget: too small for a prompt's AR run refused before any run, ex
   const std::string cfg = d.path + "/kv.yaml", h5 = d.path + "/kv.h5";
   // stories260K: 1280 KV bytes per token, 16-token blocks of 20480 bytes. The long prompt is 101
   // tokens: its AR run takes 101 + 8 - 1 positions, 7 blocks; a draft model's cache as many again.
-  const auto write_cfg = [&](const std::string& drafter, int64_t budget) {
+  const auto write_cfg = [&](const std::string& drafter, int64_t budget, int64_t max_new = 8) {
     write_file(cfg,
                "name: kv_budget\n"
                "models:\n  target: {path: stories260K}\n"
@@ -218,7 +218,7 @@ TEST_CASE("KV budget: too small for a prompt's AR run refused before any run, ex
                "in the sun. One day, she saw a big red ball in the park. She wanted to play with it, so she ran to the "
                "ball and kicked it. The ball went up high into the sky and came down near a tree.\"}\n"
                "drafters:\n  - " + drafter + "\n"
-               "sampling: {temperature: 0}\ngeneration: {max_new_tokens: 8}\nwarmup: 0\n"
+               "sampling: {temperature: 0}\ngeneration: {max_new_tokens: " + std::to_string(max_new) + "}\nwarmup: 0\n"
                "kv: {budget_bytes: " + std::to_string(budget) + "}\n");
   };
   // 4 blocks hold the short prompt's run, not the long one's: refused before any prompt-run (it
@@ -232,6 +232,12 @@ TEST_CASE("KV budget: too small for a prompt's AR run refused before any run, ex
   CHECK(e0.find("kv.budget_bytes: expected a budget that holds the longest prompt's AR run") != std::string::npos);
   CHECK(e0.find("found 81920 bytes") != std::string::npos);
   CHECK(!fs::exists(h5));
+  // Runs stop at the context (512 positions): a budget that holds it takes any max_new_tokens.
+  write_cfg("name: prompt_lookup", 32 * 20480, 100000);
+  const RunResult whole = run_cli({"run", cfg, "--output", h5, "--no-report"});
+  INFO(describe(whole));
+  CHECK(whole.exit_code == 0);
+  fs::remove(h5);
 
   // 8 blocks hold the long prompt's AR run, not its run beside a draft model's cache: the run
   // stops there, keeping the 3 prompt-runs before it.

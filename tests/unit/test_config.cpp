@@ -90,6 +90,26 @@ TEST_CASE("every shipped training config (configs/train) parses and validates", 
   CHECK(n >= 6);
 }
 
+TEST_CASE("draft_file_stem: a named model's file, a file's stem, an HF directory's whole name", "[config][train]") {
+  CHECK(draft_file_stem("smollm2") == "SmolLM2-135M-Instruct.Q4_1");  // by the named entry's file
+  CHECK(draft_file_stem("stories260K") == "stories260K");
+  CHECK(draft_file_stem("/m/SmolLM2-135M-Instruct.Q4_1.gguf") == "SmolLM2-135M-Instruct.Q4_1");
+  // A directory keeps its dots and loses trailing slashes: "Llama-3.2-1B" and "Llama-3.2-3B" were
+  // both "Llama-3", and "dir/" was "".
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path() / ("speclab_stem_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp / "Llama-3.2-1B");
+  CHECK(draft_file_stem((tmp / "Llama-3.2-1B").string()) == "Llama-3.2-1B");
+  CHECK(draft_file_stem((tmp / "Llama-3.2-1B").string() + "/") == "Llama-3.2-1B");
+  std::filesystem::remove_all(tmp);
+  // The default output path follows it, per architecture.
+  ModelSource src;
+  src.path = "stories260K";
+  const std::string out = default_train_output(src, "medusa");
+  const std::string tail = "/.cache/drafts/stories260K.medusa.safetensors";
+  REQUIRE(out.size() > tail.size());
+  CHECK(out.compare(out.size() - tail.size(), tail.size(), tail) == 0);
+}
+
 TEST_CASE("a training config: unknown keys and bad values name the file, line and key", "[config][train]") {
   const std::string dir = std::string(SPECLAB_BINARY_DIR) + "/test_config_train";
   std::filesystem::create_directories(dir);
