@@ -349,9 +349,11 @@ void check_same_experiment(const std::string& path, const ExperimentData& have, 
   }
   // Settings by value (0 and 0.0, key order and written-out defaults do not matter); the output
   // path may differ, and of the runtime facts only the thread count (it changes every timing).
+  // A key the file lacks, at its default now, is no difference (a file written before the key
+  // existed could not be resumed).
   std::vector<std::string> diff = yaml_differences(
       have.resolved_config_yaml, resolved_config(config, sweep_points, nullptr),
-      shard_config_ignored_keys());
+      shard_config_ignored_keys(), default_config_yaml());
   if (!diff.empty()) {
     throw Error(ErrorKind::kConfig,
                 "expected the same settings as the experiment recorded in the file, found " +

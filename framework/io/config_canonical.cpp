@@ -60,9 +60,25 @@ std::optional<std::string> config::effective_value(const ExperimentConfig& c, co
   return joined;
 }
 
+std::string default_config_yaml() {
+  ExperimentConfig c;
+  c.drafters.emplace_back();
+  return effective_config_yaml(c);
+}
+
 std::vector<std::string> yaml_differences(const std::string& a, const std::string& b,
-                                          const std::vector<std::string>& ignore) {
+                                          const std::vector<std::string>& ignore, const std::string& defaults) {
   const auto fa = flat_yaml(a), fb = flat_yaml(b);
+  const auto fd = defaults.empty() ? decltype(fa){} : flat_yaml(defaults);
+  // The default of key k: its own, or for drafters[i].x that of drafters[0].x.
+  auto default_of = [&](const std::string& k) -> const std::string* {
+    auto it = fd.find(k);
+    if (it == fd.end() && config::starts_with(k, "drafters[")) {
+      const size_t close = k.find(']');
+      if (close != std::string::npos) it = fd.find("drafters[0" + k.substr(close));
+    }
+    return it == fd.end() ? nullptr : &it->second;
+  };
   auto ignored = [&](const std::string& k) {
     for (const auto& i : ignore)
       if (k == i || config::starts_with(k, i + ".") || config::starts_with(k, i + "[")) return true;
@@ -76,7 +92,12 @@ std::vector<std::string> yaml_differences(const std::string& a, const std::strin
     if (ignored(k)) continue;
     auto ia = fa.find(k), ib = fb.find(k);
     const std::string va = ia == fa.end() ? "(absent)" : ia->second, vb = ib == fb.end() ? "(absent)" : ib->second;
-    if (va != vb) out.push_back(k + ": " + va + " vs " + vb);
+    if (va == vb) continue;
+    if ((ia == fa.end()) != (ib == fb.end())) {  // absent from one: the same if the other is at its default
+      const std::string* d = default_of(k);
+      if (d && *d == (ia == fa.end() ? vb : va)) continue;
+    }
+    out.push_back(k + ": " + va + " vs " + vb);
   }
   return out;
 }

@@ -18,11 +18,19 @@ namespace speclab {
 // paths are absolute and normalised (named models and output.path as written).
 std::string effective_config_yaml(const ExperimentConfig& config);
 
+// effective_config_yaml() of a config with every default and one default drafters entry: the
+// value each key has where a config does not set it (yaml_differences' `defaults`).
+std::string default_config_yaml();
+
 // The settings at which two YAML texts differ, as "key: <a> vs <b>" lines (key paths such as
 // sampling.temperature or drafters[1].num_speculative_tokens; "(absent)" for a missing key).
-// Keys whose path starts with one of `ignore` (e.g. "output") are skipped.
+// Keys whose path starts with one of `ignore` (e.g. "output") are skipped. With `defaults` (a
+// default_config_yaml() text), a key absent from one text and at its default in the other is no
+// difference: a file written before the key existed ran at its default (a drafters[i] key's
+// default is drafters[0]'s there).
 std::vector<std::string> yaml_differences(const std::string& a, const std::string& b,
-                                          const std::vector<std::string>& ignore = {});
+                                          const std::vector<std::string>& ignore = {},
+                                          const std::string& defaults = "");
 
 // The first `most` of yaml_differences' lines joined with "; ", then "; and N more" for the rest.
 std::string differences_list(const std::vector<std::string>& diff, size_t most = 5);

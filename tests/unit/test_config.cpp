@@ -674,6 +674,18 @@ TEST_CASE("effective_config_yaml: the same settings give the same text however t
   CHECK(d[0] == "generation.max_new_tokens: 8 vs 5");
   CHECK(yaml_differences("output: {path: a.h5}\nx: 1\n", "output: {path: b.h5}\nx: 1\n", {"output"}).empty());
   CHECK(yaml_differences("x: [1, 2]\n", "x: [1]\n") == std::vector<std::string>{"x[1]: 2 vs (absent)"});
+  // A key one text lacks (a file written before the key existed) at its default in the other is
+  // no difference with `defaults`; off its default it is. drafters[1] takes drafters[0]'s default.
+  const std::string defaults = default_config_yaml();
+  const std::string old_file = "sampling: {temperature: 0}\ndrafters:\n  - {name: prompt_lookup}\n  - {name: x}\n";
+  const std::string now_default = old_file + "kv: {block_size: 16}\n";
+  CHECK(yaml_differences(old_file, now_default).size() == 1);  // negative control: without defaults
+  CHECK(yaml_differences(old_file, now_default, {}, defaults).empty());
+  CHECK(yaml_differences(old_file, old_file + "kv: {block_size: 32}\n", {}, defaults).size() == 1);
+  const std::string with_gamma = "sampling: {temperature: 0}\ndrafters:\n  - {name: prompt_lookup}\n  - {name: x, "
+                                 "confidence_threshold: 0}\n";
+  CHECK(yaml_differences(old_file, with_gamma, {}, defaults).empty());
+  CHECK(yaml_differences(old_file, with_gamma, {}, "").size() == 1);
   // Paths are absolute: the same config named by a relative or an absolute path gives one text.
   const std::string paths = "models:\n  target: {path: m/x.bin}\nprompts:\n  files: [p.jsonl]\n";
   const std::string rel = effective_config_yaml(parse_experiment_config(paths, "cfg/t.yaml", {}));
