@@ -11,8 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <map>
 #include <string>
+#include <utility>
 
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
@@ -83,11 +83,11 @@ int cmd_check(const std::vector<std::string>& args) {
   };
   // Values that change nothing pass: a temperature of 0 (what the greedy checks run at), top_p 1
   // and top_k 0 (no cut), as a config shared with `speclab run` may spell them out.
-  const std::map<std::string, bool> changes = {{"temperature", config.sampling.temperature > 0},
-                                               {"top_p", config.sampling.top_p < 1.0},
-                                               {"top_k", config.sampling.top_k > 0}};
-  for (const char* key : {"temperature", "top_p", "top_k"})
-    if (changes.at(key))
+  const std::pair<const char*, bool> sampling_keys[] = {{"temperature", config.sampling.temperature > 0},
+                                                        {"top_p", config.sampling.top_p < 1.0},
+                                                        {"top_k", config.sampling.top_k > 0}};
+  for (const auto& [key, changes] : sampling_keys)
+    if (changes)
       refuse_written(std::string("sampling.") + key,
                      std::string("samples at each of equivalence.") + key + "s (its greedy checks at temperature 0)");
   for (size_t i = 0; i < config.drafters.size(); ++i)
