@@ -148,6 +148,12 @@ ChatTemplate ChatTemplate::chatml(std::string default_system) {
   return t;
 }
 
+ChatTemplate ChatTemplate::unrenderable_one(std::string why) {
+  ChatTemplate t;
+  t.unrenderable_ = std::move(why);
+  return t;
+}
+
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                  bool add_generation_prompt) const {
   switch (family_) {

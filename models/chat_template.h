@@ -25,9 +25,15 @@ class ChatTemplate {
   // Detects the family from Jinja source text. `source` names the file for errors.
   static ChatTemplate from_jinja(const std::string& jinja, const std::string& source);
   static ChatTemplate chatml(std::string default_system = {});
+  // A template the model ships that from_jinja() does not recognise: not available(), but
+  // unrenderable() says why, so that chat: auto refuses it instead of silently running without
+  // it. `why`: from_jinja's error, "<file>: <field>: <message>".
+  static ChatTemplate unrenderable_one(std::string why);
 
   Family family() const { return family_; }
   bool available() const { return family_ != Family::kNone; }
+  // Empty unless the model ships a template SpecLab cannot render (unrenderable_one).
+  const std::string& unrenderable() const { return unrenderable_; }
   const std::string& default_system() const { return default_system_; }
 
   // Renders messages and, when add_generation_prompt, the assistant turn header.
@@ -37,6 +43,7 @@ class ChatTemplate {
  private:
   Family family_ = Family::kNone;
   std::string default_system_;
+  std::string unrenderable_;
 };
 
 }  // namespace speclab

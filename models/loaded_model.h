@@ -34,6 +34,13 @@ struct LoadedModel {
 // "auto" when the model ships one.
 bool use_chat_template(const LoadedModel& m, const std::string& chat);
 
+// Refuses a `chat` setting of "on" or "auto" when the model ships a chat template SpecLab cannot
+// render (ChatTemplate::unrenderable()): Error(kConfig, file, field) that names the template and
+// `off` (how the caller's user switches it off, e.g. "--chat off"). Until 2026-12-06 "auto" ran
+// such a model on the bare prompt text without a word.
+void check_chat_renders(const LoadedModel& m, const std::string& chat, const std::string& file,
+                        const std::string& field, const std::string& off);
+
 // The token ids of a prompt: `text` as the user message of the model's chat template (after a
 // system message when `system` is not empty, then the assistant header) when use_chat, else
 // `text` itself; BOS when the model wants one. The one rendering used by `speclab generate`,

@@ -24,6 +24,15 @@ bool use_chat_template(const LoadedModel& m, const std::string& chat) {
   return chat == "on" || (chat == "auto" && m.chat_template.available());
 }
 
+void check_chat_renders(const LoadedModel& m, const std::string& chat, const std::string& file,
+                        const std::string& field, const std::string& off) {
+  if (chat == "off" || m.chat_template.unrenderable().empty()) return;
+  throw Error(ErrorKind::kConfig,
+              "the model ships a chat template SpecLab cannot render (" + m.chat_template.unrenderable() +
+                  "); use " + off + " to run on the bare prompt text",
+              file, field);
+}
+
 TokenList encode_prompt(const LoadedModel& m, const std::string& text, bool use_chat, const std::string& system) {
   if (!use_chat) return m.tokenizer->encode(text, m.add_bos);
   if (!m.chat_template.available())

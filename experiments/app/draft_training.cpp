@@ -730,6 +730,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
       throw Error(e.kind(), e.message(), c.source_path, "target." + e.field());
     }
   }();
+  check_chat_renders(target->info, c.data.prompts.chat, c.source_path, "data.prompts.chat", "chat: off");
   if (use_chat_template(target->info, c.data.prompts.chat) && !target->info.chat_template.available())
     throw Error(ErrorKind::kConfig,
                 "expected a model with a chat template for chat: on, found none in " + target->info.source,

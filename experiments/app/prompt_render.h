@@ -10,9 +10,10 @@ namespace speclab {
 
 // p.text under prompts.chat / prompts.system of `cfg` (models/loaded_model.h: encode_prompt).
 // Throws Error(kConfig, cfg.source_path, "prompts.chat") for chat: on with a model that ships no
-// chat template, and Error(kConfig, ..., "prompts.system") for a system message where no template
+// chat template, or chat: on or auto with one SpecLab cannot render (check_chat_renders), and Error(kConfig, ..., "prompts.system") for a system message where no template
 // is applied.
 inline TokenList render_config_prompt(const LoadedModel& m, const ExperimentConfig& cfg, const Prompt& p) {
+  check_chat_renders(m, cfg.prompts.chat, cfg.source_path, "prompts.chat", "chat: off");
   const bool use_chat = use_chat_template(m, cfg.prompts.chat);
   if (use_chat && !m.chat_template.available())
     throw Error(ErrorKind::kConfig, "expected a model with a chat template for chat: on, found none in " + m.source,

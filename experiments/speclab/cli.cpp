@@ -265,6 +265,7 @@ void check_chat_flags(const std::string& chat, const std::string& system) {
 TokenList build_prompt(const LoadedTarget& m, const std::string& text, const std::string& chat,
                        const std::string& system) {
   check_chat_flags(chat, system);
+  check_chat_renders(m.info, chat, m.info.source, "--chat", "--chat off");
   const bool use_chat = use_chat_template(m.info, chat);
   if (use_chat && !m.info.chat_template.available())
     throw Error(ErrorKind::kConfig, "the model ships no chat template; use --chat off", m.info.source, "--chat");

@@ -31,6 +31,7 @@ void ModelConfig::validate(const std::string& source) const {
   require_at_most(source, "num_hidden_layers", num_hidden_layers, kMaxLayers);
   require_at_most(source, "num_attention_heads", num_attention_heads, kMaxHeads);
   require_at_most(source, "num_key_value_heads", num_key_value_heads, kMaxHeads);
+  require_at_most(source, "max_position_embeddings", max_position_embeddings, kMaxPositions);
   if (num_attention_heads % num_key_value_heads != 0)
     throw Error(ErrorKind::kBadInput,
                 "num_attention_heads (" + std::to_string(num_attention_heads) +

@@ -21,6 +21,14 @@
 // 5 — DrafterOptions::retrieval_min and retrieval_max (the struct's layout changed).
 // 6 — DrafterOptions::retrieval_first (the struct's layout changed).
 // 7 — DrafterOptions::retrieval_datastore (the struct's layout changed).
+//
+// The C++ standard library is part of the ABI too (a std::string or std::vector crosses the
+// boundary in DrafterOptions and Drafter's functions), so SPECLAB_DRAFTER_ABI_VERSION is the
+// number above with a flag for a library whose layout differs from the usual one: libstdc++'s
+// pre-C++11 std::string (`-D_GLIBCXX_USE_CXX11_ABI=0`, as older PyTorch wheels build) or libc++.
+// A plugin built with the other layout is refused by name instead of crashing in `create`
+// (until 2026-12-06 it loaded and crashed the host). Plugins built with the usual layout carry
+// the bare number, so those built before the flags existed still load.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +37,17 @@
 #include "framework/draft/drafter.h"
 #include "framework/draft/host_api.h"
 
-#define SPECLAB_DRAFTER_ABI_VERSION 7
+#define SPECLAB_DRAFTER_ABI_NUMBER 7u
+#define SPECLAB_DRAFTER_ABI_FLAG_OLD_STRING 0x10000u  // libstdc++ with _GLIBCXX_USE_CXX11_ABI=0
+#define SPECLAB_DRAFTER_ABI_FLAG_LIBCXX 0x20000u      // LLVM's libc++
+#if defined(_LIBCPP_VERSION)
+#define SPECLAB_DRAFTER_ABI_LIBRARY SPECLAB_DRAFTER_ABI_FLAG_LIBCXX
+#elif defined(_GLIBCXX_USE_CXX11_ABI) && _GLIBCXX_USE_CXX11_ABI == 0
+#define SPECLAB_DRAFTER_ABI_LIBRARY SPECLAB_DRAFTER_ABI_FLAG_OLD_STRING
+#else
+#define SPECLAB_DRAFTER_ABI_LIBRARY 0u
+#endif
+#define SPECLAB_DRAFTER_ABI_VERSION (SPECLAB_DRAFTER_ABI_NUMBER | SPECLAB_DRAFTER_ABI_LIBRARY)
 #define SPECLAB_DRAFTER_PLUGIN_SYMBOL "speclab_drafter_plugin"
 
 namespace speclab {
@@ -39,7 +57,7 @@ struct DrafterOptions;
 extern "C" {
 
 struct SpeclabDrafterPlugin {
-  uint32_t abi_version;  // SPECLAB_DRAFTER_ABI_VERSION the plugin was built with
+  uint32_t abi_version;  // SPECLAB_DRAFTER_ABI_VERSION the plugin was built with (number | library flag)
   const char* name;      // the drafter name used in YAML / --drafter
   const char* description;
   // Returns a new Drafter (owned by the caller, deleted with `destroy`) or nullptr + error.

@@ -18,6 +18,14 @@ namespace {
 
 constexpr size_t kCreateErrorLen = 1024;  // bytes of the buffer handed to create()
 
+// What an abi_version's library flag stands for (plugin_abi.h).
+std::string std_library_name(uint32_t flag) {
+  if (flag == SPECLAB_DRAFTER_ABI_FLAG_OLD_STRING) return "libstdc++'s pre-C++11 std::string (_GLIBCXX_USE_CXX11_ABI=0)";
+  if (flag == SPECLAB_DRAFTER_ABI_FLAG_LIBCXX) return "libc++";
+  if (flag == 0) return "libstdc++'s C++11 std::string (_GLIBCXX_USE_CXX11_ABI=1)";
+  return "an unknown C++ library (flags " + std::to_string(flag) + ")";
+}
+
 Error plugin_error(const std::string& path, const std::string& message) {
   return Error(ErrorKind::kConfig, message, path, "plugin");
 }
@@ -213,8 +221,18 @@ LoadedPlugin load_drafter_plugin(const std::string& path) {
   }
   // abi_version first: with any other version the rest of the struct may be laid out differently.
   if (descriptor->abi_version != SPECLAB_DRAFTER_ABI_VERSION) {
-    throw plugin_error(path, "built for drafter ABI version " + std::to_string(descriptor->abi_version) +
-                                 ", this SpecLab expects " + std::to_string(SPECLAB_DRAFTER_ABI_VERSION) +
+    const uint32_t flags = SPECLAB_DRAFTER_ABI_FLAG_OLD_STRING | SPECLAB_DRAFTER_ABI_FLAG_LIBCXX;
+    const uint32_t number = descriptor->abi_version & ~flags, library = descriptor->abi_version & flags;
+    if (number == SPECLAB_DRAFTER_ABI_NUMBER) {
+      throw plugin_error(path, "built for drafter ABI version " + std::to_string(number) + " with " +
+                                   std_library_name(library) + ", this SpecLab uses " +
+                                   std_library_name(SPECLAB_DRAFTER_ABI_LIBRARY) +
+                                   ": rebuild the plugin with this SpecLab's compiler flags "
+                                   "(speclab_add_drafter_plugin sets them; docs/plugins.md)");
+    }
+    throw plugin_error(path, "built for drafter ABI version " + std::to_string(number) +
+                                 (library != SPECLAB_DRAFTER_ABI_LIBRARY ? " with " + std_library_name(library) : "") +
+                                 ", this SpecLab expects " + std::to_string(SPECLAB_DRAFTER_ABI_NUMBER) +
                                  ": rebuild the plugin against this SpecLab");
   }
   if (descriptor->name == nullptr || descriptor->name[0] == '\0') {

@@ -222,12 +222,13 @@ LoadedModel load_gguf(const std::string& path, const GgufLoadOptions& options) {
   m.add_bos = f.get_bool("tokenizer.ggml.add_bos_token", f.get_string("tokenizer.ggml.model", "gpt2") == "llama") &&
               m.tokenizer->bos_id() >= 0;
   if (f.has("tokenizer.chat_template")) {
-    // A template we cannot render leaves the model usable without chat formatting; asking for
-    // chat mode then fails with the "no chat template" error.
+    // A template we cannot render leaves the model usable without chat formatting (chat: off);
+    // chat: auto or on refuses it (check_chat_renders).
     try {
       m.chat_template = ChatTemplate::from_jinja(f.get_string("tokenizer.chat_template"), path);
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kUnsupported) throw;
+      m.chat_template = ChatTemplate::unrenderable_one(e.what());
     }
   }
   m.storage_types = describe_storage(f);

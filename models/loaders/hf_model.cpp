@@ -337,7 +337,7 @@ ChatTemplate read_chat_template(const std::string& dir) {
   const json tc = read_json_object(tc_path);
   auto it = tc.find("chat_template");
   if (it == tc.end() || it->is_null()) return ChatTemplate();
-  if (it->is_string()) return ChatTemplate::from_jinja(it->get<std::string>(), tc_path + ": chat_template");
+  if (it->is_string()) return ChatTemplate::from_jinja(it->get<std::string>(), tc_path);
   if (it->is_array()) {
     // Several named templates: [{"name": "default", "template": "..."}, ...].
     for (const auto& entry : *it) {
@@ -496,13 +496,18 @@ LoadedModel load_hf_dir(const std::string& dir) {
   const std::string tok_path = join(dir, "tokenizer.json");
   if (!file_exists(tok_path))
     throw Error(ErrorKind::kIo, "missing tokenizer.json (expected a byte-level BPE tokenizer.json)", tok_path);
-  std::shared_ptr<Tokenizer> tok = ByteLevelBpe::from_tokenizer_json(tok_path);
-  if (!tok) throw Error(ErrorKind::kInternal, "tokenizer loader returned null", tok_path);
-  if (tok->vocab_size() > m.config.vocab_size)
+  std::unique_ptr<ByteLevelBpe> bpe = ByteLevelBpe::from_tokenizer_json(tok_path);
+  if (!bpe) throw Error(ErrorKind::kInternal, "tokenizer loader returned null", tok_path);
+  if (bpe->vocab_size() > m.config.vocab_size)
     throw Error(ErrorKind::kBadInput,
-                "tokenizer has " + std::to_string(tok->vocab_size()) + " tokens, expected at most vocab_size " +
+                "tokenizer has " + std::to_string(bpe->vocab_size()) + " tokens, expected at most vocab_size " +
                     std::to_string(m.config.vocab_size) + " of config.json",
                 tok_path, "model.vocab");
+  // A vocab_size rounded up past the tokenizer (Qwen2.5: 151936 over 151665): the model may emit
+  // the ids between, which decode to nothing (until 2026-12-06 the run stopped on "expected a
+  // token id in [0, 151665)", naming no file).
+  bpe->pad_vocab(m.config.vocab_size);
+  std::shared_ptr<Tokenizer> tok = std::move(bpe);
   // HF adds BOS only when tokenizer.json's post_processor says so (Llama 3 does; SmolLM2 and
   // Qwen2 do not): that is the BOS from_tokenizer_json() found.
   m.add_bos = tok->bos_id() >= 0;
@@ -512,8 +517,10 @@ LoadedModel load_hf_dir(const std::string& dir) {
   try {
     m.chat_template = read_chat_template(dir);
   } catch (const Error& e) {
-    // A template we cannot render leaves the model usable without chat formatting.
+    // A template we cannot render leaves the model usable without chat formatting (chat: off);
+    // chat: auto or on refuses it (check_chat_renders).
     if (e.kind() != ErrorKind::kUnsupported) throw;
+    m.chat_template = ChatTemplate::unrenderable_one(e.what());
   }
 
   std::map<std::string, int> dtype_counts;

@@ -284,6 +284,17 @@ ByteLevelBpe::ByteLevelBpe(std::vector<std::string> tokens,
   }
 }
 
+void ByteLevelBpe::pad_vocab(int64_t n) {
+  if (n <= vocab_size()) return;
+  const size_t size = static_cast<size_t>(n);
+  token_to_id_.clear();  // its keys view into tokens_, which may move as it grows
+  tokens_.resize(size);
+  types_.resize(size, token_type::kUnused);
+  bytes_.resize(size);
+  for (size_t i = 0; i < tokens_.size(); ++i)
+    if (!tokens_[i].empty()) token_to_id_.emplace(std::string_view(tokens_[i]), static_cast<Token>(i));  // first id wins
+}
+
 Token ByteLevelBpe::find_token(std::string_view text) const {
   auto it = token_to_id_.find(text);
   return it == token_to_id_.end() ? -1 : it->second;

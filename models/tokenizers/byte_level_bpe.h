@@ -94,6 +94,11 @@ class ByteLevelBpe : public Tokenizer {
   bool ignore_merges() const { return ignore_merges_; }
   // Token id of a vocabulary string, -1 when absent.
   Token find_token(std::string_view text) const;
+  // Pads the vocabulary to n ids with unused entries (type 5: no text, never encoded, decoded to
+  // nothing, as HF's decode skips ids its vocabulary lacks), for a model whose embedding has rows
+  // past the tokenizer's last id (HF config.json's vocab_size rounded up: Qwen2.5's 151936 rows
+  // over 151665 tokens). No-op when n <= vocab_size().
+  void pad_vocab(int64_t n);
 
  private:
   struct AddedToken {  // tokenizer.json added_tokens entry

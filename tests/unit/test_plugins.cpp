@@ -53,6 +53,7 @@ struct Fixtures {
   std::string empty_name;
   std::string null_create;
   std::string null_destroy;
+  std::string other_library;     // fixture_drafter.cpp built with the other std::string layout
 };
 
 // Compiles tests/fixtures/plugins/<stem>.cpp into <out> unless <out> is newer than the source
@@ -101,6 +102,10 @@ Fixtures build_all() {
   build_fixture("fixture_drafter", "-DFIXTURE_NULL_CREATE", f.null_create);
   f.null_destroy = kOut + "/fixture_null_destroy.so";
   build_fixture("fixture_drafter", "-DFIXTURE_NULL_DESTROY", f.null_destroy);
+  // The std::string layout this test is not built with (plugin_abi.h's library flag).
+  f.other_library = kOut + "/fixture_other_library.so";
+  build_fixture("fixture_drafter", _GLIBCXX_USE_CXX11_ABI ? "-D_GLIBCXX_USE_CXX11_ABI=0" : "-D_GLIBCXX_USE_CXX11_ABI=1",
+                f.other_library);
   return f;
 }
 
@@ -152,7 +157,7 @@ DraftContext context(SeqId seq, const TokenList& tokens) {
 // missed, found by review).
 TEST_CASE("DrafterOptions' layout changes only with the plugin ABI version", "[plugins][abi]") {
 #if defined(__GLIBCXX__) && defined(__x86_64__) && _GLIBCXX_USE_CXX11_ABI
-  static_assert(SPECLAB_DRAFTER_ABI_VERSION == 7, "bumped the ABI: record sizeof(DrafterOptions) for it here");
+  static_assert(SPECLAB_DRAFTER_ABI_NUMBER == 7, "bumped the ABI: record sizeof(DrafterOptions) for it here");
   CHECK(sizeof(DrafterOptions) == 368);
 #else
   WARN("skipped: the recorded sizes are libstdc++'s on x86-64");
@@ -306,8 +311,29 @@ TEST_CASE("a wrong ABI version is refused with a clear error", "[plugins]") {
   CHECK(e.field() == "plugin");
   CHECK_THAT(e.message(), Catch::Contains("ABI version"));
   CHECK(e.message() == "built for drafter ABI version 999, this SpecLab expects " +
-                           std::to_string(SPECLAB_DRAFTER_ABI_VERSION) + ": rebuild the plugin against this SpecLab");
+                           std::to_string(SPECLAB_DRAFTER_ABI_NUMBER) + ": rebuild the plugin against this SpecLab");
   CHECK_FALSE(is_loaded(fixtures().bad_abi));  // nothing stays loaded after a refusal
+}
+
+// A plugin built with the other std::string layout loaded and crashed the host in create (exit
+// 139, found by a probe on 2026-12-06); the library flag in abi_version refuses it by name.
+TEST_CASE("a plugin built with the other std::string layout is refused by name", "[plugins][abi]") {
+#if defined(__GLIBCXX__)
+  const Error e = load_error(fixtures().other_library);
+  CHECK(e.kind() == ErrorKind::kConfig);
+  CHECK(e.field() == "plugin");
+  const std::string theirs = _GLIBCXX_USE_CXX11_ABI ? "_GLIBCXX_USE_CXX11_ABI=0" : "_GLIBCXX_USE_CXX11_ABI=1";
+  const std::string ours = _GLIBCXX_USE_CXX11_ABI ? "_GLIBCXX_USE_CXX11_ABI=1" : "_GLIBCXX_USE_CXX11_ABI=0";
+  CHECK_THAT(e.message(), Catch::StartsWith("built for drafter ABI version " +
+                                            std::to_string(SPECLAB_DRAFTER_ABI_NUMBER) + " with "));
+  CHECK(e.message().find(theirs) < e.message().find(ours));
+  CHECK_THAT(e.message(), Catch::Contains("rebuild the plugin with this SpecLab's compiler flags"));
+  CHECK_FALSE(is_loaded(fixtures().other_library));
+  // The same source built with this test's flags loads (the control).
+  CHECK(load_drafter_plugin(fixtures().fixture).name == "fixture");
+#else
+  WARN("skipped: the std::string layout flag is libstdc++'s, and this build uses another C++ library");
+#endif
 }
 
 TEST_CASE("a library without the entry point is refused", "[plugins]") {

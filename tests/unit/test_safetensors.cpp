@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "framework/core/error.h"
+#include "models/loaded_model.h"
 #include "models/loaders/hf_model.h"
 #include "models/loaders/safetensors.h"
 
@@ -559,7 +560,13 @@ TEST_CASE("loads a LlamaForCausalLM directory as HF writes it", "[safetensors][h
   CHECK(m.file_bytes == bytes);
 
   REQUIRE(m.tokenizer);
-  CHECK(m.tokenizer->vocab_size() == 264);
+  // tokenizer.json has 264 tokens and config.json's vocab_size is 272: the ids between are
+  // padding the model may emit, which decode to nothing (as HF's decode skips them). Until
+  // 2026-12-06 a run that emitted one stopped on "expected a token id in [0, 264)".
+  CHECK(m.tokenizer->vocab_size() == 272);
+  CHECK(m.tokenizer->decode({262, 264, 271, 263}) == m.tokenizer->decode({262, 263}));
+  CHECK(m.tokenizer->token_bytes(270).empty());
+  CHECK_THROWS_AS(m.tokenizer->decode({272}), Error);
   CHECK(m.tokenizer->bos_id() == 1);
   CHECK(m.tokenizer->eos_ids() == TokenList{2});
   // Ids from the `tokenizers` package for the same tokenizer.json.
@@ -595,6 +602,38 @@ TEST_CASE("loads a Qwen2ForCausalLM directory with biases and tied embeddings", 
   CHECK(m.tokenizer->bos_id() == 0);
   CHECK(m.tokenizer->eos_ids() == TokenList{2, 0});
   CHECK_FALSE(m.chat_template.available());
+}
+
+// A template from_jinja() does not recognise (Phi-3's turn markers) loaded as "no template", so
+// chat: auto ran the bare prompt text without a word (found by a probe on 2026-12-06). The model
+// still loads, and chat: on or auto is refused naming the option; off runs.
+TEST_CASE("an HF chat template SpecLab cannot render is refused under chat auto and on", "[safetensors][hf][chat]") {
+  TempDir dir;
+  write_llama_dir(dir);
+  const LoadedModel chatml = load_hf_dir(dir.str());
+  CHECK(chatml.chat_template.unrenderable().empty());
+  CHECK_NOTHROW(check_chat_renders(chatml, "auto", "c.yaml", "prompts.chat", "chat: off"));  // the control
+
+  write_bytes(dir / "tokenizer_config.json",
+              json({{"chat_template", "{% for m in messages %}<|user|>\n{{ m.content }}<|end|>\n<|assistant|>\n"
+                                      "{% endfor %}"}}).dump());
+  const LoadedModel m = load_hf_dir(dir.str());
+  CHECK_FALSE(m.chat_template.available());
+  CHECK_THAT(m.chat_template.unrenderable(),
+             Catch::StartsWith(std::string(dir / "tokenizer_config.json") + ": chat_template: expected a ChatML"));
+  for (const char* chat : {"auto", "on"}) {
+    try {
+      check_chat_renders(m, chat, "c.yaml", "prompts.chat", "chat: off");
+      FAIL("no error for chat " << chat);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kConfig);
+      CHECK(e.file() == "c.yaml");
+      CHECK(e.field() == "prompts.chat");
+      CHECK_THAT(e.message(), Catch::StartsWith("the model ships a chat template SpecLab cannot render (" +
+                                                m.chat_template.unrenderable() + "); use chat: off"));
+    }
+  }
+  CHECK_NOTHROW(check_chat_renders(m, "off", "c.yaml", "prompts.chat", "chat: off"));
 }
 
 TEST_CASE("write_hf_dir round-trips, sharded and not, with HF's config keys", "[safetensors][hf]") {
