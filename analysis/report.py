@@ -95,12 +95,22 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _int_attr(attrs: dict, name: str) -> int:
+    """A root attribute as an int; 0 where it is absent or empty (files from before it existed)."""
+    try:
+        return int(float(attrs.get(name, "0") or "0"))
+    except ValueError:
+        return 0
+
+
 class Report:
     def __init__(self, exp: Experiment, out: str):
         self.exp = exp
         self.out = out
         self.summary = exp.summary if exp.summary and "overall" in exp.summary else None
-        self.summary_source = "/summary (written by speclab run)"
+        self.merged_shards = _int_attr(exp.attrs, "merged_shards")
+        self.summary_source = ("/summary (recomputed by speclab merge from the shards' runs)" if self.merged_shards
+                               else "/summary (written by speclab run)")
         if self.summary is None:
             self.summary = compute_summary(exp)
             self.summary_source = "recomputed by analysis/speclab_h5.py (the file has no /summary: interrupted run?)"
@@ -108,6 +118,20 @@ class Report:
         self.figures: list[tuple[str, str]] = []
 
     # ---- helpers ---------------------------------------------------------------------------------
+    def shard_rows(self) -> list[list[str]]:
+        """Header rows saying that the file is one shard of a sweep, or the merge of several
+        (both read as whole experiments before 2026-12-06)."""
+        a = self.exp.attrs
+        count, index = _int_attr(a, "shard_count"), _int_attr(a, "shard_index")
+        rows = []
+        if count > 1:
+            rows.append(["shard", f"{index} of {count} (0-based): the groups of /plan rows k with k % {count} == {index} "
+                                  "only; `speclab merge` combines the shards into the whole experiment"])
+        if self.merged_shards:
+            rows.append(["merged from", f"{self.merged_shards} shards by `speclab merge`: the machine, CPU, memory and "
+                                        "resume rows are shard 0's, each prompt-run's timings its own machine's"])
+        return rows
+
 
     def series_label(self, point: int, method: str) -> str:
         return f"{method} @ {self.exp.point_label(int(point))}" if self.multi_point else str(method)
@@ -467,7 +491,7 @@ class Report:
                                   ["prompt-runs", str(self.exp.n_runs)],
                                   ["prompts", str(len(self.exp.prompts.get("id", [])))],
                                   ["sweep points", str(len(self.exp.points.get("index", [])))],
-                                  ["resumed", a.get("resume_count", "0") + " time(s)"]])]
+                                  ["resumed", a.get("resume_count", "0") + " time(s)"]] + self.shard_rows())]
         if a.get("status") != "complete":
             md.append("\n**The run did not finish: this report covers the complete prompt-runs in the file.**\n")
             # Each drafter's speedup is over its own prompts (AR's on the same ones), but side by side

@@ -224,6 +224,18 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
           }
           rep.greedy.push_back(std::move(row));
         }
+    // A drafter that proposed nothing in any greedy run was never verified: its "identical to AR"
+    // says nothing of it (it read PASS; the sampling check already failed such a drafter).
+    for (size_t d = 0; d < drafters.size(); ++d) {
+      bool any = false;
+      for (const GreedyRow& row : rep.greedy) any = any || (row.drafter == cfg.drafters[d].label && row.check.drafted > 0);
+      if (!any && !ids.empty() && !eq.gammas.empty()) {
+        rep.greedy_pass = false;
+        rep.failures.push_back("greedy: tests nothing: drafter " + cfg.drafters[d].label +
+                               " proposed no tokens in any greedy run, so none of its drafts was verified; give "
+                               "generation.max_new_tokens room for a step (at least 2) and prompts it drafts on");
+      }
+    }
   }
 
   // 2. Analytic check of one verification step.
@@ -328,9 +340,16 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
       for (size_t si = 0; si < sweep.size(); ++si) {
         const SamplingOptions& s = sweep[si].s;
         if (mc.vocab_size > kMaxVerifierFullVocab && (s.top_k == 0 || s.top_k > kMaxVerifierFullVocab)) {
-          rep.notes.push_back("verifier check: " + label + ", " + sampling_label(s) + " not run: without a top_k the rows "
-                              "span the whole " + std::to_string(mc.vocab_size) + "-token vocabulary (too slow at " +
-                              std::to_string(eq.verifier_samples) + " draws); the top_k settings of the sweep cover it");
+          bool covered = false;  // another setting of the sweep that does run (a top_k within the bound)
+          for (const SamplingCombo& c : sweep) covered = covered || (c.s.top_k > 0 && c.s.top_k <= kMaxVerifierFullVocab);
+          rep.notes.push_back("verifier check: " + label + ", " + sampling_label(s) + " not run: " +
+                              (s.top_k == 0 ? std::string("without a top_k") : "with top_k " + std::to_string(s.top_k)) +
+                              " the rows span more than " + std::to_string(kMaxVerifierFullVocab) + " of the " +
+                              std::to_string(mc.vocab_size) + "-token vocabulary (too slow at " +
+                              std::to_string(eq.verifier_samples) + " draws); " +
+                              (covered ? "the sweep's other top_k settings cover it"
+                                       : "give equivalence.top_ks a value from 1 to " +
+                                             std::to_string(kMaxVerifierFullVocab) + " to run it"));
           continue;
         }
         progress("verifier check: " + label + ", " + sampling_label(s) + ": " + std::to_string(eq.verifier_gammas.size()) +

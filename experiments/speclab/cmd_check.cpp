@@ -58,7 +58,29 @@ int cmd_check(const std::vector<std::string>& args) {
   set_threads(threads);
 
   if (!device.empty()) overrides.push_back("models.target.device=" + device);
-  ExperimentConfig config = load_experiment_config(config_path, overrides);
+  ExperimentConfig config = [&] {
+    try {
+      return load_experiment_config(config_path, overrides);
+    } catch (const Error& e) {
+      // A top-p or top-k cut at temperature 0 is refused when the config loads, with advice to set
+      // a temperature, which check refuses next: name check's own sweeps instead.
+      if (e.message().find("decodes greedily") == std::string::npos) throw;
+      for (const char* key : {"top_p", "top_k"}) {
+        if (e.field() == std::string("sampling.") + key)
+          throw Error(ErrorKind::kConfig,
+                      std::string("expected no sampling.") + key + " in a config for `speclab check`, found one: check "
+                          "ignores it and samples at each of equivalence." + key + "s (its greedy checks at "
+                          "temperature 0)",
+                      e.file(), e.field());
+        if (e.field() == std::string("sweep.sampling.") + key)
+          throw Error(ErrorKind::kConfig,
+                      std::string("expected no sweep in a config for `speclab check`, found one of sampling.") + key +
+                          ": check sweeps it itself (equivalence." + key + "s)",
+                      e.file(), e.field());
+      }
+      throw;
+    }
+  }();
   // check tests the config's own settings and sweeps its sampling settings and draft lengths
   // itself (equivalence.*). A `sweep` was ignored: a sweep over models or seeds, even one naming a
   // model that does not exist, passed having checked the first settings only.
@@ -95,11 +117,11 @@ int cmd_check(const std::vector<std::string>& args) {
                    "drafts at each of equivalence.gammas (and verifier_gammas)");
   if (!output.empty()) config.output.path = output;
   config.output.validate();
-  // Refuse an existing file before spending any time on the checks.
+  // Refuse an existing file before spending any time on the checks: one without --overwrite, one
+  // a running `speclab run` holds, another experiment's file (that came after the whole check, and
+  // hid its verdict behind exit 2).
   std::error_code ec;
-  if (!overwrite && std::filesystem::exists(config.output.path, ec))
-    throw Error(ErrorKind::kConfig, "expected no file at the output path, found one (pass --overwrite to replace it)",
-                config.output.path, "output.path");
+  check_equivalence_output(config.output.path, config.name, overwrite);
   // Before the checks, not after them. An existing file (--overwrite) is written in place
   // (write_equivalence), so it must be writable; a new one needs a directory that takes it
   // (made when missing).

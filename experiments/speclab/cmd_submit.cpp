@@ -13,6 +13,7 @@
 // first; the scripts call this speclab binary by its absolute path, from the current directory.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -44,17 +45,44 @@ std::string absolute(const std::string& p) {
   return ec ? p : a.lexically_normal().string();
 }
 
-// Runs `cmd`; its stdout without the trailing newline. Throws Error(kIo) when it fails.
+// Runs `cmd`; its stdout without the trailing newline (stderr only for the error: sites'
+// job_submit plugins print notices there, which were read as part of the job id). Throws
+// Error(kIo) when it fails.
 std::string run_capture(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) throw Error(ErrorKind::kIo, "cannot run: " + cmd, "sbatch");
+  char err_path[] = "/tmp/speclab_sbatch_XXXXXX";
+  const int fd = mkstemp(err_path);
+  if (fd < 0) throw Error(ErrorKind::kIo, "cannot create a temporary file for sbatch's messages", "sbatch");
+  ::close(fd);
+  std::string out, err;
+  FILE* p = popen((cmd + " 2>" + quote(err_path)).c_str(), "r");
+  if (!p) {
+    ::unlink(err_path);
+    throw Error(ErrorKind::kIo, "cannot run: " + cmd, "sbatch");
+  }
   char buf[256];
   while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
   const int rc = pclose(p);
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  if (rc != 0) throw Error(ErrorKind::kIo, "`" + cmd + "` failed: " + out, "sbatch");
+  {
+    std::ifstream e(err_path, std::ios::binary);
+    err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+  }
+  ::unlink(err_path);
+  auto trim = [](std::string& t) {
+    while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  };
+  trim(out);
+  trim(err);
+  if (rc != 0) throw Error(ErrorKind::kIo, "`" + cmd + "` failed: " + (err.empty() ? out : err), "sbatch");
   return out;
+}
+
+// The job id of `sbatch --parsable`'s output ("<id>" or "<id>;<cluster>"). Throws Error(kIo)
+// naming the output when it is none.
+std::string parsable_job_id(const std::string& output) {
+  const std::string id = output.substr(0, output.find(';'));
+  if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos)
+    throw Error(ErrorKind::kIo, "expected sbatch --parsable to print a job id, found '" + output + "'", "sbatch");
+  return id;
 }
 
 void write_script(const std::string& path, const std::string& text) {
@@ -152,11 +180,50 @@ int cmd_submit(const std::vector<std::string>& args) {
                 "the merged output file already exists (the merge job replaces it); pass --overwrite to let it", out,
                 "output.path");
   const fs::path out_path(out);
+  const std::string dir = (out_path.parent_path() / (out_path.stem().string() + "_shards")).string();
+  // The #SBATCH --output lines carry the shard directory in double quotes (sbatch reads them; a
+  // blank broke the unquoted line until 2026-12-06), with % doubled (Slurm's filename patterns).
+  if (dir.find_first_of("\n\r\"\\") != std::string::npos)
+    throw Error(ErrorKind::kConfig,
+                "expected a shard directory without double quotes, backslashes or line breaks (sbatch's #SBATCH "
+                "--output lines cannot carry them), found '" + dir + "'; give an output path without them",
+                out, "output.path");
+  std::string sbatch_dir;
+  for (char c : dir) sbatch_dir += c == '%' ? std::string("%%") : std::string(1, c);
+  std::string files;
+  for (int64_t i = 0; i < shards; ++i) files += " " + quote(dir + "/shard_" + std::to_string(i) + ".h5");
+  // merge.sh names every shard on one command line, and Linux refuses to start a command whose
+  // arguments and environment pass ARG_MAX (2 MiB): about 40,000 shards failed there, after the
+  // whole array had run. Half of it leaves room for the environment.
+  constexpr size_t kMaxMergeArgs = size_t{1} << 20;
+  if (files.size() > kMaxMergeArgs)
+    throw Error(ErrorKind::kConfig,
+                "expected at most " + std::to_string(kMaxMergeArgs) + " bytes of shard paths on merge.sh's command line "
+                "(Linux refuses a command of more than 2 MiB), found " + std::to_string(files.size()) + " for " +
+                    std::to_string(shards) + " shards; use fewer shards or a shorter output path",
+                "command line", "--shards");
   std::error_code ec;
   ensure_output_directory(out);
-  const std::string dir = (out_path.parent_path() / (out_path.stem().string() + "_shards")).string();
   fs::create_directories(dir, ec);
   if (ec) throw Error(ErrorKind::kIo, "cannot create the shard directory: " + ec.message(), dir, "output.path");
+  // The files of an earlier submission into this directory: its tasks --resume their shard file,
+  // so they would continue those (every task failed where the config or the shard count had
+  // changed, and the earlier merged file stayed in place).
+  std::vector<std::string> earlier;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("shard_", 0) == 0 || name == "merge.log") earlier.push_back(entry.path().string());
+  }
+  std::sort(earlier.begin(), earlier.end());
+  if (!earlier.empty() && !overwrite)
+    throw Error(ErrorKind::kConfig,
+                "holds " + std::to_string(earlier.size()) + (earlier.size() == 1 ? " file" : " files") +
+                    " of an earlier submission (" +
+                    fs::path(earlier.front()).filename().string() +
+                    (earlier.size() > 1 ? ", ..." : "") +
+                    "), which this submission's tasks would resume: pass --overwrite to remove them and start "
+                    "afresh, or finish that submission (sbatch --array=i " + dir + "/shards.sh resubmits its task i)",
+                dir, "output.path");
 
   std::string job_name = "speclab-" + config.name;
   for (char& c : job_name)
@@ -177,17 +244,15 @@ int cmd_submit(const std::vector<std::string>& args) {
   const std::string shard_script = head +
       "#SBATCH --job-name=" + job_name + "\n"
       "#SBATCH --array=0-" + std::to_string(shards - 1) + "\n"
-      "#SBATCH --output=" + dir + "/shard_%a.log\n"
+      "#SBATCH --output=\"" + sbatch_dir + "/shard_%a.log\"\n"
       "# One shard of `speclab submit`: resubmit a failed task i with `sbatch --array=i " + dir + "/shards.sh`.\n"
       "set -euo pipefail\n"
       "cd " + quote(cwd) + "\n"
       "exec " + run + " --shard \"${SLURM_ARRAY_TASK_ID}/" + n + "\" --output " + quote(dir) +
       "/shard_\"${SLURM_ARRAY_TASK_ID}\".h5\n";
-  std::string files;
-  for (int64_t i = 0; i < shards; ++i) files += " " + quote(dir + "/shard_" + std::to_string(i) + ".h5");
   const std::string merge_script = head +
       "#SBATCH --job-name=" + job_name + "-merge\n"
-      "#SBATCH --output=" + dir + "/merge.log\n"
+      "#SBATCH --output=\"" + sbatch_dir + "/merge.log\"\n"
       "# Merges the shards of `speclab submit` and writes the report.\n"
       "set -euo pipefail\n"
       "cd " + quote(cwd) + "\n" +
@@ -198,16 +263,32 @@ int cmd_submit(const std::vector<std::string>& args) {
   std::printf("# %s/shards.sh\n%s\n# %s/merge.sh\n%s\n", dir.c_str(), shard_script.c_str(), dir.c_str(),
               merge_script.c_str());
   if (dry_run) {
+    if (!earlier.empty())
+      std::printf("dry run: --overwrite would remove %zu files of an earlier submission from %s; remove them before "
+                  "submitting these scripts\n", earlier.size(), dir.c_str());
     std::printf("dry run: nothing submitted; submit with: sbatch %s/shards.sh, then sbatch "
                 "--dependency=afterok:<its job id> %s/merge.sh\n", dir.c_str(), dir.c_str());
     return kExitOk;
   }
-  const std::string array_id = run_capture("sbatch --parsable " + quote(dir + "/shards.sh"));
-  const std::string job = array_id.substr(0, array_id.find(';'));
-  const std::string merge_id =
-      run_capture("sbatch --parsable --dependency=afterok:" + job + " " + quote(dir + "/merge.sh"));
+  for (const std::string& f : earlier) {
+    fs::remove(f, ec);
+    if (ec) throw Error(ErrorKind::kIo, "cannot remove a file of an earlier submission: " + ec.message(), f, "--overwrite");
+  }
+  const std::string job = parsable_job_id(run_capture("sbatch --parsable " + quote(dir + "/shards.sh")));
+  std::string merge_job;
+  try {
+    merge_job = parsable_job_id(
+        run_capture("sbatch --parsable --dependency=afterok:" + job + " " + quote(dir + "/merge.sh")));
+  } catch (const Error& e) {
+    // The array is queued: say so, and how to submit the merge after it (running submit again
+    // would queue a second array).
+    throw Error(e.kind(),
+                "the shards job " + job + " is submitted, but submitting its merge job failed (" + e.message() +
+                    "); submit it with: sbatch --dependency=afterok:" + job + " " + quote(dir + "/merge.sh"),
+                e.file(), e.field());
+  }
   std::printf("submitted: shards job %s (array 0-%lld), merge job %s (after all shards succeed) -> %s\n", job.c_str(),
-              static_cast<long long>(shards - 1), merge_id.substr(0, merge_id.find(';')).c_str(), out.c_str());
+              static_cast<long long>(shards - 1), merge_job.c_str(), out.c_str());
   return kExitOk;
 }
 

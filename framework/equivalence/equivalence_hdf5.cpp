@@ -52,6 +52,7 @@ class TableWriter {
     if (!v.empty()) ds.write(v.data(), mem);
   }
   void i64(const std::string& c, const std::vector<int64_t>& v) { column(c, v, H5::PredType::STD_I64LE, H5::PredType::NATIVE_INT64); }
+  void u64(const std::string& c, const std::vector<uint64_t>& v) { column(c, v, H5::PredType::STD_U64LE, H5::PredType::NATIVE_UINT64); }
   void i32(const std::string& c, const std::vector<int32_t>& v) { column(c, v, H5::PredType::STD_I32LE, H5::PredType::NATIVE_INT32); }
   void u8(const std::string& c, const std::vector<uint8_t>& v) { column(c, v, H5::PredType::STD_U8LE, H5::PredType::NATIVE_UINT8); }
   void f64(const std::string& c, const std::vector<double>& v) { column(c, v, H5::PredType::IEEE_F64LE, H5::PredType::NATIVE_DOUBLE); }
@@ -231,7 +232,8 @@ void write_group(H5::Group& root, const EquivalenceReport& r) {
     t.str("drafter", col(c, [](const SamplingCell& x) { return x.drafter; }));
     t.i32("gamma", col(c, [](const SamplingCell& x) { return static_cast<int32_t>(x.gamma); }));
     t.i64("n", col(c, [](const SamplingCell& x) { return x.n; }));
-    t.i64("seed", col(c, [](const SamplingCell& x) { return static_cast<int64_t>(x.seed_base); }));
+    // uint64, as sampling.seed is (int64 stored seeds from 2^63 on as negative numbers until 2026-12-06).
+    t.u64("seed", col(c, [](const SamplingCell& x) { return static_cast<uint64_t>(x.seed_base); }));
     t.f64("acceptance_rate", col(c, [](const SamplingCell& x) { return x.acceptance_rate; }));
     t.f64("spec_seconds", col(c, [](const SamplingCell& x) { return x.spec_seconds; }));
     t.f64("min_holm_p", col(c, [](const SamplingCell& x) { return x.min_holm_p; }));
@@ -310,39 +312,52 @@ void write_group(H5::Group& root, const EquivalenceReport& r) {
 
 }  // namespace
 
-void write_equivalence(const std::string& path, const EquivalenceReport& report, const EquivalenceFileMeta& meta,
-                       bool overwrite) {
+bool check_equivalence_output(const std::string& path, const std::string& name, bool overwrite) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const bool present = fs::exists(path, ec);
   if (present && !overwrite)
     throw Error(ErrorKind::kConfig, "expected no file at the output path, found one (pass --overwrite to replace it)",
                 path, "output.path");
+  if (!present) return false;
+  bool experiment_file = false;
+  try {
+    H5::Exception::dontPrint();
+    if (hdf5_writer_holds(path))
+      throw Error(ErrorKind::kIo, "expected a file no process is writing, found one a running `speclab run` holds; "
+                                  "wait for it to finish or pick another --out", path, "output.path");
+    recover_hdf5_journal(path);  // a killed run's half-copied commit, before reading the file
+    if (H5::H5File::isHdf5(path)) {
+      H5::H5File f(path, H5F_ACC_RDONLY);
+      experiment_file = exists(f, "runs");
+      if (experiment_file && H5Aexists(f.getId(), "name") > 0) {
+        std::string found;
+        H5::Attribute a = f.openAttribute("name");
+        a.read(a.getStrType(), found);
+        if (found != name)
+          throw Error(ErrorKind::kConfig,
+                      "expected the experiment file of '" + name + "' (the check attaches its results to its "
+                          "own experiment's runs), found the file of experiment '" + found + "'; pick another --out",
+                      path, "output.path");
+      }
+    }
+  } catch (const H5::Exception& e) {
+    throw Error(ErrorKind::kIo, "cannot read the existing output file: " + e.getDetailMsg(), path, "output.path");
+  }
+  return experiment_file;
+}
+
+void write_equivalence(const std::string& path, const EquivalenceReport& report, const EquivalenceFileMeta& meta,
+                       bool overwrite) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool experiment_file = check_equivalence_output(path, report.name, overwrite);
   const fs::path dir = fs::path(path).parent_path();
   if (!dir.empty() && !fs::is_directory(dir, ec))
     throw Error(ErrorKind::kIo, "expected an existing directory for the output file, found none", dir.string(),
                 "output.path");
   try {
     H5::Exception::dontPrint();
-    bool experiment_file = false;
-    if (present && hdf5_writer_holds(path))
-      throw Error(ErrorKind::kIo, "expected a file no process is writing, found one a running `speclab run` holds; "
-                                  "wait for it to finish or pick another --out", path, "output.path");
-    if (present) recover_hdf5_journal(path);  // a killed run's half-copied commit, before reading the file
-    if (present && H5::H5File::isHdf5(path)) {
-      H5::H5File f(path, H5F_ACC_RDONLY);
-      experiment_file = exists(f, "runs");
-      if (experiment_file && H5Aexists(f.getId(), "name") > 0) {
-        std::string name;
-        H5::Attribute a = f.openAttribute("name");
-        a.read(a.getStrType(), name);
-        if (name != report.name)
-          throw Error(ErrorKind::kConfig,
-                      "expected the experiment file of '" + report.name + "' (the check attaches its results to its "
-                          "own experiment's runs), found the file of experiment '" + name + "'; pick another --out",
-                      path, "output.path");
-      }
-    }
     if (experiment_file) {
       H5::H5File f(path, H5F_ACC_RDWR);
       if (exists(f, "equivalence")) H5Ldelete(f.getId(), "equivalence", H5P_DEFAULT);

@@ -31,6 +31,13 @@ struct EquivalenceFileMeta {
   std::string git_revision = "unknown";
 };
 
+// What write_equivalence refuses, checked before anything is computed (`speclab check` calls it
+// first: the refusal of another experiment's file came after the whole check had run and hid its
+// verdict): Error(kConfig) for an existing file without `overwrite` or the experiment file of
+// another experiment than `name`, Error(kIo) for a file a running `speclab run` holds. Returns
+// whether `path` is an experiment file (the results then go into its /equivalence).
+bool check_equivalence_output(const std::string& path, const std::string& name, bool overwrite);
+
 // Throws Error(kConfig) as described above, Error(kIo, ..., path) when the file cannot be
 // created or written.
 void write_equivalence(const std::string& path, const EquivalenceReport& report, const EquivalenceFileMeta& meta,

@@ -338,17 +338,21 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
   }
   if (r.ran_analytic) {
     double det = 0.0, aa = 0.0, tp = 0.0, lossless = 0.0;
+    bool tp_ran = false;  // the top-p-on-p-only rule differs only under a top-p cut (NaN rows elsewhere)
     for (const AnalyticRow& a : r.analytic) {
       lossless = std::max(lossless, a.errors.lossless);
       det = std::max(det, a.errors.deterministic);
       aa = std::max(aa, a.errors.always_accept);
-      if (!std::isnan(a.errors.top_p_on_p_only)) tp = std::max(tp, a.errors.top_p_on_p_only);
+      if (!std::isnan(a.errors.top_p_on_p_only)) {
+        tp = std::max(tp, a.errors.top_p_on_p_only);
+        tp_ran = true;
+      }
     }
     os << "\n[2] analytic, closed form (enumerates a copy of the theorem: checks the formula, not the engine): " << r.analytic.size()
        << " (context x draft x sampling) rows; max |P(out) - p|: lossless rule " << fmt("%.3g", lossless)
        << ", deterministic draft " << fmt("%.3g", det) << " (tolerance " << fmt("%g", kAnalyticTolerance)
        << "); faulty rules on the same p, q: always-accept " << fmt("%.3g", aa) << ", top-p-on-p-only "
-       << fmt("%.3g", tp) << "\n";
+       << (tp_ran ? fmt("%.3g", tp) : std::string("n/a (no top_p below 1)")) << "\n";
   }
   if (r.ran_verifier) {
     os << "\n[2b] verifier check (Monte Carlo: the REAL verify_rejection + Rng on real (p, q) rows, multi-step chains, "

@@ -70,7 +70,8 @@ GreedyCheck check_greedy(const Model& target, const TokenDecoder& tokenizer, con
   g.n_ar = static_cast<int64_t>(ar.tokens.size());
   g.n_spec = static_cast<int64_t>(spec.tokens.size());
   g.steps = static_cast<int64_t>(spec.steps.size());
-  g.acceptance_rate = spec.acceptance_rate();
+  for (const SpecStep& st : spec.steps) g.drafted += st.drafted;
+  g.acceptance_rate = g.drafted > 0 ? spec.acceptance_rate() : std::numeric_limits<double>::quiet_NaN();
   const int64_t shared = std::min(g.n_ar, g.n_spec);
   int64_t j = 0;
   while (j < shared && ar.tokens[static_cast<size_t>(j)] == spec.tokens[static_cast<size_t>(j)]) ++j;

@@ -72,7 +72,8 @@ struct GreedyCheck {
                                      // both passes computed for the same prefix (up to and
                                      // including first_divergence)
   int64_t steps = 0;                 // speculative steps
-  double acceptance_rate = 0.0;      // of the speculative run
+  int64_t drafted = 0;               // tokens the drafter proposed over them (0: nothing was verified)
+  double acceptance_rate = 0.0;      // of the speculative run; NaN when it drafted nothing
   std::string classification;        // "match", "numerical" or "bug"
 };
 

@@ -30,14 +30,26 @@ std::string run_text(const RunKey& k, const std::vector<PromptRecord>& prompts) 
 
 std::string shard_text(const ExperimentData& d) { return ShardSpec{d.meta.shard_index, d.meta.shard_count}.text(); }
 
-bool same_description(const ExperimentData& a, const ExperimentData& b) {
-  if (a.points.size() != b.points.size() || a.prompts.size() != b.prompts.size() || a.methods != b.methods)
-    return false;
+// The first difference between two shards' descriptions of the experiment ("" when none).
+std::string description_difference(const ExperimentData& a, const ExperimentData& b) {
+  if (a.points.size() != b.points.size())
+    return std::to_string(a.points.size()) + " vs " + std::to_string(b.points.size()) + " sweep points";
+  if (a.prompts.size() != b.prompts.size())
+    return std::to_string(a.prompts.size()) + " vs " + std::to_string(b.prompts.size()) + " prompts";
+  if (a.methods != b.methods) return "methods";
   for (size_t i = 0; i < a.points.size(); ++i)
-    if (a.points[i].values != b.points[i].values) return false;
-  for (size_t i = 0; i < a.prompts.size(); ++i)
-    if (a.prompts[i].id != b.prompts[i].id || a.prompts[i].text != b.prompts[i].text) return false;
-  return a.meta.plan == b.meta.plan;
+    if (a.points[i].values != b.points[i].values) return "sweep point #" + std::to_string(i);
+  for (size_t i = 0; i < a.prompts.size(); ++i) {
+    const PromptRecord &p = a.prompts[i], &q = b.prompts[i];
+    if (p.id != q.id) return "prompt #" + std::to_string(i) + ": id '" + p.id + "' vs '" + q.id + "'";
+    if (p.text != q.text) return "prompt '" + p.id + "': text";
+    // As --resume compares them: a prompt file edited between shards (its contents are not in
+    // config_hash) merged into a file whose /prompts and /runs disagreed on the category.
+    if (p.category != q.category)
+      return "prompt '" + p.id + "': category '" + p.category + "' vs '" + q.category + "'";
+  }
+  if (a.meta.plan != b.meta.plan) return "plans";
+  return "";
 }
 
 // Every file is a finished shard of the same experiment as the first.
@@ -80,9 +92,10 @@ void check_same_experiment(const std::vector<std::string>& paths, const std::vec
                   "shards " + paths[0] + " (" + shard_text(a) + ") and " + paths[i] + " (" + shard_text(b) +
                       ") split the experiment into different numbers of shards",
                   paths[i], "shard_count");
-    if (!same_description(a, b))
+    const std::string difference = description_difference(a, b);
+    if (!difference.empty())
       throw Error(ErrorKind::kBadInput,
-                  "shards " + paths[0] + " and " + paths[i] + " hold different sweep points, prompts, methods or plans",
+                  "shards " + paths[0] + " and " + paths[i] + " describe different experiments (" + difference + ")",
                   paths[i], "plan");
   }
 }
@@ -220,7 +233,10 @@ void write_experiment_file(const std::string& path, const ExperimentData& data, 
     cleanup();
     throw;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  // A journal a killed writer left belongs to the file being replaced: the next reader would
+  // apply it to the merged file and wreck it (found by a probe on 2026-12-06), as run --overwrite
+  // already knew (Hdf5Recorder::create).
+  if ((::unlink((path + ".journal").c_str()) != 0 && errno != ENOENT) || std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     cleanup();
     throw Error(ErrorKind::kIo, "cannot rename " + tmp + " to the output file: " + std::strerror(err), path);

@@ -287,6 +287,10 @@ struct Fixtures {
     write_bytes(at("tok_truncated.bin"), tok.data(), tok.size() / 3);
     write_bytes(at("tok_empty.bin"), tok.data(), 0);
 
+    // The shard directory of an earlier `speclab submit` into earlier/x.h5 (a shard file left).
+    fs::create_directories(dir / "earlier" / "x_shards");
+    write_text(at("earlier/x_shards/shard_0.h5"), "");
+
     // HF directories from the tiny model, each with one thing broken.
     const std::string hf = at("hf_base");
     {
@@ -301,19 +305,21 @@ struct Fixtures {
       return (dir / name).string();
     };
     fs::remove(hf_copy("hf_no_config") + "/config.json");
-    // A copy whose config.json has num_hidden_layers replaced by `value`.
-    auto hf_layers = [&](const std::string& name, const std::string& value) {
+    // A copy whose config.json has `key` replaced by `value`.
+    auto hf_key = [&](const std::string& name, const std::string& key, const std::string& value) {
       const std::string cfg = hf_copy(name) + "/config.json";
       std::ifstream in(cfg);
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      const size_t k = text.find("\"num_hidden_layers\": ");
+      const std::string quoted = "\"" + key + "\": ";
+      const size_t k = text.find(quoted);
       REQUIRE(k != std::string::npos);
-      const size_t v = k + std::strlen("\"num_hidden_layers\": ");
+      const size_t v = k + quoted.size();
       text.replace(v, text.find_first_of(",\n}", v) - v, value);
       write_text(cfg, text);
     };
-    hf_layers("hf_bad_config", "\"two\"");
-    hf_layers("hf_huge_layers", "2147483647");
+    hf_key("hf_bad_config", "num_hidden_layers", "\"two\"");
+    hf_key("hf_huge_layers", "num_hidden_layers", "2147483647");
+    hf_key("hf_huge_context", "max_position_embeddings", "1000000000000");
     hf_copy("hf_no_tokenizer");
     fs::copy_file(at("tokenizer_truncated.json"), hf_copy("hf_tok_truncated") + "/tokenizer.json");
     fs::copy_file(at("tokenizer_unigram.json"), hf_copy("hf_tok_unigram") + "/tokenizer.json");

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -141,7 +142,8 @@ TEST_CASE("speclab merge of 4 shards equals the unsharded run of tiny_stories", 
 TEST_CASE("speclab merge and run --shard: bad inputs give one line, exit 2, no file", "[shard][cli][bad-input]") {
   static const ShardRuns s;  // once for all sections (each section re-enters the test case)
   const std::string out = s.path("out.h5");
-  for (const char* scratch : {"other.h5", "copy.h5", "running.h5"}) fs::remove(s.path(scratch));
+  for (const char* scratch : {"other.h5", "copy.h5", "running.h5", "out.h5", "out.h5.journal"})
+    fs::remove(s.path(scratch));
   auto nothing_written = [&] {
     CHECK(!fs::exists(out));
     CHECK(!fs::exists(out + ".merging"));
@@ -152,6 +154,55 @@ TEST_CASE("speclab merge and run --shard: bad inputs give one line, exit 2, no f
                     {s.path("other.h5"), "come from different configs", s.shard(0),
                      "generation.max_new_tokens: 16 vs 8"});
     nothing_written();
+  }
+  SECTION("shards whose prompt file changed a category between them") {
+    // The prompt file's contents are not in config_hash: merge compared ids and texts only, and
+    // wrote /prompts with one category and /runs with the other (found by a probe, 2026-12-06).
+    const std::string yaml = s.path("cat.yaml"), prompts = s.path("cat.jsonl");
+    auto write = [](const std::string& path, const std::string& text) {
+      std::ofstream(path) << text;
+    };
+    write(yaml,
+          "name: cat\nmodels: {target: {path: stories260K}}\n"
+          "prompts: {chat: off, files: [cat.jsonl], id_field: id, category_field: category}\n"
+          "drafters: [{name: prompt_lookup}]\nsampling: {temperature: 0}\ngeneration: {max_new_tokens: 4}\n"
+          "output: {path: cat.h5}\n");
+    const std::string a = "{\"id\": \"a\", \"category\": \"x\", \"prompt\": \"Once upon a time\"}\n";
+    write(prompts, a + "{\"id\": \"b\", \"category\": \"y\", \"prompt\": \"The little bird saw\"}\n");
+    for (int i = 0; i < 2; ++i) {
+      if (i == 1) write(prompts, a + "{\"id\": \"b\", \"category\": \"z\", \"prompt\": \"The little bird saw\"}\n");
+      const auto r = run_cli({"run", yaml, "--shard", std::to_string(i) + "/2", "--output",
+                              s.path("cat" + std::to_string(i) + ".h5"), "--no-report", "--threads", "1"});
+      INFO(describe(r));
+      REQUIRE(r.exit_code == 0);
+    }
+    check_bad_input(run_cli({"merge", out, s.path("cat0.h5"), s.path("cat1.h5")}),
+                    {s.path("cat1.h5") + ": plan: shards", "describe different experiments (prompt 'b': category 'y' vs 'z')"});
+    nothing_written();
+  }
+  SECTION("a journal a killed writer left beside the output goes with the file it belonged to") {
+    // A writer killed while copying its journal into out.h5 leaves out.h5.journal; merge replaced
+    // out.h5 and kept the journal, which the next reader applied to the merged file, wrecking it.
+    std::ofstream(out + ".journal") << "a journal of an earlier out.h5";
+    const auto r = run_cli({"merge", out, s.shard(0), s.shard(1), s.shard(2), s.shard(3)});
+    INFO(describe(r));
+    REQUIRE(r.exit_code == 0);
+    CHECK(fs::exists(out));
+    CHECK_FALSE(fs::exists(out + ".journal"));
+    // The report says what the file is: a merge, and a shard (both read as whole experiments).
+    auto report = [&](const std::string& file, const std::string& dir) {
+      const auto rep = run_cli({"report", file, "--out", s.path(dir)});
+      INFO(describe(rep));
+      REQUIRE(rep.exit_code == 0);
+      std::ifstream in(s.path(dir) + "/report.md");
+      return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    };
+    const std::string merged = report(out, "rep_merged"), shard = report(s.shard(1), "rep_shard");
+    CHECK(merged.find("| merged from | 4 shards by `speclab merge`") != std::string::npos);
+    CHECK(merged.find("/summary (recomputed by speclab merge") != std::string::npos);
+    CHECK(merged.find("| shard |") == std::string::npos);
+    CHECK(shard.find("| shard | 1 of 4 (0-based)") != std::string::npos);
+    CHECK(shard.find("| merged from |") == std::string::npos);
   }
   SECTION("a missing shard") {
     check_bad_input(run_cli({"merge", out, s.shard(0), s.shard(1), s.shard(3)}),

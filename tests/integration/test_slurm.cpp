@@ -101,8 +101,8 @@ void reference_run(const std::string& h5, const std::string& sets) {
 }
 
 // Submits; returns {array job id, merge job id}.
-std::pair<std::string, std::string> submit(const std::string& out, const std::string& sets) {
-  const Shell r = sh(std::string(SPECLAB_CLI) + " submit '" + kConfig + "' --slurm --shards 4 --time 00:10:00 " +
+std::pair<std::string, std::string> submit(const std::string& out, const std::string& sets, const std::string& env = "") {
+  const Shell r = sh(env + std::string(SPECLAB_CLI) + " submit '" + kConfig + "' --slurm --shards 4 --time 00:10:00 " +
                      sets + " --output '" + out + "'");
   INFO(r.out);
   REQUIRE(r.code == 0);
@@ -137,11 +137,24 @@ void check_equal(const std::string& merged_h5, const std::string& ref_h5) {
 TEST_CASE("speclab submit --slurm: a 4-shard job array merged equals the unsharded run", "[slurm]") {
   if (!require_cluster()) return;
   const Dir dir;
-  const std::string out = dir.path + "/sweep.h5", ref = dir.path + "/ref.h5";
-  const auto [array, merge] = submit(out, "");
+  // An output directory with a blank: the #SBATCH --output lines broke at it (found by a probe on
+  // 2026-12-06); they are quoted now.
+  const std::string sub = dir.path + "/with blank";
+  const std::string out = sub + "/sweep.h5", ref = dir.path + "/ref.h5";
+  // An sbatch that prints a notice on stderr, as sites' job_submit plugins do: it was read as part
+  // of the job id, and the merge job was never submitted.
+  const std::string bin = dir.path + "/bin";
+  fs::create_directories(bin);
+  std::string real = sh("command -v sbatch").out;
+  while (!real.empty() && (real.back() == '\n' || real.back() == '\r')) real.pop_back();
+  REQUIRE_FALSE(real.empty());
+  std::ofstream(bin + "/sbatch") << "#!/bin/sh\necho 'sbatch: INFO: a site notice on stderr' >&2\nexec '" << real
+                                 << "' \"$@\"\n";
+  fs::permissions(bin + "/sbatch", fs::perms::owner_all);
+  const auto [array, merge] = submit(out, "", "PATH='" + bin + "':\"$PATH\" ");
   {
     // Without --threads, no CPU request: each task runs on its allocation (available_cpus()).
-    std::ifstream in(dir.path + "/sweep_shards/shards.sh");
+    std::ifstream in(sub + "/sweep_shards/shards.sh");
     const std::string script((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     CHECK(script.find("--cpus-per-task") == std::string::npos);
     CHECK(script.find("--threads 0 ") != std::string::npos);
@@ -150,8 +163,16 @@ TEST_CASE("speclab submit --slurm: a 4-shard job array merged equals the unshard
   REQUIRE(wait_until([&] { return job_gone(array) && job_gone(merge); }, 240));
   INFO("merge job " << merge << ": " << job_state(merge));
   REQUIRE(fs::exists(out));
-  CHECK(fs::exists(dir.path + "/sweep_report/report.md"));  // the merge job's report
+  CHECK(fs::exists(sub + "/sweep_report/report.md"));  // the merge job's report
+  CHECK(fs::exists(sub + "/sweep_shards/shard_3.log"));  // where #SBATCH --output put it
   check_equal(out, ref);
+  // A second submission into the same shard directory would resume the first one's shard files
+  // under its own config (every task failed where that changed): --overwrite removes them (here
+  // only said, under --dry-run; without --overwrite they are refused: the bad-input catalogue).
+  const Shell again = sh(std::string(SPECLAB_CLI) + " submit '" + kConfig + "' --slurm --shards 2 --output '" + out +
+                         "' --overwrite --dry-run");
+  CHECK(again.code == 0);
+  CHECK(again.out.find("--overwrite would remove 9 files of an earlier submission") != std::string::npos);
 }
 
 TEST_CASE("speclab submit --slurm: a shard SIGKILLed and resubmitted resumes and the merge is still exact", "[slurm]") {

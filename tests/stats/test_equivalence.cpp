@@ -1235,6 +1235,12 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   CHECK(run_cli("check '" + yaml + "' --out '" + out + "' --overwrite --set 'equivalence.temperatures=[0]'", &log) == 2);
   CHECK_THAT(log, Contains("temperature"));
   CHECK(run_cli("check '" + (dir / "missing.yaml").string() + "'", &log) == 2);
+  // One token per run leaves no step to draft in: the greedy check verified nothing, and read
+  // PASS (found by a probe on 2026-12-06).
+  CHECK(run_cli("check '" + yaml + "' --out '" + out + "' --overwrite --quiet --set generation.max_new_tokens=1 "
+                "--set equivalence.sampling=false --set equivalence.analytic=false",
+                &log) == 1);
+  CHECK_THAT(log, Contains("greedy: tests nothing: drafter layer_skip proposed no tokens"));
   CHECK(run_cli("check '" + yaml + "' --out '" + out + "' --overwrite --set 'equivalence.controls=[always_acept]'", &log) == 2);
   CHECK_THAT(log, Contains("equivalence.controls") && Contains("always_acept") && Contains("replacement_from_p"));
   // A finding, not a crash: at N = 1000 the top-p-on-p-only control (top_p = 0.9) is not caught
