@@ -221,24 +221,32 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
   auto ctx = std::make_unique<PointContext>();
   const ExperimentConfig& cfg = point.config;
   ctx->point = &point;
+  // Every error below says which sweep point it is (a swept key's error pointed at its base value
+  // in the file, with no point named).
+  const std::string at = point_note(point);
   try {  // the placement's errors (device, dtype) name the key that chose them
     ctx->target = &models.get(cfg.models.target);
   } catch (const Error& e) {
-    throw in_config(e, "model", "models.target", cfg.source_path);
+    const Error named = in_config(e, "model", "models.target", cfg.source_path);
+    throw Error(named.kind(), named.message() + at, named.file(), named.field());
   }
   const ModelConfig& mc = ctx->target->model->config();
   for (const Prompt& p : prompts) {
-    TokenList ids = render_config_prompt(ctx->target->info, cfg, p);
+    TokenList ids;
+    try {
+      ids = render_config_prompt(ctx->target->info, cfg, p);
+    } catch (const Error& e) {
+      throw Error(e.kind(), e.message() + at, e.file(), e.field());
+    }
     try {
       check_prompt_fits(ids, mc);
     } catch (const Error& e) {
-      throw Error(ErrorKind::kBadInput, "prompt '" + p.id + "': " + e.message(), cfg.source_path, "prompts");
+      throw Error(ErrorKind::kBadInput, "prompt '" + p.id + "': " + e.message() + at, cfg.source_path, "prompts");
     }
     ctx->prompts.push_back(std::move(ids));
   }
   // Settings that only the loaded model can check (the KV budget against its block size, a
   // layer range against its depth) fail here: the error names the config and the key path.
-  const std::string at = point_note(point);
   try {
     ctx->parts = std::make_unique<SessionParts>(*ctx->target, cfg.kv);
   } catch (const Error& e) {

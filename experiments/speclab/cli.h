@@ -11,6 +11,7 @@
 
 #include "framework/core/error.h"
 #include "framework/draft/drafter_options.h"
+#include "framework/io/experiment_config.h"
 #include "framework/io/experiment_summary.h"
 #include "framework/sampling/sampling.h"
 #include "experiments/app/loaded_target.h"
@@ -153,5 +154,9 @@ std::string default_report_dir(const std::string& h5_path);
 void check_report_dir(const std::string& dir, const std::string& option);
 // Runs analysis/report.py on an experiment file; prints the report path. Returns an exit code.
 int run_report(const std::string& h5_path, const std::string& out_dir);
+
+// A --output flag: sets `out.path` to `path` unless it is empty, and checks it as the flag (an
+// error naming the config's output.path line blamed the file for the flag's value).
+void apply_output_flag(OutputOptions& out, const std::string& path);
 
 }  // namespace speclab::cli

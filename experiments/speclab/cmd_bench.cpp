@@ -653,18 +653,34 @@ int cmd_bench(const std::vector<std::string>& args) {
   if (vm["contexts"].empty() || vm["contexts"].defaulted()) {
     std::vector<int64_t> fit;
     for (int64_t ctx : contexts)
-      if (ctx + steps <= c.max_position_embeddings) fit.push_back(ctx);
+      if (ctx + steps + 1 <= c.max_position_embeddings) fit.push_back(ctx);
     if (!fit.empty()) contexts = fit;
   }
   for (int64_t ctx : contexts) {
     if (ctx <= 0)
       throw Error(ErrorKind::kConfig, "expected positive context lengths, found " + std::to_string(ctx), "command line",
                   "--contexts");
-    if (ctx + steps > c.max_position_embeddings)
+    // `steps` timed steps decode steps + 1 tokens after the context (the first from its prefill),
+    // and a run stops where the tokens reach the model's context: one more than ctx + steps must
+    // fit, or fewer steps were timed (none at all at context - 1: a made-up rate).
+    if (ctx + steps + 1 > c.max_position_embeddings)
       throw Error(ErrorKind::kConfig,
-                  "context " + std::to_string(ctx) + " and " + std::to_string(steps) +
-                      " steps do not fit the model context " + std::to_string(c.max_position_embeddings),
+                  "context " + std::to_string(ctx) + " and " + std::to_string(steps) + " steps need " +
+                      std::to_string(ctx + steps + 1) + " positions (the prefill's token, then one a step), the model "
+                      "context holds " + std::to_string(c.max_position_embeddings),
                   "command line", "--contexts");
+  }
+  // The speculative steps run at the first context: each may take gamma + 1 positions, and a run
+  // near the end of the context timed fewer steps (none at all, reporting a share of 1.00).
+  if (!draft_model.empty()) {
+    const int64_t need = contexts.front() + static_cast<int64_t>(spec_steps) * (spec_gamma + 1) + spec_gamma + 2;
+    if (need > c.max_position_embeddings)
+      throw Error(ErrorKind::kConfig,
+                  "expected " + std::to_string(spec_steps) + " speculative steps of up to " +
+                      std::to_string(spec_gamma + 1) + " tokens after context " + std::to_string(contexts.front()) +
+                      " to fit the model context " + std::to_string(c.max_position_embeddings) + " (they need " +
+                      std::to_string(need) + " positions); give fewer --spec-steps or a shorter first context",
+                  "command line", "--spec-steps");
   }
   // A verification pass of up to 17 rows after verify_ctx tokens: the default shrinks to a small
   // model's context, a value given is refused (it was shrunk silently).
@@ -672,7 +688,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   if (verify_ctx + 18 > c.max_position_embeddings)
     throw Error(ErrorKind::kConfig,
                 "expected at most " + std::to_string(c.max_position_embeddings - 18) +
-                    " (the model context less a 17-row pass), found " + std::to_string(verify_ctx),
+                    " (the model context less the 18 positions of a 17-row pass and its next token), found " +
+                    std::to_string(verify_ctx),
                 "command line", "--verify-context");
   if (llama_cpp == "on" && (m.info.format != "gguf" || on_device))
     throw Error(ErrorKind::kConfig,
@@ -977,7 +994,8 @@ int cmd_bench(const std::vector<std::string>& args) {
         draft_model.c_str(), dstorage.c_str(), spec_gamma, static_cast<long long>(contexts.front()),
         static_cast<long long>(spec.steps), spec.step_seconds * 1e3, spec.target_seconds * 1e3, spec.draft_seconds * 1e3,
         (spec.step_seconds - spec.target_seconds - spec.draft_seconds) * 1e3, 100.0 * spec.outside_share, spec.alpha);
-    report["spec"] = {{"draft_model", draft_model}, {"gamma", spec_gamma}, {"step_ms", spec.step_seconds * 1e3},
+    report["spec"] = {{"draft_model", draft_model}, {"gamma", spec_gamma}, {"steps", spec.steps},
+                      {"step_ms", spec.step_seconds * 1e3},
                       {"target_ms", spec.target_seconds * 1e3}, {"draft_ms", spec.draft_seconds * 1e3},
                       {"outside_share", spec.outside_share}, {"alpha", spec.alpha}};
   }

@@ -197,11 +197,15 @@ int cmd_generate(const std::vector<std::string>& args) {
     // totals follow, per generated token.
     const double spec_decoded = static_cast<double>(r.tokens.size()) - 1.0,
                  ar_decoded = static_cast<double>(ar.tokens.size()) - 1.0;
-    const double decode_speedup = (ar.decode_seconds / ar_decoded) / (r.decode_seconds / spec_decoded),
-                 total_speedup = (t_ar / static_cast<double>(ar.tokens.size())) /
-                                 (t_spec / static_cast<double>(r.tokens.size()));
+    // An AR run that ended on its prefill token (sampled EOS) decoded nothing to compare with.
+    char decode_speedup[32] = "n/a";
+    if (ar_decoded >= 1)
+      std::snprintf(decode_speedup, sizeof decode_speedup, "%.2fx",
+                    (ar.decode_seconds / ar_decoded) / (r.decode_seconds / spec_decoded));
+    const double total_speedup =
+        (t_ar / static_cast<double>(ar.tokens.size())) / (t_spec / static_cast<double>(r.tokens.size()));
     std::printf("decode time: speculative %.3f s for %.0f tokens (draft %.3f, verify %.3f, accept %.3f, kv %.3f), "
-                "AR %.3f s for %.0f -> speedup %.2fx per token; with prefill (draft's %.3f s included) %.3f s vs "
+                "AR %.3f s for %.0f -> speedup %s per token; with prefill (draft's %.3f s included) %.3f s vs "
                 "%.3f s -> %.2fx per token; %s\n",
                 r.decode_seconds, spec_decoded, r.draft_seconds, r.verify_seconds, r.accept_seconds, r.kv_seconds,
                 ar.decode_seconds, ar_decoded, decode_speedup, r.draft_prefill_seconds, t_spec, t_ar, total_speedup,

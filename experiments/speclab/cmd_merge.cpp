@@ -10,6 +10,7 @@
 #include "experiments/app/experiment_runner.h"
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
+#include "framework/io/hdf5_journal.h"
 #include "framework/io/config_util.h"
 #include "framework/io/shard_merge.h"
 
@@ -42,6 +43,10 @@ int cmd_merge(const std::vector<std::string>& args) {
   std::error_code ec;
   if (fs::exists(out, ec) && !overwrite)
     throw Error(ErrorKind::kConfig, "the output file already exists; pass --overwrite to replace it", out, "OUT.h5");
+  // A running `speclab run` writing OUT: replacing the file (and its journal) under it loses both.
+  if (fs::exists(out, ec) && hdf5_writer_holds(out))
+    throw Error(ErrorKind::kIo, "expected a file no process is writing, found one a running `speclab run` holds",
+                out, "OUT.h5");
   for (const std::string& s : shards)
     if (fs::equivalent(s, out, ec))
       throw Error(ErrorKind::kConfig, "expected an output file other than the shards, found a shard", out, "OUT.h5");

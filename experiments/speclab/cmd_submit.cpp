@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -49,7 +50,12 @@ std::string absolute(const std::string& p) {
 // job_submit plugins print notices there, which were read as part of the job id). Throws
 // Error(kIo) when it fails.
 std::string run_capture(const std::string& cmd) {
-  char err_path[] = "/tmp/speclab_sbatch_XXXXXX";
+  std::error_code tmp_ec;
+  std::string err_template = (fs::temp_directory_path(tmp_ec) / "speclab_sbatch_XXXXXX").string();  // $TMPDIR
+  if (tmp_ec) err_template = "/tmp/speclab_sbatch_XXXXXX";
+  std::vector<char> err_buf(err_template.begin(), err_template.end());
+  err_buf.push_back('\0');
+  char* err_path = err_buf.data();
   const int fd = mkstemp(err_path);
   if (fd < 0) throw Error(ErrorKind::kIo, "cannot create a temporary file for sbatch's messages", "sbatch");
   ::close(fd);
@@ -162,14 +168,7 @@ int cmd_submit(const std::vector<std::string>& args) {
   if (vm.count("output") && output.empty())
     throw Error(ErrorKind::kConfig, "expected a path, found an empty one", "command line", "--output");
   ExperimentConfig config = load_experiment_config(config_path, overrides);  // checks it now
-  if (!output.empty()) {
-    config.output.path = output;
-    try {
-      config.output.validate();
-    } catch (const Error& e) {
-      throw Error(e.kind(), e.message(), "command line", "--output");
-    }
-  }
+  apply_output_flag(config.output, output);
   // What `speclab run` checks before it runs, for every point (files, prompts): a config it
   // refuses would otherwise fail in every array task, or in the merge job after all of them.
   (void)plan_experiment(config);
@@ -222,7 +221,8 @@ int cmd_submit(const std::vector<std::string>& args) {
                     fs::path(earlier.front()).filename().string() +
                     (earlier.size() > 1 ? ", ..." : "") +
                     "), which this submission's tasks would resume: pass --overwrite to remove them and start "
-                    "afresh, or finish that submission (sbatch --array=i " + dir + "/shards.sh resubmits its task i)",
+                    "afresh (once that submission's jobs have ended), or finish that submission (sbatch --array=i " +
+                    dir + "/shards.sh resubmits its task i)",
                 dir, "output.path");
 
   std::string job_name = "speclab-" + config.name;

@@ -43,9 +43,10 @@ struct ModelConfig {
   // corrupt, and is refused before a loader sizes anything by it.
   static constexpr int64_t kMaxLayers = 4096;
   static constexpr int64_t kMaxHeads = 4096;
-  // Above Qwen2.5-1M's 1,010,000 positions. The model's RoPE tables hold every position (8 bytes
-  // per position and head_dim / 2), so a corrupt value ran the load out of memory naming no field.
-  static constexpr int64_t kMaxPositions = int64_t{1} << 21;
+  // Above the longest real configs (Gradient's Llama-3-8B-Instruct-4194k: 4,194,304 positions).
+  // The model's RoPE tables hold every position (8 bytes per position and head_dim / 2: 2 GiB at
+  // this bound with head_dim 128), so a corrupt value ran the load out of memory naming no field.
+  static constexpr int64_t kMaxPositions = int64_t{1} << 23;
 
   // Bytes of K and V per token over all layers: 2 · layers · kv_heads · stored_head_dim · bytes
   // (KvGeometry::bytes_per_token).

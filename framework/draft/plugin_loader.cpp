@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <new>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,7 +25,9 @@ std::string std_library_name(uint32_t flag) {
   if (flag == SPECLAB_DRAFTER_ABI_FLAG_OLD_STRING) return "libstdc++'s pre-C++11 std::string (_GLIBCXX_USE_CXX11_ABI=0)";
   if (flag == SPECLAB_DRAFTER_ABI_FLAG_LIBCXX) return "libc++";
   if (flag == 0) return "libstdc++'s C++11 std::string (_GLIBCXX_USE_CXX11_ABI=1)";
-  return "an unknown C++ library (flags " + std::to_string(flag) + ")";
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "0x%X", flag);
+  return std::string("an unknown C++ library (flags ") + hex + ")";
 }
 
 Error plugin_error(const std::string& path, const std::string& message) {
@@ -221,8 +225,8 @@ LoadedPlugin load_drafter_plugin(const std::string& path) {
   }
   // abi_version first: with any other version the rest of the struct may be laid out differently.
   if (descriptor->abi_version != SPECLAB_DRAFTER_ABI_VERSION) {
-    const uint32_t flags = SPECLAB_DRAFTER_ABI_FLAG_OLD_STRING | SPECLAB_DRAFTER_ABI_FLAG_LIBCXX;
-    const uint32_t number = descriptor->abi_version & ~flags, library = descriptor->abi_version & flags;
+    // The version number in the low 16 bits, library flags (two of them known) in the high ones.
+    const uint32_t number = descriptor->abi_version & 0xFFFFu, library = descriptor->abi_version & 0xFFFF0000u;
     if (number == SPECLAB_DRAFTER_ABI_NUMBER) {
       throw plugin_error(path, "built for drafter ABI version " + std::to_string(number) + " with " +
                                    std_library_name(library) + ", this SpecLab uses " +

@@ -24,10 +24,14 @@ std::string DrafterRegistry::load_plugin(const std::string& path) {
   const std::string name = plugin->descriptor->name;
   const std::string file = std::filesystem::absolute(path).lexically_normal().string();
   const auto known = plugin_files_.find(name);
-  if (known == plugin_files_.end() && factories_.count(name) > 0)
+  // A built-in's name or alias: "ngram" (prompt_lookup's vLLM name) reached the plugin where a
+  // config written for vLLM meant prompt lookup.
+  const std::string builtin = factories_.count(name) > 0 ? name : canonical_drafter_name(name);
+  if (known == plugin_files_.end() && factories_.count(builtin) > 0)
     throw Error(ErrorKind::kConfig,
                 "expected a plugin whose drafter is not named as a built-in one, found " + path + " exporting '" +
-                    name + "' (it would replace the built-in drafter); rename the plugin's drafter",
+                    name + "'" + (builtin != name ? " (an alias of " + builtin + ")" : "") +
+                    " (it would replace the built-in drafter); rename the plugin's drafter",
                 "drafter", "plugin");
   if (known != plugin_files_.end() && known->second != file)
     throw Error(ErrorKind::kConfig,

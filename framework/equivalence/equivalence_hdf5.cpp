@@ -320,6 +320,8 @@ bool check_equivalence_output(const std::string& path, const std::string& name, 
     throw Error(ErrorKind::kConfig, "expected no file at the output path, found one (pass --overwrite to replace it)",
                 path, "output.path");
   if (!present) return false;
+  if (fs::is_directory(path, ec))
+    throw Error(ErrorKind::kConfig, "expected an output file path, found a directory", path, "output.path");
   bool experiment_file = false;
   try {
     H5::Exception::dontPrint();

@@ -236,7 +236,12 @@ void write_experiment_file(const std::string& path, const ExperimentData& data, 
   // A journal a killed writer left belongs to the file being replaced: the next reader would
   // apply it to the merged file and wreck it (found by a probe on 2026-12-06), as run --overwrite
   // already knew (Hdf5Recorder::create).
-  if ((::unlink((path + ".journal").c_str()) != 0 && errno != ENOENT) || std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::unlink((path + ".journal").c_str()) != 0 && errno != ENOENT) {
+    const int err = errno;
+    cleanup();
+    throw Error(ErrorKind::kIo, "cannot remove " + path + ".journal, an earlier writer's: " + std::strerror(err), path);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     cleanup();
     throw Error(ErrorKind::kIo, "cannot rename " + tmp + " to the output file: " + std::strerror(err), path);

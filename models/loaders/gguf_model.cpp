@@ -221,7 +221,7 @@ LoadedModel load_gguf(const std::string& path, const GgufLoadOptions& options) {
   // the file says otherwise (SmolLM2 says false).
   m.add_bos = f.get_bool("tokenizer.ggml.add_bos_token", f.get_string("tokenizer.ggml.model", "gpt2") == "llama") &&
               m.tokenizer->bos_id() >= 0;
-  if (f.has("tokenizer.chat_template")) {
+  if (f.has("tokenizer.chat_template") && !f.get_string("tokenizer.chat_template").empty()) {  // empty: none
     // A template we cannot render leaves the model usable without chat formatting (chat: off);
     // chat: auto or on refuses it (check_chat_renders).
     try {

@@ -331,20 +331,24 @@ std::string storage_summary(const std::map<std::string, int>& counts) {
 
 ChatTemplate read_chat_template(const std::string& dir) {
   const std::string jinja_path = join(dir, "chat_template.jinja");
-  if (file_exists(jinja_path)) return ChatTemplate::from_jinja(read_text_file(jinja_path), jinja_path);
+  // An empty template is none (as before templates SpecLab cannot render were refused).
+  auto from = [](const std::string& jinja, const std::string& source) {
+    return jinja.empty() ? ChatTemplate() : ChatTemplate::from_jinja(jinja, source);
+  };
+  if (file_exists(jinja_path)) return from(read_text_file(jinja_path), jinja_path);
   const std::string tc_path = join(dir, "tokenizer_config.json");
   if (!file_exists(tc_path)) return ChatTemplate();
   const json tc = read_json_object(tc_path);
   auto it = tc.find("chat_template");
   if (it == tc.end() || it->is_null()) return ChatTemplate();
-  if (it->is_string()) return ChatTemplate::from_jinja(it->get<std::string>(), tc_path);
+  if (it->is_string()) return from(it->get<std::string>(), tc_path);
   if (it->is_array()) {
     // Several named templates: [{"name": "default", "template": "..."}, ...].
     for (const auto& entry : *it) {
       if (entry.is_object() && entry.value("name", json()) == "default") {
         auto t = entry.find("template");
         if (t != entry.end() && t->is_string())
-          return ChatTemplate::from_jinja(t->get<std::string>(), tc_path + ": chat_template[default]");
+          return from(t->get<std::string>(), tc_path);
       }
     }
     throw Error(ErrorKind::kUnsupported, "expected a template named 'default' in the list", tc_path,

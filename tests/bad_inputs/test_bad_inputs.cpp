@@ -148,7 +148,8 @@ void write_text(const std::string& path, const std::string& text) { write_bytes(
 // ffn_down's rows split into 256-element IQ2_XXS blocks), context 128, and a SentencePiece
 // vocabulary of <unk>, <s>, </s> and the 256 byte tokens. `metadata_hidden` is what the
 // metadata claims as embedding_length (the tensors are always 64 wide).
-void write_tiny_gguf(const std::string& path, int64_t metadata_hidden = 64) {
+// chat_template: tokenizer.chat_template's text, none when empty.
+void write_tiny_gguf(const std::string& path, int64_t metadata_hidden = 64, const std::string& chat_template = "") {
   constexpr int64_t kVocab = 259, H = 64, F = 256, kLayers = 2;
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
   std::vector<int32_t> types = {2, 3, 3};  // unknown, control, control
@@ -160,7 +161,7 @@ void write_tiny_gguf(const std::string& path, int64_t metadata_hidden = 64) {
   }
   const std::vector<float> scores(tokens.size(), 0.0f);
   auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
-  const GgufMetadata md = {
+  GgufMetadata md = {
       {"general.architecture", GgufValue::str("llama")},
       {"general.name", GgufValue::str("tiny")},
       {"llama.context_length", u32(128)},
@@ -177,6 +178,7 @@ void write_tiny_gguf(const std::string& path, int64_t metadata_hidden = 64) {
       {"tokenizer.ggml.bos_token_id", u32(1)},
       {"tokenizer.ggml.eos_token_id", u32(2)},
   };
+  if (!chat_template.empty()) md.push_back({"tokenizer.chat_template", GgufValue::str(chat_template)});
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{"token_embd.weight", {kVocab, H}}};
   for (int64_t l = 0; l < kLayers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -275,6 +277,9 @@ struct Fixtures {
     write_tiny_gguf(at("iq2_xxs.gguf"));
     patch_tensor_type(at("iq2_xxs.gguf"), "blk.1.ffn_down.weight", 16);  // GGML_TYPE_IQ2_XXS
     write_tiny_gguf(at("wrong_hidden.gguf"), 128);
+    // A chat template SpecLab does not render (Phi-3's turn markers).
+    write_tiny_gguf(at("phi3_template.gguf"), 64,
+                    "{% for m in messages %}<|user|>\n{{ m.content }}<|end|>\n<|assistant|>\n{% endfor %}");
 
     // llama2.c: the model (with its tokenizer beside it) and broken copies.
     const std::vector<char> stories = read_bytes(kStoriesBin), tok = read_bytes(kStoriesTok);

@@ -54,6 +54,7 @@ struct Fixtures {
   std::string null_create;
   std::string null_destroy;
   std::string other_library;     // fixture_drafter.cpp built with the other std::string layout
+  std::string ngram;             // ... exporting "ngram", prompt_lookup's alias
 };
 
 // Compiles tests/fixtures/plugins/<stem>.cpp into <out> unless <out> is newer than the source
@@ -72,7 +73,13 @@ void build_fixture(const std::string& stem, const std::string& defines, const st
   for (const auto& dep : deps) fresh = fresh && newer_than(out, dep);
   if (fresh) return;
   const std::string tmp = out + ".tmp";
-  run_or_throw("c++ -std=c++17 -O1 -shared -fPIC -Wl,--no-undefined " + defines + " -I" + sh_quote(kSource) +
+  // With this test's std::string layout (the host's) unless `defines` picks one.
+  std::string abi;
+#if defined(__GLIBCXX__)
+  if (defines.find("_GLIBCXX_USE_CXX11_ABI") == std::string::npos)
+    abi = " -D_GLIBCXX_USE_CXX11_ABI=" + std::to_string(_GLIBCXX_USE_CXX11_ABI);
+#endif
+  run_or_throw("c++ -std=c++17 -O1 -shared -fPIC -Wl,--no-undefined " + defines + abi + " -I" + sh_quote(kSource) +
                    " -o " + sh_quote(tmp) + " " + sh_quote(src) + " && mv -f " + sh_quote(tmp) + " " +
                    sh_quote(out),
                out + ".log");
@@ -102,10 +109,14 @@ Fixtures build_all() {
   build_fixture("fixture_drafter", "-DFIXTURE_NULL_CREATE", f.null_create);
   f.null_destroy = kOut + "/fixture_null_destroy.so";
   build_fixture("fixture_drafter", "-DFIXTURE_NULL_DESTROY", f.null_destroy);
+  f.ngram = kOut + "/fixture_ngram.so";
+  build_fixture("fixture_drafter", "-DFIXTURE_NAME_NGRAM", f.ngram);
+#if defined(__GLIBCXX__)
   // The std::string layout this test is not built with (plugin_abi.h's library flag).
-  f.other_library = kOut + "/fixture_other_library.so";
-  build_fixture("fixture_drafter", _GLIBCXX_USE_CXX11_ABI ? "-D_GLIBCXX_USE_CXX11_ABI=0" : "-D_GLIBCXX_USE_CXX11_ABI=1",
+  f.other_library = kOut + "/fixture_other_library_" + std::to_string(1 - _GLIBCXX_USE_CXX11_ABI) + ".so";
+  build_fixture("fixture_drafter", "-D_GLIBCXX_USE_CXX11_ABI=" + std::to_string(1 - _GLIBCXX_USE_CXX11_ABI),
                 f.other_library);
+#endif
   return f;
 }
 
@@ -326,6 +337,7 @@ TEST_CASE("a plugin built with the other std::string layout is refused by name",
   const std::string ours = _GLIBCXX_USE_CXX11_ABI ? "_GLIBCXX_USE_CXX11_ABI=1" : "_GLIBCXX_USE_CXX11_ABI=0";
   CHECK_THAT(e.message(), Catch::StartsWith("built for drafter ABI version " +
                                             std::to_string(SPECLAB_DRAFTER_ABI_NUMBER) + " with "));
+  REQUIRE(e.message().find(ours) != std::string::npos);
   CHECK(e.message().find(theirs) < e.message().find(ours));
   CHECK_THAT(e.message(), Catch::Contains("rebuild the plugin with this SpecLab's compiler flags"));
   CHECK_FALSE(is_loaded(fixtures().other_library));
@@ -510,6 +522,19 @@ TEST_CASE("a plugin entry runs the drafter its plugin exports and a plugin canno
     const Error e = refusal(registry);
     CHECK(e.field() == "plugin");
     CHECK_THAT(e.message(), Catch::Contains("would replace the built-in drafter"));
+  }
+  SECTION("a plugin whose drafter has a built-in drafter's alias") {
+    // "ngram" is prompt_lookup's vLLM name: `--drafter ngram` ran the plugin (found by a probe on
+    // 2026-12-06).
+    DrafterRegistry registry = DrafterRegistry::with_builtins();
+    try {
+      (void)registry.load_plugin(fixtures().ngram);
+      FAIL("loaded");
+    } catch (const Error& e) {
+      CHECK(e.field() == "plugin");
+      CHECK_THAT(e.message(), Catch::Contains("exporting 'ngram' (an alias of prompt_lookup) (it would replace the "
+                                              "built-in drafter)"));
+    }
   }
   SECTION("two plugin files exporting one name") {
     DrafterRegistry registry;
