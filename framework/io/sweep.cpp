@@ -46,6 +46,10 @@ void read_sweep(const YamlValue& v, std::vector<SweepAxis>& out) {
     SweepAxis axis;
     axis.key = key;
     for (const YamlValue& item : list.items(false)) {
+      // A list-valued key (a layer list) sweeps its string form, which its parser reads too.
+      if (item.node.IsSequence())
+        item.fail("expected a single value per sweep point, found a list; a list-valued key sweeps its string "
+                  "form (draft_layers: \"0-1\", \"0,2\")");
       std::string value = item.as_scalar_text("a single value");
       if (std::find(axis.values.begin(), axis.values.end(), value) != axis.values.end())
         item.fail("expected distinct values (each is one sweep point), found " + squote(value) + " twice");
