@@ -962,10 +962,12 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
                       hash + ")",
                   c.output.checkpoint);
     // The settings by value, less those that change no trained weight: where the outputs go and
-    // in what dtype the draft is written, how often checkpoints are taken, and how many prompts
-    // the target answers at once (the answers are the same).
-    const std::vector<std::string> diff = yaml_differences(
-        ck_meta["training_config"], c.resolved_yaml, {"output", "data.answer_batch", "train.checkpoint_every"});
+    // in what dtype the draft is written, how often checkpoints are taken, how many prompts the
+    // target answers at once (the answers are the same), and where the data cache lives (the data
+    // key above guards its contents; a moved cache could not be resumed until 2026-12-06).
+    const std::vector<std::string> diff =
+        yaml_differences(ck_meta["training_config"], c.resolved_yaml,
+                         {"output", "data.answer_batch", "train.checkpoint_every", "data.cache_dir"});
     if (!diff.empty()) {
       throw Error(ErrorKind::kBadInput,
                   "expected the training settings the checkpoint was written with, found " +

@@ -46,6 +46,11 @@ int cmd_export(const std::vector<std::string>& args) {
   if (std::filesystem::exists(out, ec) && !overwrite)
     throw Error(ErrorKind::kConfig, "expected no file at the output path, found one (pass --overwrite to replace it)",
                 out, "--out");
+  // --overwrite onto the model being read replaced it with the export (a named model then loaded
+  // as the 2-layer draft, with no word).
+  if (std::filesystem::equivalent(out, src.path, ec))
+    throw Error(ErrorKind::kConfig, "expected an output other than the model it exports from, found " + src.path, out,
+                "--out");
   export_gguf_layers(src.path, out, opts);
   std::cout << "wrote " << out << " (" << (layers.empty() ? std::string("all layers") : "layers " + layers) << ", "
             << type << ")\n";

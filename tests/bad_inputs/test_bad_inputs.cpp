@@ -277,6 +277,7 @@ struct Fixtures {
     write_tiny_gguf(at("iq2_xxs.gguf"));
     patch_tensor_type(at("iq2_xxs.gguf"), "blk.1.ffn_down.weight", 16);  // GGML_TYPE_IQ2_XXS
     write_tiny_gguf(at("wrong_hidden.gguf"), 128);
+    write_tiny_gguf(at("export_src.gguf"));  // a model `export --overwrite` is pointed back at
     // A chat template SpecLab does not render (Phi-3's turn markers).
     write_tiny_gguf(at("phi3_template.gguf"), 64,
                     "{% for m in messages %}<|user|>\n{{ m.content }}<|end|>\n<|assistant|>\n{% endfor %}");

@@ -254,6 +254,17 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   const TrainDraftConfig cadence = load_train_config(write_config("a", 200).string(), {"train.checkpoint_every=7"});
   train_draft(cadence, true);
   CHECK(read_train_log(a.output.log).loss == log.loss);
+  // Resumed from a data cache moved elsewhere (its contents are guarded by the data key; a moved
+  // cache was refused as "data.cache_dir: cache vs ..." until 2026-12-06): trains as the
+  // uninterrupted run did.
+  train_draft(a, false, {}, 90);
+  fs::remove_all(kDir / "cache_moved");
+  fs::copy(kDir / "cache", kDir / "cache_moved", fs::copy_options::recursive);
+  const TrainDraftConfig moved =
+      load_train_config(write_config("a", 200).string(), {"data.cache_dir=" + (kDir / "cache_moved").string()});
+  train_draft(moved, true);
+  fs::remove_all(kDir / "cache_moved");
+  CHECK(read_train_log(a.output.log).loss == log.loss);
   train_draft(a, false, {}, 90);  // interrupted again, resumed with the same settings: the same bytes
   train_draft(a, true);
   CHECK(read_bytes(a.output.path) == first);
