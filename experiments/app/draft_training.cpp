@@ -66,11 +66,29 @@ HostTensor to_host(const at::Tensor& t) {
   return h;
 }
 
-std::map<std::string, at::Tensor> read_tensors(const std::string& path, std::map<std::string, std::string>* meta) {
+// The tensors of a safetensors file SpecLab wrote (a draft, a checkpoint, a features cache), each
+// finite but those whose name starts with `may_be_nan` (a log's "no value" marks): a NaN or an
+// infinity is Error(kBadInput, path) naming the tensor and the element, with `remedy` appended.
+// (A NaN weight trained on gave a NaN loss blamed on train.lr; one drafted with failed sampling
+// with an unnamed "expected finite logits".)
+std::map<std::string, at::Tensor> read_tensors(const std::string& path, std::map<std::string, std::string>* meta,
+                                               const std::string& remedy = "", const std::string& may_be_nan = "") {
   const SafetensorsFile f = SafetensorsFile::open(path);
   if (meta) *meta = f.metadata();
   std::map<std::string, at::Tensor> out;
-  for (const auto& kv : f.tensors()) out[kv.first] = to_tensor(f.read(kv.first));
+  for (const auto& kv : f.tensors()) {
+    const HostTensor h = f.read(kv.first);
+    if (may_be_nan.empty() || kv.first.rfind(may_be_nan, 0) != 0) {
+      const auto bad = std::find_if(h.data.begin(), h.data.end(), [](float x) { return !std::isfinite(x); });
+      if (bad != h.data.end())
+        throw Error(ErrorKind::kBadInput,
+                    "tensor " + kv.first + " holds " + (std::isnan(*bad) ? "a NaN" : "an infinity") + " (element " +
+                        std::to_string(bad - h.data.begin()) + " of " + std::to_string(h.data.size()) +
+                        "): expected finite values; the file is corrupt" + (remedy.empty() ? "" : " (" + remedy + ")"),
+                    path);
+    }
+    out[kv.first] = to_tensor(h);
+  }
   return out;
 }
 
@@ -538,7 +556,7 @@ std::map<std::string, at::Tensor> read_draft(const std::string& path, const std:
   std::map<std::string, std::string> meta;
   auto tensors = [&] {
     try {
-      return read_tensors(path, &meta);
+      return read_tensors(path, &meta, "train it again with speclab train-draft");
     } catch (const Error& e) {  // a GGUF model or an HDF5 log read as safetensors: say what was expected
       if (e.kind() != ErrorKind::kBadInput || e.field().rfind("header", 0) != 0) throw;
       throw Error(e.kind(),
@@ -714,6 +732,12 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
                 "expected no --stop-after for a retrieval datastore, found " + std::to_string(stop_after) +
                     ": it trains no steps (an interrupted data stage continues from its answers cache)",
                 "command line", "--stop-after");
+  // Past the end it never stopped: the run trained to train.steps and wrote the draft, silently.
+  if (!retrieval && stop_after > c.train.steps)
+    throw Error(ErrorKind::kConfig,
+                "expected a step within train.steps (" + std::to_string(c.train.steps) + "), found " +
+                    std::to_string(stop_after) + ": the run would train to the end and write the draft without stopping",
+                "command line", "--stop-after");
   if (retrieval && resume)
     throw Error(ErrorKind::kConfig,
                 "expected no --resume for a retrieval datastore: it trains no steps and writes no checkpoint (an "
@@ -840,7 +864,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   const std::string features_path = c.data.cache_dir + "/features-" + key + aux_suffix + ".safetensors";
   std::map<std::string, at::Tensor> data;
   if (fs::exists(features_path)) {
-    data = read_tensors(features_path, nullptr);
+    data = read_tensors(features_path, nullptr, "delete it, and train-draft builds it again");
   } else {
     auto samples = target_answers(c, *target, prompts, c.data.cache_dir + "/answers-" + key + ".jsonl", frozen,
                                   c.head.aux_layers, progress);
@@ -955,7 +979,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   double prior_seconds = 0.0;
   if (resume) {
     std::map<std::string, std::string> ck_meta;
-    const auto state = read_tensors(c.output.checkpoint, &ck_meta);
+    const auto state = read_tensors(c.output.checkpoint, &ck_meta, "train anew without --resume", "log.");
     if (ck_meta["target_weights_hash"] != hash)
       throw Error(ErrorKind::kBadInput,
                   "the checkpoint belongs to another target (weights " + ck_meta["target_weights_hash"] + ", this one " +

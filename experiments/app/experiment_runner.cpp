@@ -391,6 +391,11 @@ fs::path output_dir(const std::string& path) {
 
 void ensure_output_directory(const std::string& path, const std::string& field) {
   if (path.empty()) throw Error(ErrorKind::kConfig, "expected an output path, found an empty one", path, field);
+  // A directory's path ("out/", "out/.") names no file: refused before its directories were made
+  // (they were, and the refusal came after).
+  const std::string last = fs::path(path).filename().string();
+  if (last.empty() || last == "." || last == "..")
+    throw Error(ErrorKind::kConfig, "expected a file path, found a directory's path", path, field);
   const fs::path dir = output_dir(path);
   std::error_code ec;
   if (!fs::exists(dir, ec)) fs::create_directories(dir, ec);

@@ -99,8 +99,9 @@ void check_output_path(const std::string& path, OutputMode mode);
 void require_drafters(const ExperimentConfig& config);
 
 // Makes the output file's directory when it is missing (like mkdir -p), so that a fresh clone's
-// `results/` needs no setup (run, check, submit, merge). Throws Error(kConfig, ..., field) for an
-// empty path, Error(kIo, ..., dir, field) when the directory cannot be made or is a non-directory.
+// `results/` needs no setup (run, check, submit, merge, export, train-draft). Throws
+// Error(kConfig, ..., field) for an empty path or a directory's path ("out/", "out/.", making
+// nothing), Error(kIo, ..., dir, field) when the directory cannot be made or is a non-directory.
 void ensure_output_directory(const std::string& path, const std::string& field = "output.path");
 
 // What run_experiment() checks before it touches the output or loads a model, and what it

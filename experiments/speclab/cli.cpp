@@ -313,13 +313,13 @@ void print_summary(const ExperimentSummary& summary, const std::vector<PointReco
   std::fflush(stdout);
 }
 
-void apply_output_flag(OutputOptions& out, const std::string& path) {
+void apply_output_flag(OutputOptions& out, const std::string& path, const std::string& flag) {
   if (path.empty()) return;
   out.path = path;
   try {
     out.validate();
   } catch (const Error& e) {
-    throw Error(e.kind(), e.message(), "command line", "--output");
+    throw Error(e.kind(), e.message(), "command line", flag);
   }
 }
 

@@ -155,8 +155,9 @@ void check_report_dir(const std::string& dir, const std::string& option);
 // Runs analysis/report.py on an experiment file; prints the report path. Returns an exit code.
 int run_report(const std::string& h5_path, const std::string& out_dir);
 
-// A --output flag: sets `out.path` to `path` unless it is empty, and checks it as the flag (an
-// error naming the config's output.path line blamed the file for the flag's value).
-void apply_output_flag(OutputOptions& out, const std::string& path);
+// An output flag (run's and submit's --output, check's --out): sets `out.path` to `path` unless it
+// is empty, and checks it as `flag` (an error naming the config's output.path line blamed the file
+// for the flag's value; check's named "output: path").
+void apply_output_flag(OutputOptions& out, const std::string& path, const std::string& flag = "--output");
 
 }  // namespace speclab::cli

@@ -115,8 +115,7 @@ int cmd_check(const std::vector<std::string>& args) {
   for (size_t i = 0; i < config.drafters.size(); ++i)
     refuse_written("drafters[" + std::to_string(i) + "].num_speculative_tokens",
                    "drafts at each of equivalence.gammas (and verifier_gammas)");
-  if (!output.empty()) config.output.path = output;
-  config.output.validate();
+  apply_output_flag(config.output, output, "--out");
   // Refuse an existing file before spending any time on the checks: one without --overwrite, one
   // a running `speclab run` holds, another experiment's file (that came after the whole check, and
   // hid its verdict behind exit 2).

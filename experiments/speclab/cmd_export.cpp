@@ -37,8 +37,16 @@ int cmd_export(const std::vector<std::string>& args) {
   ExportOptions opts;
   if (!layers.empty()) opts.layers = parse_layer_list(layers);
   opts.type = parse_export_type(type);
+  // A model file's format is read from its extension: GGUF bytes named x.safetensors or x.bin
+  // (written until 2026-12-06) then loaded as another format and failed.
+  const std::string last = std::filesystem::path(out).filename().string();
+  if (!out.empty() && !last.empty() && last != "." && last != ".." && std::filesystem::path(out).extension() != ".gguf")
+    throw Error(ErrorKind::kConfig,
+                "expected a path ending in .gguf (export writes GGUF, and a model's format is read from its "
+                "extension), found '" + out + "'",
+                "command line", "--out");
   // After every option is parsed: the output's directory is made when missing (as `run` does); a
-  // directory at the path itself is refused.
+  // directory's path, or a directory at the path, is refused.
   ensure_output_directory(out, "--out");
   std::error_code ec;
   if (std::filesystem::is_directory(out, ec))

@@ -175,6 +175,10 @@ void DraftTrainOptions::validate() const {
 
 void TrainDraftOutput::validate() const {
   if (path.empty()) bad("output.path", "expected the path of the draft (.safetensors)");
+  // The drafters take a trained draft by its extension: one named x.gguf was written and then
+  // read as a GGUF model.
+  if (path.size() < 12 || path.compare(path.size() - 12, 12, ".safetensors") != 0)
+    bad("output.path", "expected a path ending in .safetensors, found '" + path + "'");
   if (dtype != "float32" && dtype != "float16") bad("output.dtype", "expected float32 or float16, found '" + dtype + "'");
 }
 

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
@@ -161,6 +162,29 @@ DrafterOptions trained_drafter(const std::string& name, const std::string& path,
   return o;
 }
 
+// Sets element 0 of float32 tensor `name` of the safetensors file at `path` to NaN; an empty name
+// picks the first float32 tensor in the header whose name does not start with "log." (a
+// checkpoint's log marks may be NaN). Returns the tensor's name.
+std::string poison_tensor(const fs::path& path, std::string name = "") {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  f.read(&header[0], static_cast<std::streamsize>(n));
+  const nlohmann::json j = nlohmann::json::parse(header);
+  if (name.empty())
+    for (const auto& kv : j.items())
+      if (kv.key() != "__metadata__" && kv.key().rfind("log.", 0) != 0 && kv.value().at("dtype") == "F32") {
+        name = kv.key();
+        break;
+      }
+  REQUIRE(j.at(name).at("dtype") == "F32");
+  f.seekp(static_cast<std::streamoff>(8 + n + j.at(name).at("data_offsets")[0].get<uint64_t>()));
+  const float nan = NAN;
+  f.write(reinterpret_cast<const char*>(&nan), sizeof nan);
+  return name;
+}
+
 double mean(const std::vector<double>& v, size_t a, size_t b) {
   return std::accumulate(v.begin() + a, v.begin() + b, 0.0) / static_cast<double>(b - a);
 }
@@ -269,6 +293,33 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   train_draft(a, true);
   CHECK(read_bytes(a.output.path) == first);
   CHECK(read_train_log(a.output.log).loss == log.loss);
+
+  // A NaN in a checkpoint's weights or optimizer state: refused by name. It was trained on, and the
+  // NaN loss that followed was blamed on train.lr.
+  const std::string intact = read_bytes(a.output.checkpoint);
+  const std::string poisoned = poison_tensor(a.output.checkpoint);
+  const Error nan = test::catch_error([&] { train_draft(a, true); });
+  CHECK(nan.kind() == ErrorKind::kBadInput);
+  CHECK(nan.file() == a.output.checkpoint);
+  CHECK_THAT(nan.message(), Catch::Contains("tensor " + poisoned + " holds a NaN (element 0 of ") &&
+                                Catch::Contains("train anew without --resume"));
+  {
+    std::ofstream f(a.output.checkpoint, std::ios::trunc | std::ios::binary);
+    f << intact;
+  }
+  train_draft(a, true);  // control: the intact checkpoint resumes
+  CHECK(read_bytes(a.output.path) == first);
+  // A NaN in the features cache: refused by name (it too was blamed on train.lr).
+  std::string features;
+  for (const auto& e : fs::directory_iterator(kDir / "cache"))
+    if (e.path().filename().string().rfind("features-", 0) == 0) features = e.path().string();
+  REQUIRE_FALSE(features.empty());
+  const std::string feature_name = poison_tensor(features);
+  const Error nan_features = test::catch_error([&] { train_draft(a, false); });
+  CHECK(nan_features.file() == features);
+  CHECK_THAT(nan_features.message(),
+             Catch::Contains("tensor " + feature_name + " holds a NaN") && Catch::Contains("delete it"));
+  fs::remove(features);
 
   // A corrupt checkpoint: one clear error naming it.
   fs::resize_file(a.output.checkpoint, fs::file_size(a.output.checkpoint) / 2);
@@ -870,6 +921,23 @@ TEST_CASE("train.init starts from a trained draft's weights, a draft of another 
   const TrainDraftConfig bad =
       load_train_config(write_config("init_bad", 1).string(), {"train.init=init_medusa.safetensors"});
   CHECK_THROWS_WITH(train_draft(bad, false), Catch::Contains("not an eagle draft"));
+
+  // A draft holding a NaN weight: refused by name, as train.init (it trained into a NaN loss blamed
+  // on train.lr) and as a drafter's draft (sampling failed on "expected finite logits").
+  const fs::path nan_draft = kDir / "init_nan.safetensors";
+  fs::copy_file(a.output.path, nan_draft, fs::copy_options::overwrite_existing);
+  poison_tensor(nan_draft, "fc.weight");
+  const TrainDraftConfig from_nan =
+      load_train_config(write_config("init_from_nan", 1).string(), {"train.init=init_nan.safetensors"});
+  const Error e = test::catch_error([&] { train_draft(from_nan, false); });
+  CHECK(e.kind() == ErrorKind::kBadInput);
+  CHECK(fs::path(e.file()).filename() == "init_nan.safetensors");
+  CHECK_THAT(e.message(), Catch::Contains("tensor fc.weight holds a NaN (element 0 of "));
+  ModelSource src;
+  src.path = "stories260K";
+  const LoadedModel target = load_model(src);
+  CHECK_THROWS_WITH(load_eagle_head(nan_draft.string(), target), Catch::Contains("tensor fc.weight holds a NaN"));
+  CHECK_NOTHROW(load_eagle_head(a.output.path, target));  // control: the draft it was copied from loads
 }
 
 TEST_CASE("confidence_from_token: the threshold stops drafting only from that draft position on, greedy equals AR",
