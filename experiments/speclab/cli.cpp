@@ -127,29 +127,30 @@ void DrafterArgs::check_used(const po::variables_map& vm) const {
   if (drafter == "draft_model" && draft_model.empty())
     throw Error(ErrorKind::kConfig, "expected a draft model path or named entry with --drafter draft_model, found none",
                 "command line", "--draft-model");
-  // flag -> the built-in drafters that read it (the others, gamma and the schedule flags, apply to all).
-  static const std::map<std::string, std::vector<std::string>> readers = {
-      {"prompt-lookup-min", {"prompt_lookup"}},
-      {"prompt-lookup-max", {"prompt_lookup"}},
-      {"retrieval-min", {"retrieval"}},
-      {"retrieval-max", {"retrieval"}},
-      {"draft-layers", {"layer_skip"}},
-      {"draft-model", {"draft_model", "eagle", "medusa", "retrieval"}},
-      {"draft-format", {"draft_model"}},
-      {"draft-tokenizer", {"draft_model"}},
-      {"draft-vocab", {"draft_model"}},
-      // prompt_lookup copies tokens with no probability to gate on
-      {"confidence-threshold", {"layer_skip", "draft_model", "eagle", "medusa", "retrieval"}},
-      {"confidence-from-token", {"layer_skip", "draft_model", "eagle", "medusa", "retrieval"}},
-      {"param", {}},
+  // flag -> the DrafterOptions key it sets, whose readers drafter_key_readers lists (the other
+  // flags, gamma and the schedule flags, apply to every drafter).
+  static const std::map<std::string, std::string> keys = {
+      {"prompt-lookup-min", "prompt_lookup_min"},
+      {"prompt-lookup-max", "prompt_lookup_max"},
+      {"retrieval-min", "retrieval_min"},
+      {"retrieval-max", "retrieval_max"},
+      {"draft-layers", "draft_layers"},
+      {"draft-model", "draft_model"},
+      {"draft-format", "draft_model_format"},
+      {"draft-tokenizer", "draft_model_tokenizer"},
+      {"draft-vocab", "draft_vocab"},
+      {"confidence-threshold", "confidence_threshold"},
+      {"confidence-from-token", "confidence_from_token"},
+      {"param", "params"},
   };
-  for (const auto& [flag, who] : readers) {
-    if (!given(flag) || std::find(who.begin(), who.end(), drafter) != who.end()) continue;
-    if (lookup_first && flag.rfind("prompt-lookup-", 0) == 0) continue;  // the prompt-lookup source reads them
-    if (retrieval_first && (flag.rfind("retrieval-", 0) == 0 || flag.rfind("confidence-", 0) == 0))
-      continue;  // the datastore source reads them
+  DrafterOptions sources;  // what decides who reads a key: the drafter and its lookup/datastore sources
+  sources.name = drafter;
+  sources.prompt_lookup_first = lookup_first;
+  sources.retrieval_first = retrieval_first;
+  for (const auto& [flag, key] : keys) {
+    if (!given(flag) || drafter_reads_key(sources, key)) continue;
     std::string by;
-    for (const std::string& w : who) by += (by.empty() ? "" : ", ") + w;
+    for (const std::string& w : drafter_key_readers(key).readers) by += (by.empty() ? "" : ", ") + w;
     throw Error(ErrorKind::kConfig,
                 "expected no --" + flag + " with --drafter " + drafter + ", which does not read it (read by: " +
                     (by.empty() ? "a plugin's drafter" : by) + ")",

@@ -1,5 +1,7 @@
 #include "framework/draft/drafter_options.h"
 
+#include <algorithm>
+
 #include "framework/core/error.h"
 #include "framework/core/model_source.h"
 
@@ -73,6 +75,61 @@ const std::vector<std::string>& builtin_drafter_names() {
 }
 
 std::string canonical_drafter_name(const std::string& name) { return name == "ngram" ? "prompt_lookup" : name; }
+
+namespace {
+
+// key -> the built-ins that read it, and whether an options struct sets it off its default.
+struct KeyRow {
+  const char* key;
+  std::vector<std::string> readers;
+  bool (*set)(const DrafterOptions& o, const DrafterOptions& d);
+};
+
+const std::vector<KeyRow>& key_rows() {
+  // prompt_lookup copies tokens with no probability to gate on.
+  static const std::vector<std::string> gated = {"layer_skip", "draft_model", "eagle", "medusa", "retrieval"};
+  static const std::vector<KeyRow> rows = {
+      {"prompt_lookup_min", {"prompt_lookup"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.prompt_lookup_min != d.prompt_lookup_min; }},
+      {"prompt_lookup_max", {"prompt_lookup"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.prompt_lookup_max != d.prompt_lookup_max; }},
+      {"retrieval_min", {"retrieval"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.retrieval_min != d.retrieval_min; }},
+      {"retrieval_max", {"retrieval"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.retrieval_max != d.retrieval_max; }},
+      {"draft_layers", {"layer_skip"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.draft_layers != d.draft_layers; }},
+      {"draft_layers_first", {"layer_skip"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.draft_layers_first != d.draft_layers_first; }},
+      {"draft_model", {"draft_model", "eagle", "medusa", "retrieval"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.draft_model != d.draft_model; }},
+      {"draft_model_format", {"draft_model"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.draft_model_format != d.draft_model_format; }},
+      {"draft_model_tokenizer", {"draft_model"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.draft_model_tokenizer != d.draft_model_tokenizer; }},
+      {"draft_vocab", {"draft_model"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.draft_vocab != d.draft_vocab; }},
+      {"confidence_threshold", gated, [](const DrafterOptions& o, const DrafterOptions& d) { return o.confidence_threshold != d.confidence_threshold; }},
+      {"confidence_from_token", gated, [](const DrafterOptions& o, const DrafterOptions& d) { return o.confidence_from_token != d.confidence_from_token; }},
+      {"params", {}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.params != d.params; }},
+  };
+  return rows;
+}
+
+}  // namespace
+
+DrafterKeyReaders drafter_key_readers(const std::string& key) {
+  for (const KeyRow& r : key_rows())
+    if (key == r.key) return {true, r.readers};
+  return {};
+}
+
+bool drafter_reads_key(const DrafterOptions& o, const std::string& key) {
+  if (!o.plugin.empty()) return true;
+  const DrafterKeyReaders r = drafter_key_readers(key);
+  if (!r.listed || std::find(r.readers.begin(), r.readers.end(), o.name) != r.readers.end()) return true;
+  if (o.prompt_lookup_first && key.rfind("prompt_lookup_", 0) == 0) return true;  // the prompt-lookup source
+  if (o.retrieval_first && (key.rfind("retrieval_", 0) == 0 || key.rfind("confidence_", 0) == 0)) return true;
+  return false;
+}
+
+std::vector<std::string> unread_drafter_keys(const DrafterOptions& o) {
+  std::vector<std::string> out;
+  const DrafterOptions defaults;
+  for (const KeyRow& r : key_rows())
+    if (r.set(o, defaults) && !drafter_reads_key(o, r.key)) out.push_back(r.key);
+  return out;
+}
 
 std::vector<int64_t> layer_skip_layers(const DrafterOptions& o, int64_t n_layers) {
   if (!o.draft_layers.empty()) return o.draft_layers;

@@ -85,6 +85,25 @@ const std::vector<std::string>& builtin_drafter_names();
 // "draft_layers_first") when more layers are asked for than the target has.
 std::vector<int64_t> layer_skip_layers(const DrafterOptions& options, int64_t n_layers);
 
+// Which built-in drafters read a DrafterOptions key, by its YAML name ("prompt_lookup_max",
+// "draft_layers", "params", ...): the one table behind generate's "does not read it" and the
+// config's refusal of a key written on, or swept over, entries whose drafters would ignore it.
+struct DrafterKeyReaders {
+  bool listed = false;               // false: every built-in reads the key (gamma, schedule, ...)
+  std::vector<std::string> readers;  // the built-ins that read it; empty: only a plugin's drafter
+};
+DrafterKeyReaders drafter_key_readers(const std::string& key);
+
+// Whether the drafter of `o` reads `key`: a plugin's may read any key; a built-in reads those
+// drafter_key_readers lists for it, and its sources more: prompt_lookup_first adds
+// prompt_lookup_min/max, retrieval_first retrieval_min/max and confidence_threshold /
+// confidence_from_token (the datastore source gates on them).
+bool drafter_reads_key(const DrafterOptions& o, const std::string& key);
+
+// The keys of drafter_key_readers' table that `o` sets off their DrafterOptions defaults and its
+// drafter does not read (empty for a plugin's), in the table's order.
+std::vector<std::string> unread_drafter_keys(const DrafterOptions& o);
+
 // A drafter name as the registry knows it: vLLM's method name "ngram" is prompt_lookup (YAML's
 // drafter.name and generate's --drafter alike); any other name as given.
 std::string canonical_drafter_name(const std::string& name);

@@ -240,23 +240,53 @@ void check_sweep(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ct
   expand_points(cfg, &locate_point);
 }
 
-// A confidence threshold written on a prompt_lookup entry would be ignored: it copies tokens from
-// the context, with no probability to gate on (behind retrieval_first the datastore source reads
-// it). Refused where it is written on the entry; a `drafter.confidence_threshold` sweep, which sets
-// every entry, may leave prompt_lookup's unread (docs/config.md), as may a swept drafter.name.
-void refuse_lookup_threshold(const YAML::Node& root, const YamlOrigin& origin, const ExperimentConfig& cfg) {
+// A drafter key its entry's drafter does not read (drafter_key_readers: prompt_lookup_max on a
+// layer_skip entry, a confidence threshold on prompt_lookup, which copies tokens with no
+// probability to gate on) would be ignored, and a `drafter.<key>` sweep that no entry reads gives
+// identical points: both were accepted silently. A sweep of what decides who reads a key (the
+// name, the plugin, prompt_lookup_first, retrieval_first) leaves it to the points; a plugin's
+// entry may read any key.
+void refuse_unread_drafter_keys(const YAML::Node& root, const YamlOrigin& origin, const ExperimentConfig& cfg) {
   for (const SweepAxis& a : cfg.sweep)
-    if (a.key == "drafter.confidence_threshold" || a.key == "drafter.name" || a.key == "drafter.retrieval_first")
+    if (a.key == "drafter.name" || a.key == "drafter.method" || a.key == "drafter.plugin" ||
+        a.key == "drafter.prompt_lookup_first" || a.key == "drafter.retrieval_first")
       return;
+  const auto readers_text = [](const std::string& key) {
+    std::string by;
+    for (const std::string& w : drafter_key_readers(key).readers) by += (by.empty() ? "" : ", ") + w;
+    return by.empty() ? std::string("a plugin's drafter") : by;
+  };
+  std::set<std::string> swept;
+  for (const SweepAxis& a : cfg.sweep) {
+    if (!starts_with(a.key, "drafter.")) continue;
+    const std::string key = a.key.substr(8);
+    swept.insert(key);
+    if (!drafter_key_readers(key).listed) continue;
+    bool read = false;
+    for (const DrafterEntry& e : cfg.drafters) read = read || drafter_reads_key(e.options, key);
+    if (read) continue;
+    const YamlValue at = locate(root, origin, "sweep." + a.key);
+    throw Error(ErrorKind::kConfig,
+                "expected a key that one of the drafters reads, found " + key + ", which no entry's drafter reads (read "
+                "by: " + readers_text(key) + "): the sweep's points would be identical",
+                at.where(), at.path);
+  }
   for (size_t i = 0; i < cfg.drafters.size(); ++i) {
     const DrafterOptions& o = cfg.drafters[i].options;
-    if (!o.plugin.empty() || o.name != "prompt_lookup" || o.retrieval_first || !(o.confidence_threshold > 0.0)) continue;
-    const YamlValue at = locate(root, origin, "drafters[" + std::to_string(i) + "].confidence_threshold");
-    throw Error(ErrorKind::kConfig,
-                "expected none with prompt_lookup, which copies tokens from the context with no probability to gate "
-                "on (read by layer_skip, draft_model, eagle, medusa, retrieval, or with retrieval_first: true), found " +
-                    to_text(o.confidence_threshold),
-                at.where(), at.path);
+    for (const std::string& key : unread_drafter_keys(o)) {
+      if (swept.count(key)) continue;  // set by the sweep, refused above where no entry reads it
+      // draft_model and its format and tokenizer filled in from models.draft are not the entry's own.
+      if (cfg.drafters[i].draft_from_models && starts_with(key, "draft_model")) continue;
+      const YamlValue at = locate(root, origin, "drafters[" + std::to_string(i) + "]." + key);
+      throw Error(ErrorKind::kConfig,
+                  "expected none with " + o.name + ", which does not read it (read by: " + readers_text(key) +
+                      (key.rfind("confidence_", 0) == 0 ? ", or any drafter with retrieval_first: true"
+                       : key.rfind("prompt_lookup_", 0) == 0 ? ", or any drafter with prompt_lookup_first: true"
+                       : key.rfind("retrieval_", 0) == 0 ? ", or any drafter with retrieval_first: true"
+                                                         : "") +
+                      ")",
+                  at.where(), at.path);
+    }
   }
 }
 
@@ -365,7 +395,7 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
   }
   if (!cfg.sweep.empty()) check_sweep(root, origin, ctx, cfg);
   refuse_cuts_under_greedy(root, origin, cfg);
-  refuse_lookup_threshold(root, origin, cfg);
+  refuse_unread_drafter_keys(root, origin, cfg);
   return cfg;
 }
 

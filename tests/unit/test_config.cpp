@@ -579,6 +579,44 @@ TEST_CASE("a sweep valid at every point is accepted though the config without it
              Contains("bad.yaml:5:25: sampling.temperature"));
 }
 
+// A key written on an entry whose drafter does not read it, and a drafter.<key> sweep no entry
+// reads, were ignored (identical points); drafter_key_readers is the one table of who reads what.
+TEST_CASE("a drafter key its entry's drafter does not read is refused: written or swept", "[config][sweep]") {
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {name: layer_skip, prompt_lookup_max: 5}\n"),
+             Contains("bad.yaml:6:") && Contains("drafters[0].prompt_lookup_max: expected none with layer_skip, which does not read "
+                      "it (read by: prompt_lookup, or any drafter with prompt_lookup_first: true)"));
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {name: eagle, draft_vocab: 100}\n"),
+             Contains("drafters[0].draft_vocab: expected none with eagle, which does not read it (read by: draft_model)"));
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {name: prompt_lookup, draft_layers: [0, 1]}\n"),
+             Contains("drafters[0].draft_layers: expected none with prompt_lookup"));
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {name: medusa, params: {a: 1}}\n"),
+             Contains("drafters[0].params: expected none with medusa, which does not read it (read by: a plugin's drafter)"));
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {name: prompt_lookup}\nsweep:\n  drafter.draft_layers_first: [1, 2]\n"),
+             Contains("bad.yaml:8:") && Contains("sweep.drafter.draft_layers_first: expected a key that one of the drafters reads, "
+                      "found draft_layers_first, which no entry's drafter reads (read by: layer_skip)"));
+  // Controls: the same keys where something reads them.
+  CHECK_NOTHROW(parse_experiment_config(kBase + "drafters:\n  - {name: layer_skip, prompt_lookup_first: true, "
+                                                "prompt_lookup_max: 5}\n",
+                                        "ok.yaml"));
+  CHECK_NOTHROW(parse_experiment_config(kBase + "drafters:\n  - {name: draft_model, model: stories260K, draft_vocab: 100}\n",
+                                        "ok.yaml"));
+  CHECK_NOTHROW(parse_experiment_config(
+      kBase + "drafters:\n  - {name: prompt_lookup, retrieval_first: true, retrieval_min: 2, confidence_threshold: 0.5}\n",
+      "ok.yaml"));
+  // A sweep one entry reads spans both (the other ignores it), as does one over the name.
+  CHECK(expand_sweep(parse_experiment_config(kBase + "drafters:\n  - {name: prompt_lookup}\n  - {name: layer_skip}\n"
+                                                     "sweep:\n  drafter.draft_layers_first: [1, 2]\n",
+                                             "ok.yaml"))
+            .size() == 2);
+  CHECK_NOTHROW(parse_experiment_config(kBase + "drafters:\n  - {draft_layers_first: 1}\n"
+                                                "sweep:\n  drafter.name: [prompt_lookup, layer_skip]\n",
+                                        "ok.yaml"));
+  // A draft_model entry filled in from models.draft is the entry's own reader.
+  CHECK_NOTHROW(parse_experiment_config("models:\n  target: {path: stories260K}\n  draft: {path: stories260K}\n"
+                                        "prompts:\n  inline: [hello]\ndrafters:\n  - {name: draft_model}\n",
+                                        "ok.yaml"));
+}
+
 TEST_CASE("sweep keys: per-point settings only, and a drafters entry may not write a swept key", "[config][sweep]") {
   SECTION("name, output.* and equivalence.* cannot vary between points") {
     CHECK_THAT(config_error(kBase + "sweep:\n  name: [a, b]\n"),
