@@ -48,6 +48,29 @@ PART_LABELS = {"draft": "draft (propose)", "verify": "verify (target forward)", 
 GAMMA_KEYS = ("gamma", "num_speculative_tokens")
 
 
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo")
+
+
+def series_color(i: int, n: int):
+    """The colour of series i of n: matplotlib's 10-colour cycle up to 10 series, tab20 above (the
+    cycle repeated, and series 1 and 11 were drawn alike until 2026-12-06)."""
+    if n <= 10:
+        return plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10]
+    return plt.get_cmap("tab20")(i % 20)
+
+
+def line_style(i: int, n: int) -> dict:
+    """Colour and marker of line series i of n: the marker changes with each pass of 20 colours, so
+    no two of up to 200 series look alike."""
+    return {"color": series_color(i, n), "marker": MARKERS[(i // 20) % len(MARKERS)]}
+
+
+def bar_style(i: int, n: int) -> dict:
+    """Colour and hatch of bar series i of n (a hatch per pass of 20 colours)."""
+    return {"color": series_color(i, n), "hatch": HATCHES[(i // 20) % len(HATCHES)] if n > 20 else None}
+
+
 def fmt(v, spec: str = ".3f") -> str:
     try:
         f = float(v)
@@ -186,8 +209,7 @@ class Report:
             lo = np.array([float(r["alpha_lo"]) for r in rs])
             hi = np.array([float(r["alpha_hi"]) for r in rs])
             ax.errorbar(x, y, yerr=[np.clip(np.nan_to_num(y - lo), 0, None), np.clip(np.nan_to_num(hi - y), 0, None)],
-                        marker="o", capsize=3,
-                        label=self.series_label(point, method))
+                        capsize=3, label=self.series_label(point, method), **line_style(k, len(series)))
         # A drafter that never drafted has no positions: name it in the legend instead.
         no_drafts = [self.series_label(int(r["point"]), str(r["method"])) for r in self.rows("overall")
                      if math.isnan(float(r["alpha"]))]
@@ -214,15 +236,15 @@ class Report:
             rest = tuple(sorted((k, v) for k, v in vals.items() if not any(g in k for g in GAMMA_KEYS)))
             groups.setdefault((str(r["method"]), rest), []).append(r)
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         for i, ((method, rest), rs) in enumerate(groups.items()):
             rs.sort(key=lambda r: int(r["gamma"]))
             g = [int(r["gamma"]) for r in rs]
             label = method + ("" if not rest else " (" + ", ".join(f"{k}={v}" for k, v in rest) + ")")
-            color = colors[i % len(colors)]
-            ax.plot(g, [float(r["speedup"]) for r in rs], "-o", color=color, label=f"{label}: measured")
+            style = line_style(i, len(groups))
+            ax.plot(g, [float(r["speedup"]) for r in rs], "-", label=f"{label}: measured", **style)
             drafted = not all(math.isnan(float(r["alpha"])) for r in rs)
-            ax.plot(g, [float(r["predicted_speedup"]) for r in rs], "--s", color=color, alpha=0.7,
+            ax.plot(g, [float(r["predicted_speedup"]) for r in rs], "--", color=style["color"], alpha=0.7,
+                    marker=style["marker"], fillstyle="none",
                     label=f"{label}: " + ("predicted" if drafted else "no drafts, no prediction"))
         ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
         ax.set_title("Speedup over AR vs draft length γ\nmeasured and predicted (Leviathan et al. 2023)")
@@ -279,26 +301,37 @@ class Report:
                 continue
             ids = np.nonzero((runs["point"] == point) & (runs["method"] == method))[0]
             mine = np.isin(steps["run_id"], ids)
-            acc = steps["accepted"][mine]
+            # Steps that drafted nothing (no lookup match, a threshold, a cost schedule's AR step)
+            # are not rejections: they were counted in the bar at 0 (until 2026-12-06), which then
+            # read 0.82 for a drafter whose alpha was 0.64. Their share goes into the label.
+            drafted = steps["drafted"][mine] > 0
+            acc = steps["accepted"][mine][drafted]
+            label = self.series_label(point, method)
             if len(acc):
-                label = self.series_label(point, method)
-                series.append((label if steps["drafted"][mine].any() else f"{label} (no drafts)", acc))
+                idle = 1.0 - len(acc) / int(mine.sum())
+                series.append((label + (f" ({idle:.0%} of steps drafted nothing)" if idle > 0 else ""), acc))
+            elif mine.any():
+                series.append((f"{label} (no drafts)", acc))
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
         if series:
-            top = max(int(a.max()) for _, a in series)
+            top = max([int(a.max()) for _, a in series if len(a)] or [0])
             width = 0.8 / len(series)
             bins = np.arange(top + 1)
             for i, (label, acc) in enumerate(series):
-                freq = np.bincount(acc.astype(int), minlength=top + 1) / len(acc)
-                ax.bar(bins + (i - (len(series) - 1) / 2) * width, freq, width=width, label=label)
+                freq = (np.bincount(acc.astype(int), minlength=top + 1) / len(acc) if len(acc)
+                        else np.zeros(top + 1))
+                ax.bar(bins + (i - (len(series) - 1) / 2) * width, freq, width=width, label=label,
+                       **bar_style(i, len(series)))
             ax.set_xticks(bins)
             self.legend(ax)
         else:
             ax.text(0.5, 0.5, "no speculative steps recorded", ha="center", transform=ax.transAxes)
         ax.set_title("Accepted draft tokens per step")
         ax.set_xlabel("accepted draft tokens n per step (tokens)")
-        ax.set_ylabel("fraction of steps")
-        self.save(fig, "accepted_length_hist.png", "Each step emits n accepted tokens plus one correction/bonus.")
+        ax.set_ylabel("fraction of the steps that drafted")
+        self.save(fig, "accepted_length_hist.png", "Each step that drafted emits n accepted tokens plus one "
+                                                   "correction/bonus; steps that drafted nothing are left out "
+                                                   "(their share is in the legend).")
 
     def plot_acceptance_by_category(self):
         rows = self.rows("by_category", category=None)
@@ -326,7 +359,7 @@ class Report:
                 bars = ax.bar(xs, np.where(none, 0.0, y), width=width,
                               yerr=[np.where(none, 0.0, np.clip(np.nan_to_num(lo), 0, None)),
                                     np.where(none, 0.0, np.clip(np.nan_to_num(hi), 0, None))],
-                              capsize=2, label=self.series_label(point, method))
+                              capsize=2, label=self.series_label(point, method), **bar_style(i, len(series)))
                 for xi, gone in zip(xs[none], np.array(missing)[none]):
                     ax.text(xi, 0.02, "no runs" if gone else "no drafts", rotation=90, ha="center", va="bottom",
                             fontsize=7, color=bars.patches[0].get_facecolor())
@@ -344,67 +377,10 @@ class Report:
 
     # ---- equivalence (written by `speclab check`; optional) ----------------------------------------
 
-    EMPIRICAL = ("empirical", "empirical_freq", "empirical_frequency", "observed_freq", "observed", "observed_counts",
-                 "counts")
-    EXPECTED = ("expected", "expected_freq", "expected_frequency", "expected_prob", "expected_probs", "probs")
-
     def equivalence(self) -> str:
         if not self.exp.equivalence_path:
             return ""
-        md = ["## Distribution equivalence (/equivalence)\n"]
-        pairs = []
-        with h5py.File(self.exp.path, "r") as f:
-            g = f[self.exp.equivalence_path]
-            attrs = {k: v for k, v in g.attrs.items()}
-            if attrs:
-                md.append(md_table(["attribute", "value"], [[k, fmt(v, ".4g") if not isinstance(v, (bytes, str))
-                                                             else (v.decode() if isinstance(v, bytes) else v)]
-                                                            for k, v in attrs.items()]))
-
-            def visit(name, obj):
-                if not isinstance(obj, h5py.Group):
-                    return
-                cols = {k: d for k, d in obj.items() if isinstance(d, h5py.Dataset) and d.ndim == 1}
-                if not cols:
-                    return
-                lengths = {d.shape[0] for d in cols.values()}
-                if len(lengths) == 1 and len(cols) > 1:
-                    t = read_table(obj, n=lengths.pop()) if "complete" not in obj.attrs else read_table(obj)
-                    names = list(t)
-                    n = len(t[names[0]])
-                    shown = min(n, 40)
-                    md.append(f"### /equivalence/{name}\n")
-                    md.append(md_table(names, [[fmt(t[c][i], ".4g") if not isinstance(t[c][i], str) else t[c][i]
-                                                for c in names] for i in range(shown)]))
-                    if shown < n:
-                        md.append(f"({n - shown} more rows in the file)\n")
-                emp = next((cols[k] for k in self.EMPIRICAL if k in cols), None)
-                exp_ = next((cols[k] for k in self.EXPECTED if k in cols), None)
-                if emp is not None and exp_ is not None and emp.shape == exp_.shape and emp.shape[0] > 0:
-                    e, x = np.asarray(emp[()], dtype=float), np.asarray(exp_[()], dtype=float)
-                    if e.sum() > 1.0 + 1e-6:
-                        e = e / e.sum()
-                    if x.sum() > 1.0 + 1e-6:
-                        x = x / x.sum()
-                    pairs.append((name, e, x))
-
-            g.visititems(visit)
-            visit("", g)
-        if pairs:
-            fig, ax = plt.subplots(figsize=(6, 6))
-            hi = 0.0
-            for name, e, x in pairs:
-                ax.scatter(x, e, s=12, alpha=0.7, label=name or "/equivalence")
-                hi = max(hi, float(np.nanmax(np.concatenate([e, x]))))
-            ax.plot([0, hi], [0, hi], color="gray", linestyle="--", linewidth=0.8, label="y = x")
-            ax.set_title("Speculative sampling: empirical vs expected token frequencies")
-            ax.set_xlabel("expected frequency (target distribution, fraction)")
-            ax.set_ylabel("empirical frequency (speculative samples, fraction)")
-            ax.legend(fontsize=7)
-            self.save(fig, "equivalence.png", "Each point is one token (or token sequence) cell.")
-        elif len(md) == 1:
-            md.append("The group holds no tables.\n")
-        return "\n".join(md)
+        return equivalence_section(self.exp.path, self.exp.equivalence_path, self.save)
 
     # ---- report.md ---------------------------------------------------------------------------------
 
@@ -543,6 +519,121 @@ class Report:
             f.write("\n".join(md))
 
 
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _frequency_points(g) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """(label, exact probability, empirical frequency) of the frequencies table's tokens with an
+    exact probability (docs/equivalence.md): counts over the cell's N draws (sampling_cells.n), not
+    over the table's column, which keeps only the 30 most frequent tokens per cell and position."""
+    if "frequencies" not in g or "sampling_cells" not in g:
+        return []
+    freq, cells = g["frequencies"], g["sampling_cells"]
+    if not all(k in freq for k in ("cell", "exact")) or not all(k in cells for k in ("cell", "n")):
+        return []
+    n_of = dict(zip(np.asarray(cells["cell"][()]).tolist(), np.asarray(cells["n"][()], dtype=float).tolist()))
+    cell = np.asarray(freq["cell"][()])
+    exact = np.asarray(freq["exact"][()], dtype=float)
+    n = np.array([n_of.get(c, math.nan) for c in cell.tolist()], dtype=float)
+    out = []
+    for col, label in (("speculative", "speculative samples"), ("ar", "AR samples (the reference)")):
+        if col not in freq:
+            continue
+        counts = np.asarray(freq[col][()], dtype=float)
+        keep = np.isfinite(exact) & (n > 0) & (counts >= 0)
+        if keep.any():
+            out.append((label, exact[keep], counts[keep] / n[keep]))
+    return out
+
+
+def equivalence_section(path: str, group: str, save) -> str:
+    """The /equivalence group of `path` (written by `speclab check`) as markdown: its attributes,
+    then its failures and notes (one line each; a failed check's messages were left out until
+    2026-12-06), then each table; the empirical vs exact frequencies of /frequencies are plotted
+    through save(fig, name, caption) (equivalence.png, never drawn for check's own files before)."""
+    md = ["## Distribution equivalence (/equivalence)\n"]
+    with h5py.File(path, "r") as f:
+        g = f[group]
+        attrs = {k: v for k, v in g.attrs.items()}
+        if attrs:
+            md.append(md_table(["attribute", "value"], [[k, fmt(v, ".4g") if not isinstance(v, (bytes, str))
+                                                         else _text(v)] for k, v in attrs.items()]))
+        for name, title in (("failures", "Failures"), ("notes", "Notes")):
+            if name in g and isinstance(g[name], h5py.Group) and "message" in g[name]:
+                lines = [_text(m) for m in np.asarray(g[name]["message"][()]).tolist()]
+                md.append(f"### {title} ({len(lines)})\n")
+                md.append("\n".join(f"- {m}" for m in lines) + "\n" if lines else "None.\n")
+        tables = 0
+
+        def visit(name, obj):
+            nonlocal tables
+            if not isinstance(obj, h5py.Group) or name in ("failures", "notes"):
+                return
+            cols = {k: d for k, d in obj.items() if isinstance(d, h5py.Dataset) and d.ndim == 1}
+            if not cols:
+                return
+            lengths = {d.shape[0] for d in cols.values()}
+            if len(lengths) != 1:
+                return
+            t = read_table(obj, n=lengths.pop()) if "complete" not in obj.attrs else read_table(obj)
+            names = list(t)
+            n = len(t[names[0]])
+            shown = min(n, 40)
+            tables += 1
+            md.append(f"### /equivalence/{name}\n")
+            md.append(md_table(names, [[fmt(t[c][i], ".4g") if not isinstance(t[c][i], str) else t[c][i]
+                                        for c in names] for i in range(shown)]))
+            if shown < n:
+                md.append(f"({n - shown} more rows in the file)\n")
+
+        g.visititems(visit)
+        visit("", g)
+        points = _frequency_points(g)
+    if points:
+        fig, ax = plt.subplots(figsize=(6, 6))
+        hi = 0.0
+        for (label, x, y), marker in zip(points, ("o", "x")):
+            ax.scatter(x, y, s=14, alpha=0.7, marker=marker, label=label)
+            hi = max(hi, float(np.nanmax(np.concatenate([x, y]))))
+        ax.plot([0, hi], [0, hi], color="gray", linestyle="--", linewidth=0.8, label="y = x")
+        ax.set_title("Sampling: empirical vs exact token frequencies")
+        ax.set_xlabel("exact probability under the target (fraction)")
+        ax.set_ylabel("empirical frequency over the cell's N draws (fraction)")
+        ax.legend(fontsize=7)
+        save(fig, "equivalence.png", "Each point is one token at one position of one sampling cell "
+                                     "(/equivalence/frequencies, where the exact probability is known).")
+    elif tables == 0 and len(md) == 1:
+        md.append("The group holds no tables.\n")
+    return "\n".join(md)
+
+
+def is_equivalence_file(path: str) -> bool:
+    """A file `speclab check` wrote on its own (root attribute kind = speclab-equivalence)."""
+    with h5py.File(path, "r") as f:
+        return _text(f.attrs.get("kind", "")) == "speclab-equivalence" and "equivalence" in f
+
+
+def write_equivalence_report(path: str, out: str) -> None:
+    """report.md and equivalence.png of a file `speclab check` wrote on its own (it was refused as
+    'not a SpecLab experiment file')."""
+    figures: list[tuple[str, str]] = []
+
+    def save(fig, name, caption):
+        fig.savefig(os.path.join(out, name), dpi=110, bbox_inches="tight", pad_inches=0.1)
+        plt.close(fig)
+        figures.append((name, caption))
+
+    md = [f"# SpecLab equivalence report: {os.path.basename(path)}\n",
+          f"Written by `speclab check` on its own; `speclab check --out EXP.h5 --overwrite` adds a check to an "
+          f"experiment file of `speclab run` instead.\n",
+          equivalence_section(path, "equivalence", save)]
+    for name, caption in figures:
+        md.append(f"![{name}]({name})\n\n{caption}\n")
+    with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(md))
+
+
 def is_train_log(path: str) -> bool:
     with h5py.File(path, "r") as f:
         return "train" in f and "validation" in f and "step" in f["train"]
@@ -649,19 +740,26 @@ def main(argv: list[str]) -> int:
     out = args.out or os.path.join(os.path.dirname(args.input), os.path.splitext(os.path.basename(args.input))[0]
                                    + "_report")
     error = input_error(args.input)
-    train_log = False
+    train_log = equivalence_only = False
     if error is None:
         try:
             train_log = is_train_log(args.input)
+            equivalence_only = not train_log and is_equivalence_file(args.input)
         except OSError as e:  # e.g. a running `speclab run` holds the file (HDF5's lock)
             detail = " ".join(str(e).split())
             error = f"{args.input}: expected a readable SpecLab experiment file, found {type(e).__name__}: {detail}"
-    if train_log:
+    if train_log or equivalence_only:
         error = make_out_dir(out)
         if error is not None:
             print(f"error: {error}", file=sys.stderr)
             return 2
-        write_train_report(args.input, out)
+        try:
+            (write_train_report if train_log else write_equivalence_report)(args.input, out)
+        except (KeyError, ValueError, TypeError) as e:  # a crafted or damaged file: one line, not a traceback
+            kind = "training log of speclab train-draft" if train_log else "file of speclab check"
+            print(f"error: {args.input}: expected a {kind}, found a dataset or attribute missing or of another "
+                  f"type ({type(e).__name__}: {' '.join(str(e).split())})", file=sys.stderr)
+            return 2
         return 0
     if error is None:
         try:
@@ -680,6 +778,10 @@ def main(argv: list[str]) -> int:
         Report(exp, out).write()
     except SchemaError as e:  # a column the report reads is missing (Table names the dataset)
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (KeyError, ValueError, TypeError) as e:  # a crafted or damaged file: one line, not a traceback
+        print(f"error: {args.input}: expected a SpecLab experiment file, found a dataset or attribute missing or of "
+              f"another type ({type(e).__name__}: {' '.join(str(e).split())})", file=sys.stderr)
         return 2
     return 0
 

@@ -128,8 +128,23 @@ ChatTemplate ChatTemplate::from_jinja(const std::string& jinja, const std::strin
     t.family_ = Family::kChatML;
     t.default_system_ = find_default_system(jinja);
   } else if (jinja.find("<|start_header_id|>") != std::string::npos) {
+    // Llama 3.1 and later write a system block of their own (knowledge cutoff and date, tools):
+    // rendered as 3.0's, every prompt lost it, silently (found by a probe on 2026-12-06).
+    if (jinja.find("Cutting Knowledge Date") != std::string::npos || jinja.find("ipython") != std::string::npos)
+      throw Error(ErrorKind::kUnsupported,
+                  "expected a Llama 3.0 chat template, found a Llama 3.1-style one (it writes a \"Cutting Knowledge "
+                  "Date\" system block and tool turns), which SpecLab does not render",
+                  source, "chat_template");
     t.family_ = Family::kLlama3;
   } else if (jinja.find("[INST]") != std::string::npos) {
+    // Llama 2 folds the system message into a <<SYS>> block; Mistral's [INST] templates do not
+    // (they join it to the last user turn with a blank line, and put no space before [/INST]):
+    // they were rendered as Llama 2's, every prompt tokenized differently from HF's.
+    if (jinja.find("<<SYS>>") == std::string::npos)
+      throw Error(ErrorKind::kUnsupported,
+                  "expected a Llama 2 chat template ([INST] with a <<SYS>> block), found an [INST] template "
+                  "without <<SYS>> (Mistral's family), which SpecLab does not render",
+                  source, "chat_template");
     t.family_ = Family::kLlama2;
   } else {
     throw Error(ErrorKind::kUnsupported,

@@ -88,7 +88,9 @@ int run_report(const std::string& h5_path, const std::string& out_dir) {
   if (pid < 0) throw Error(ErrorKind::kIo, "fork failed", python);
   if (pid == 0) {
     setenv("MPLBACKEND", "Agg", 1);
-    execl(python.c_str(), python.c_str(), script.c_str(), h5_path.c_str(), "--out", out_dir.c_str(),
+    // "--out=DIR" and "--" before the file: a path starting with '-' was read as an option.
+    const std::string out_flag = "--out=" + out_dir;
+    execl(python.c_str(), python.c_str(), script.c_str(), out_flag.c_str(), "--", h5_path.c_str(),
           static_cast<char*>(nullptr));
     _exit(127);
   }

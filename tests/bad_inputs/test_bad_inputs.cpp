@@ -281,6 +281,11 @@ struct Fixtures {
     // A chat template SpecLab does not render (Phi-3's turn markers).
     write_tiny_gguf(at("phi3_template.gguf"), 64,
                     "{% for m in messages %}<|user|>\n{{ m.content }}<|end|>\n<|assistant|>\n{% endfor %}");
+    // Mistral's [INST] without <<SYS>>: rendered as Llama 2's (a <<SYS>> block, a space before
+    // [/INST]) until 2026-12-06.
+    write_tiny_gguf(at("mistral_template.gguf"), 64,
+                    "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}{{ '[INST] ' + m.content + "
+                    "'[/INST]' }}{% else %}{{ ' ' + m.content + eos_token }}{% endif %}{% endfor %}");
 
     // llama2.c: the model (with its tokenizer beside it) and broken copies.
     const std::vector<char> stories = read_bytes(kStoriesBin), tok = read_bytes(kStoriesTok);

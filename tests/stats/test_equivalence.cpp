@@ -1252,5 +1252,16 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   CHECK_THAT(log, Contains("top_p_on_p_only NOT caught"));
   CHECK_THAT(log, Contains("verdict: FAIL"));
   CHECK(fs::exists(out));
+  // speclab report on check's own file (refused as "not a SpecLab experiment file" until
+  // 2026-12-06): the failures listed (a failed check's messages were left out) and the empirical
+  // vs exact frequencies plotted (equivalence.png was never drawn for check's files).
+  const fs::path rep = dir / "rep";
+  CHECK(run_cli("report '" + out + "' --out '" + rep.string() + "'", &log) == 0);
+  INFO(log);
+  std::ifstream md_in(rep / "report.md");
+  const std::string md((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(md, Contains("### Failures (") && Contains("top_p_on_p_only") && Contains("### /equivalence/sampling_cells"));
+  CHECK(fs::exists(rep / "equivalence.png"));
+  CHECK(fs::file_size(rep / "equivalence.png") > 1000);
 #endif
 }

@@ -96,6 +96,24 @@ TEST_CASE("ChatTemplate: unrecognised templates and roles are errors", "[chat][e
     CHECK(e.field() == "chat_template");
   }
   CHECK_THROWS_AS(ChatTemplate::from_jinja("", "x"), Error);
+  // Templates that share a family's marker but render otherwise (both were rendered as the
+  // family's, found by a probe on 2026-12-06): Mistral v0.3's [INST] without <<SYS>> (the system
+  // message joins the last user turn, no space before [/INST]) and Llama 3.1's, whose system block
+  // names a knowledge cutoff and a date. The standard Llama 2 and 3.0 templates, the controls, are
+  // recognised (above, and rendered like jinja2 in the first test case).
+  const std::string mistral =
+      "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}"
+      "{%- set loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}"
+      "{{- bos_token }}{%- for message in loop_messages %}{%- if message['role'] == 'user' %}"
+      "{%- if loop.last and system_message is defined %}{{- '[INST] ' + system_message + '\\n\\n' + "
+      "message['content'] + '[/INST]' }}{%- else %}{{- '[INST] ' + message['content'] + '[/INST]' }}{%- endif %}"
+      "{%- elif message['role'] == 'assistant' %}{{- ' ' + message['content'] + eos_token}}{%- endif %}{%- endfor %}";
+  CHECK_THROWS_WITH(ChatTemplate::from_jinja(mistral, "x"), Catch::Contains("without <<SYS>> (Mistral's family)"));
+  const std::string llama31 =
+      "{{- bos_token }}{%- if not date_string is defined %}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}"
+      "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December 2023\\n\" }}"
+      "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}{{- system_message }}{{- \"<|eot_id|>\" }}";
+  CHECK_THROWS_WITH(ChatTemplate::from_jinja(llama31, "x"), Catch::Contains("Llama 3.1-style"));
   ChatTemplate none;
   CHECK_FALSE(none.available());
   CHECK_THROWS_AS(none.render({{"user", "Hi"}}, true), Error);
