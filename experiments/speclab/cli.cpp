@@ -250,6 +250,9 @@ std::unique_ptr<LoadedTarget> load_runtime_model(const ModelArgs& args) {
   try {
     return load_target(args.source());
   } catch (const Error& e) {
+    // The tokenizer file's own errors name the file only ("error: /x: cannot open tokenizer file").
+    if (!args.tokenizer.empty() && e.file() == args.tokenizer && e.field().empty())
+      throw Error(e.kind(), e.message(), e.file(), "--tokenizer");
     throw ModelArgs::flag_error(e);
   }
 }

@@ -157,13 +157,22 @@ int cmd_generate(const std::vector<std::string>& args) {
   ProbabilityLog log;
   session.add_observer(timer);
   session.add_observer(log);
-  session.begin({ids, method, gen, samp});
+  // The prompt's own errors (empty, longer than the context) named "prompt", not the flag.
+  const auto begin = [&](const Request& r) {
+    try {
+      session.begin(r);
+    } catch (const Error& e) {
+      if (e.file() != "prompt") throw;
+      throw Error(e.kind(), e.message(), "command line", "--prompt");
+    }
+  };
+  begin({ids, method, gen, samp});
   const SpecResult r = run_to_end(session);
   std::cout << r.text << std::endl;
   if (verbose) print_timing(r, method.drafter ? ("speculative (" + drafter_name + ")").c_str() : "AR cached");
   if (stats) {
     const Method no_drafter;
-    session.begin({ids, no_drafter, gen, samp});
+    begin({ids, no_drafter, gen, samp});
     const SpecResult ar = run_to_end(session);
     const double t_spec = r.prefill_seconds + r.draft_prefill_seconds + r.decode_seconds,
                  t_ar = ar.prefill_seconds + ar.decode_seconds;
