@@ -91,7 +91,9 @@ def measure(llama_cpp, args, n_ctx, flash_attn):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, help="path to a .gguf file")
+    ap.add_argument("--probe", action="store_true",
+                    help="only import llama-cpp-python and print its version (exit 1 with the reason when it cannot)")
+    ap.add_argument("--model", help="path to a .gguf file (required without --probe)")
     ap.add_argument("--n-prompt", type=int, default=128)
     ap.add_argument("--n-decode", type=int, default=64)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -100,6 +102,12 @@ def main():
     ap.add_argument("--flash-attn", choices=["best", "on", "off"], default="best",
                     help="llama.cpp's flash-attention kernel: off, on, or both and the faster per figure")
     args = ap.parse_args()
+    if args.probe:  # speclab bench --llama-cpp on: before any SpecLab figure is timed
+        from peer import import_llama_cpp
+        print(json.dumps({"version": import_llama_cpp().__version__}))
+        return
+    if not args.model:
+        ap.error("--model is required")
     if args.n_prompt <= 0 or args.n_decode <= 0 or args.threads <= 0 or args.repeats <= 0:
         ap.error("--n-prompt, --n-decode, --threads and --repeats must be positive")
     if any(c <= 0 for c in args.contexts):

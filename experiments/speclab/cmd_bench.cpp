@@ -13,7 +13,9 @@
 #include <ATen/ops/tensor.h>
 #include <c10/core/InferenceMode.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "framework/core/thread_pool.h"
@@ -32,6 +34,7 @@
 #include "experiments/speclab/cli.h"
 #include "framework/core/ab_variant.h"
 #include "framework/core/error.h"
+#include "framework/core/fnv.h"
 #include "framework/core/step_profile.h"
 #include "framework/engine/ar_decode.h"
 #include "framework/engine/observers.h"
@@ -495,13 +498,41 @@ std::string run_capture(const std::string& cmd, int& status) {
 // model, decode_tok_s, prefill_tok_s, decode_at{context: tok/s}, flash_attn_used{figure: bool}), or
 // null when llama-cpp-python is not usable. `flash_attn` is best (each figure the faster of
 // llama.cpp's flash attention off and on), on or off.
+// `s` as one word for sh (a path with a ' broke the command, and the error blamed the peer).
+std::string shell_word(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+const std::string& llamacpp_script() {
+  static const std::string script = std::string(SPECLAB_SOURCE_DIR) + "/scripts/llamacpp_bench.py";
+  return script;
+}
+
+// Why llama-cpp-python cannot be imported by python_interpreter() (the last line it printed), or ""
+// when it can: scripts/llamacpp_bench.py --probe.
+std::string llama_cpp_unusable() {
+  int status = 0;
+  const std::string out = run_capture(shell_word(python_interpreter()) + " " + shell_word(llamacpp_script()) +
+                                          " --probe 2>&1",
+                                      status);
+  if (status == 0) return "";
+  std::string last;
+  std::istringstream lines(out);
+  for (std::string l; std::getline(lines, l);)
+    if (!l.empty()) last = l;
+  if (!last.empty()) return last;
+  return WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) : "killed by a signal";
+}
+
 nlohmann::json run_llama_cpp(const std::string& path, int64_t prefill_len, int steps, int threads,
                              const std::vector<int64_t>& contexts, const std::string& flash_attn) {
   int status = 0;
-  const std::string script = std::string(SPECLAB_SOURCE_DIR) + "/scripts/llamacpp_bench.py";
   std::ostringstream cmd;
-  cmd << python_interpreter() << " " << script << " --model '" << path << "' --n-prompt " << prefill_len << " --n-decode "
-      << steps << " --threads " << threads << " --repeats 2 --flash-attn " << flash_attn;
+  cmd << shell_word(python_interpreter()) << " " << shell_word(llamacpp_script()) << " --model " << shell_word(path)
+      << " --n-prompt " << prefill_len << " --n-decode " << steps << " --threads " << threads
+      << " --repeats 2 --flash-attn " << flash_attn;
   if (!contexts.empty()) {
     cmd << " --contexts";
     for (int64_t c : contexts) cmd << " " << c;
@@ -543,8 +574,19 @@ template <class Say>
 void compare_float32(const ModelArgs& margs, const LoadedTarget& m, const nlohmann::json& lc, int64_t prefill_len,
                      int steps, int threads, int64_t ctx, double ours_quantized, const std::string& flash_attn,
                      nlohmann::json& report, Say say) {
+  // Keyed by the source's canonical path, size and modification time: by its name alone, another
+  // model of that name (a 2-layer export called SmolLM2-135M-Instruct.Q4_1.gguf) was compared
+  // against the first one's float32 copy, and a changed file against its old copy.
   const std::string base = m.info.source.substr(m.info.source.find_last_of('/') + 1);
-  const std::string f32_path = std::string(SPECLAB_SOURCE_DIR) + "/.cache/models/" + base + ".f32.gguf";
+  std::error_code ec;
+  const std::filesystem::path canonical = std::filesystem::canonical(m.info.source, ec);
+  const auto size = std::filesystem::file_size(m.info.source, ec);
+  const auto mtime = std::filesystem::last_write_time(m.info.source, ec).time_since_epoch().count();
+  Fnv64 key_hash;
+  key_hash.add(canonical.string());
+  key_hash.add(std::to_string(size) + "|" + std::to_string(mtime));
+  const std::string f32_path =
+      std::string(SPECLAB_SOURCE_DIR) + "/.cache/models/" + base + "." + key_hash.hex() + ".f32.gguf";
   if (std::FILE* probe = std::fopen(f32_path.c_str(), "rb")) {
     std::fclose(probe);
   } else {
@@ -611,10 +653,14 @@ int cmd_bench(const std::vector<std::string>& args) {
       ("json", po::bool_switch(&json_out), "print one JSON object instead of the tables");
   po::variables_map vm;
   if (!parse_or_help("usage: speclab bench [options]", desc, args, vm)) return kExitOk;
-  if (steps <= 0 || naive_steps <= 0 || prefill_len <= 0 || verify_reps <= 0 || verify_ctx <= 0 || contexts.empty())
-    throw Error(ErrorKind::kConfig,
-                "expected positive --steps, --naive-steps, --prefill, --verify-reps, --verify-context and some --contexts",
-                "command line");
+  // One flag per message (one message named all six, and no flag).
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--steps", steps}, {"--naive-steps", naive_steps},
+                                    {"--prefill", prefill_len}, {"--verify-reps", verify_reps},
+                                    {"--verify-context", verify_ctx}})
+    if (value <= 0)
+      throw Error(ErrorKind::kConfig, "expected a positive number, found " + std::to_string(value), "command line", flag);
+  if (contexts.empty())
+    throw Error(ErrorKind::kConfig, "expected at least one context length, found none", "command line", "--contexts");
   for (size_t i = 1; i < contexts.size(); ++i)
     if (contexts[i] <= contexts[i - 1])
       throw Error(ErrorKind::kConfig,
@@ -650,7 +696,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   const bool synthetic = m.info.format == "random";
   // The default contexts drop those beyond a small model's context (random:tiny holds 1,024), as the
   // default --verify-context shrinks; contexts given on the command line must fit.
-  if (vm["contexts"].empty() || vm["contexts"].defaulted()) {
+  const bool contexts_given = !(vm["contexts"].empty() || vm["contexts"].defaulted());
+  if (!contexts_given) {
     std::vector<int64_t> fit;
     for (int64_t ctx : contexts)
       if (ctx + steps + 1 <= c.max_position_embeddings) fit.push_back(ctx);
@@ -668,7 +715,7 @@ int cmd_bench(const std::vector<std::string>& args) {
                   "context " + std::to_string(ctx) + " and " + std::to_string(steps) + " steps need " +
                       std::to_string(ctx + steps + 1) + " positions (the prefill's token, then one a step), the model "
                       "context holds " + std::to_string(c.max_position_embeddings),
-                  "command line", "--contexts");
+                  "command line", contexts_given ? "--contexts" : "--steps");
   }
   // The speculative steps run at the first context: each may take gamma + 1 positions, and a run
   // near the end of the context timed fewer steps (none at all, reporting a share of 1.00).
@@ -691,11 +738,29 @@ int cmd_bench(const std::vector<std::string>& args) {
                     " (the model context less the 18 positions of a 17-row pass and its next token), found " +
                     std::to_string(verify_ctx),
                 "command line", "--verify-context");
-  if (llama_cpp == "on" && (m.info.format != "gguf" || on_device))
+  const bool peer_runs_it = m.info.format == "gguf" && !on_device;
+  if (llama_cpp == "on" && !peer_runs_it)
     throw Error(ErrorKind::kConfig,
                 "expected a GGUF model on the CPU for the llama.cpp comparison, found a " + m.info.format + " model on " +
                     c.device,
                 "command line", "--llama-cpp");
+  // Where llama.cpp cannot run the model (--llama-cpp auto), its flags were ignored without a word.
+  for (const auto& [flag, given] : {std::pair<const char*, bool>{"--f32-compare", f32_compare},
+                                    {"--llama-cpp-flash-attn", !vm["llama-cpp-flash-attn"].defaulted()}})
+    if (given && !peer_runs_it)
+      throw Error(ErrorKind::kConfig,
+                  "configures the llama.cpp comparison, which runs GGUF models on the CPU only; found a " +
+                      m.info.format + " model on " + c.device,
+                  "command line", flag);
+  // --llama-cpp on: a peer that cannot run is found now, not after every SpecLab figure.
+  if (llama_cpp == "on") {
+    const std::string why = llama_cpp_unusable();
+    if (!why.empty())
+      throw Error(ErrorKind::kConfig,
+                  "llama-cpp-python is not usable by " + python_interpreter() + " (make peer installs it in .cache/peer): " +
+                      why,
+                  "command line", "--llama-cpp");
+  }
   if (prefill_len >= c.max_position_embeddings)
     throw Error(ErrorKind::kConfig,
                 "expected a prompt shorter than the model context " + std::to_string(c.max_position_embeddings) +
@@ -799,14 +864,21 @@ int cmd_bench(const std::vector<std::string>& args) {
   // The same two contexts over an int8 cache (kv_dtype int8, CPU only), side by side with the
   // model's own cache: the long-context figure with (head_dim + 4) / (4 head_dim) of float32's
   // cache bytes (0.27 for SmolLM2).
+  // With one context, that one (the int8 verification and step profile below were dropped with it).
   std::vector<double> decode_rate8;
-  if (c.device == "cpu" && c.kv_geometry().dtype != "int8" && contexts.size() > 1) {
-    for (int64_t ctx : {contexts.front(), contexts.back()})
+  if (c.device == "cpu" && c.kv_geometry().dtype != "int8") {
+    std::vector<int64_t> at = {contexts.front()};
+    if (contexts.size() > 1) at.push_back(contexts.back());
+    std::string line;
+    for (int64_t ctx : at) {
       decode_rate8.push_back(1.0 / cached_step_seconds(model, *m.info.tokenizer, ctx, steps, "int8"));
-    say("int8 K/V cache (--kv-dtype int8): %.1f tok/s at context %lld, %.1f at %lld\n", decode_rate8[0],
-        static_cast<long long>(contexts.front()), decode_rate8[1], static_cast<long long>(contexts.back()));
-    report["decode_tok_s_kv_int8"][std::to_string(contexts.front())] = decode_rate8[0];
-    report["decode_tok_s_kv_int8"][std::to_string(contexts.back())] = decode_rate8[1];
+      char part[96];
+      std::snprintf(part, sizeof part, "%s%.1f tok/s at context %lld", line.empty() ? "" : ", ", decode_rate8.back(),
+                    static_cast<long long>(ctx));
+      line += part;
+      report["decode_tok_s_kv_int8"][std::to_string(ctx)] = decode_rate8.back();
+    }
+    say("int8 K/V cache (--kv-dtype int8): %s\n", line.c_str());
   }
 
   // Verification cost: one forward of n = gamma + 1 tokens vs one decode step. Leviathan et al.'s
@@ -1018,6 +1090,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     std::string unlike;
     if (margs.weights != "native") unlike += " --weights " + margs.weights;
     if (margs.activations == "f32") unlike += " --activations f32";
+    if (margs.dtype != "auto" && margs.dtype != "float32") unlike += " --dtype " + margs.dtype;  // its matrices in it
     if (c.kv_geometry().dtype != "float16") unlike += " K/V " + c.kv_geometry().dtype;
     if (!unlike.empty()) {
       say("\nnote: SpecLab runs%s; llama.cpp the GGUF as stored with a float16 K/V cache: the ratios below compare "
@@ -1054,14 +1127,17 @@ int cmd_bench(const std::vector<std::string>& args) {
   for (int64_t n : {5, 9, 17}) {
     row("verification of n = " + std::to_string(n) + " vs one decode step, context " + std::to_string(verify_ctx),
         verify_cost.at(n), 0.0, verify_targets[vi++]);
-    if (roof_cost.count(n)) row("    its arithmetic roof on this CPU", roof_cost[n], 0.0, "(lower bound)");
+    if (roof_cost.count(n))
+      row("    its arithmetic roof on this CPU (n = " + std::to_string(n) + ")", roof_cost[n], 0.0, "(lower bound)");
   }
   vi = 0;
   for (int64_t n : {5, 9, 17})
     if (verify_cost8.count(n)) {
       row("... n = " + std::to_string(n) + " over an int8 K/V cache (--kv-dtype int8)", verify_cost8[n], 0.0,
           verify_targets[vi++]);
-      if (roof_cost8.count(n)) row("    its arithmetic roof on this CPU", roof_cost8[n], 0.0, "(lower bound)");
+      if (roof_cost8.count(n))
+        row("    its arithmetic roof on this CPU (n = " + std::to_string(n) + ", int8 K/V)", roof_cost8[n], 0.0,
+            "(lower bound)");
     }
   if (!draft_model.empty())
     row("speculative step: share outside model forwards, gamma " + std::to_string(spec_gamma), spec.outside_share, 0.0,
@@ -1096,7 +1172,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   };
   const std::string kv_dtype = c.kv_geometry().dtype;
   if (contexts.size() > 1 && !on_device) context_floor(kv_dtype);
-  if (!decode_rate8.empty()) {
+  if (decode_rate8.size() > 1) {
     row("... over an int8 K/V cache (--kv-dtype int8)", decode_rate8[1] / decode_rate8[0], 0.0, ">= 0.8");
     context_floor("int8");
   }
