@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 #include <limits>
@@ -311,6 +312,15 @@ bool in_tree(const Schema& s, const Schema& tree) {
 std::string unknown_key_message(const std::string& written, const Schema& schema, const std::string& section_path) {
   std::string msg = "unknown key " + squote(written);
   if (!section_path.empty()) msg += " in " + section_path;
+  // HF's and vLLM's names that are not aliases here (docs/config.md's HF and vLLM columns): the
+  // setting they name, which the key list alone did not point to.
+  static const std::map<std::string, std::string> foreign = {
+      {"do_sample", "HF's do_sample: SpecLab samples where sampling.temperature is above 0 (0 is greedy)"},
+      {"torch_dtype", "HF's torch_dtype: SpecLab's key is dtype (models.target.dtype)"},
+      {"kv_cache_dtype", "vLLM's kv_cache_dtype: SpecLab's key is kv_dtype (models.target.kv_dtype)"},
+      {"assistant_model", "HF's assistant_model: SpecLab's key is draft_model (drafters[i].draft_model, or models.draft)"},
+  };
+  if (const auto f = foreign.find(written); f != foreign.end()) return msg + "; " + f->second;
   const std::string near = yaml_util::closest_match(written, schema.all_names());
   if (!near.empty()) return msg + "; did you mean " + squote(near) + "?";
   // A key that belongs elsewhere in a run config: only where `schema` is part of one (the

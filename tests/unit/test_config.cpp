@@ -426,6 +426,12 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
     CHECK_THAT(config_error(kBase + "generation:\n  temperature: 1\n"),
                Contains("bad.yaml:6:3: generation.temperature: unknown key 'temperature' in generation; did you mean "
                         "'sampling.temperature'?"));
+    // HF's and vLLM's names that are not aliases name the SpecLab setting (they listed the keys).
+    CHECK_THAT(config_error(kBase + "sampling:\n  do_sample: true\n"),
+               Contains("unknown key 'do_sample' in sampling; HF's do_sample: SpecLab samples where "
+                        "sampling.temperature is above 0"));
+    CHECK_THAT(config_error("models:\n  target: {path: stories260K, kv_cache_dtype: float16}\nprompts:\n  inline: [hi]\n"),
+               Contains("SpecLab's key is kv_dtype (models.target.kv_dtype)"));
   }
   SECTION("wrong type") {
     CHECK_THAT(config_error(kBase + "sampling:\n  temperature: hot\n"),
