@@ -3,8 +3,10 @@
 // Templates are recognised from the Jinja source shipped with the model (GGUF
 // `tokenizer.chat_template`, HF `tokenizer_config.json`) and rendered natively: ChatML
 // (SmolLM2, Qwen2; with the default system prompt the template injects when the first
-// message is not a system message), Llama 3 header ids, and Llama 2 [INST]. An unrecognised
-// template throws Error(kUnsupported) naming the source.
+// message is not a system message), Llama 3.0 header ids, and Llama 2 [INST] with its <<SYS>>
+// block. An unrecognised template throws Error(kUnsupported) naming the source, as do templates
+// that share a family's marker but render otherwise: Llama 3.1-style ones (a "Cutting Knowledge
+// Date" system block, tool turns) and [INST] templates without <<SYS>> (Mistral's).
 #pragma once
 
 #include <string>

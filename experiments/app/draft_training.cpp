@@ -720,13 +720,8 @@ std::string check_outside_evaluation_sets(const TrainDraftConfig& c, const std::
 
 }  // namespace
 
-TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const TrainDraftProgress& progress,
-                             int64_t stop_after) {
-  // Autograd on, even when called under a caller's InferenceMode or NoGradGuard: without it every
-  // step would leave the weights where they are, silently.
-  c10::InferenceMode grad_on(false);
-  const auto t_data = Clock::now();
-  const bool retrieval = c.architecture == "retrieval";  // no training: the answers cache is its resume
+void check_train_request(const TrainDraftConfig& c, bool resume, int64_t stop_after) {
+  const bool retrieval = c.architecture == "retrieval";
   if (retrieval && stop_after > 0)
     throw Error(ErrorKind::kConfig,
                 "expected no --stop-after for a retrieval datastore, found " + std::to_string(stop_after) +
@@ -743,6 +738,16 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
                 "expected no --resume for a retrieval datastore: it trains no steps and writes no checkpoint (an "
                 "interrupted data stage continues from its answers cache without it)",
                 "command line", "--resume");
+}
+
+TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const TrainDraftProgress& progress,
+                             int64_t stop_after) {
+  // Autograd on, even when called under a caller's InferenceMode or NoGradGuard: without it every
+  // step would leave the weights where they are, silently.
+  c10::InferenceMode grad_on(false);
+  const auto t_data = Clock::now();
+  const bool retrieval = c.architecture == "retrieval";  // no training: the answers cache is its resume
+  check_train_request(c, resume, stop_after);
   if (resume && !retrieval && !fs::exists(c.output.checkpoint))
     throw Error(ErrorKind::kIo, "--resume: no checkpoint to resume from", c.output.checkpoint);
   check_train_outputs(c);

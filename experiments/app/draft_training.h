@@ -69,6 +69,12 @@ struct TrainDraftResult {
   std::string evaluation_check;
 };
 
+// What train_draft refuses before it touches anything, from the command line's side: --stop-after
+// or --resume for a retrieval datastore, --stop-after past train.steps (Error(kConfig, "command
+// line", flag)). `speclab train-draft` calls it before --overwrite removes the old outputs (they
+// were removed, then the run refused).
+void check_train_request(const TrainDraftConfig& config, bool resume, int64_t stop_after);
+
 // resume: continue from config.output.checkpoint (Error(kBadInput) naming it when it is corrupt
 // or belongs to another config/target; Error(kIo) when absent). stop_after > 0: checkpoint and
 // return after that many steps, writing no draft (an interruption, for tests and time slices).

@@ -493,11 +493,6 @@ std::string run_capture(const std::string& cmd, int& status) {
   return out;
 }
 
-// llama.cpp (scripts/llamacpp_bench.py through llama-cpp-python, run by python_interpreter(); the
-// script finds the peer `make peer` installs, scripts/peer.py) on `path`: its JSON report (version,
-// model, decode_tok_s, prefill_tok_s, decode_at{context: tok/s}, flash_attn_used{figure: bool}), or
-// null when llama-cpp-python is not usable. `flash_attn` is best (each figure the faster of
-// llama.cpp's flash attention off and on), on or off.
 // `s` as one word for sh (a path with a ' broke the command, and the error blamed the peer).
 std::string shell_word(const std::string& s) {
   std::string out = "'";
@@ -526,6 +521,11 @@ std::string llama_cpp_unusable() {
   return WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) : "killed by a signal";
 }
 
+// llama.cpp (scripts/llamacpp_bench.py through llama-cpp-python, run by python_interpreter(); the
+// script finds the peer `make peer` installs, scripts/peer.py) on `path`: its JSON report (version,
+// model, decode_tok_s, prefill_tok_s, decode_at{context: tok/s}, flash_attn_used{figure: bool}), or
+// null when llama-cpp-python is not usable. `flash_attn` is best (each figure the faster of
+// llama.cpp's flash attention off and on), on or off.
 nlohmann::json run_llama_cpp(const std::string& path, int64_t prefill_len, int steps, int threads,
                              const std::vector<int64_t>& contexts, const std::string& flash_attn) {
   int status = 0;
@@ -590,6 +590,14 @@ void compare_float32(const ModelArgs& margs, const LoadedTarget& m, const nlohma
   if (std::FILE* probe = std::fopen(f32_path.c_str(), "rb")) {
     std::fclose(probe);
   } else {
+    // Copies under other keys (an earlier version of the file, or another file of that name) would
+    // pile up, about 0.5 GB each for SmolLM2: one copy per name is kept.
+    for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(f32_path).parent_path(), ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(base + ".", 0) == 0 && name.size() > base.size() + 9 &&
+          name.compare(name.size() - 9, 9, ".f32.gguf") == 0)
+        std::filesystem::remove(e.path(), ec);
+    }
     ExportOptions eo;
     eo.type = GgmlType::F32;
     export_gguf_layers(m.info.source, f32_path, eo);

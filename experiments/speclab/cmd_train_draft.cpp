@@ -37,6 +37,7 @@ int cmd_train_draft(const std::vector<std::string>& args) {
   if (resume && overwrite)
     throw Error(ErrorKind::kConfig, "expected --resume or --overwrite, found both (one continues the checkpoint, the "
                                     "other discards it)", "command line", "--overwrite");
+  check_train_request(c, resume, stop_after);  // before --overwrite removes anything
   // A fresh run replaced an existing draft and checkpoint: an hour of training lost to a
   // forgotten --resume after --stop-after (run, check, export and merge refuse theirs too).
   // --overwrite removes them first, so that a run stopped early leaves no old draft beside its new

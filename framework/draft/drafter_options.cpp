@@ -1,6 +1,7 @@
 #include "framework/draft/drafter_options.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "framework/core/error.h"
 #include "framework/core/model_source.h"
@@ -82,26 +83,33 @@ namespace {
 struct KeyRow {
   const char* key;
   std::vector<std::string> readers;
-  bool (*set)(const DrafterOptions& o, const DrafterOptions& d);
+  std::function<bool(const DrafterOptions&)> set;
 };
 
+// Whether member `m` of an options struct differs from a default DrafterOptions'.
+template <class T>
+std::function<bool(const DrafterOptions&)> off_default(T DrafterOptions::*m) {
+  return [m](const DrafterOptions& o) { return !(o.*m == DrafterOptions{}.*m); };
+}
+
 const std::vector<KeyRow>& key_rows() {
+  using O = DrafterOptions;
   // prompt_lookup copies tokens with no probability to gate on.
   static const std::vector<std::string> gated = {"layer_skip", "draft_model", "eagle", "medusa", "retrieval"};
   static const std::vector<KeyRow> rows = {
-      {"prompt_lookup_min", {"prompt_lookup"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.prompt_lookup_min != d.prompt_lookup_min; }},
-      {"prompt_lookup_max", {"prompt_lookup"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.prompt_lookup_max != d.prompt_lookup_max; }},
-      {"retrieval_min", {"retrieval"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.retrieval_min != d.retrieval_min; }},
-      {"retrieval_max", {"retrieval"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.retrieval_max != d.retrieval_max; }},
-      {"draft_layers", {"layer_skip"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.draft_layers != d.draft_layers; }},
-      {"draft_layers_first", {"layer_skip"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.draft_layers_first != d.draft_layers_first; }},
-      {"draft_model", {"draft_model", "eagle", "medusa", "retrieval"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.draft_model != d.draft_model; }},
-      {"draft_model_format", {"draft_model"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.draft_model_format != d.draft_model_format; }},
-      {"draft_model_tokenizer", {"draft_model"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.draft_model_tokenizer != d.draft_model_tokenizer; }},
-      {"draft_vocab", {"draft_model"}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.draft_vocab != d.draft_vocab; }},
-      {"confidence_threshold", gated, [](const DrafterOptions& o, const DrafterOptions& d) { return o.confidence_threshold != d.confidence_threshold; }},
-      {"confidence_from_token", gated, [](const DrafterOptions& o, const DrafterOptions& d) { return o.confidence_from_token != d.confidence_from_token; }},
-      {"params", {}, [](const DrafterOptions& o, const DrafterOptions& d) { return o.params != d.params; }},
+      {"prompt_lookup_min", {"prompt_lookup"}, off_default(&O::prompt_lookup_min)},
+      {"prompt_lookup_max", {"prompt_lookup"}, off_default(&O::prompt_lookup_max)},
+      {"retrieval_min", {"retrieval"}, off_default(&O::retrieval_min)},
+      {"retrieval_max", {"retrieval"}, off_default(&O::retrieval_max)},
+      {"draft_layers", {"layer_skip"}, off_default(&O::draft_layers)},
+      {"draft_layers_first", {"layer_skip"}, off_default(&O::draft_layers_first)},
+      {"draft_model", {"draft_model", "eagle", "medusa", "retrieval"}, off_default(&O::draft_model)},
+      {"draft_model_format", {"draft_model"}, off_default(&O::draft_model_format)},
+      {"draft_model_tokenizer", {"draft_model"}, off_default(&O::draft_model_tokenizer)},
+      {"draft_vocab", {"draft_model"}, off_default(&O::draft_vocab)},
+      {"confidence_threshold", gated, off_default(&O::confidence_threshold)},
+      {"confidence_from_token", gated, off_default(&O::confidence_from_token)},
+      {"params", {}, off_default(&O::params)},
   };
   return rows;
 }
@@ -125,9 +133,8 @@ bool drafter_reads_key(const DrafterOptions& o, const std::string& key) {
 
 std::vector<std::string> unread_drafter_keys(const DrafterOptions& o) {
   std::vector<std::string> out;
-  const DrafterOptions defaults;
   for (const KeyRow& r : key_rows())
-    if (r.set(o, defaults) && !drafter_reads_key(o, r.key)) out.push_back(r.key);
+    if (r.set(o) && !drafter_reads_key(o, r.key)) out.push_back(r.key);
   return out;
 }
 

@@ -243,49 +243,49 @@ void check_sweep(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ct
 // A drafter key its entry's drafter does not read (drafter_key_readers: prompt_lookup_max on a
 // layer_skip entry, a confidence threshold on prompt_lookup, which copies tokens with no
 // probability to gate on) would be ignored, and a `drafter.<key>` sweep that no entry reads gives
-// identical points: both were accepted silently. A sweep of what decides who reads a key (the
-// name, the plugin, prompt_lookup_first, retrieval_first) leaves it to the points; a plugin's
-// entry may read any key.
+// identical points: both were accepted silently. A sweep of what decides who reads a key leaves
+// those keys to the points: the name or the plugin every key, prompt_lookup_first the
+// prompt_lookup_* keys, retrieval_first the retrieval_* and confidence_* keys. A plugin's entry
+// may read any key.
 void refuse_unread_drafter_keys(const YAML::Node& root, const YamlOrigin& origin, const ExperimentConfig& cfg) {
+  std::set<std::string> swept;  // drafter keys the sweep sets ("params" for drafter.params.<k>)
   for (const SweepAxis& a : cfg.sweep)
-    if (a.key == "drafter.name" || a.key == "drafter.method" || a.key == "drafter.plugin" ||
-        a.key == "drafter.prompt_lookup_first" || a.key == "drafter.retrieval_first")
-      return;
+    if (starts_with(a.key, "drafter.")) swept.insert(starts_with(a.key, "drafter.params.") ? "params" : a.key.substr(8));
+  const auto decided_by_points = [&](const std::string& key) {
+    return swept.count("name") || swept.count("method") || swept.count("plugin") ||
+           (swept.count("prompt_lookup_first") && starts_with(key, "prompt_lookup_")) ||
+           (swept.count("retrieval_first") && (starts_with(key, "retrieval_") || starts_with(key, "confidence_")));
+  };
+  // "read by: prompt_lookup, or any drafter with prompt_lookup_first: true"
   const auto readers_text = [](const std::string& key) {
     std::string by;
     for (const std::string& w : drafter_key_readers(key).readers) by += (by.empty() ? "" : ", ") + w;
-    return by.empty() ? std::string("a plugin's drafter") : by;
+    if (by.empty()) by = "a plugin's drafter";
+    if (starts_with(key, "prompt_lookup_")) by += ", or any drafter with prompt_lookup_first: true";
+    if (starts_with(key, "retrieval_") || starts_with(key, "confidence_")) by += ", or any drafter with retrieval_first: true";
+    return "read by: " + by;
   };
-  std::set<std::string> swept;
   for (const SweepAxis& a : cfg.sweep) {
     if (!starts_with(a.key, "drafter.")) continue;
-    const std::string key = a.key.substr(8);
-    swept.insert(key);
-    if (!drafter_key_readers(key).listed) continue;
+    const std::string key = starts_with(a.key, "drafter.params.") ? "params" : a.key.substr(8);
+    if (!drafter_key_readers(key).listed || decided_by_points(key)) continue;
     bool read = false;
     for (const DrafterEntry& e : cfg.drafters) read = read || drafter_reads_key(e.options, key);
     if (read) continue;
     const YamlValue at = locate(root, origin, "sweep." + a.key);
     throw Error(ErrorKind::kConfig,
-                "expected a key that one of the drafters reads, found " + key + ", which no entry's drafter reads (read "
-                "by: " + readers_text(key) + "): the sweep's points would be identical",
+                "expected a key that one of the drafters reads, found " + a.key.substr(8) + ", which no entry's drafter "
+                "reads (" + readers_text(key) + "): the sweep's points would be identical",
                 at.where(), at.path);
   }
   for (size_t i = 0; i < cfg.drafters.size(); ++i) {
     const DrafterOptions& o = cfg.drafters[i].options;
     for (const std::string& key : unread_drafter_keys(o)) {
-      if (swept.count(key)) continue;  // set by the sweep, refused above where no entry reads it
-      // draft_model and its format and tokenizer filled in from models.draft are not the entry's own.
-      if (cfg.drafters[i].draft_from_models && starts_with(key, "draft_model")) continue;
+      if (swept.count(key) || decided_by_points(key)) continue;  // the sweep's values, checked above
       const YamlValue at = locate(root, origin, "drafters[" + std::to_string(i) + "]." + key);
       throw Error(ErrorKind::kConfig,
-                  "expected none with " + o.name + ", which does not read it (read by: " + readers_text(key) +
-                      (key.rfind("confidence_", 0) == 0 ? ", or any drafter with retrieval_first: true"
-                       : key.rfind("prompt_lookup_", 0) == 0 ? ", or any drafter with prompt_lookup_first: true"
-                       : key.rfind("retrieval_", 0) == 0 ? ", or any drafter with retrieval_first: true"
-                                                         : "") +
-                      ")",
-                  at.where(), at.path);
+                  "expected none with " + o.name + ", which does not read it (" + readers_text(key) + ")", at.where(),
+                  at.path);
     }
   }
 }

@@ -179,6 +179,14 @@ void TrainDraftOutput::validate() const {
   // read as a GGUF model.
   if (path.size() < 12 || path.compare(path.size() - 12, 12, ".safetensors") != 0)
     bad("output.path", "expected a path ending in .safetensors, found '" + path + "'");
+  // A directory's path ("logs/") names no file: refused here, before the run makes any directory
+  // or --overwrite removes anything (the refusal came after both).
+  for (const auto& [key, file] : {std::pair<const char*, const std::string*>{"output.checkpoint", &checkpoint},
+                                  {"output.log", &log}}) {
+    const std::string last = std::filesystem::path(*file).filename().string();
+    if (!file->empty() && (last.empty() || last == "." || last == ".."))
+      bad(key, "expected a file path, found a directory's path '" + *file + "'");
+  }
   if (dtype != "float32" && dtype != "float16") bad("output.dtype", "expected float32 or float16, found '" + dtype + "'");
 }
 

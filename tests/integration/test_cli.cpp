@@ -240,6 +240,14 @@ TEST_CASE("speclab bench --llama-cpp on: an interpreter without the peer exits 2
   const RunResult r = run_cli(small_bench("on"), no_peer);
   INFO(describe(r));
   check_bad_input(r, {"--llama-cpp", "/bin/false", "make peer"});
+  // Refused before any figure is timed (until 2026-12-06 only after the whole run): without --json
+  // the tables would be on stdout by then.
+  std::vector<std::string> tables = small_bench("on");
+  tables.pop_back();  // --json
+  const RunResult t = run_cli(tables, no_peer);
+  INFO(describe(t));
+  CHECK(t.exit_code == 2);
+  CHECK(t.out.empty());
   // auto: the same interpreter makes the comparison absent, not an error.
   const RunResult a = run_cli(small_bench("auto"), no_peer);
   INFO(describe(a));

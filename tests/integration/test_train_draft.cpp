@@ -24,6 +24,7 @@
 #include <string>
 #include <system_error>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "experiments/app/draft_training.h"
@@ -246,6 +247,16 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
 
   train_draft(a, false);  // the same config and seed again: the same bytes
   CHECK(read_bytes(a.output.path) == first);
+  // --overwrite with a request train-draft refuses (a --stop-after past train.steps, a log at a
+  // directory's path): refused before the old draft is removed (it was removed, then refused).
+  for (const char* bad : {"--stop-after 100000", "--set output.log=logs/"}) {
+    INFO(bad);
+    const int rc = std::system((std::string(SPECLAB_CLI) + " train-draft '" + (kDir / "a.yaml").string() +
+                                "' --overwrite --quiet " + bad + " 2>/dev/null")
+                                   .c_str());
+    CHECK(WEXITSTATUS(rc) == 2);
+    CHECK(read_bytes(a.output.path) == first);
+  }
 
   fs::remove(a.output.path);
   train_draft(a, false, {}, 90);  // interrupted after 90 steps

@@ -617,7 +617,19 @@ TEST_CASE("a drafter key its entry's drafter does not read is refused: written o
   CHECK_NOTHROW(parse_experiment_config(kBase + "drafters:\n  - {draft_layers_first: 1}\n"
                                                 "sweep:\n  drafter.name: [prompt_lookup, layer_skip]\n",
                                         "ok.yaml"));
-  // A draft_model entry filled in from models.draft is the entry's own reader.
+  // A sweep of a plugin parameter without a plugin entry (its points were identical).
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {name: prompt_lookup}\nsweep:\n  drafter.params.foo: [a, b]\n"),
+             Contains("sweep.drafter.params.foo: expected a key that one of the drafters reads, found params.foo") &&
+                 Contains("read by: a plugin's drafter"));
+  // A sweep of prompt_lookup_first leaves only the prompt_lookup_* keys to the points (it turned
+  // every check off): draft_vocab on layer_skip is refused still, prompt_lookup_max accepted.
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {name: layer_skip, draft_vocab: 5}\n"
+                                  "sweep:\n  drafter.prompt_lookup_first: [false, true]\n"),
+             Contains("drafters[0].draft_vocab: expected none with layer_skip"));
+  CHECK_NOTHROW(parse_experiment_config(kBase + "drafters:\n  - {name: layer_skip, prompt_lookup_max: 5}\n"
+                                                "sweep:\n  drafter.prompt_lookup_first: [false, true]\n",
+                                        "ok.yaml"));
+  // Control: a draft_model entry drafting from models.draft is accepted.
   CHECK_NOTHROW(parse_experiment_config("models:\n  target: {path: stories260K}\n  draft: {path: stories260K}\n"
                                         "prompts:\n  inline: [hello]\ndrafters:\n  - {name: draft_model}\n",
                                         "ok.yaml"));
