@@ -37,7 +37,8 @@ GenerationResult generate_naive(const Model& model, const TokenDecoder& decoder,
   check_prompt_fits(prompt, c);
   GenerationResult res;
   res.prompt = prompt;
-  StopCriteria stop(decoder, gen, static_cast<int64_t>(prompt.size()), c.max_position_embeddings);
+  StopCriteria stop(decoder, gen, static_cast<int64_t>(prompt.size()), c.max_position_embeddings,
+                    prompt.empty() ? Token(-1) : prompt.back());
   Rng rng(sampling.seed);
   std::vector<float> scratch;
   TokenList seq = prompt;

@@ -26,8 +26,8 @@ const char* to_string(StopReason r) {
 }
 
 StopCriteria::StopCriteria(const TokenDecoder& tok, const GenerationOptions& opts, int64_t prompt_len,
-                           int64_t context_len)
-    : tok_(tok), opts_(opts), prompt_len_(prompt_len), context_len_(context_len) {
+                           int64_t context_len, Token last_prompt)
+    : tok_(tok), opts_(opts), prompt_len_(prompt_len), context_len_(context_len), prev_(last_prompt) {
   for (const auto& s : opts.stop) max_stop_len_ = std::max(max_stop_len_, s.size());
 }
 
@@ -38,7 +38,8 @@ bool StopCriteria::push(Token t) {
     return true;
   }
   const size_t before = text_.size();
-  text_ += tok_.token_bytes(t);
+  text_ += tok_.token_bytes_after(prev_, t);
+  prev_ = t;
   if (max_stop_len_ > 0) {
     // Only the window that the new bytes can complete needs searching.
     const size_t from = before >= max_stop_len_ ? before - max_stop_len_ + 1 : 0;

@@ -23,11 +23,14 @@ struct GenerationOptions {
 enum class StopReason { kNone, kEos, kLength, kStopString, kContext };
 const char* to_string(StopReason r);
 
-// Decides when to stop, token by token. The text is the decoded bytes of the new tokens; when a
-// stop string appears, text() is cut just before it (the tokens are kept as generated).
+// Decides when to stop, token by token. The text is the decoded bytes of the new tokens, each as
+// it reads after its predecessor (TokenDecoder::token_bytes_after; the first after `last_prompt`,
+// the prompt's last token, or -1 for none); when a stop string appears, text() is cut just before
+// it (the tokens are kept as generated).
 class StopCriteria {
  public:
-  StopCriteria(const TokenDecoder& tok, const GenerationOptions& opts, int64_t prompt_len, int64_t context_len);
+  StopCriteria(const TokenDecoder& tok, const GenerationOptions& opts, int64_t prompt_len, int64_t context_len,
+               Token last_prompt = -1);
   // Appends one generated token; returns true when generation must stop after it.
   bool push(Token t);
   StopReason reason() const { return reason_; }
@@ -39,6 +42,7 @@ class StopCriteria {
   const GenerationOptions& opts_;
   int64_t prompt_len_, context_len_;
   int64_t n_ = 0;
+  Token prev_;  // the token before the next one pushed
   std::string text_;
   size_t max_stop_len_ = 0;
   StopReason reason_ = StopReason::kNone;

@@ -43,7 +43,8 @@ struct Session::Sequence {
   Sequence(const Request& r, KvCacheManager& kv, PoolId pool, const TokenDecoder& decoder, int64_t context)
       : req(r),
         kv_seq(kv, pool),
-        stop(decoder, req.generation, static_cast<int64_t>(req.prompt.size()), context),
+        stop(decoder, req.generation, static_cast<int64_t>(req.prompt.size()), context,
+             req.prompt.empty() ? Token(-1) : req.prompt.back()),
         rng(r.sampling.seed),
         draft_rng(Rng::stream(r.sampling.seed, 1)),
         draft_rng_at_propose(draft_rng),

@@ -333,19 +333,21 @@ void SentencePieceBpe::encode_chunk(std::string_view chunk, bool dummy_prefix,
   }
 }
 
+std::string SentencePieceBpe::token_bytes_after(Token prev, Token id) const {
+  check_id(id);
+  const std::string& b = bytes_[id];
+  // run.c: "following BOS token, sentencepiece decoder strips any leading whitespace".
+  if (prev == bos_id_ && add_space_prefix_ && types_[id] != token_type::kByte && !b.empty() && b[0] == ' ')
+    return b.substr(1);
+  return b;
+}
+
 std::string SentencePieceBpe::decode(const TokenList& tokens) const {
   std::string out;
-  bool after_bos = false;
+  Token prev = -1;
   for (Token id : tokens) {
-    check_id(id);
-    const std::string& b = bytes_[id];
-    // run.c: "following BOS token, sentencepiece decoder strips any leading whitespace".
-    if (after_bos && add_space_prefix_ && types_[id] != token_type::kByte && !b.empty() &&
-        b[0] == ' ')
-      out.append(b, 1, std::string::npos);
-    else
-      out += b;
-    after_bos = (id == bos_id_);
+    out += token_bytes_after(prev, id);
+    prev = id;
   }
   return out;
 }

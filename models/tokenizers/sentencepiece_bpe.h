@@ -17,9 +17,9 @@
 // Unlike the SentencePiece library, no normalisation is applied (white-space runs are kept),
 // exactly like run.c.
 //
-// decode() concatenates token_bytes(), except that — like run.c — one leading space of the
-// piece right after a BOS token is dropped (when add_space_prefix), so
-// decode(encode(text, true)) == text. token_bytes(): "<0xXX>" -> that byte, control -> "",
+// decode() concatenates token_bytes_after(): token_bytes(), except that — like run.c — one leading
+// space of the piece right after a BOS token is dropped (when add_space_prefix), so
+// decode(encode(text, true)) == text; the engine's generated text applies the same rule. token_bytes(): "<0xXX>" -> that byte, control -> "",
 // "▁" -> " ", anything else -> the piece text.
 #pragma once
 
@@ -56,6 +56,7 @@ class SentencePieceBpe : public Tokenizer {
   TokenList encode(std::string_view text, bool add_bos) const override;
   std::string decode(const TokenList& tokens) const override;
   std::string token_bytes(Token id) const override;
+  std::string token_bytes_after(Token prev, Token id) const override;  // decode()'s after-BOS rule
   const std::string& token_text(Token id) const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(pieces_.size()); }
 

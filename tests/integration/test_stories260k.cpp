@@ -67,6 +67,26 @@ TEST_CASE("stories260K greedy output equals the llama2.c run.c reference", "[sto
   }
 }
 
+// The engine's text is the tokenizer's decode of the new tokens after the prompt: after a
+// BOS-only prompt, run.c drops the first piece's leading space, and the text began with it
+// (" Once upon a time", found by a probe on 2026-12-06).
+TEST_CASE("stories260K generated text reads as decode() of prompt and answer, also after a BOS-only prompt",
+          "[stories260k]") {
+  Stories& s = stories();
+  for (const std::string& prompt : std::vector<std::string>{"", "Once upon a time"}) {
+    const TokenList ids = s.info.tokenizer->encode(prompt, /*add_bos=*/true);
+    GenerationOptions gen;
+    gen.max_new_tokens = 12;
+    const GenerationResult r = generate_ar(*s.model, *s.info.tokenizer, ids, gen, SamplingOptions{});
+    TokenList all = ids;
+    all.insert(all.end(), r.tokens.begin(), r.tokens.end());
+    INFO("prompt '" << prompt << "': text '" << r.text << "'");
+    CHECK(s.info.tokenizer->decode(ids) + r.text == s.info.tokenizer->decode(all));
+    REQUIRE_FALSE(r.text.empty());
+    if (prompt.empty()) CHECK(r.text.front() != ' ');
+  }
+}
+
 TEST_CASE("stories260K cached and naive decoding agree token for token", "[stories260k]") {
   Stories& s = stories();
   for (const char* prompt : {"Once upon a time", "The little dog", "She was sad because"}) {
