@@ -85,7 +85,7 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("stop", po::value(&gen.stop)->multitoken(), "stop string(s)")
       ("ignore-eos", po::bool_switch(&gen.ignore_eos), "do not stop at EOS")
       ("temperature,t", po::value(&samp.temperature)->default_value(samp.temperature), "0 = greedy")
-      ("top-k", po::value(&samp.top_k)->default_value(samp.top_k), "0 = off")
+      ("top-k", po::value(&samp.top_k)->default_value(samp.top_k), "0 = off (vLLM's -1 too, as in YAML)")
       ("top-p", po::value(&samp.top_p)->default_value(samp.top_p), "1 = off")
       ("seed", po::value(&seed)->default_value(std::to_string(samp.seed)), "RNG seed, 0 to 2^64 - 1")
       ("naive", po::bool_switch(&naive), "no KV cache: recompute the whole sequence every step")
@@ -100,6 +100,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (!yaml_util::parse_uint64(seed, samp.seed))
     throw Error(ErrorKind::kConfig, "expected a non-negative integer below 2^64, found '" + seed + "'", "command line",
                 "--seed");
+  if (samp.top_k == -1) samp.top_k = 0;  // vLLM's "off", as a config's sampling.top_k reads it
   try {
     gen.validate();
     samp.validate();

@@ -204,7 +204,8 @@ void check_sweep(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ct
         canon = canonical_sweep_value(c, cfg.sweep[a].key, cfg.sweep[a].values[j], &as_held);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::kConfig) throw;
-        throw Error(ErrorKind::kConfig, e.message(), val.where(), written.back());
+        // The value's index, as the duplicate-value error names it (a bad value named the list).
+        throw Error(ErrorKind::kConfig, e.message(), val.where(), written.back() + "[" + std::to_string(j) + "]");
       }
       // Values by the setting they make: 0 and 0.0, off and false, ngram and prompt_lookup, "0-1"
       // and "0,1" are one point each (numbers and booleans are recorded as held: 0.0 as 0).
@@ -232,7 +233,8 @@ void check_sweep(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ct
     for (size_t i = 0; i < cfg.sweep.size() && i < value_nodes.size(); ++i) {
       if (!set_by_axis(e.field(), cfg.sweep[i].key)) continue;
       const YamlValue val(&origin, value_nodes[i][digit[i]], YAML::Node(), written[i]);
-      throw Error(ErrorKind::kConfig, e.message() + detail, val.where(), written[i]);
+      throw Error(ErrorKind::kConfig, e.message() + detail, val.where(),
+                  written[i] + "[" + std::to_string(digit[i]) + "]");
     }
     const YamlValue at = locate(root, origin, e.field());
     throw Error(ErrorKind::kConfig, e.message() + " (at sweep point " + desc + ")", at.where(), at.path);

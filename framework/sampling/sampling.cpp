@@ -551,7 +551,7 @@ void SamplingOptions::validate() const {
                 kSection, "top_p");
   if (top_k < 0)
     throw Error(ErrorKind::kConfig,
-                "expected top_k >= 0 (0 = off), found " + std::to_string(top_k), kSection,
+                "expected top_k >= 0 (0, or vLLM's -1, = off), found " + std::to_string(top_k), kSection,
                 "top_k");
 }
 

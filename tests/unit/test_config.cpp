@@ -508,7 +508,7 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
   }
   SECTION("a bad sweep value is located in the sweep list") {
     CHECK_THAT(config_error(kBase + "drafters: [{name: prompt_lookup}]\nsweep:\n  drafter.gamma: [2, 0]\n"),
-               Contains("bad.yaml:7:22: sweep.drafter.gamma: expected gamma in 1..64, found 0 "
+               Contains("bad.yaml:7:22: sweep.drafter.gamma[1]: expected gamma in 1..64, found 0 "
                         "(drafters[0].num_speculative_tokens, at sweep point drafter.num_speculative_tokens=0)"));
     // Values are validated together: gamma 8 needs the max raised by the other axis.
     const std::string both = kBase +
@@ -516,7 +516,7 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
                              "sweep:\n"
                              "  drafter.gamma: [2, 8]\n"
                              "  drafter.max_speculative_tokens: [8, 4]\n";
-    CHECK_THAT(config_error(both), Contains("bad.yaml:8:39: sweep.drafter.max_speculative_tokens: expected gamma (8) <= "
+    CHECK_THAT(config_error(both), Contains("bad.yaml:8:39: sweep.drafter.max_speculative_tokens[1]: expected gamma (8) <= "
                                             "max_speculative_tokens <= 64, found 4"));
     CHECK_THAT(config_error(both), Contains("at sweep point drafter.num_speculative_tokens=8, "
                                             "drafter.max_speculative_tokens=4"));
@@ -526,7 +526,7 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
         "ok.yaml");
     CHECK(expand_sweep(ok).at(0).config.drafters[0].options.max_speculative_tokens == 16);
     CHECK_THAT(config_error(kBase + "sweep:\n  sampling.temperature: [0.5, warm]\n"),
-               Contains("bad.yaml:6:31: sweep.sampling.temperature: expected a number, found \"warm\""));
+               Contains("bad.yaml:6:31: sweep.sampling.temperature[1]: expected a number, found \"warm\""));
   }
   SECTION("the same setting twice, through an alias") {
     CHECK_THAT(config_error(kBase + "drafters:\n  - name: prompt_lookup\n    gamma: 2\n    num_assistant_tokens: 3\n"),
