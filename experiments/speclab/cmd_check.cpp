@@ -120,6 +120,9 @@ int cmd_check(const std::vector<std::string>& args) {
   // a running `speclab run` holds, another experiment's file (that came after the whole check, and
   // hid its verdict behind exit 2).
   std::error_code ec;
+  // The model, draft and prompt files, as `run` checks them: a missing target named the file only
+  // ("nonexist: cannot open model file"), not models.target.path.
+  plan_experiment(config);
   check_equivalence_output(config.output.path, config.name, overwrite);
   // Before the checks, not after them. An existing file (--overwrite) is written in place
   // (write_equivalence), so it must be writable; a new one needs a directory that takes it

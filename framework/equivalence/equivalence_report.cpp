@@ -177,7 +177,7 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
     }
   }
   r.notes.clear();
-  for (const SamplingCell& c : r.cells) {
+  for (SamplingCell& c : r.cells) {
     bool any = false, testable = false;
     for (const TestRow& t : r.tests)
       if (t.cell == c.index && t.test.subject == "speculative") {
@@ -194,6 +194,7 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
     if (any && !testable) {  // a cell that tests nothing is a failure, never a pass
       const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
       r.sampling_pass = false;
+      c.pass = false;  // (sampling_cells.pass read 1 beside this failure until 2026-12-06)
       r.failures.push_back("sampling: tests nothing: " "cell " + std::to_string(c.index) + " (context " + g.prompt_id + ", " +
                         sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma) +
                         "): every test has 0 degrees of freedom (the target is (nearly) deterministic at the recorded "
@@ -203,6 +204,7 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
       // Degrees of freedom from position 1 alone (the prefill's sample) see no verification.
       const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
       r.sampling_pass = false;
+      c.pass = false;
       r.failures.push_back("sampling: tests nothing: cell " + std::to_string(c.index) + " (context " + g.prompt_id + ", " +
                            sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma) +
                            "): after the first token every recorded token is (nearly) a function of the tokens before "

@@ -134,9 +134,10 @@ void EquivalenceOptions::validate() const {
   // Each draw is a whole generation, and every draw's tokens are kept until the tests run: 10^7
   // draws of 16 positions hold about 1.3 GB per engine and take hours. At 10^12 the check ran its
   // greedy part, then failed on "out of memory".
+  // (The sampling check's own minimum, 1000, is refused with its reason where it runs.)
   if (samples < 1 || samples > 10'000'000)
-    bad(s, "samples", "expected a sample count in [1, 10000000] (each draw is a generation, and the draws are "
-                      "held in memory), found " + std::to_string(samples));
+    bad(s, "samples", "expected a positive sample count of at most 10000000 (each draw is a generation, and the "
+                      "draws are held in memory), found " + std::to_string(samples));
   if (positions.empty()) bad(s, "positions", "expected a non-empty list, found an empty list");
   for (int m : positions)
     if (m < 1 || m > 16) bad(s, "positions", "expected positions in 1..16, found " + std::to_string(m));

@@ -879,10 +879,12 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
   CHECK_FALSE(r.sampling_pass);
   REQUIRE(r.failures.size() == 1);
   CHECK_THAT(r.failures[0], Contains("0 degrees of freedom") && Contains("tests nothing"));
+  CHECK_FALSE(r.cells[0].pass);  // the cell's own row agrees (sampling_cells.pass read 1 until 2026-12-06)
   r.tests[1].test.stats.dof = 3;
   finalize_sampling_verdict(r);
   CHECK(r.failures.empty());
   CHECK(r.sampling_pass);
+  CHECK(r.cells[0].pass);
   // Position-1 tests (m = 1: the prefill sample) are in the one Holm family, so that the check's
   // family-wise error rate is alpha (a family of their own at alpha gave up to 2 alpha).
   {
@@ -1029,6 +1031,7 @@ TEST_CASE("verdict: degrees of freedom from position 1 alone do not make a cell 
   CHECK_FALSE(r.sampling_pass);
   REQUIRE(r.failures.size() == 1);
   CHECK_THAT(r.failures[0], Contains("tests nothing") && Contains("position 1, the prefill's sample"));
+  CHECK_FALSE(r.cells[0].pass);
 }
 
 TEST_CASE("verdict: a verifier check that was asked for and ran no cell fails", "[equivalence][verdict]") {
