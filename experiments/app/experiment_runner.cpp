@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "framework/core/error.h"
+#include "framework/core/regular_file.h"
 #include "framework/core/thread_pool.h"
 #include "framework/engine/observers.h"
 #include "framework/engine/spec_decode.h"
@@ -393,8 +394,7 @@ void ensure_output_directory(const std::string& path, const std::string& field) 
   if (path.empty()) throw Error(ErrorKind::kConfig, "expected an output path, found an empty one", path, field);
   // A directory's path ("out/", "out/.") names no file: refused before its directories were made
   // (they were, and the refusal came after).
-  const std::string last = fs::path(path).filename().string();
-  if (last.empty() || last == "." || last == "..")
+  if (names_a_directory(path))
     throw Error(ErrorKind::kConfig, "expected a file path, found a directory's path", path, field);
   const fs::path dir = output_dir(path);
   std::error_code ec;

@@ -317,6 +317,12 @@ void print_summary(const ExperimentSummary& summary, const std::vector<PointReco
   std::fflush(stdout);
 }
 
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 void apply_output_flag(OutputOptions& out, const std::string& path, const std::string& flag) {
   if (path.empty()) return;
   out.path = path;

@@ -160,4 +160,8 @@ int run_report(const std::string& h5_path, const std::string& out_dir);
 // for the flag's value; check's named "output: path").
 void apply_output_flag(OutputOptions& out, const std::string& path, const std::string& flag = "--output");
 
+// `s` as one word for sh: single-quoted, each ' written as '\'' (submit's sbatch lines, bench's
+// llama.cpp command line).
+std::string shell_quote(const std::string& s);
+
 }  // namespace speclab::cli

@@ -493,13 +493,6 @@ std::string run_capture(const std::string& cmd, int& status) {
   return out;
 }
 
-// `s` as one word for sh (a path with a ' broke the command, and the error blamed the peer).
-std::string shell_word(const std::string& s) {
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
-
 const std::string& llamacpp_script() {
   static const std::string script = std::string(SPECLAB_SOURCE_DIR) + "/scripts/llamacpp_bench.py";
   return script;
@@ -509,7 +502,7 @@ const std::string& llamacpp_script() {
 // when it can: scripts/llamacpp_bench.py --probe.
 std::string llama_cpp_unusable() {
   int status = 0;
-  const std::string out = run_capture(shell_word(python_interpreter()) + " " + shell_word(llamacpp_script()) +
+  const std::string out = run_capture(shell_quote(python_interpreter()) + " " + shell_quote(llamacpp_script()) +
                                           " --probe 2>&1",
                                       status);
   if (status == 0) return "";
@@ -530,7 +523,8 @@ nlohmann::json run_llama_cpp(const std::string& path, int64_t prefill_len, int s
                              const std::vector<int64_t>& contexts, const std::string& flash_attn) {
   int status = 0;
   std::ostringstream cmd;
-  cmd << shell_word(python_interpreter()) << " " << shell_word(llamacpp_script()) << " --model " << shell_word(path)
+  // Each word quoted: a path with a ' broke the command, and the error blamed the peer.
+  cmd << shell_quote(python_interpreter()) << " " << shell_quote(llamacpp_script()) << " --model " << shell_quote(path)
       << " --n-prompt " << prefill_len << " --n-decode " << steps << " --threads " << threads
       << " --repeats 2 --flash-attn " << flash_attn;
   if (!contexts.empty()) {

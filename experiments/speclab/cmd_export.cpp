@@ -5,6 +5,7 @@
 #include "experiments/app/experiment_runner.h"
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
+#include "framework/core/regular_file.h"
 #include "models/model_loader.h"
 #include "models/loaders/export.h"
 
@@ -39,8 +40,7 @@ int cmd_export(const std::vector<std::string>& args) {
   opts.type = parse_export_type(type);
   // A model file's format is read from its extension: GGUF bytes named x.safetensors or x.bin
   // (written until 2026-12-06) then loaded as another format and failed.
-  const std::string last = std::filesystem::path(out).filename().string();
-  if (!out.empty() && !last.empty() && last != "." && last != ".." && std::filesystem::path(out).extension() != ".gguf")
+  if (!out.empty() && !names_a_directory(out) && std::filesystem::path(out).extension() != ".gguf")
     throw Error(ErrorKind::kConfig,
                 "expected a path ending in .gguf (export writes GGUF, and a model's format is read from its "
                 "extension), found '" + out + "'",

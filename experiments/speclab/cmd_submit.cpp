@@ -34,12 +34,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string absolute(const std::string& p) {
   std::error_code ec;
   const fs::path a = fs::absolute(p, ec);
@@ -60,7 +54,7 @@ std::string run_capture(const std::string& cmd) {
   if (fd < 0) throw Error(ErrorKind::kIo, "cannot create a temporary file for sbatch's messages", "sbatch");
   ::close(fd);
   std::string out, err;
-  FILE* p = popen((cmd + " 2>" + quote(err_path)).c_str(), "r");
+  FILE* p = popen((cmd + " 2>" + shell_quote(err_path)).c_str(), "r");
   if (!p) {
     ::unlink(err_path);
     throw Error(ErrorKind::kIo, "cannot run: " + cmd, "sbatch");
@@ -190,7 +184,7 @@ int cmd_submit(const std::vector<std::string>& args) {
   std::string sbatch_dir;
   for (char c : dir) sbatch_dir += c == '%' ? std::string("%%") : std::string(1, c);
   std::string files;
-  for (int64_t i = 0; i < shards; ++i) files += " " + quote(dir + "/shard_" + std::to_string(i) + ".h5");
+  for (int64_t i = 0; i < shards; ++i) files += " " + shell_quote(dir + "/shard_" + std::to_string(i) + ".h5");
   // merge.sh names every shard on one command line, and Linux refuses to start a command whose
   // arguments and environment pass ARG_MAX (2 MiB): about 40,000 shards failed there, after the
   // whole array had run. Half of it leaves room for the environment.
@@ -230,8 +224,8 @@ int cmd_submit(const std::vector<std::string>& args) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
   const std::string exe = fs::read_symlink("/proc/self/exe", ec).string();
   const std::string n = std::to_string(shards);
-  std::string run = quote(exe) + " run " + quote(absolute(config_path));
-  for (const std::string& o : overrides) run += " --set " + quote(o);
+  std::string run = shell_quote(exe) + " run " + shell_quote(absolute(config_path));
+  for (const std::string& o : overrides) run += " --set " + shell_quote(o);
   run += " --threads " + std::to_string(threads) + " --no-report --resume";
 
   std::string head = "#!/bin/bash\n";
@@ -247,17 +241,17 @@ int cmd_submit(const std::vector<std::string>& args) {
       "#SBATCH --output=\"" + sbatch_dir + "/shard_%a.log\"\n"
       "# One shard of `speclab submit`: resubmit a failed task i with `sbatch --array=i " + dir + "/shards.sh`.\n"
       "set -euo pipefail\n"
-      "cd " + quote(cwd) + "\n"
-      "exec " + run + " --shard \"${SLURM_ARRAY_TASK_ID}/" + n + "\" --output " + quote(dir) +
+      "cd " + shell_quote(cwd) + "\n"
+      "exec " + run + " --shard \"${SLURM_ARRAY_TASK_ID}/" + n + "\" --output " + shell_quote(dir) +
       "/shard_\"${SLURM_ARRAY_TASK_ID}\".h5\n";
   const std::string merge_script = head +
       "#SBATCH --job-name=" + job_name + "-merge\n"
       "#SBATCH --output=\"" + sbatch_dir + "/merge.log\"\n"
       "# Merges the shards of `speclab submit` and writes the report.\n"
       "set -euo pipefail\n"
-      "cd " + quote(cwd) + "\n" +
-      quote(exe) + " merge " + quote(out) + files + " --overwrite\n" +
-      quote(exe) + " report " + quote(out) + "\n";
+      "cd " + shell_quote(cwd) + "\n" +
+      shell_quote(exe) + " merge " + shell_quote(out) + files + " --overwrite\n" +
+      shell_quote(exe) + " report " + shell_quote(out) + "\n";
   write_script(dir + "/shards.sh", shard_script);
   write_script(dir + "/merge.sh", merge_script);
   std::printf("# %s/shards.sh\n%s\n# %s/merge.sh\n%s\n", dir.c_str(), shard_script.c_str(), dir.c_str(),
@@ -274,17 +268,17 @@ int cmd_submit(const std::vector<std::string>& args) {
     fs::remove(f, ec);
     if (ec) throw Error(ErrorKind::kIo, "cannot remove a file of an earlier submission: " + ec.message(), f, "--overwrite");
   }
-  const std::string job = parsable_job_id(run_capture("sbatch --parsable " + quote(dir + "/shards.sh")));
+  const std::string job = parsable_job_id(run_capture("sbatch --parsable " + shell_quote(dir + "/shards.sh")));
   std::string merge_job;
   try {
     merge_job = parsable_job_id(
-        run_capture("sbatch --parsable --dependency=afterok:" + job + " " + quote(dir + "/merge.sh")));
+        run_capture("sbatch --parsable --dependency=afterok:" + job + " " + shell_quote(dir + "/merge.sh")));
   } catch (const Error& e) {
     // The array is queued: say so, and how to submit the merge after it (running submit again
     // would queue a second array).
     throw Error(e.kind(),
                 "the shards job " + job + " is submitted, but submitting its merge job failed (" + e.message() +
-                    "); submit it with: sbatch --dependency=afterok:" + job + " " + quote(dir + "/merge.sh"),
+                    "); submit it with: sbatch --dependency=afterok:" + job + " " + shell_quote(dir + "/merge.sh"),
                 e.file(), e.field());
   }
   std::printf("submitted: shards job %s (array 0-%lld), merge job %s (after all shards succeed) -> %s\n", job.c_str(),

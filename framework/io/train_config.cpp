@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "framework/core/error.h"
+#include "framework/core/regular_file.h"
 #include "framework/io/config_schema.h"
 #include "framework/io/config_util.h"
 
@@ -183,8 +184,7 @@ void TrainDraftOutput::validate() const {
   // or --overwrite removes anything (the refusal came after both).
   for (const auto& [key, file] : {std::pair<const char*, const std::string*>{"output.checkpoint", &checkpoint},
                                   {"output.log", &log}}) {
-    const std::string last = std::filesystem::path(*file).filename().string();
-    if (!file->empty() && (last.empty() || last == "." || last == ".."))
+    if (names_a_directory(*file))
       bad(key, "expected a file path, found a directory's path '" + *file + "'");
   }
   if (dtype != "float32" && dtype != "float16") bad("output.dtype", "expected float32 or float16, found '" + dtype + "'");
