@@ -9,6 +9,7 @@
 #include "framework/core/error.h"
 #include "framework/engine/observers.h"
 #include "framework/kv/contiguous_kv.h"
+#include "framework/sampling/logits_source.h"
 
 namespace speclab {
 
@@ -51,7 +52,9 @@ GenerationResult generate_naive(const Model& model, const TokenDecoder& decoder,
     at::Tensor logits = model.forward(at::tensor(ids, at::kLong), at::arange(n, at::kLong),
                                       scratch_kv.append_view(n), ForwardOptions{{}, 1});
     ++res.forward_calls;
-    const Token t = pick_token(logits.data_ptr<float>(), c.vocab_size, sampling, rng, scratch);
+    const Token t = naming_logits_source(kTargetModelSource, [&] {
+      return pick_token(logits.data_ptr<float>(), c.vocab_size, sampling, rng, scratch);
+    });
     seq.push_back(t);
     res.tokens.push_back(t);
     if (on_token) on_token(t);

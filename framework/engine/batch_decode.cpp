@@ -10,6 +10,7 @@
 #include "framework/core/token_tensor.h"
 #include "framework/engine/session.h"
 #include "framework/kv/kv_cache_manager.h"
+#include "framework/sampling/logits_source.h"
 #include "framework/sampling/sampling.h"
 
 namespace speclab {
@@ -62,7 +63,9 @@ void generate_ar_batch(const Model& model, const TokenDecoder& decoder, const st
   Rng unused(0);  // greedy picks draw nothing
   std::vector<float> scratch;
   auto argmax = [&](const at::Tensor& logits, int64_t row) {
-    return pick_token(logits.data_ptr<float>() + row * logits.size(1), c.vocab_size, greedy, unused, scratch);
+    return naming_logits_source(kTargetModelSource, [&] {
+      return pick_token(logits.data_ptr<float>() + row * logits.size(1), c.vocab_size, greedy, unused, scratch);
+    });
   };
   ForwardOptions fo;
   std::vector<at::Tensor> hidden_out;

@@ -8,6 +8,7 @@
 #include "framework/core/token_tensor.h"
 #include "framework/draft/draft_block_check.h"
 #include "framework/draft/draft_length.h"
+#include "framework/sampling/logits_source.h"
 
 namespace speclab {
 
@@ -114,7 +115,9 @@ void Session::begin(const Request& request) {
     SPECLAB_CHECK(kv_.kv->commit(s.id(), n) == KvStatus::kOk, "commit of the prompt");
     ++s.res.forward_calls;
     std::vector<float> scratch;
-    emit(s, pick_token(logits.data_ptr<float>(), c.vocab_size, s.req.sampling, s.rng, scratch));
+    emit(s, naming_logits_source(kTargetModelSource, [&] {
+           return pick_token(logits.data_ptr<float>(), c.vocab_size, s.req.sampling, s.rng, scratch);
+         }));
   });
   note_kv_peak(s);  // a run may end on its first token
   if (Drafter* d = s.req.method.drafter) {
@@ -153,7 +156,8 @@ SpecStep Session::step() {
   const double verify_seconds = std::chrono::duration<double>(Clock::now() - t_verify).count();
 
   // 4. verify: how many drafts the target keeps, and the recovered or bonus token
-  const Verdict v = phase(Phase::kAccept, [&] { return verify(s, d, logits, record); });
+  const Verdict v =
+      phase(Phase::kAccept, [&] { return naming_logits_source(kTargetModelSource, [&] { return verify(s, d, logits, record); }); });
 
   // 5. commit the k + 1 written positions, roll back the rejected drafts, tell the drafter
   phase(Phase::kCommit, [&] { commit(s, k, v); });
@@ -193,7 +197,7 @@ DraftBlock Session::propose(Sequence& s) {
   ctx.min_confidence = s.req.method.options.confidence_threshold;
   ctx.confidence_from_token = s.req.method.options.confidence_from_token;
   ctx.want_logits = rule_.needs_draft_logits;
-  DraftBlock d = drafter->propose(ctx, max_k);
+  DraftBlock d = naming_logits_source("drafter " + drafter->name(), [&] { return drafter->propose(ctx, max_k); });
   check_draft_block(d, max_k, c.vocab_size, drafter->name());
   return d;
 }

@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -295,6 +296,12 @@ struct Fixtures {
     const int32_t six = 6;  // n_layers 5 -> 6: the weights no longer fit
     std::memcpy(&s[8], &six, 4);
     write_bytes(at("stories_bad_header.bin"), s.data(), s.size());
+    // Layer 0's attention norm (after the 28-byte header and the [512, 64] float32 embedding) all
+    // NaN: every logit is NaN. As a draft its error read like the target's until 2026-12-06.
+    s = stories;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (size_t i = 0; i < 64; ++i) std::memcpy(&s[28 + 512 * 64 * 4 + 4 * i], &nan, 4);
+    write_bytes(at("stories_nan.bin"), s.data(), s.size());
     write_bytes(at("tok_truncated.bin"), tok.data(), tok.size() / 3);
     write_bytes(at("tok_empty.bin"), tok.data(), 0);
 
