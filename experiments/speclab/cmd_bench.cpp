@@ -731,13 +731,20 @@ int cmd_bench(const std::vector<std::string>& args) {
                       std::to_string(need) + " positions); give fewer --spec-steps or a shorter first context",
                   "command line", "--spec-steps");
   }
-  // A verification pass of up to 17 rows after verify_ctx tokens: the default shrinks to a small
-  // model's context, a value given is refused (it was shrunk silently).
-  if (vm["verify-context"].defaulted()) verify_ctx = std::min<int64_t>(verify_ctx, c.max_position_embeddings - 18);
-  if (verify_ctx + 18 > c.max_position_embeddings)
+  // The verification passes' row counts: up to 33 rows on a device, 17 on the CPU.
+  const std::vector<int64_t> verify_ns =
+      on_device ? std::vector<int64_t>{1, 2, 5, 9, 17, 33} : std::vector<int64_t>{1, 2, 3, 5, 9, 17};
+  // The longest pass after verify_ctx tokens, and its next token: the default shrinks to a small
+  // model's context, a value given is refused (it was shrunk silently). The room was 18 positions
+  // on a device too, whose 33-row pass then ran past a small model's context (until 2026-12-06).
+  const int64_t verify_room = verify_ns.back() + 1;
+  if (vm["verify-context"].defaulted())
+    verify_ctx = std::min<int64_t>(verify_ctx, c.max_position_embeddings - verify_room);
+  if (verify_ctx + verify_room > c.max_position_embeddings)
     throw Error(ErrorKind::kConfig,
-                "expected at most " + std::to_string(c.max_position_embeddings - 18) +
-                    " (the model context less the 18 positions of a 17-row pass and its next token), found " +
+                "expected at most " + std::to_string(c.max_position_embeddings - verify_room) +
+                    " (the model context less the " + std::to_string(verify_room) + " positions of a " +
+                    std::to_string(verify_ns.back()) + "-row pass and its next token), found " +
                     std::to_string(verify_ctx),
                 "command line", "--verify-context");
   const bool peer_runs_it = m.info.format == "gguf" && !on_device;
@@ -889,8 +896,6 @@ int cmd_bench(const std::vector<std::string>& args) {
       "(ms: the fastest pass; vs n = 1: the median of each round's ratio)\n",
       static_cast<long long>(verify_ctx), verify_reps);
   say("%-6s %10s %14s\n", "n", "ms", "vs n = 1");
-  const std::vector<int64_t> verify_ns =
-      on_device ? std::vector<int64_t>{1, 2, 5, 9, 17, 33} : std::vector<int64_t>{1, 2, 3, 5, 9, 17};
   const VerificationTimes vt = verification_rounds(model, verify_ctx, verify_ns, verify_reps);
   const std::map<int64_t, double>& verify_cost = vt.cost;
   for (int64_t n : verify_ns) {
