@@ -209,6 +209,11 @@ double read_rope_theta(const Fields& f) {
   return theta;
 }
 
+// Why a LlamaForCausalLM with attention_bias: true is refused, reading and writing.
+const char* const kLlamaAttentionBias =
+    "expected false, found true: LlamaForCausalLM's attention_bias puts a bias on o_proj as well as on "
+    "q/k/v, and SpecLab's attention has q/k/v biases only (Qwen2ForCausalLM's)";
+
 void check_rope_scaling(const Fields& f) {
   const json* rs = f.get("rope_scaling");
   if (!rs) return;
@@ -408,6 +413,9 @@ HfConfig read_hf_config(const std::string& config_path, const std::string& gener
     c.attention_bias = false;
   } else {
     c.attention_bias = f.boolean_or("attention_bias", false);
+    // transformers' LlamaAttention gives o_proj a bias too under this flag. Until 2026-12-06 such a
+    // checkpoint was read as q/k/v biases only, then refused for an "unexpected tensor" o_proj.bias.
+    if (c.attention_bias) throw Error(ErrorKind::kUnsupported, kLlamaAttentionBias, f.file(), "attention_bias");
   }
   out.torch_dtype = f.string_or("torch_dtype", "");
 
@@ -583,6 +591,7 @@ json hf_config_json(const ModelConfig& c, const HfWriteOptions& o, const std::st
   j["use_cache"] = true;
   j["vocab_size"] = c.vocab_size;
   if (arch == "LlamaForCausalLM") {
+    if (c.attention_bias) throw Error(ErrorKind::kUnsupported, kLlamaAttentionBias, dir, "attention_bias");
     j["model_type"] = "llama";
     j["attention_bias"] = c.attention_bias;
     j["head_dim"] = c.head_dim;

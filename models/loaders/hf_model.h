@@ -6,10 +6,11 @@
 //                            in transformers: num_key_value_heads = num_attention_heads,
 //                            head_dim = hidden_size / num_attention_heads, rope_theta 10000,
 //                            rms_norm_eps 1e-6, tie_word_embeddings false, attention_bias false
-//                            (Llama reads it; Qwen2 always has q/k/v biases; Mistral never).
+//                            (Qwen2 always has q/k/v biases; Mistral never).
 //                            Unsupported (Error kUnsupported naming the field): rope_scaling
 //                            other than null/"default", hidden_act other than "silu",
-//                            mlp_bias true. Sliding-window attention (Mistral `sliding_window`,
+//                            mlp_bias true, Llama's attention_bias true (transformers biases
+//                            o_proj too; SpecLab has q/k/v biases only). Sliding-window attention (Mistral `sliding_window`,
 //                            Qwen2 with `use_sliding_window`) is exact full attention for
 //                            contexts up to the window, so max_position_embeddings is lowered to
 //                            the window instead of failing.
@@ -67,7 +68,7 @@ struct HfWriteOptions {
 // Creates `dir` if needed and writes the checkpoint. `weights` must hold exactly the tensors
 // expected_weight_shapes(config) names (a tied lm_head.weight is dropped as HF does); the
 // config must be expressible in the architecture (Qwen2: attention_bias and head_dim ==
-// hidden/heads; Mistral: no attention_bias). Throws Error(kBadInput/kUnsupported/kIo).
+// hidden/heads; Llama and Mistral: no attention_bias). Throws Error(kBadInput/kUnsupported/kIo).
 void write_hf_dir(const std::string& dir, const ModelConfig& config, const WeightMap& weights,
                   const HfWriteOptions& options = {});
 

@@ -42,6 +42,8 @@
 #include "models/model_loader.h"
 #include "models/tokenizers/byte_level_bpe.h"
 #include "models/tokenizers/sentencepiece_bpe.h"
+#include "tests/support/build_tmp_dir.h"
+#include "tests/support/byte_level_tokenizer_json.h"
 
 using namespace speclab;
 namespace fs = std::filesystem;
@@ -53,25 +55,9 @@ const char* kPrompt =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
     "with her dog, Max. One day, they found a big red ball under a tree.";
 
-// A fresh directory under the build tree, removed (with its contents) when the object dies.
-class TempDir {
- public:
-  explicit TempDir(const std::string& name)
-      : path_(fs::path(SPECLAB_BINARY_DIR) / "test_tmp" /
-              ("cross_format_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
+// A fresh directory under the build tree for one test (tests/support/build_tmp_dir.h).
+struct TempDir : test::BuildTmpDir {
+  explicit TempDir(const std::string& name) : BuildTmpDir("cross_format", name) {}
 };
 
 // The llama2.c checkpoint, loaded once; callers copy it (LlamaModel takes the weights out).
@@ -90,46 +76,6 @@ TokenList prompt_ids() { return stories().tokenizer->encode(kPrompt, /*add_bos=*
 
 // ---- HF directory -----------------------------------------------------------------------------
 
-// A byte-level BPE tokenizer.json with exactly `vocab_size` ids: the 256 byte tokens (ids 0..255,
-// GPT-2 byte-to-unicode spelling) and two-letter tokens "aa", "ab", ... with the merges that build
-// them. It stands in for a real tokenizer: the tests feed token ids directly.
-void write_tokenizer_json(const std::string& path, int64_t vocab_size) {
-  using nlohmann::json;
-  REQUIRE(vocab_size >= 256);
-  REQUIRE(vocab_size - 256 <= 26 * 26);
-  json vocab = json::object();
-  for (int b = 0; b < 256; ++b) vocab[byte_to_unicode(static_cast<unsigned char>(b))] = b;
-  json merges = json::array();
-  for (int64_t id = 256; id < vocab_size; ++id) {
-    const int64_t k = id - 256;
-    const std::string a(1, static_cast<char>('a' + k / 26)), b(1, static_cast<char>('a' + k % 26));
-    vocab[a + b] = id;
-    merges.push_back(a + " " + b);
-  }
-  json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-  json tok = {{"version", "1.0"},
-              {"truncation", nullptr},
-              {"padding", nullptr},
-              {"added_tokens", json::array()},
-              {"normalizer", nullptr},
-              {"pre_tokenizer", byte_level},
-              {"post_processor", nullptr},
-              {"decoder", byte_level},
-              {"model",
-               {{"type", "BPE"},
-                {"dropout", nullptr},
-                {"unk_token", nullptr},
-                {"continuing_subword_prefix", nullptr},
-                {"end_of_word_suffix", nullptr},
-                {"fuse_unk", false},
-                {"byte_fallback", false},
-                {"ignore_merges", false},
-                {"vocab", vocab},
-                {"merges", merges}}}};
-  std::ofstream out(path);
-  out << tok.dump(2) << "\n";
-  REQUIRE(out.good());
-}
 
 void write_hf_copy(const std::string& dir, const LoadedModel& m, SafetensorsDtype dtype) {
   HfWriteOptions o;
@@ -138,7 +84,7 @@ void write_hf_copy(const std::string& dir, const LoadedModel& m, SafetensorsDtyp
   o.bos_token_id = 1;
   o.eos_token_ids = {2};
   write_hf_dir(dir, m.config, m.weights, o);  // config.json, generation_config.json, model.safetensors
-  write_tokenizer_json(dir + "/tokenizer.json", m.config.vocab_size);
+  test::write_byte_level_tokenizer_json(dir + "/tokenizer.json", m.config.vocab_size);
 }
 
 // ---- GGUF -------------------------------------------------------------------------------------

@@ -811,6 +811,30 @@ TEST_CASE("bad HF directories give errors naming file and field", "[safetensors]
     CHECK_THAT(load_error(&kind), Catch::Contains("config.json: hidden_act") && Catch::Contains("gelu"));
     CHECK(kind == ErrorKind::kUnsupported);
   }
+  SECTION("Llama's attention_bias: transformers biases o_proj too") {
+    // As transformers writes it: q/k/v/o biases. It was read as q/k/v biases, then refused for an
+    // "unexpected tensor" o_proj.bias, naming neither the flag nor the reason (until 2026-12-06).
+    rewrite_config(dir, [](json& j) { j["attention_bias"] = true; });
+    CHECK_THAT(load_error(&kind), Catch::Contains("config.json: attention_bias: expected false, found true") &&
+                                      Catch::Contains("o_proj"));
+    CHECK(kind == ErrorKind::kUnsupported);
+    // Nor is such a checkpoint written: transformers would read a missing o_proj.bias as zeros, and
+    // its save_pretrained of that model would then be refused here.
+    LoadedModel m;
+    rewrite_config(dir, [](json& j) { j["attention_bias"] = false; });
+    m = load_hf_dir(dir.str());
+    m.config.attention_bias = true;
+    for (int l = 0; l < m.config.num_hidden_layers; ++l)
+      for (const char* p : {"q", "k", "v"}) {
+        const std::string name = "model.layers." + std::to_string(l) + ".self_attn." + p + "_proj";
+        m.weights[name + ".bias"] = make_tensor({m.weights.at(name + ".weight").shape[0]}, 7);
+      }
+    TempDir out;
+    CHECK_THAT(error_of([&] { write_hf_dir(out.str(), m.config, m.weights); }, &kind),
+               Catch::Contains("attention_bias: expected false, found true") && Catch::Contains("o_proj"));
+    CHECK(kind == ErrorKind::kUnsupported);
+    CHECK_FALSE(fs::exists(out / "config.json"));
+  }
   SECTION("shape disagrees with config") {
     WeightMap bad = w;
     bad["model.layers.1.self_attn.k_proj.weight"] = make_tensor({16, 8}, 3);
