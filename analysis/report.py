@@ -520,7 +520,7 @@ class Report:
 
 
 def _text(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
 def _frequency_points(g) -> list[tuple[str, np.ndarray, np.ndarray]]:
@@ -644,7 +644,7 @@ def write_train_report(path: str, out: str) -> None:
     with h5py.File(path, "r") as f:
         t = {k: np.asarray(f["train"][k][()], dtype=float) for k in ("step", "loss", "feature_loss", "token_loss", "lr")}
         v = {k: np.asarray(f["validation"][k][()], dtype=float) for k in ("step", "agreement")}
-        attrs = {k: (f.attrs[k].decode() if isinstance(f.attrs[k], bytes) else f.attrs[k]) for k in f.attrs}
+        attrs = {k: (f.attrs[k].decode("utf-8", "replace") if isinstance(f.attrs[k], bytes) else f.attrs[k]) for k in f.attrs}
     # The loss terms each architecture logs (docs/train-draft.md): eagle's two, medusa's
     # cross-entropy, the distilled draft model's KL (both in token_loss).
     m = re.search(r"^architecture:\s*(\w+)", str(attrs.get("config_yaml", "")), re.MULTILINE)

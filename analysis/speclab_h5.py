@@ -170,10 +170,10 @@ class Experiment:
                 if name not in f:
                     raise SchemaError(f"{path}: expected table /{name}, found none")
             self.attrs = {k: _attr_str(v) for k, v in f.attrs.items()}
-            self.config_yaml = f["config_yaml"].asstr()[()] if "config_yaml" in f else ""
+            self.config_yaml = f["config_yaml"].asstr(errors="replace")[()] if "config_yaml" in f else ""
             # Every effective setting plus a `runtime` section (threads, model file, ...); "" in
             # files written before /resolved_config existed.
-            self.resolved_config = f["resolved_config"].asstr()[()] if "resolved_config" in f else ""
+            self.resolved_config = f["resolved_config"].asstr(errors="replace")[()] if "resolved_config" in f else ""
             self.points = read_table(f["points"])
             self.point_values = read_table(f["point_values"]) if "point_values" in f else {}
             self.prompts = read_table(f["prompts"])

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "framework/core/utf8_check.h"
 #include "framework/io/config_schema.h"
 #include "framework/io/config_util.h"
 
@@ -137,6 +138,12 @@ void apply_override(YAML::Node root, const std::string& arg, YamlOrigin& origin,
   SetOp op;
   op.label = label;
   op.key = arg.substr(0, eq);
+  // As the config file's text (config_parse.cpp): stored as HDF5 UTF-8, which h5py must read back.
+  if (const size_t bad = first_invalid_utf8(arg); bad != std::string::npos)
+    throw Error(ErrorKind::kConfig,
+                "expected UTF-8 text, found a byte that is not well-formed UTF-8 at offset " + std::to_string(bad) +
+                    " of the argument",
+                "--set", op.key);
   try {
     op.value = YAML::Load(arg.substr(eq + 1));
   } catch (const YAML::Exception& e) {

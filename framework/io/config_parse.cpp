@@ -7,11 +7,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 
 #include "framework/core/error.h"
+#include "framework/core/utf8_check.h"
 #include "framework/draft/drafter_options.h"
 #include "framework/io/config_schema.h"
 #include "framework/io/config_util.h"
@@ -72,6 +74,21 @@ std::string load_yaml_text(const std::string& path) {
 
 YAML::Node parse_config_root(const std::string& yaml_text, const std::string& source_name, YamlOrigin& origin,
                              const std::string& sections) {
+  // YAML is Unicode text, and the config is stored in the output as an HDF5 UTF-8 string, which
+  // h5py then cannot read: a Latin-1 byte in a prompt ran every point, then failed the report
+  // (and every later one) with a UnicodeDecodeError (until 2026-12-06).
+  if (const size_t bad = first_invalid_utf8(yaml_text); bad != std::string::npos) {
+    const size_t nl = bad == 0 ? std::string::npos : yaml_text.rfind('\n', bad - 1);
+    const size_t column = bad - (nl == std::string::npos ? 0 : nl + 1);
+    const auto end = yaml_text.begin() + static_cast<std::ptrdiff_t>(bad);
+    const size_t line = 1 + static_cast<size_t>(std::count(yaml_text.begin(), end, '\n'));
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(yaml_text[bad])));
+    throw Error(ErrorKind::kConfig,
+                std::string("expected UTF-8 text, found the byte ") + byte +
+                    ", which is not well-formed UTF-8 (save the file as UTF-8)",
+                source_name + ":" + std::to_string(line) + ":" + std::to_string(column + 1));
+  }
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);

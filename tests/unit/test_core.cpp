@@ -30,6 +30,7 @@
 #include "framework/core/file_fingerprint.h"
 #include "framework/core/fnv.h"
 #include "framework/core/rng.h"
+#include "framework/core/utf8_check.h"
 
 using namespace speclab;
 
@@ -250,4 +251,38 @@ TEST_CASE("ab_variant: 0 until set, any non-zero value is variant 1", "[core][ab
   CHECK(ab_variant() == 1);
   set_ab_variant(0);
   CHECK(ab_variant() == 0);
+}
+
+// Expected offsets: Python 3's strict UTF-8 decoder (UnicodeDecodeError.start) on the same bytes,
+// which follows the Unicode standard's table 3-7 (well-formed byte sequences).
+TEST_CASE("first_invalid_utf8 agrees with Python's strict UTF-8 decoder", "[core][utf8]") {
+  const std::size_t ok = std::string::npos;
+  const std::pair<const char*, std::size_t> cases[] = {
+      {"", ok}, {"abc", ok},
+      {"\xc3\xa9", ok},          // U+00E9
+      {"\xe0\xa0\x80", ok},      // U+0800, the first three-byte value
+      {"\xef\xbf\xbf", ok},      // U+FFFF
+      {"\xf0\x90\x80\x80", ok},  // U+10000
+      {"\xf4\x8f\xbf\xbf", ok},  // U+10FFFF, the last value
+      {"\xed\x9f\xbf", ok},      // U+D7FF, below the surrogates
+      {"\xee\x80\x80", ok},      // U+E000, above them
+      {"\xc0\x80", 0},           // overlong NUL
+      {"\xc1\xbf", 0},           // overlong
+      {"\xe0\x80\x80", 0},       // overlong
+      {"\xf0\x80\x80\x80", 0},   // overlong
+      {"\xed\xa0\x80", 0},       // U+D800, a surrogate
+      {"\xf4\x90\x80\x80", 0},   // U+110000
+      {"\xf5\x80\x80\x80", 0},   // no such lead byte
+      {"\x80", 0},               // a lone continuation byte
+      {"\xff", 0},
+      {"a\xc3", 1},              // cut short at the end
+      {"ab\xe2\x82", 2},
+      {"x\xe9y", 1},             // Latin-1 e-acute
+      {"\xe2(\xa1", 0},          // a continuation byte missing
+      {"ok\xf0\x9f\x98\x80ok\xed\xbf\xbf", 8},
+  };
+  for (const auto& [bytes, want] : cases) {
+    INFO("case " << std::string(bytes).size() << " bytes, expected " << static_cast<long long>(want));
+    CHECK(speclab::first_invalid_utf8(bytes) == want);
+  }
 }

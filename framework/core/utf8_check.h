@@ -1,0 +1,49 @@
+// first_invalid_utf8() — where a byte string stops being well-formed UTF-8.
+//
+// Well-formed means the Unicode standard's definition (table 3-7): no overlong forms, no
+// surrogates (U+D800..U+DFFF), nothing above U+10FFFF, no truncated sequence at the end. Text that
+// SpecLab stores as an HDF5 UTF-8 string (a config's YAML, prompts) must pass, or readers such as
+// h5py fail on it long after the run.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace speclab {
+
+// The offset of the first byte that does not begin a well-formed sequence (or begins one cut
+// short), or std::string::npos when all of `s` is well-formed UTF-8.
+inline size_t first_invalid_utf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;  // no overlong forms
+      if (c == 0xED) hi = 0x9F;  // no surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;  // no overlong forms
+      if (c == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+}  // namespace speclab
