@@ -252,17 +252,39 @@ int cmd_submit(const std::vector<std::string>& args) {
       "cd " + shell_quote(cwd) + "\n" +
       shell_quote(exe) + " merge " + shell_quote(out) + files + " --overwrite\n" +
       shell_quote(exe) + " report " + shell_quote(out) + "\n";
-  write_script(dir + "/shards.sh", shard_script);
-  write_script(dir + "/merge.sh", merge_script);
+  // A dry run beside an earlier submission's files prints the scripts and keeps that submission's
+  // own: resubmitting its task i (`sbatch --array=i shards.sh`) needs them. Until 2026-12-06 a dry
+  // run of 5 shards rewrote a 3-shard submission's scripts, and its task 1, resubmitted, was
+  // refused ("expected shard 1/5, found a file of shard 1/3").
+  const bool keep_earlier_scripts = dry_run && !earlier.empty();
+  if (!keep_earlier_scripts) {
+    write_script(dir + "/shards.sh", shard_script);
+    write_script(dir + "/merge.sh", merge_script);
+  }
   std::printf("# %s/shards.sh\n%s\n# %s/merge.sh\n%s\n", dir.c_str(), shard_script.c_str(), dir.c_str(),
               merge_script.c_str());
   if (dry_run) {
-    if (!earlier.empty())
-      std::printf("dry run: --overwrite would remove %zu files of an earlier submission from %s; remove them before "
-                  "submitting these scripts\n", earlier.size(), dir.c_str());
-    std::printf("dry run: nothing submitted; submit with: sbatch %s/shards.sh, then sbatch "
-                "--dependency=afterok:<its job id> %s/merge.sh\n", dir.c_str(), dir.c_str());
+    if (keep_earlier_scripts)
+      std::printf("dry run: %s holds %zu files of an earlier submission, whose shards.sh and merge.sh are kept (the "
+                  "scripts above are printed only); --overwrite would remove those files and write these scripts\n",
+                  dir.c_str(), earlier.size());
+    else
+      std::printf("dry run: nothing submitted; submit with: sbatch %s/shards.sh, then sbatch "
+                  "--dependency=afterok:<its job id> %s/merge.sh\n", dir.c_str(), dir.c_str());
     return kExitOk;
+  }
+  // --overwrite is about to remove the earlier submission's files: first let sbatch validate this
+  // one (partition, time limit, CPUs), so that a submission sbatch refuses removes nothing. A
+  // mistyped --partition deleted the earlier results and then submitted nothing (until 2026-12-06).
+  if (!earlier.empty()) {
+    try {
+      run_capture("sbatch --test-only " + shell_quote(dir + "/shards.sh"));
+    } catch (const Error& e) {
+      throw Error(e.kind(),
+                  e.message() + "; nothing was submitted and the " + std::to_string(earlier.size()) +
+                      " files of the earlier submission in " + dir + " were kept",
+                  e.file(), e.field());
+    }
   }
   for (const std::string& f : earlier) {
     fs::remove(f, ec);

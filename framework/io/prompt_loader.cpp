@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -118,8 +119,9 @@ std::string json_field(const nlohmann::json& j, const std::string& field, const 
 
 // The prompts of one JSONL file, read with `src`'s keys (a PromptSource, or the section's own
 // keys for prompts.files).
+// `seen`, when given, collects the category of every line (kept or not).
 void read_jsonl(const std::string& base, const PromptSource& src, std::vector<Prompt>& out,
-                std::vector<std::pair<std::string, std::string>>& where_out) {
+                std::vector<std::pair<std::string, std::string>>& where_out, std::set<std::string>* seen = nullptr) {
   const std::string path = config::resolve_path(base, src.file);
   const std::string text = read_prompt_file(path);
   std::map<std::string, int64_t> kept;  // per category
@@ -154,6 +156,7 @@ void read_jsonl(const std::string& base, const PromptSource& src, std::vector<Pr
     p.id = src.id_field.empty() ? basename_of(src.file) + ":" + std::to_string(line_no)
                                 : json_field(j, src.id_field, "id_field", true, where);
     p.category = src.category_field.empty() ? src.category : json_field(j, src.category_field, "category_field", true, where);
+    if (seen) seen->insert(p.category);
     if (!src.categories.empty() && std::find(src.categories.begin(), src.categories.end(), p.category) == src.categories.end())
       continue;
     if (src.per_category > 0 && kept[p.category]++ >= src.per_category) continue;
@@ -177,7 +180,22 @@ std::vector<Prompt> load_prompts(const ExperimentConfig& config) {
     src.id_field = po.id_field;
     read_jsonl(base, src, out, where);
   }
-  for (const PromptSource& src : po.sources) read_jsonl(base, src, out, where);
+  for (size_t i = 0; i < po.sources.size(); ++i) {
+    const PromptSource& src = po.sources[i];
+    std::set<std::string> seen;
+    read_jsonl(base, src, out, where, &seen);
+    // A listed category that no line has (a misspelt "reasonin") dropped that category's prompts
+    // without a word (until 2026-12-06).
+    for (const std::string& c : src.categories) {
+      if (seen.count(c)) continue;
+      std::string found;
+      for (const std::string& s : seen) found += (found.empty() ? "" : ", ") + squote(s);
+      throw Error(ErrorKind::kConfig,
+                  "expected categories that occur in " + src.file + ", found " + squote(c) +
+                      ", which no line has (its categories: " + (found.empty() ? "none" : found) + ")",
+                  config.source_path, "prompts.sources[" + std::to_string(i) + "].categories");
+    }
+  }
   for (size_t i = 0; i < po.inline_prompts.size(); ++i) {
     const InlinePrompt& ip = po.inline_prompts[i];
     Prompt p;

@@ -172,7 +172,25 @@ TEST_CASE("speclab submit --slurm: a 4-shard job array merged equals the unshard
   const Shell again = sh(std::string(SPECLAB_CLI) + " submit '" + kConfig + "' --slurm --shards 2 --output '" + out +
                          "' --overwrite --dry-run");
   CHECK(again.code == 0);
-  CHECK(again.out.find("--overwrite would remove 9 files of an earlier submission") != std::string::npos);
+  CHECK(again.out.find("holds 9 files of an earlier submission") != std::string::npos);
+  CHECK(again.out.find("--overwrite would remove those files") != std::string::npos);
+  // The dry run keeps the earlier submission's scripts: its task i is resubmitted with them
+  // (a dry run of 2 shards rewrote them, and a resubmitted task was refused, until 2026-12-06).
+  const auto script_of = [&](const std::string& name) {
+    std::ifstream in(sub + "/sweep_shards/" + name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  CHECK(script_of("shards.sh").find("#SBATCH --array=0-3\n") != std::string::npos);
+  CHECK(script_of("shards.sh").find("/4\"") != std::string::npos);
+  // A submission sbatch refuses (here: no such partition) removes nothing: --overwrite's removal
+  // waits for `sbatch --test-only` (a mistyped partition deleted the earlier files, until 2026-12-06).
+  const Shell refused = sh(std::string(SPECLAB_CLI) + " submit '" + kConfig + "' --slurm --shards 2 --output '" + out +
+                           "' --overwrite --partition no_such_partition");
+  INFO(refused.out);
+  CHECK(refused.code == 2);
+  CHECK(refused.out.find("nothing was submitted and the 9 files of the earlier submission") != std::string::npos);
+  CHECK(fs::exists(sub + "/sweep_shards/shard_3.h5"));
+  CHECK(fs::exists(sub + "/sweep_shards/shard_3.log"));
 }
 
 TEST_CASE("speclab submit --slurm: a shard SIGKILLed and resubmitted resumes and the merge is still exact", "[slurm]") {
