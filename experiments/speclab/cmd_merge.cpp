@@ -52,7 +52,7 @@ int cmd_merge(const std::vector<std::string>& args) {
       throw Error(ErrorKind::kConfig, "expected an output file other than the shards, found a shard", out, "OUT.h5");
   ensure_output_directory(out, "OUT.h5");
 
-  const ExperimentData merged = merge_shards(shards);
+  const ExperimentData merged = merge_shards(shards, out);
   const ExperimentSummary summary = summarize(merged);
   write_experiment_file(out, merged, summary, iso8601_now());
   std::printf("merged %zu shards (%zu prompt-runs) into %s\n", shards.size(), merged.runs.size(), out.c_str());

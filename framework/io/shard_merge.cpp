@@ -9,6 +9,8 @@
 #include <map>
 #include <tuple>
 
+#include <yaml-cpp/yaml.h>
+
 #include "framework/core/error.h"
 #include "framework/io/config_canonical.h"
 #include "framework/io/hdf5_recorder.h"
@@ -133,7 +135,7 @@ void check_shard_set(const std::vector<std::string>& paths, const std::vector<Ex
 
 }  // namespace
 
-ExperimentData merge_shards(const std::vector<std::string>& paths) {
+ExperimentData merge_shards(const std::vector<std::string>& paths, const std::string& output_path) {
   if (paths.empty()) throw Error(ErrorKind::kBadInput, "expected at least one shard file, found none", "command line", "SHARD");
   std::vector<ExperimentData> shards;
   for (const std::string& p : paths) shards.push_back(read_experiment(p));
@@ -195,10 +197,18 @@ ExperimentData merge_shards(const std::vector<std::string>& paths) {
   ExperimentData out;
   out.config_yaml = a.config_yaml;
   out.resolved_config_yaml = a.resolved_config_yaml;
+  if (!output_path.empty() && !out.resolved_config_yaml.empty()) {
+    YAML::Node n = YAML::Load(out.resolved_config_yaml);
+    n["output"]["path"] = output_path;  // as given, as a run records its own
+    YAML::Emitter e;
+    e << n;
+    out.resolved_config_yaml = std::string(e.c_str()) + "\n";
+  }
   out.points = a.points;
   out.prompts = a.prompts;
   out.methods = a.methods;
   out.meta = a.meta;
+  out.meta.resolved_config_yaml = out.resolved_config_yaml;
   out.meta.shard_index = 0;
   out.meta.shard_count = 1;
   out.meta.merged_shards = n;

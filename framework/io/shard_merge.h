@@ -4,7 +4,9 @@
 // exactly the shards 0..n-1 of one finished experiment, and returns the merged experiment: the
 // prompt-runs in the order an unsharded run records them (plan row, then "ar" and the drafters
 // in config order), run_id renumbered 0.., every recorded value as the shard wrote it. Its
-// metadata is shard 0's, with shard 0 of 1, merged_shards = n and the earliest start_time.
+// metadata is shard 0's, with shard 0 of 1, merged_shards = n and the earliest start_time; its
+// resolved config is shard 0's (its `runtime` section that of shard 0's process), with
+// output.path set to `output_path` (as given) when one is given (it named shard 0's file until 2026-12-06).
 //
 // Each problem throws Error(kBadInput) with one line naming the files and keys at fault:
 //   - a file without a plan (written before sharding existed) or not finished (status other
@@ -23,7 +25,7 @@
 
 namespace speclab {
 
-ExperimentData merge_shards(const std::vector<std::string>& paths);
+ExperimentData merge_shards(const std::vector<std::string>& paths, const std::string& output_path = {});
 
 // Writes `data` and `summary` as a complete experiment file at `path` (status "complete",
 // end_time `end_time`): built under `<path>.merging` and renamed over `path` at the end, so
