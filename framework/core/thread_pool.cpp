@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -170,15 +171,33 @@ void set_pool_test_hooks(const PoolTestHooks& hooks) {
   g_before_publish.store(hooks.before_publish);
 }
 
+namespace {
+// The CPUs of this node that the Slurm job this process runs in was allocated (SLURM_CPUS_ON_NODE,
+// read only inside a job: SLURM_JOB_ID set); 0 outside a job or when unreadable.
+int slurm_cpus_on_node() {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* v = std::getenv("SLURM_CPUS_ON_NODE");
+  if (!job || !*job || !v || !*v) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return *end == '\0' && n > 0 && n < (1L << 20) ? static_cast<int>(n) : 0;
+}
+}  // namespace
+
 int available_cpus() {
+  int n = 0;
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
-    const int n = CPU_COUNT(&set);
-    if (n > 0) return n;
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) n = CPU_COUNT(&set);
+  if (n <= 0) {
+    const unsigned c = std::thread::hardware_concurrency();
+    n = c > 0 ? static_cast<int>(c) : 1;
   }
-  const unsigned c = std::thread::hardware_concurrency();
-  return c > 0 ? static_cast<int>(c) : 1;
+  // A cluster that binds no tasks to CPUs (TaskPlugin=task/none, as scripts/slurm's) leaves the
+  // mask at the whole node: a 1-CPU array task ran 2 threads beside another task's 2 on 2 cores,
+  // and recorded runtime.threads 2 (until 2026-12-06).
+  const int slurm = slurm_cpus_on_node();
+  return slurm > 0 && slurm < n ? slurm : n;
 }
 
 void set_compute_threads(int n) { g_compute_threads.store(n > 0 ? n : 0); }

@@ -35,9 +35,11 @@ struct PoolTestHooks {
 void set_pool_test_hooks(const PoolTestHooks& hooks);
 
 // The CPUs this process may run on: its affinity mask's count (what `taskset`, a container's
-// cpuset or a Slurm allocation leaves it), else std::thread::hardware_concurrency(), at least 1.
-// Not the machine's online CPUs: a Slurm task given 2 of a node's 64 CPUs would otherwise start
-// 64 threads on those 2 and record a thread count that differs from node to node.
+// cpuset or a Slurm allocation leaves it), else std::thread::hardware_concurrency(), at least 1;
+// inside a Slurm job (SLURM_JOB_ID set) at most SLURM_CPUS_ON_NODE, the job's allocation on this
+// node, which the mask shows only where the cluster binds tasks to CPUs. Not the machine's online
+// CPUs: a Slurm task given 2 of a node's 64 CPUs would otherwise start 64 threads on those 2 and
+// record a thread count that differs from node to node.
 int available_cpus();
 
 // Threads the model's kernels use (default: available_cpus(), read once). `speclab --threads N`

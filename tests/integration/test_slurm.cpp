@@ -166,6 +166,9 @@ TEST_CASE("speclab submit --slurm: a 4-shard job array merged equals the unshard
   CHECK(fs::exists(sub + "/sweep_report/report.md"));  // the merge job's report
   CHECK(fs::exists(sub + "/sweep_shards/shard_3.log"));  // where #SBATCH --output put it
   check_equal(out, ref);
+  // Each task of the default 1-CPU allocation ran one thread (SLURM_CPUS_ON_NODE): the cluster
+  // binds no tasks, so the mask showed both CPUs and each task ran 2 until 2026-12-06.
+  CHECK(read_experiment(out).resolved_config_yaml.find("\nruntime:\n  threads: 1\n") != std::string::npos);
   // A second submission into the same shard directory would resume the first one's shard files
   // under its own config (every task failed where that changed): --overwrite removes them (here
   // only said, under --dry-run; without --overwrite they are refused: the bad-input catalogue).

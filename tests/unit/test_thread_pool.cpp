@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -94,6 +95,30 @@ TEST_CASE("available_cpus: the affinity mask's CPUs, not the machine's", "[core]
   });
   t.join();
   CHECK(seen == 1);
+}
+
+TEST_CASE("available_cpus: inside a Slurm job at most SLURM_CPUS_ON_NODE", "[core][threads]") {
+  // A cluster that binds no tasks (TaskPlugin=task/none) leaves the mask at the whole node; the
+  // job's allocation is then only in the environment.
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  REQUIRE(::sched_getaffinity(0, sizeof(all), &all) == 0);
+  const int mask = CPU_COUNT(&all);
+  const auto with_env = [](const char* job, const char* cpus) {
+    if (job) ::setenv("SLURM_JOB_ID", job, 1); else ::unsetenv("SLURM_JOB_ID");
+    if (cpus) ::setenv("SLURM_CPUS_ON_NODE", cpus, 1); else ::unsetenv("SLURM_CPUS_ON_NODE");
+    const int n = available_cpus();
+    ::unsetenv("SLURM_JOB_ID");
+    ::unsetenv("SLURM_CPUS_ON_NODE");
+    return n;
+  };
+  CHECK(with_env("17", "1") == 1);
+  CHECK(with_env("17", "100000") == mask);  // the mask is the smaller
+  CHECK(with_env(nullptr, "1") == mask);    // outside a job the variable means nothing
+  CHECK(with_env("17", "two") == mask);
+  CHECK(with_env("17", "0") == mask);
+  CHECK(with_env(nullptr, nullptr) == mask);
+  if (mask < 2) WARN("one CPU in the mask: the SLURM_CPUS_ON_NODE=1 case cannot tell the cap from the mask");
 }
 
 TEST_CASE("compute_threads: --threads N sets it, 0 restores the default, available_cpus() (read once)",
