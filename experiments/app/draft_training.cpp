@@ -751,6 +751,19 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   if (resume && !retrieval && !fs::exists(c.output.checkpoint))
     throw Error(ErrorKind::kIo, "--resume: no checkpoint to resume from", c.output.checkpoint);
   check_train_outputs(c);
+  // The prompts before the target (a bad prompt file is found without the wait for its load);
+  // load_prompts names the keys of a run config's `prompts` section, here `data.prompts`.
+  const std::vector<Prompt> prompts = [&] {
+    ExperimentConfig pc;
+    pc.source_path = c.source_path;
+    pc.prompts = c.data.prompts;
+    try {
+      return load_prompts(pc);
+    } catch (const Error& e) {
+      if (e.file() != c.source_path || e.field().rfind("prompts.", 0) != 0) throw;
+      throw Error(e.kind(), e.message(), e.file(), "data." + e.field());
+    }
+  }();
   auto target = [&] {
     try {
       return load_target(c.target);
@@ -765,10 +778,6 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
                 "expected a model with a chat template for chat: on, found none in " + target->info.source,
                 c.source_path, "data.prompts.chat");
   const std::string hash = target_weights_hash(target->info);
-  ExperimentConfig pc;
-  pc.source_path = c.source_path;
-  pc.prompts = c.data.prompts;
-  const std::vector<Prompt> prompts = load_prompts(pc);
   const std::string evaluation_check = check_outside_evaluation_sets(c, prompts);
   const std::string key = cache_key(c, hash, prompts);
   if (resume && !retrieval) {

@@ -18,6 +18,8 @@
 #include "framework/draft/builtin/sources_first.h"
 #include "framework/equivalence/engine_controls.h"
 #include "framework/equivalence/model_taps.h"
+#include "framework/sampling/logits_source.h"
+#include "framework/sampling/sampling.h"
 
 namespace speclab {
 
@@ -68,6 +70,13 @@ std::optional<LogitPair> drafter_step_rows(const Model& model, const TokenDecode
   s.seed = seed;
   generate_speculative(model, tok, context, gen, s, drafter, dopts, kv, {}, capture);
   return got;
+}
+
+// A model's row of logits, checked before the analytic and verifier checks read it, so that a NaN
+// names the model that produced it (framework/sampling/logits_source.h). row: [vocab].
+std::vector<float> checked_logits(const std::string& source, std::vector<float> row) {
+  naming_logits_source(source, [&] { check_logits(row.data(), static_cast<int64_t>(row.size())); });
+  return row;
 }
 
 DrafterOptions with_gamma(DrafterOptions o, int gamma) {
@@ -286,7 +295,7 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
         TokenList context = ids[p];
         context.insert(context.end(), cont.begin(), cont.begin() + off);
         if (static_cast<int64_t>(context.size()) >= mc.max_position_embeddings) continue;
-        const std::vector<float> tl_model = next_token_logits(model, context);
+        const std::vector<float> tl_model = checked_logits(kTargetModelSource, next_token_logits(model, context));
         for (const Draft& d : drafts) {
           std::vector<float> tl = tl_model, dl;
           int64_t context_len = static_cast<int64_t>(context.size());
@@ -299,7 +308,7 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
             dl = rows->draft;
             context_len += 1;
           } else {
-            dl = next_token_logits(*d.model, context, d.layers);
+            dl = checked_logits("drafter " + d.label, next_token_logits(*d.model, context, d.layers));
           }
           if (eq.verifier) verifier_pairs[d.label].push_back({tl, dl});
           if (!eq.analytic) continue;
@@ -429,7 +438,10 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
         g.ar_seconds = ar.seconds;
         g.verified_positions_vary = verified_positions_vary(ar, static_cast<int64_t>(std::ceil(me)));
         ExactReference ref;
-        if (!eq.eos_and_stop) ref = exact_reference(oracle, s, n, me, options.max_exact_prefixes, m_max >= 2);
+        if (!eq.eos_and_stop)
+          ref = naming_logits_source(kTargetModelSource, [&] {
+            return exact_reference(oracle, s, n, me, options.max_exact_prefixes, m_max >= 2);
+          });
         g.exact_prefixes = static_cast<int64_t>(ref.prefixes.size());
         g.exact_covered = ref.has_joint ? ref.covered : kNaN;
         if (!eq.eos_and_stop)

@@ -740,6 +740,12 @@ int cmd_bench(const std::vector<std::string>& args) {
   const int64_t verify_room = verify_ns.back() + 1;
   if (vm["verify-context"].defaulted())
     verify_ctx = std::min<int64_t>(verify_ctx, c.max_position_embeddings - verify_room);
+  if (verify_ctx < 1)  // shrunk to nothing: a model context of at most verify_room positions
+    throw Error(ErrorKind::kConfig,
+                "expected a model context above " + std::to_string(verify_room) + " positions for the " +
+                    std::to_string(verify_ns.back()) + "-row verification passes, found " +
+                    std::to_string(c.max_position_embeddings),
+                "command line", "--verify-context");
   if (verify_ctx + verify_room > c.max_position_embeddings)
     throw Error(ErrorKind::kConfig,
                 "expected at most " + std::to_string(c.max_position_embeddings - verify_room) +

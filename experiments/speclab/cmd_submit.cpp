@@ -257,6 +257,24 @@ int cmd_submit(const std::vector<std::string>& args) {
   // run of 5 shards rewrote a 3-shard submission's scripts, and its task 1, resubmitted, was
   // refused ("expected shard 1/5, found a file of shard 1/3").
   const bool keep_earlier_scripts = dry_run && !earlier.empty();
+  // --overwrite is about to remove the earlier submission's files: first let sbatch validate this
+  // submission's script (partition, time limit, CPUs), written beside the earlier one's, so that
+  // a submission sbatch refuses changes nothing, the earlier scripts included. A mistyped
+  // --partition deleted the earlier results and then submitted nothing (until 2026-12-06).
+  if (!dry_run && !earlier.empty()) {
+    const std::string probe = dir + "/shards.sh.test-only";
+    write_script(probe, shard_script);
+    try {
+      run_capture("sbatch --test-only " + shell_quote(probe));
+    } catch (const Error& e) {
+      fs::remove(probe, ec);
+      throw Error(e.kind(),
+                  e.message() + "; nothing was submitted, and the " + std::to_string(earlier.size()) +
+                      " files and the scripts of the earlier submission in " + dir + " were kept",
+                  e.file(), e.field());
+    }
+    fs::remove(probe, ec);
+  }
   if (!keep_earlier_scripts) {
     write_script(dir + "/shards.sh", shard_script);
     write_script(dir + "/merge.sh", merge_script);
@@ -272,19 +290,6 @@ int cmd_submit(const std::vector<std::string>& args) {
       std::printf("dry run: nothing submitted; submit with: sbatch %s/shards.sh, then sbatch "
                   "--dependency=afterok:<its job id> %s/merge.sh\n", dir.c_str(), dir.c_str());
     return kExitOk;
-  }
-  // --overwrite is about to remove the earlier submission's files: first let sbatch validate this
-  // one (partition, time limit, CPUs), so that a submission sbatch refuses removes nothing. A
-  // mistyped --partition deleted the earlier results and then submitted nothing (until 2026-12-06).
-  if (!earlier.empty()) {
-    try {
-      run_capture("sbatch --test-only " + shell_quote(dir + "/shards.sh"));
-    } catch (const Error& e) {
-      throw Error(e.kind(),
-                  e.message() + "; nothing was submitted and the " + std::to_string(earlier.size()) +
-                      " files of the earlier submission in " + dir + " were kept",
-                  e.file(), e.field());
-    }
   }
   for (const std::string& f : earlier) {
     fs::remove(f, ec);

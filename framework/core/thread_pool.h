@@ -37,7 +37,8 @@ void set_pool_test_hooks(const PoolTestHooks& hooks);
 // The CPUs this process may run on: its affinity mask's count (what `taskset`, a container's
 // cpuset or a Slurm allocation leaves it), else std::thread::hardware_concurrency(), at least 1;
 // inside a Slurm job (SLURM_JOB_ID set) at most SLURM_CPUS_ON_NODE, the job's allocation on this
-// node, which the mask shows only where the cluster binds tasks to CPUs. Not the machine's online
+// node, which the mask shows only where the cluster binds tasks to CPUs (the tasks of one
+// multi-task step on a node each see the whole of it: an array task is one task). Not the machine's online
 // CPUs: a Slurm task given 2 of a node's 64 CPUs would otherwise start 64 threads on those 2 and
 // record a thread count that differs from node to node.
 int available_cpus();

@@ -143,7 +143,7 @@ void apply_override(YAML::Node root, const std::string& arg, YamlOrigin& origin,
     throw Error(ErrorKind::kConfig,
                 "expected UTF-8 text, found a byte that is not well-formed UTF-8 at offset " + std::to_string(bad) +
                     " of the argument",
-                "--set", op.key);
+                label, op.key);
   try {
     op.value = YAML::Load(arg.substr(eq + 1));
   } catch (const YAML::Exception& e) {

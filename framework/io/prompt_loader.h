@@ -22,7 +22,9 @@ struct Prompt {
 
 // Error(kIo) for a file that cannot be read; Error(kBadInput) naming "<file>:<line>" for a line
 // that is not a JSON object or lacks the field, for a corrupt .gz, for more than 1 GiB of text,
-// and when there are no prompts at all.
+// and when there are no prompts at all; Error(kConfig) naming the config file and
+// `prompts.sources[i].categories` for a listed category that no line of that file has.
+// Errors about the config's keys name them as a run config's `prompts.*`.
 std::vector<Prompt> load_prompts(const ExperimentConfig& config);
 
 }  // namespace speclab

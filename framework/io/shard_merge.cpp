@@ -198,7 +198,16 @@ ExperimentData merge_shards(const std::vector<std::string>& paths, const std::st
   out.config_yaml = a.config_yaml;
   out.resolved_config_yaml = a.resolved_config_yaml;
   if (!output_path.empty() && !out.resolved_config_yaml.empty()) {
-    YAML::Node n = YAML::Load(out.resolved_config_yaml);
+    YAML::Node n;
+    try {
+      n = YAML::Load(out.resolved_config_yaml);
+    } catch (const YAML::Exception& e) {
+      throw Error(ErrorKind::kBadInput, "expected the settings as YAML, found malformed YAML: " + e.msg, paths.front(),
+                  "resolved_config");
+    }
+    if (!n.IsMap())
+      throw Error(ErrorKind::kBadInput, "expected the settings as a YAML map, found another kind of YAML",
+                  paths.front(), "resolved_config");
     n["output"]["path"] = output_path;  // as given, as a run records its own
     YAML::Emitter e;
     e << n;

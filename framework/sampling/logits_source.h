@@ -21,11 +21,16 @@ namespace speclab {
 // The source the engine names for the target's logits.
 constexpr const char* kTargetModelSource = "target model";
 
-// True for the errors sampling raises about the logits row it was handed.
-inline bool is_logits_error(const Error& e) { return e.file() == "sampling" && e.field() == "logits"; }
+// True for the errors sampling raises about the values of the logits row it was handed (not
+// about a bad vocabulary size or a null row, which are SpecLab's own bugs).
+inline bool is_logits_error(const Error& e) {
+  return e.file() == "sampling" && e.field() == "logits" &&
+         (e.message().rfind("expected finite logits", 0) == 0 || e.message().rfind("expected at least one finite logit", 0) == 0);
+}
 
-// Runs f() and returns its result; an is_logits_error() is rethrown as
-// "<source>: logits: <message>; <source> produced them (a NaN or infinity in its weights, or an overflow in its forward pass)".
+// Runs f() and returns its result; an is_logits_error() is rethrown as "<source>: logits:
+// <message>; the <source> produced them (a NaN or infinity in its weights, or an overflow in its
+// forward pass)".
 template <class F>
 decltype(auto) naming_logits_source(const std::string& source, F&& f) {
   try {

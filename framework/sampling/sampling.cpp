@@ -590,6 +590,11 @@ double softmax_prob(const float* logits, int64_t vocab, int32_t token, int max_l
   return std::exp(static_cast<double>(logits[token]) - m) / sum_exp_scalar(logits, vocab, m);
 }
 
+void check_logits(const float* logits, int64_t vocab) {
+  check_vocab(logits, vocab, "logits");
+  (void)checked_max(logits, vocab);
+}
+
 int32_t argmax(const float* logits, int64_t vocab) {
   check_vocab(logits, vocab, "logits");
 #if defined(SPECLAB_X86) && defined(__SSE2__)

@@ -84,6 +84,11 @@ double softmax_prob(const float* logits, int64_t vocab, int32_t token);
 // every path this CPU has; the default above is the widest.
 double softmax_prob(const float* logits, int64_t vocab, int32_t token, int max_lanes);
 
+// Checks one row of logits as logits_to_probs does, without computing anything from it: throws
+// Error(kBadInput, field "logits") on a NaN or +inf logit or a row with no finite logit (and on
+// vocab <= 0 or a null row). logits: [vocab]. For rows a check reads before any sampling does.
+void check_logits(const float* logits, int64_t vocab);
+
 // Index of the largest logit; the lowest index wins ties. logits: [vocab].
 // Throws Error(kBadInput, field "logits") on vocab <= 0 or a NaN logit.
 int32_t argmax(const float* logits, int64_t vocab);

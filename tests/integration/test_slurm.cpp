@@ -191,9 +191,13 @@ TEST_CASE("speclab submit --slurm: a 4-shard job array merged equals the unshard
                            "' --overwrite --partition no_such_partition");
   INFO(refused.out);
   CHECK(refused.code == 2);
-  CHECK(refused.out.find("nothing was submitted and the 9 files of the earlier submission") != std::string::npos);
+  CHECK(refused.out.find("nothing was submitted, and the 9 files and the scripts of the earlier submission") !=
+        std::string::npos);
   CHECK(fs::exists(sub + "/sweep_shards/shard_3.h5"));
   CHECK(fs::exists(sub + "/sweep_shards/shard_3.log"));
+  CHECK(script_of("shards.sh").find("#SBATCH --array=0-3\n") != std::string::npos);
+  CHECK(script_of("merge.sh").find("no_such_partition") == std::string::npos);
+  CHECK_FALSE(fs::exists(sub + "/sweep_shards/shards.sh.test-only"));
 }
 
 TEST_CASE("speclab submit --slurm: a shard SIGKILLed and resubmitted resumes and the merge is still exact", "[slurm]") {

@@ -358,6 +358,12 @@ TEST_CASE("overrides with --set: scalars and lists before mapping", "[config]") 
   CHECK_THAT(config_error(yaml, {"sampling.temperature"}), Contains("expected key=value"));
   CHECK_THAT(config_error(yaml, {"drafters.5.gamma=2"}), Contains("expected an index below 2"));
   CHECK_THAT(config_error(yaml, {"sweep.drafter.gama=[1]"}), Contains("did you mean 'drafter.gamma'?"));
+  // Text that is not UTF-8 (a Latin-1 e-acute), as in a config file: the output stores it as an
+  // HDF5 UTF-8 string, which the report could not read back (until 2026-12-06).
+  CHECK_THAT(config_error(yaml, {"prompts.inline=[caf\xe9]"}),
+             Contains("--set prompts.inline=[caf") && Contains("prompts.inline: expected UTF-8 text") &&
+                 Contains("at offset 19 of the argument"));
+  CHECK_THAT(config_error(yaml + "name: caf\xe9\n", {}), Contains("bad.yaml:") && Contains("expected UTF-8 text, found the byte 0xE9"));
 }
 
 TEST_CASE("HF GenerationConfig and vLLM speculative_config names map onto SpecLab keys", "[config]") {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -75,7 +76,37 @@ TEST_CASE("parallel_chunks: empty ranges and zero chunk sizes", "[core][threads]
   CHECK(std::count(v.begin(), v.end(), 1) == 10);
 }
 
+// Sets (value) or unsets (nullptr) SLURM_JOB_ID and SLURM_CPUS_ON_NODE for its lifetime, then
+// restores what the process had (these tests may themselves run inside a Slurm job).
+class SlurmEnv {
+ public:
+  SlurmEnv(const char* job, const char* cpus) {
+    for (int i = 0; i < 2; ++i) {
+      const char* old = std::getenv(kNames[i]);
+      had_[i] = old != nullptr;
+      if (old) old_[i] = old;
+    }
+    set(0, job);
+    set(1, cpus);
+  }
+  ~SlurmEnv() {
+    for (int i = 0; i < 2; ++i) set(i, had_[i] ? old_[i].c_str() : nullptr);
+  }
+  SlurmEnv(const SlurmEnv&) = delete;
+  SlurmEnv& operator=(const SlurmEnv&) = delete;
+
+ private:
+  static constexpr const char* kNames[2] = {"SLURM_JOB_ID", "SLURM_CPUS_ON_NODE"};
+  static void set(int i, const char* v) {
+    if (v) ::setenv(kNames[i], v, 1);
+    else ::unsetenv(kNames[i]);
+  }
+  bool had_[2] = {false, false};
+  std::string old_[2];
+};
+
 TEST_CASE("available_cpus: the affinity mask's CPUs, not the machine's", "[core][threads]") {
+  const SlurmEnv outside_slurm(nullptr, nullptr);
   cpu_set_t all;
   CPU_ZERO(&all);
   REQUIRE(::sched_getaffinity(0, sizeof(all), &all) == 0);
@@ -105,12 +136,8 @@ TEST_CASE("available_cpus: inside a Slurm job at most SLURM_CPUS_ON_NODE", "[cor
   REQUIRE(::sched_getaffinity(0, sizeof(all), &all) == 0);
   const int mask = CPU_COUNT(&all);
   const auto with_env = [](const char* job, const char* cpus) {
-    if (job) ::setenv("SLURM_JOB_ID", job, 1); else ::unsetenv("SLURM_JOB_ID");
-    if (cpus) ::setenv("SLURM_CPUS_ON_NODE", cpus, 1); else ::unsetenv("SLURM_CPUS_ON_NODE");
-    const int n = available_cpus();
-    ::unsetenv("SLURM_JOB_ID");
-    ::unsetenv("SLURM_CPUS_ON_NODE");
-    return n;
+    const SlurmEnv env(job, cpus);
+    return available_cpus();
   };
   CHECK(with_env("17", "1") == 1);
   CHECK(with_env("17", "100000") == mask);  // the mask is the smaller
