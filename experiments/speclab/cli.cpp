@@ -184,7 +184,11 @@ DrafterOptions DrafterArgs::options() const {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
       throw Error(ErrorKind::kConfig, "expected key=value, found '" + kv + "'", "command line", "--param");
-    o.params[kv.substr(0, eq)] = kv.substr(eq + 1);
+    const std::string key = kv.substr(0, eq);
+    if (o.params.count(key))  // the last value won without a word (until 2026-12-06)
+      throw Error(ErrorKind::kConfig, "expected each parameter once, found '" + key + "' again in '" + kv + "'",
+                  "command line", "--param");
+    o.params[key] = kv.substr(eq + 1);
   }
   named_by_flags([&] { o.validate(); });
   return o;

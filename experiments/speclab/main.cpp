@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "experiments/speclab/cli.h"
+#include "experiments/speclab/plugin_crash_report.h"
 #include "framework/core/blas_core.h"
 #include "framework/core/error.h"
 
@@ -89,6 +90,8 @@ int main(int argc, char** argv) {
   // A file-size limit (ulimit -f) makes writes fail with EFBIG, reported as an error, instead
   // of killing the process with SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
+  // A drafter plugin that crashes is named on stderr before the process dies of it.
+  install_plugin_crash_report();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 1 && args[0] == "--openblas-coretype") {
     const char* core = std::getenv("OPENBLAS_CORETYPE");

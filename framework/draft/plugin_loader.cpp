@@ -3,16 +3,20 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <new>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "framework/core/error.h"
+#include "framework/draft/draft_block_check.h"
 #include "framework/draft/host_services.h"
 
 namespace speclab {
@@ -29,6 +33,23 @@ std::string std_library_name(uint32_t flag) {
   std::snprintf(hex, sizeof hex, "0x%X", flag);
   return std::string("an unknown C++ library (flags ") + hex + ")";
 }
+
+// The plugin call in progress, for plugin_call_in_progress(): a message a crash handler can
+// print without allocating ("<path>: <method>: the plugin crashed in <name>.<method>()").
+std::atomic<const char*> g_call_in_progress{nullptr};
+
+// Marks a call into a plugin for its duration (calls do not nest: a plugin's call into the host's
+// services table is not a plugin call).
+class CallInProgress {
+ public:
+  explicit CallInProgress(const char* message) : previous_(g_call_in_progress.exchange(message)) {}
+  ~CallInProgress() { g_call_in_progress.store(previous_); }
+  CallInProgress(const CallInProgress&) = delete;
+  CallInProgress& operator=(const CallInProgress&) = delete;
+
+ private:
+  const char* previous_;
+};
 
 Error plugin_error(const std::string& path, const std::string& message) {
   return Error(ErrorKind::kConfig, message, path, "plugin");
@@ -75,6 +96,7 @@ class PluginDrafter final : public Drafter {
   DraftBlock propose(const DraftContext& ctx, int max_k) override {
     DraftBlock block = guarded("propose", [&] { return inner_->propose(ctx, max_k); });
     check_block(block, max_k);
+    apply_confidence_threshold(ctx, block);
     return block;
   }
 
@@ -106,6 +128,7 @@ class PluginDrafter final : public Drafter {
   // normally build one without linking SpecLab) becomes one naming the plugin and the method.
   template <typename F>
   auto guarded(const char* method, F&& call) const -> decltype(call()) {
+    const CallInProgress in_call(crash_message(method));
     try {
       return call();
     } catch (const Error&) {
@@ -162,6 +185,44 @@ class PluginDrafter final : public Drafter {
       throw fail("confidence for " + std::to_string(block.confidence.size()) + " positions: expected 0 or " +
                  std::to_string(k) + ", found " + std::to_string(block.confidence.size()));
     }
+    // The q rows (sums, NaN, q = 0 at the drafted token) as the engine checks every drafter's
+    // (draft_block_check.h), here so that the error names the plugin's file: it named only the
+    // drafter, and by the plugin's name(), which need not be its descriptor's (until 2026-12-06).
+    if (vocab_size_ > 0) {
+      try {
+        check_draft_block(block, max_k, vocab_size_, plugin_name_);
+      } catch (const Error& e) {
+        throw fail(e.field() + " the host refuses: " + e.message());
+      }
+    }
+  }
+
+  // confidence_threshold (DrafterOptions) for a plugin: the drafts from the first position it
+  // applies to whose reported confidence is below it are dropped, as the built-in model drafters
+  // stop there; a plugin that reports no confidences cannot be gated and is refused. Until
+  // 2026-12-06 the threshold was left to the plugin, and one that ignored it ran as if unset.
+  void apply_confidence_threshold(const DraftContext& ctx, DraftBlock& block) const {
+    if (ctx.min_confidence <= 0.0 || block.tokens.empty()) return;
+    if (block.confidence.empty())
+      throw Error(ErrorKind::kBadInput,
+                  plugin_name_ + ".propose() returned no confidences, and confidence_threshold " +
+                      std::to_string(ctx.min_confidence) + " needs one per draft token to stop drafting",
+                  path_, "propose");
+    size_t keep = 0;
+    while (keep < block.tokens.size() &&
+           !(ctx.confidence_applies(keep) && block.confidence[keep] < ctx.min_confidence))
+      ++keep;
+    block.tokens.resize(keep);
+    block.confidence.resize(keep);
+    if (!block.probs.empty()) block.probs.resize(keep);
+    if (!block.logits.empty()) block.logits.resize(std::min(keep, block.logits.size()));
+  }
+
+  // What the crash handler prints for a call of `method` (CallInProgress), made once per method.
+  const char* crash_message(const char* method) const {
+    std::string& m = crash_messages_[method];
+    if (m.empty()) m = path_ + ": " + method + ": the plugin crashed in " + plugin_name_ + "." + method + "()";
+    return m.c_str();
   }
 
   Drafter* inner_;
@@ -171,6 +232,7 @@ class PluginDrafter final : public Drafter {
   std::string path_;
   std::string plugin_name_;
   int64_t vocab_size_;
+  mutable std::map<std::string, std::string> crash_messages_;  // method -> crash_message()
 };
 
 }  // namespace
@@ -283,12 +345,23 @@ std::unique_ptr<Drafter> make_plugin_drafter(const LoadedPlugin& plugin, const D
     if (text.empty()) text = "create returned null without an error message";
     throw plugin_error(plugin.path, plugin.name + ": " + text);
   }
+  std::unique_ptr<PluginDrafter> drafter;
   try {
-    return std::make_unique<PluginDrafter>(raw, std::move(host), plugin, env.vocab_size);
+    drafter = std::make_unique<PluginDrafter>(raw, std::move(host), plugin, env.vocab_size);
   } catch (...) {
     d.destroy(raw);
     throw;
   }
+  // The engine's messages and checks name a drafter by name(): a copy-paste mismatch with the
+  // descriptor's name made errors name another drafter (found by a probe on 2026-12-06).
+  const std::string reported = drafter->name();
+  if (reported != plugin.name)
+    throw plugin_error(plugin.path, plugin.name + ": the drafter's name() returns '" + reported +
+                                        "', expected the descriptor's name '" + plugin.name +
+                                        "' (the host names the drafter by both)");
+  return drafter;
 }
+
+const char* plugin_call_in_progress() { return g_call_in_progress.load(); }
 
 }  // namespace speclab

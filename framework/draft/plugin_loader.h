@@ -58,7 +58,19 @@ LoadedPlugin load_drafter_plugin(const std::string& path);
 // Throws Error(kConfig, "<name>: <the plugin's error text>", plugin.path, "plugin") when create
 // returns null (or, against the ABI contract, throws), and Error(kInternal) when `plugin` holds
 // no descriptor or library (a default-constructed LoadedPlugin).
+//
+// Also Error(kConfig, ..., plugin.path, "plugin") when the drafter's name() differs from the
+// descriptor's name. The drafter's propose() is checked against the DraftBlock contract and the
+// host's q-row checks (draft_block_check.h), each failure an Error(kBadInput, ..., plugin.path,
+// "propose"); under confidence_threshold (DraftContext::min_confidence) its drafts from the first
+// gated position whose reported confidence is below the threshold are dropped, and a block without
+// confidences is refused.
 std::unique_ptr<Drafter> make_plugin_drafter(const LoadedPlugin& plugin, const DrafterOptions& options,
                                              const DrafterEnv& env);
+
+// While a call into a plugin drafter's code runs: "<path>: <method>: the plugin crashed in
+// <name>.<method>()", else nullptr. A lock-free atomic read of a string that lives as long as the
+// drafter, so that a fatal-signal handler may print it (experiments/speclab/main.cpp).
+const char* plugin_call_in_progress();
 
 }  // namespace speclab

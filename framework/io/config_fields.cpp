@@ -240,6 +240,8 @@ Codec<std::map<std::string, std::string>> parameter_map() {
               YamlValue k(x.origin, it->first, YAML::Node(), x.path);
               const std::string name = k.as_scalar_text("a parameter name");
               YamlValue val(x.origin, it->second, it->first, x.path + "." + name);
+              // As MapReader refuses a repeated key: here the last value won without a word (until 2026-12-06).
+              if (m.count(name)) k.fail("expected each parameter once, found " + squote(name) + " again");
               m[name] = val.as_scalar_text("a single value (plugin parameters are passed as text)");
             }
           },

@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "framework/core/error.h"
 #include "framework/draft/plugin_loader.h"
 #include "framework/draft/registry.h"
+#include "tests/bad_inputs/cli_process.h"
 #include "tests/support/plugin_build.h"
 
 using namespace speclab;
@@ -55,6 +58,7 @@ struct Fixtures {
   std::string null_destroy;
   std::string other_library;     // fixture_drafter.cpp built with the other std::string layout
   std::string ngram;             // ... exporting "ngram", prompt_lookup's alias
+  std::string other_name;        // ... whose drafter's name() is "other"
 };
 
 // Compiles tests/fixtures/plugins/<stem>.cpp into <out> unless <out> is newer than the source
@@ -111,6 +115,8 @@ Fixtures build_all() {
   build_fixture("fixture_drafter", "-DFIXTURE_NULL_DESTROY", f.null_destroy);
   f.ngram = kOut + "/fixture_ngram.so";
   build_fixture("fixture_drafter", "-DFIXTURE_NAME_NGRAM", f.ngram);
+  f.other_name = kOut + "/fixture_other_name.so";
+  build_fixture("fixture_drafter", "-DFIXTURE_OTHER_NAME", f.other_name);
 #if defined(__GLIBCXX__)
   // The std::string layout this test is not built with (plugin_abi.h's library flag).
   f.other_library = kOut + "/fixture_other_library_" + std::to_string(1 - _GLIBCXX_USE_CXX11_ABI) + ".so";
@@ -472,6 +478,71 @@ TEST_CASE("what propose returns is checked against the DraftBlock contract", "[p
   CHECK_THAT(propose_error("ok", 6, env, 5), Catch::Contains("token 4 at draft position 4: expected a token id in [0, 4)"));
   CHECK_THAT(propose_error("ok", 6, env, 2), Catch::Contains("a probs row of size 6") && Catch::Contains("expected the vocabulary size 4"));
   CHECK_THAT(propose_error("throw", 4, env, 2), Catch::Contains("fixture.propose() threw: fixture boom"));
+  // The host's q checks, named for the plugin's file (they named only the drafter, by name(),
+  // until 2026-12-06).
+  CHECK_THAT(propose_error("q_sum", 4, env, 2),
+             Catch::Contains("fixture.propose() returned probs the host refuses:") && Catch::Contains("sum"));
+}
+
+TEST_CASE("a plugin drafter whose name() is not its descriptor's name is refused", "[plugins]") {
+  const LoadedPlugin p = load_drafter_plugin(fixtures().other_name);
+  try {
+    (void)make_plugin_drafter(p, DrafterOptions{}, DrafterEnv{});
+    FAIL("created");
+  } catch (const Error& e) {
+    CHECK(e.file() == fixtures().other_name);
+    CHECK(e.field() == "plugin");
+    CHECK_THAT(e.message(), Catch::Contains("the drafter's name() returns 'other', expected the descriptor's name 'fixture'"));
+  }
+  auto live = reinterpret_cast<int (*)()>(dlsym(p.library.get(), "fixture_live_drafters"));
+  REQUIRE(live != nullptr);
+  CHECK(live() == 0);  // the refused drafter was destroyed
+}
+
+TEST_CASE("confidence_threshold gates a plugin's drafts by the confidences it reports", "[plugins]") {
+  // Left to the plugin until 2026-12-06: one that ignored it ran as if it were unset.
+  const LoadedPlugin p = load_drafter_plugin(fixtures().fixture);
+  const TokenList tokens = {1, 2};
+  DrafterEnv env;
+  env.vocab_size = 4;
+  DraftContext ctx = context(0, tokens);
+  ctx.min_confidence = 0.5;
+  std::unique_ptr<Drafter> d = make_plugin_drafter(p, with_params({{"mode", "confident"}}), env);
+  d->begin(0, tokens);
+  DraftBlock b = d->propose(ctx, 4);  // confidences 0.9, 0.2, 0.9, 0.2: stops before the second
+  CHECK(b.tokens == TokenList{0});
+  CHECK(b.probs.size() == 1);
+  CHECK(b.confidence.size() == 1);
+  ctx.confidence_from_token = 3;  // positions 1 and 2 always go; the 4th (0.2) is cut
+  CHECK(d->propose(ctx, 4).tokens == TokenList{0, 1, 2});
+  ctx.min_confidence = 0.0;
+  CHECK(d->propose(ctx, 4).tokens == TokenList{0, 1, 2, 3});
+  // A plugin that reports no confidences cannot be gated.
+  std::unique_ptr<Drafter> plain = make_plugin_drafter(p, DrafterOptions{}, env);
+  plain->begin(0, tokens);
+  ctx.min_confidence = 0.5;
+  try {
+    (void)plain->propose(ctx, 2);
+    FAIL("proposed");
+  } catch (const Error& e) {
+    CHECK(e.file() == fixtures().fixture);
+    CHECK_THAT(e.message(), Catch::Contains("fixture.propose() returned no confidences, and confidence_threshold"));
+  }
+}
+
+TEST_CASE("a plugin that crashes is named on stderr before speclab dies of the signal", "[plugins][cli]") {
+  // It died with exit 139 or 134 and no word until 2026-12-06 (experiments/speclab/plugin_crash_report.h).
+  for (const char* mode : {"segv", "abort"}) {
+    INFO(mode);
+    const speclab::testing::RunResult r = speclab::testing::run_cli(
+        {"generate", "--model", "stories260K", "--chat", "off", "--prompt", "Once upon a time", "-n", "8", "--plugin",
+         fixtures().fixture, "--drafter", "fixture", "--param", std::string("mode=") + mode, "--param", "vocab=512"});
+    INFO(speclab::testing::describe(r));
+    CHECK_FALSE(r.exited);
+    CHECK(r.signal == (std::string(mode) == "segv" ? SIGSEGV : SIGABRT));
+    CHECK_THAT(r.err, Catch::Contains("error: " + fixtures().fixture + ": propose: the plugin crashed in fixture.propose() (" +
+                                      (std::string(mode) == "segv" ? "SIGSEGV" : "SIGABRT") + ")"));
+  }
 }
 
 TEST_CASE("the registry creates a plugin drafter from drafter.plugin + drafter.name", "[plugins]") {
