@@ -12,6 +12,27 @@
 
 namespace speclab {
 
+namespace {
+
+// Drafts after a drafted EOS can never be emitted: the EOS, kept, ends the sequence, and rejected,
+// takes them with it. They cost verification rows, and where the EOS was kept they were recorded
+// as accepted tokens of a run that had ended (a self-draft of SmolLM2 recorded 8 accepted for 3
+// tokens emitted, until 2026-12-06). The cut changes no output: the verifier's draws up to the
+// EOS are the same, and none after it are used.
+void drop_drafts_after_eos(DraftBlock& d, const TokenDecoder& decoder) {
+  for (size_t i = 0; i + 1 < d.tokens.size(); ++i) {
+    if (!decoder.is_eos(d.tokens[i])) continue;
+    const size_t keep = i + 1;
+    d.tokens.resize(keep);
+    if (!d.probs.empty()) d.probs.resize(keep);
+    if (!d.logits.empty()) d.logits.resize(std::min(keep, d.logits.size()));
+    if (!d.confidence.empty()) d.confidence.resize(keep);
+    return;
+  }
+}
+
+}  // namespace
+
 KvOptions kv_options_for(const ModelConfig& config, int64_t tokens, int32_t block_size) {
   KvOptions o;
   o.block_size = block_size;
@@ -199,6 +220,7 @@ DraftBlock Session::propose(Sequence& s) {
   ctx.want_logits = rule_.needs_draft_logits;
   DraftBlock d = naming_logits_source("drafter " + drafter->name(), [&] { return drafter->propose(ctx, max_k); });
   check_draft_block(d, max_k, c.vocab_size, drafter->name());
+  if (!s.req.generation.ignore_eos) drop_drafts_after_eos(d, decoder_);
   return d;
 }
 

@@ -128,13 +128,15 @@ TEST_CASE("greedy speculative decoding is token-identical to AR for every drafte
     // Over the variant's runs: identical output must come from drafts verified, some accepted and
     // (unless the draft is the target itself) some rejected and rolled back, not from a drafter
     // that proposed nothing.
-    int64_t drafted = 0, accepted = 0;
+    int64_t drafted = 0, accepted = 0, ended_by_eos = 0;
     for (int gamma : {1, 2, 4, 8}) {
       for (const auto& prompt : reference_prompts()) {
         DrafterOptions o = v.o;
         o.num_speculative_tokens = gamma;
         o.max_speculative_tokens = 16;
-        Run r = run_both(o, prompt, 120, gamma == 2 ? 4 : 16);
+        // The self-draft runs to its EOS (stories end within 400 tokens), to cross the EOS cut.
+        const bool self_draft = std::string(v.label) == "draft_model (same model)";
+        Run r = run_both(o, prompt, self_draft ? 400 : 120, gamma == 2 ? 4 : 16);
         INFO(v.label << ", gamma " << gamma << ", prompt: " << prompt);
         REQUIRE(r.spec.tokens == r.ar.tokens);
         CHECK(r.spec.text == r.ar.text);
@@ -148,11 +150,20 @@ TEST_CASE("greedy speculative decoding is token-identical to AR for every drafte
         if (std::string(v.label) == "draft_model (same model)") {
           // The draft is the target: every draft token must be accepted.
           CHECK(r.spec.acceptance_rate() == 1.0);
+          // ... and every accepted draft emitted: the drafts after a drafted EOS are cut. They
+          // were verified and recorded as accepted in a run that had ended (until 2026-12-06).
+          // Each step emits its accepted drafts and then its verdict's token, the last step
+          // perhaps without the latter (when a draft ended the run), after the prefill's token.
+          int64_t emitted_by_steps = 0;
+          for (const auto& st : r.spec.steps) emitted_by_steps += st.accepted + 1;
+          CHECK(static_cast<int64_t>(r.spec.tokens.size()) >= emitted_by_steps);
+          if (r.spec.stop_reason == StopReason::kEos) ++ended_by_eos;
         }
       }
     }
     INFO(v.label << ": " << accepted << " of " << drafted << " draft tokens accepted");
     CHECK(accepted > 0);
+    if (std::string(v.label) == "draft_model (same model)") CHECK(ended_by_eos > 0);  // the cut was exercised
     // The reduced head keeps the frequent pieces (frequent_head_ids): the target drafting for
     // itself through it keeps most drafts (with the byte-fallback pieces counted among the 150 it
     // kept none of the ordinary pieces and accepted nothing; here about 0.37).
