@@ -82,7 +82,8 @@ def fmt(v, spec: str = ".3f") -> str:
 # What a table shows for an undefined figure (NaN in the file: a drafter that never drafted has no
 # acceptance, cost or prediction; a run of 1 token has no decode phase). It printed "nan", "nan%".
 NA = "n/a"
-NA_NOTE = "n/a: undefined for these runs (no step drafted, or no decode step to time)."
+NA_NOTE = ("n/a: undefined for these runs (no step drafted, no decode step to time, or no trial: alpha counts greedy "
+           "runs of repeat 0 only, and a shard can hold later repeats only).")
 
 
 def times(v) -> str:
@@ -93,6 +94,14 @@ def times(v) -> str:
 def percent(v) -> str:
     s = fmt(100 * float(v), ".0f")
     return s if s == NA else s + "%"
+
+
+def alpha_cell(r: dict) -> str:
+    """A summary row's alpha with its interval. alpha counts greedy runs of repeat 0 only: a shard
+    (--shard) can hold greedy runs of later repeats only, which drafted but are no trials."""
+    if not math.isnan(float(r["alpha"])):
+        return f"{fmt(r['alpha'])} [{fmt(r['alpha_lo'])}, {fmt(r['alpha_hi'])}]"
+    return "no drafts" if int(r["drafted"]) == 0 else "no trials (greedy repeats > 0 only)"
 
 
 def with_na_note(table: str) -> str:
@@ -342,17 +351,19 @@ class Report:
             width = 0.8 / max(1, len(series))
             x = np.arange(len(cats))
             for i, (point, method) in enumerate(series):
-                y, lo, hi, missing = [], [], [], []
+                y, lo, hi, missing, trialless = [], [], [], [], []
                 for c in cats:
                     r = next((r for r in rows if int(r["point"]) == point and str(r["method"]) == method
                               and str(r["category"]) == c), None)
                     a = float(r["alpha"]) if r is not None else math.nan
                     missing.append(r is None)  # no run of this series in the category (e.g. a killed run)
+                    trialless.append(r is not None and int(r["drafted"]) > 0)  # greedy repeats > 0 only
                     y.append(a)
                     lo.append(a - float(r["alpha_lo"]) if r is not None else 0.0)
                     hi.append(float(r["alpha_hi"]) - a if r is not None else 0.0)
                 # No drafts in a category: an empty bar (height 0, no error bar) marked "no drafts";
-                # no runs there at all (it was marked "no drafts" too): "no runs".
+                # no runs there at all (it was marked "no drafts" too): "no runs"; drafts but no
+                # trials (a shard of greedy repeats > 0 only): "no trials".
                 y = np.array(y)
                 none = np.isnan(y)
                 xs = x + (i - (len(series) - 1) / 2) * width
@@ -360,8 +371,9 @@ class Report:
                               yerr=[np.where(none, 0.0, np.clip(np.nan_to_num(lo), 0, None)),
                                     np.where(none, 0.0, np.clip(np.nan_to_num(hi), 0, None))],
                               capsize=2, label=self.series_label(point, method), **bar_style(i, len(series)))
-                for xi, gone in zip(xs[none], np.array(missing)[none]):
-                    ax.text(xi, 0.02, "no runs" if gone else "no drafts", rotation=90, ha="center", va="bottom",
+                for xi, gone, drafted in zip(xs[none], np.array(missing)[none], np.array(trialless)[none]):
+                    ax.text(xi, 0.02, "no runs" if gone else "no trials" if drafted else "no drafts", rotation=90,
+                            ha="center", va="bottom",
                             fontsize=7, color=bars.patches[0].get_facecolor())
             ax.set_xticks(x)
             ax.set_xticklabels([c if c else "(no category)" for c in cats], rotation=20, ha="right",
@@ -394,8 +406,7 @@ class Report:
             if with_category:
                 row.append(str(r["category"]) or "(none)")
             row += [str(r["method"]), str(int(r["gamma"])),
-                    "no drafts" if math.isnan(float(r["alpha"]))
-                    else f"{fmt(r['alpha'])} [{fmt(r['alpha_lo'])}, {fmt(r['alpha_hi'])}]", fmt(r["tau"]),
+                    alpha_cell(r), fmt(r["tau"]),
                     fmt(r["cost_ratio"], ".4f"), times(r["speedup"]), times(r["predicted_speedup"]),
                     fmt(r["efficiency"], ".2f"),
                     "yes" if ll == 1 else "NO" if ll == 0 else "not checked (sampled)"]

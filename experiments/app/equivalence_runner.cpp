@@ -79,9 +79,10 @@ std::vector<float> checked_logits(const std::string& source, std::vector<float> 
   return row;
 }
 
+// The config was validated at these gammas (ConfigUse::kCheck): max_speculative_tokens >= gamma.
 DrafterOptions with_gamma(DrafterOptions o, int gamma) {
   o.num_speculative_tokens = gamma;
-  o.max_speculative_tokens = std::max(o.max_speculative_tokens, gamma);
+  SPECLAB_CHECK(o.max_speculative_tokens >= gamma, "check: a gamma above the drafter's max_speculative_tokens");
   return o;
 }
 

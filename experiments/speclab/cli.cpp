@@ -327,11 +327,10 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-void apply_output_flag(OutputOptions& out, const std::string& path, const std::string& flag) {
+void apply_output_flag(ExperimentConfig& config, const std::string& path, const std::string& flag) {
   if (path.empty()) return;
-  out.path = path;
   try {
-    out.validate();
+    set_output_path(config, path);
   } catch (const Error& e) {
     throw Error(e.kind(), e.message(), "command line", flag);
   }

@@ -155,10 +155,11 @@ void check_report_dir(const std::string& dir, const std::string& option);
 // Runs analysis/report.py on an experiment file; prints the report path. Returns an exit code.
 int run_report(const std::string& h5_path, const std::string& out_dir);
 
-// An output flag (run's and submit's --output, check's --out): sets `out.path` to `path` unless it
-// is empty, and checks it as `flag` (an error naming the config's output.path line blamed the file
-// for the flag's value; check's named "output: path").
-void apply_output_flag(OutputOptions& out, const std::string& path, const std::string& flag = "--output");
+// An output flag (run's and submit's --output, check's --out): sets the config's output.path to
+// `path` unless it is empty, in the config text the results file stores too (set_output_path),
+// and checks it as `flag` (an error naming the config's output.path line blamed the file for the
+// flag's value; check's named "output: path").
+void apply_output_flag(ExperimentConfig& config, const std::string& path, const std::string& flag = "--output");
 
 // `s` as one word for sh: single-quoted, each ' written as '\'' (submit's sbatch lines, bench's
 // llama.cpp command line).

@@ -60,7 +60,7 @@ int cmd_check(const std::vector<std::string>& args) {
   if (!device.empty()) overrides.push_back("models.target.device=" + device);
   ExperimentConfig config = [&] {
     try {
-      return load_experiment_config(config_path, overrides);
+      return load_experiment_config(config_path, overrides, ConfigUse::kCheck);
     } catch (const Error& e) {
       // A top-p or top-k cut at temperature 0 is refused when the config loads, with advice to set
       // a temperature, which check refuses next: name check's own sweeps instead.
@@ -115,7 +115,7 @@ int cmd_check(const std::vector<std::string>& args) {
   for (size_t i = 0; i < config.drafters.size(); ++i)
     refuse_written("drafters[" + std::to_string(i) + "].num_speculative_tokens",
                    "drafts at each of equivalence.gammas (and verifier_gammas)");
-  apply_output_flag(config.output, output, "--out");
+  apply_output_flag(config, output, "--out");
   // Refuse an existing file before spending any time on the checks: one without --overwrite, one
   // a running `speclab run` holds, another experiment's file (that came after the whole check, and
   // hid its verdict behind exit 2).

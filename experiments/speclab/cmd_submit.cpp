@@ -162,7 +162,7 @@ int cmd_submit(const std::vector<std::string>& args) {
   if (vm.count("output") && output.empty())
     throw Error(ErrorKind::kConfig, "expected a path, found an empty one", "command line", "--output");
   ExperimentConfig config = load_experiment_config(config_path, overrides);  // checks it now
-  apply_output_flag(config.output, output);
+  apply_output_flag(config, output);
   // What `speclab run` checks before it runs, for every point (files, prompts): a config it
   // refuses would otherwise fail in every array task, or in the merge job after all of them.
   (void)plan_experiment(config);

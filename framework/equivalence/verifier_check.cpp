@@ -248,6 +248,7 @@ VerifierControlRow run_verifier_control(const std::vector<LogitPair>& pairs, con
   if (!control.applicable) return row;
   const VerifierChain chain =
       make_verifier_chain(pairs, sampling, control.draft, verifier_positions(k), k, kVerifierClasses);
+  row.q_tv = 0.0;
   for (const ChainRow& r : chain.rows) {
     double tv = 0.0, sd = 0.0, sr = 0.0;
     for (size_t t = 0; t < r.q_drawn.size(); ++t) sd += r.q_drawn[t], sr += r.q_report[t];

@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -169,9 +170,12 @@ struct VerifierControlRow {
   int k = 0;
   bool applicable = false, caught = false;
   int64_t caught_n = -1;      // -1: not caught at n_max
-  double p_bonferroni = 1.0;  // at caught_n, or at n_max when not caught
-  double q_tv = 0.0;          // mean TV(q drawn, q reported) over the chain's rows (0 for the
-                              // verifier-side controls): how large a drafter-side bug is here
+  // At caught_n, or at n_max when not caught; NaN where the control did not run (not applicable).
+  double p_bonferroni = std::numeric_limits<double>::quiet_NaN();
+  // Mean TV(q drawn, q reported) over the chain's rows (0 for the verifier-side controls): how
+  // large a drafter-side bug is here. NaN where it was not computed (not applicable before the
+  // chain was built: temperature 1, a run's top_k at or below the control's).
+  double q_tv = std::numeric_limits<double>::quiet_NaN();
 };
 // A drafter-side control whose q_tv is below this changes (nearly) nothing on these rows: it is
 // reported as not applicable, with its q_tv, instead of counted as missed.

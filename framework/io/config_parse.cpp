@@ -342,8 +342,20 @@ void refuse_cuts_under_greedy(const YAML::Node& root, const YamlOrigin& origin, 
 
 }  // namespace config
 
-ExperimentConfig load_experiment_config(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_experiment_config(config::load_yaml_text(path), path, overrides);
+ExperimentConfig load_experiment_config(const std::string& path, const std::vector<std::string>& overrides,
+                                        ConfigUse use) {
+  return parse_experiment_config(config::load_yaml_text(path), path, overrides, use);
+}
+
+void set_output_path(ExperimentConfig& c, const std::string& path) {
+  OutputOptions o = c.output;
+  o.path = path;
+  o.validate();
+  c.output = o;
+  if (c.resolved_yaml.empty()) return;
+  YAML::Node root = YAML::Load(c.resolved_yaml);
+  root["output"]["path"] = path;
+  c.resolved_yaml = config::emit(root);
 }
 
 WrittenKey written_key(const std::string& path, const std::vector<std::string>& overrides, const std::string& field) {
@@ -372,7 +384,7 @@ Error located_config_error(const Error& e, const std::string& path, const std::v
 }
 
 ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std::string& source_name,
-                                         const std::vector<std::string>& overrides) {
+                                         const std::vector<std::string>& overrides, ConfigUse use) {
   using namespace config;
   YamlOrigin origin(source_name);
   YAML::Node root = parse_config_root(yaml_text, source_name, origin, "models, drafters, prompts, ...");
@@ -380,6 +392,7 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
   for (const std::string& o : overrides) apply_override(root, o, origin);
 
   ExperimentConfig cfg;
+  cfg.use = use;
   cfg.source_path = source_name;
   cfg.resolved_yaml = emit(root);
   const Ctx ctx{dirname_of(source_name)};

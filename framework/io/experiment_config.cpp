@@ -199,11 +199,32 @@ void EquivalenceOptions::validate() const {
 void ExperimentConfig::validate() const {
   if (name.empty()) bad("", "name", "expected a non-empty experiment name, found nothing");
   under("models", [&] { models.validate(); });
+  // speclab check drafts at each of equivalence.gammas (its drafters' own gamma is refused there):
+  // a drafter's max_speculative_tokens was compared with the default gamma 4, which check never
+  // runs, and check raised it silently to a larger gamma it did run.
+  const bool check_gammas = use == ConfigUse::kCheck && equivalence;
+  int check_gamma = 0;
+  if (check_gammas) {
+    under("equivalence", [&] { equivalence->validate(); });
+    check_gamma = *std::max_element(equivalence->gammas.begin(), equivalence->gammas.end());
+  }
   std::map<std::string, size_t> labels;
   for (size_t i = 0; i < drafters.size(); ++i) {
     const DrafterEntry& d = drafters[i];
     const std::string p = "drafters[" + std::to_string(i) + "]";
-    under(p, [&] { d.options.validate(); });
+    if (check_gammas) {
+      if (d.options.max_speculative_tokens < check_gamma)
+        bad("", p + ".max_speculative_tokens",
+            "expected at least the largest draft length `speclab check` runs (" + std::to_string(check_gamma) +
+                ", of equivalence.gammas), found " + std::to_string(d.options.max_speculative_tokens) +
+                (d.options.max_speculative_tokens == 16 ? " (16 is the default: a gamma above 16 needs it set too)"
+                                                        : ""));
+      DrafterOptions o = d.options;
+      o.num_speculative_tokens = check_gamma;
+      under(p, [&] { o.validate(); });
+    } else {
+      under(p, [&] { d.options.validate(); });
+    }
     if (d.label.empty()) bad("", p + ".label", "expected a non-empty label, found nothing");
     if (d.label == "ar") bad("", p + ".label", "expected a label other than 'ar' (the AR baseline), found 'ar'");
     if (d.label.find('/') != std::string::npos || d.label == "." || d.label == "..")
@@ -238,7 +259,7 @@ void ExperimentConfig::validate() const {
         "expected off: speclab run and check decode each sequence beside its drafters' caches and cannot rebuild one "
         "that preemption releases (lowest_priority is the block manager's, for callers that do; docs/kv-cache.md)");
   under("output", [&] { output.validate(); });
-  if (equivalence) under("equivalence", [&] { equivalence->validate(); });
+  if (equivalence && !check_gammas) under("equivalence", [&] { equivalence->validate(); });
   // The plan holds one entry per (point, prompt, method, repeat): a count beyond these bounds
   // would exhaust memory before the first run, not measure anything more.
   if (repeats < 1 || repeats > 100000)

@@ -103,6 +103,10 @@ struct OutputOptions {
   void validate() const;
 };
 
+// What a config is loaded for: `speclab run` and the other commands draft at each drafter's own
+// gamma; `speclab check` at each of equivalence.gammas.
+enum class ConfigUse { kRun, kCheck };
+
 // `equivalence` section (speclab check): distribution-equivalence checks.
 struct EquivalenceOptions {
   bool greedy = true;                     // greedy exactness over the prompts
@@ -150,15 +154,26 @@ struct ExperimentConfig {
   KvOptions kv;
   OutputOptions output;
   std::optional<EquivalenceOptions> equivalence;
+  // Not a key: what the config was loaded for (load_experiment_config's `use`).
+  ConfigUse use = ConfigUse::kRun;
 
   void validate() const;  // every section's validate() + cross-section checks
 };
 
 // Parses and validates. `overrides` are "key=value" strings (`--set`). Throws
-// Error(kConfig, message, "<file>:<line>:<col>", "<key.path>").
-ExperimentConfig load_experiment_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Error(kConfig, message, "<file>:<line>:<col>", "<key.path>"). With `use` kCheck each drafter
+// is validated at the draft lengths `speclab check` runs it at (the largest of
+// equivalence.gammas), not at its own gamma, which check refuses to be written.
+ExperimentConfig load_experiment_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                                        ConfigUse use = ConfigUse::kRun);
 ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std::string& source_name,
-                                         const std::vector<std::string>& overrides = {});
+                                         const std::vector<std::string>& overrides = {},
+                                         ConfigUse use = ConfigUse::kRun);
+
+// Sets c.output.path to `path` (a command's --output), in c.resolved_yaml too, so that the config
+// the results file stores (/config_yaml) writes where this run wrote, as a --set output.path
+// would. Validates the path (OutputOptions::validate's errors).
+void set_output_path(ExperimentConfig& c, const std::string& path);
 
 // Where the canonical key path `field` ("sampling.temperature", "drafters[1].num_speculative_tokens")
 // is written in the config file `path` with `overrides` applied: `where` is "<file>:<line>:<col>"

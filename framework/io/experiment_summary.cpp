@@ -274,7 +274,12 @@ std::string format_summary_table(const std::vector<MethodSummary>& rows, const s
     if (with_category) row.push_back(m.category.empty() ? "(none)" : m.category);
     row.push_back(m.method);
     row.push_back(std::to_string(m.gamma));
-    row.push_back(fmt("%.3f", m.alpha.rate) + " [" + fmt("%.3f", m.alpha.lo) + ", " + fmt("%.3f", m.alpha.hi) + "]");
+    // alpha counts greedy runs of repeat 0 only (experiment_summary.h): a shard (--shard) can hold
+    // greedy runs of later repeats only, which drafted but are no trials.
+    row.push_back(!std::isnan(m.alpha.rate) ? fmt("%.3f", m.alpha.rate) + " [" + fmt("%.3f", m.alpha.lo) + ", " +
+                                                  fmt("%.3f", m.alpha.hi) + "]"
+                  : m.drafted == 0 ? std::string("no drafts")
+                                   : std::string("no trials (greedy repeats > 0 only)"));
     row.push_back(fmt("%.3f", m.tau));
     row.push_back(fmt("%.4f", m.cost_ratio));
     row.push_back(fmt("%.2fx", m.speedup));

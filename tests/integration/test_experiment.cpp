@@ -427,6 +427,11 @@ TEST_CASE("speclab run: SIGKILL after the first prompt-run, then --resume equals
   const Result ref = cli("run '" + cfg + "' --output '" + dir + "/ref.h5' --no-report", dir);
   INFO(ref.err);
   REQUIRE(ref.code == 0);
+  {  // --output is the stored config's output.path (/config_yaml kept the YAML's until 2026-12-06)
+    const std::string stored = read_experiment(dir + "/ref.h5").config_yaml;
+    CHECK(stored.find(dir + "/ref.h5") != std::string::npos);
+    CHECK(stored.find("unused.h5") == std::string::npos);
+  }
 
   const std::string h5 = dir + "/killed.h5";
   REQUIRE(run_and_kill_after_first({"run", cfg, "--output", h5, "--no-report"}));

@@ -189,6 +189,7 @@ void check_controls(const std::vector<LogitPair>& pairs, const std::string& mode
         if (!r.applicable) {
           WARN(model << " " << sampling_label(s) << " k=" << k << ": " << c.name << " not applicable (" << r.note << ")");
           CHECK(c.name != "replacement_from_p");  // the verifier-side controls always apply
+          CHECK(std::isnan(r.p_bonferroni));         // it did not run: no p-value (1 was written until 2026-12-06)
           continue;
         }
         WARN(model << " " << sampling_label(s) << " k=" << k << ": " << c.name << " caught at N = " << r.caught_n
@@ -202,6 +203,7 @@ void check_controls(const std::vector<LogitPair>& pairs, const std::string& mode
     const VerifierControlRow r = run_verifier_control(pairs, model, lossless, c, 4, lossless_n, kControlAlpha, 78);
     if (!r.applicable) {
       WARN(model << " " << sampling_label(lossless) << " k=4: " << c.name << " not applicable (" << r.note << ")");
+      CHECK(std::isnan(r.p_bonferroni));  // it did not run: no p-value (1 was written until 2026-12-06)
       continue;
     }
     ++applicable;

@@ -500,6 +500,24 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
     CHECK_THAT(e, Contains("bad.yaml:6:5: drafters[0].max_speculative_tokens: expected gamma (32) <= max_speculative_tokens <= 64, "
                            "found 16 (16 is the default: a gamma above 16 needs it set too)"));
   }
+  SECTION("speclab check validates max_speculative_tokens at equivalence.gammas, the draft lengths it runs") {
+    const std::string cfg = kBase + "drafters:\n  - {name: prompt_lookup, max_speculative_tokens: 3}\nequivalence:\n  gammas: [1, 2]\n";
+    // For speclab run the drafter drafts at its own gamma (the default 4), above its cap.
+    CHECK_THAT(config_error(cfg), Contains("drafters[0].max_speculative_tokens: expected gamma (4)"));
+    const ExperimentConfig ok = parse_experiment_config(cfg, "ok.yaml", {}, ConfigUse::kCheck);
+    CHECK(ok.drafters.at(0).options.max_speculative_tokens == 3);
+    // A gamma above the cap was run with the cap raised silently.
+    const std::string over =
+        kBase + "drafters:\n  - {name: prompt_lookup, max_speculative_tokens: 5}\nequivalence:\n  gammas: [1, 8]\n";
+    std::string e;
+    try {
+      parse_experiment_config(over, "bad.yaml", {}, ConfigUse::kCheck);
+    } catch (const Error& err) {
+      e = err.what();
+    }
+    CHECK_THAT(e, Contains("bad.yaml:6:51: drafters[0].max_speculative_tokens: expected at least the largest draft "
+                           "length `speclab check` runs (8, of equivalence.gammas), found 5"));
+  }
   SECTION("empty sweep list") {
     CHECK_THAT(config_error(kBase + "drafters: [{name: prompt_lookup}]\nsweep:\n  drafter.gamma: []\n"),
                Contains("bad.yaml:7:18: sweep.drafter.gamma: expected a non-empty list of values, found an empty list"));

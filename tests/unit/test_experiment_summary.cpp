@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "framework/core/error.h"
@@ -199,6 +200,18 @@ TEST_CASE("summarize: acceptance, positions, tau, cost ratio, speedup and catego
   const std::string by_cat = format_summary_table({sum.by_category[1], uncategorised}, d.points);
   CHECK(by_cat.find("(none)") != std::string::npos);
   CHECK(by_cat.find("(all)") == std::string::npos);
+
+  // No alpha: a row that drafted nothing, and a shard's row of greedy repeats > 0 only, which
+  // drafted but holds no trial (both printed "nan [nan, nan]" until 2026-12-06).
+  MethodSummary none = sum.overall[0], trialless = sum.overall[0];
+  none.alpha.rate = none.alpha.lo = none.alpha.hi = std::numeric_limits<double>::quiet_NaN();
+  trialless.alpha = none.alpha;
+  none.drafted = 0;
+  trialless.drafted = 56;
+  const std::string na = format_summary_table({none, trialless}, d.points);
+  CHECK(na.find("nan [") == std::string::npos);
+  CHECK(na.find("no drafts") != std::string::npos);
+  CHECK(na.find("no trials (greedy repeats > 0 only)") != std::string::npos);
 }
 
 TEST_CASE("summarize: the speedup is per decoded token, and NaN when nothing was decoded", "[summary]") {
