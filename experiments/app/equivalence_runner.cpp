@@ -51,14 +51,17 @@ uint64_t stream_id(std::initializer_list<int64_t> parts) {
 // prefill, then the drafter's first draft row), captured by the acceptance rule, which then
 // applies the lossless rule. Both rows are at the prefix context + [first token]. nullopt when
 // the drafter supplied no draft logits at that step (a deterministic drafter, or no draft).
+// q_rows, when given, is set when a draft of the run carried q rows (DraftBlock::probs): the
+// drafter samples, with or without logits.
 std::optional<LogitPair> drafter_step_rows(const Model& model, const TokenDecoder& tok, const TokenList& context,
                                            Drafter& drafter, const DrafterOptions& dopts, KvTarget kv,
-                                           uint64_t seed) {
+                                           uint64_t seed, bool* q_rows = nullptr) {
   std::optional<LogitPair> got;
   AcceptanceRule capture{[&](const VerifyInputs& in) {
                            if (!got && !in.draft->tokens.empty() && !in.draft->logits.empty())
                              got = LogitPair{std::vector<float>(in.target_logits, in.target_logits + in.vocab),
                                              in.draft->logits[0]};
+                           if (q_rows && !in.draft->tokens.empty() && !in.draft->probs.empty()) *q_rows = true;
                            return lossless_acceptance(in);
                          },
                          /*needs_p_when_greedy=*/false, /*needs_draft_logits=*/true};
@@ -202,11 +205,17 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
   // Which drafters hand the verifier draft logits (model drafters; eagle and plugins that fill
   // DraftBlock::logits under sampling): the analytic and verifier rows and the drafter-side
   // controls need them.
+  // Which report q rows without logits (a sampling plugin): q_at_temperature_1 and shared_draws
+  // run on them too (engine_controls.h).
   std::vector<bool> has_logits(drafters.size(), false);
-  for (size_t i = 0; i < drafters.size(); ++i)
+  std::vector<DrafterSampling> sampling_kind(drafters.size());
+  for (size_t i = 0; i < drafters.size(); ++i) {
+    bool q_rows = false;
     has_logits[i] = model_drafter(logits_drafter(*drafters[i])) != nullptr ||
                     (!ids.empty() && drafter_step_rows(model, tok, ids[0], logits_drafter(*drafters[i]),
-                                                       cfg.drafters[i].options, kvt, cfg.sampling.seed));
+                                                       cfg.drafters[i].options, kvt, cfg.sampling.seed, &q_rows));
+    sampling_kind[i] = DrafterSampling{has_logits[i], has_logits[i] || q_rows};
+  }
 
   // 1. Greedy exactness.
   if (eq.greedy) {
@@ -396,6 +405,17 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
   if (eq.sampling) {
     rep.ran_sampling = true;
     const int m_max = *std::max_element(eq.positions.begin(), eq.positions.end());
+    // Position j >= 2 of the first step is its draft row j - 2; the bonus is position gamma + 2.
+    // Positions short of that test only the first rows: a bug confined to later draft rows (a q
+    // off by one row, a penalty on generated tokens, a warper from row 1 on) passed unnoticed.
+    for (int gamma : eq.gammas)
+      if (m_max < gamma + 2)
+        rep.notes.push_back("sampling: positions reach m = " + std::to_string(m_max) + ": at gamma " +
+                            std::to_string(gamma) + " the first step's draft rows " + std::to_string(std::max(0, m_max - 1)) +
+                            ".." + std::to_string(gamma - 1) + " and its bonus token (positions " +
+                            std::to_string(m_max + 1) + ".." + std::to_string(gamma + 2) +
+                            ") are not recorded, so a bug confined to them is not tested; positions up to gamma + 2 = " +
+                            std::to_string(gamma + 2) + " cover a whole step");
     std::vector<int> joints(eq.positions.begin(), eq.positions.end());
     std::sort(joints.begin(), joints.end());
     joints.erase(std::unique(joints.begin(), joints.end()), joints.end());
@@ -493,7 +513,7 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
             for (size_t k = 0; k < nc; ++k) {
               ControlOutcome o;
               o.name = rep.control_names[k];
-              o.note = engine_control_skip_reason(o.name, s, has_logits[di], gamma, m_max);
+              o.note = engine_control_skip_reason(o.name, s, sampling_kind[di], gamma, m_max);
               if (o.note.empty()) {
                 const EngineControl ctl = make_engine_control(o.name);
                 plan.stream = stream_id({ci, static_cast<int64_t>(si), static_cast<int64_t>(di), gamma,

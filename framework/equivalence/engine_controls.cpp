@@ -11,8 +11,8 @@ const std::vector<std::string>& engine_control_names() { return EquivalenceOptio
 
 std::string engine_control_list() { return config::join(engine_control_names(), ", "); }
 
-std::string engine_control_skip_reason(const std::string& name, const SamplingOptions& s, bool model_drafter, int gamma,
-                                       int m_max) {
+std::string engine_control_skip_reason(const std::string& name, const SamplingOptions& s, const DrafterSampling& drafter,
+                                       int gamma, int m_max) {
   const bool drafter_side = name == "top_p_on_p_only" || name == "q_at_temperature_1" || name == "q_drawn_top_k";
   if (name == "top_p_on_p_only" && s.top_p >= 1.0) return "top_p = 1: nothing to apply";
   if (name == "q_at_temperature_1" && s.temperature == 1.0) return "temperature 1: q at temperature 1 is the right q";
@@ -20,8 +20,12 @@ std::string engine_control_skip_reason(const std::string& name, const SamplingOp
     return "temperature > 1 with top_p < 1: q at temperature 1 has a smaller nucleus, which misses drawn tokens "
            "(the verifier refuses q = 0 for a drafted token)";
   if (name == "q_drawn_top_k" && s.top_k <= 0) return "top_k = 0: the drafter draws from the full q";
-  if (drafter_side && !model_drafter) return "the drafter supplies no draft logits (a deterministic drafter: no q to misreport)";
-  if (name == "shared_draws" && !model_drafter)
+  if (drafter_side && !drafter.logits && !drafter.q_rows)
+    return "the drafter reports no q (a deterministic drafter: no q to misreport)";
+  if (drafter_side && !drafter.logits && name != "q_at_temperature_1")
+    return "the drafter reports q rows but no draft logits (DraftBlock::logits), from which this control "
+           "recomputes q";
+  if (name == "shared_draws" && !drafter.logits && !drafter.q_rows)
     return "the drafter draws nothing (a deterministic drafter: no draws to share)";
   if (name == "bonus_from_row_k-1" && gamma + 2 > m_max)
     return "the bonus of a full first block is position gamma + 2 = " + std::to_string(gamma + 2) +

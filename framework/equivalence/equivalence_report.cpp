@@ -99,7 +99,7 @@ void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<
               s.temperature = t;
               s.top_p = p;
               s.top_k = k;
-              const std::string why = engine_control_skip_reason(name, s, /*model_drafter=*/true, g, m_max);
+              const std::string why = engine_control_skip_reason(name, s, DrafterSampling{true, true}, g, m_max);
               runs = runs || why.empty();
               if (reason.empty()) reason = why;
             }
@@ -176,7 +176,11 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
                            fmt("%g", r.alpha) + ") at " + where);
     }
   }
-  r.notes.clear();
+  // Its own notes (cell ... / control: ...) likewise; the others stay (a verifier setting not
+  // run, positions short of a whole step: they were cleared here until 2026-12-06).
+  r.notes.erase(std::remove_if(r.notes.begin(), r.notes.end(),
+                               [](const std::string& n) { return n.rfind("cell ", 0) == 0 || n.rfind("control:", 0) == 0; }),
+                r.notes.end());
   for (SamplingCell& c : r.cells) {
     bool any = false, testable = false;
     for (const TestRow& t : r.tests)
@@ -227,7 +231,9 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
   // A control that ran in no cell showed no power: listed by name, that fails the check (the
   // settings were checked up front, so here it is the drafters: e.g. a drafter-side control with
   // only deterministic drafters); from the default list it is noted. No control in any cell fails.
-  std::map<std::string, std::string> never_ran;  // name -> the first cell's reason
+  // name -> the cells' distinct reasons, "; "-joined (the first cell's alone named top_p = 1 where
+  // the top_p 0.9 cell's reason was the drafter's missing logits)
+  std::map<std::string, std::string> never_ran;
   bool any_ran = false;
   for (const std::string& name : r.control_names) never_ran[name] = "";
   for (const SamplingCell& c : r.cells)
@@ -235,8 +241,9 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
       if (o.applicable) {
         never_ran.erase(o.name);
         any_ran = true;
-      } else if (never_ran.count(o.name) && never_ran[o.name].empty()) {
-        never_ran[o.name] = o.note;
+      } else if (never_ran.count(o.name) && !o.note.empty() &&
+                 ("; " + never_ran[o.name] + "; ").find("; " + o.note + "; ") == std::string::npos) {
+        never_ran[o.name] += (never_ran[o.name].empty() ? "" : "; ") + o.note;
       }
     }
   if (!r.control_names.empty() && !r.cells.empty()) {

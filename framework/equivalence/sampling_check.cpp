@@ -100,10 +100,43 @@ namespace {
 // The real verifier handed a q recomputed from the draft logits under `reported(run sampling)`,
 // while the draft tokens were drawn under the run's sampling: a drafter that reports another q
 // than the one it sampled from.
+// The TV distance between each drawn q row and the reported one, added to `divergence`.
+void add_divergence(QDivergence* divergence, const std::vector<std::vector<float>>& drawn,
+                    const std::vector<std::vector<float>>& reported) {
+  if (!divergence) return;
+  for (size_t i = 0; i < drawn.size() && i < reported.size(); ++i) {
+    double l1 = 0.0;
+    for (size_t v = 0; v < reported[i].size() && v < drawn[i].size(); ++v)
+      l1 += std::abs(static_cast<double>(reported[i][v]) - static_cast<double>(drawn[i][v]));
+    divergence->tv_sum += 0.5 * l1;
+    divergence->rows += 1;
+  }
+}
+
+// q: [vocab], a q row drawn at temperature T: q^T renormalised over q's support, the law at
+// temperature 1 over the same support (softmax(l / T)^T is proportional to softmax(l)).
+std::vector<float> q_row_at_temperature_1(const std::vector<float>& q, double temperature) {
+  std::vector<double> w(q.size(), 0.0);
+  double sum = 0.0;
+  for (size_t v = 0; v < q.size(); ++v)
+    if (q[v] > 0.f) sum += (w[v] = std::pow(static_cast<double>(q[v]), temperature));
+  std::vector<float> out(q.size(), 0.f);
+  for (size_t v = 0; v < q.size(); ++v) out[v] = static_cast<float>(w[v] / sum);
+  return out;
+}
+
+// `from_q_rows`: a block with q rows and no logits (a sampling plugin) reports
+// q_row_at_temperature_1 of its rows (only q_at_temperature_1 can be rebuilt from a q row).
 AcceptanceRule reported_q_rule(const char* name, std::function<void(SamplingOptions&)> reported,
-                               std::shared_ptr<QDivergence> divergence) {
-  return {[name, reported, divergence](const VerifyInputs& in) {
+                               std::shared_ptr<QDivergence> divergence, bool from_q_rows = false) {
+  return {[name, reported, divergence, from_q_rows](const VerifyInputs& in) {
     const DraftBlock& d = *in.draft;
+    if (from_q_rows && !d.tokens.empty() && d.logits.empty() && d.probs.size() == d.tokens.size()) {
+      std::vector<std::vector<float>> q1(d.tokens.size());
+      for (size_t i = 0; i < d.tokens.size(); ++i) q1[i] = q_row_at_temperature_1(d.probs[i], in.sampling->temperature);
+      add_divergence(divergence.get(), d.probs, q1);
+      return verify_rejection(d.tokens, *in.p, q1, *in.rng);
+    }
     // A block without logits (a prompt-lookup or retrieval source's, behind prompt_lookup_first /
     // retrieval_first) has no q to misreport: verified as the lossless engine does, so the
     // control acts on the wrapped drafter's blocks.
@@ -118,14 +151,7 @@ AcceptanceRule reported_q_rule(const char* name, std::function<void(SamplingOpti
     reported(raw);
     std::vector<std::vector<float>> q_raw(d.tokens.size());
     for (size_t i = 0; i < d.tokens.size(); ++i) logits_to_probs(d.logits[i].data(), in.vocab, raw, q_raw[i]);
-    if (divergence)
-      for (size_t i = 0; i < d.tokens.size() && i < d.probs.size(); ++i) {
-        double l1 = 0.0;
-        for (size_t v = 0; v < q_raw[i].size() && v < d.probs[i].size(); ++v)
-          l1 += std::abs(static_cast<double>(q_raw[i][v]) - static_cast<double>(d.probs[i][v]));
-        divergence->tv_sum += 0.5 * l1;
-        divergence->rows += 1;
-      }
+    add_divergence(divergence.get(), d.probs, q_raw);
     return verify_rejection(d.tokens, *in.p, q_raw, *in.rng);
   },
           true, /*needs_draft_logits=*/true};
@@ -138,7 +164,8 @@ AcceptanceRule top_p_on_p_only_rule(std::shared_ptr<QDivergence> divergence) {
 }
 
 AcceptanceRule q_at_temperature_1_rule(std::shared_ptr<QDivergence> divergence) {
-  return reported_q_rule("q-at-temperature-1", [](SamplingOptions& s) { s.temperature = 1.0; }, std::move(divergence));
+  return reported_q_rule("q-at-temperature-1", [](SamplingOptions& s) { s.temperature = 1.0; }, std::move(divergence),
+                         /*from_q_rows=*/true);
 }
 
 AcceptanceRule q_drawn_top_k_rule(std::shared_ptr<QDivergence> divergence) {

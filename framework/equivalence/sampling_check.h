@@ -76,8 +76,9 @@ AcceptanceRule top_p_on_p_only_rule(std::shared_ptr<QDivergence> divergence = {}
 //                                the position, say, or one Philox offset). Needs a drafter that
 //                                draws; with one that does not, the verifier replays the same
 //                                uniforms at every step, a bug too, but not this one.
-// q_at_temperature_1_rule and q_drawn_top_k_rule need DraftBlock::logits and throw as
-// top_p_on_p_only_rule does.
+// q_drawn_top_k_rule needs DraftBlock::logits and throws as top_p_on_p_only_rule does;
+// q_at_temperature_1_rule too, except for a block with q rows and no logits (a sampling plugin),
+// whose rows it reports at temperature 1 over their own support (q^T renormalised; engine_controls.h).
 // The drafter-side rules (top_p_on_p_only, q_at_temperature_1, q_drawn_top_k) add, when given a
 // QDivergence, the TV distance between the q each draft token was drawn from and the q handed to
 // the verifier, per draft row: how large the planted bug is on the rows the engine visited.

@@ -418,10 +418,13 @@ TEST_CASE("first_layers in the engine is layer_skip's draft: same tokens, same a
 TEST_CASE("speclab check passes first_layers and fails first_layers_biased", "[plugins][sampling][equivalence]") {
   c10::InferenceMode guard;
   auto check = [&](const std::string& path, const std::string& name) {
-    // configs/equivalence_plugin.yaml at a smaller N (its own N is sized for the CLI).
+    // configs/equivalence_plugin.yaml at a smaller N (its own N is sized for the CLI), at one
+    // setting with the control that N catches (the q-row controls: the next test case).
     const ExperimentConfig config = load_experiment_config(
         kSource + "/configs/equivalence_plugin.yaml",
-        {"drafters.0.plugin=" + path, "drafters.0.name=" + name, "equivalence.samples=1500"});
+        {"drafters.0.plugin=" + path, "drafters.0.name=" + name, "equivalence.samples=1500",
+         "equivalence.temperatures=[1.0]", "equivalence.positions=[1,2]", "equivalence.controls=[always_accept]"},
+        ConfigUse::kCheck);
     return run_equivalence(config);
   };
   const EquivalenceReport good = check(plugins().good, "first_layers");
@@ -440,4 +443,32 @@ TEST_CASE("speclab check passes first_layers and fails first_layers_biased", "[p
   for (const std::string& f : biased.failures)
     speculative_rejected = speculative_rejected || f.rfind("sampling: speculative ", 0) == 0;
   CHECK(speculative_rejected);
+}
+
+// A plugin that samples and reports q rows, without draft logits: q_at_temperature_1 (rebuilt from
+// the q rows) and shared_draws run on it and are caught, and the check notes positions short of a
+// whole step. Until 2026-12-06 both were n/a for a plugin ("a deterministic drafter"), and its
+// "controls ok" rested on always_accept alone, which shows no power against a misreported q.
+TEST_CASE("speclab check: the q-row controls run on a sampling plugin and are caught", "[plugins][sampling][equivalence]") {
+  c10::InferenceMode guard;
+  const ExperimentConfig config = load_experiment_config(
+      kSource + "/configs/equivalence_plugin.yaml",
+      {"drafters.0.plugin=" + plugins().good, "drafters.0.name=first_layers", "equivalence.samples=4000",
+       "equivalence.temperatures=[0.7]", "equivalence.top_ps=[1.0]", "equivalence.positions=[1,2]",
+       "equivalence.controls=[q_at_temperature_1,shared_draws]", "equivalence.greedy=false"},
+      ConfigUse::kCheck);
+  const EquivalenceReport r = run_equivalence(config);
+  INFO(format_equivalence_report(r));
+  CHECK(r.pass());
+  REQUIRE(r.cells.size() == 1);
+  REQUIRE(r.cells[0].controls.size() == 2);
+  for (const ControlOutcome& o : r.cells[0].controls) {
+    INFO(o.name << ": " << o.note);
+    CHECK(o.applicable);
+    CHECK(o.caught);
+  }
+  CHECK(r.cells[0].controls[0].q_tv > 0.05);  // q at T = 0.7 vs at T = 1 on these rows (0.14 measured)
+  bool short_note = false;  // positions [1, 2] at gamma 4: rows 1..3 and the bonus unrecorded
+  for (const std::string& n : r.notes) short_note = short_note || n.find("positions reach m = 2: at gamma 4") != std::string::npos;
+  CHECK(short_note);
 }

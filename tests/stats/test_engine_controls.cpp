@@ -15,7 +15,9 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <memory>
 
 #include "experiments/app/session_parts.h"
 #include "framework/draft/registry.h"
@@ -199,21 +201,29 @@ TEST_CASE("engine negative controls: every realistic bug is caught through the r
 
 TEST_CASE("engine controls: the cells where a control cannot run are named, and a lookup block passes the drafter-side rules",
           "[equivalence][engine]") {
+  const DrafterSampling kModel{true, true}, kDeterministic{false, false}, kQRows{false, true};
   SamplingOptions s;
   s.temperature = 1.5;
   s.top_p = 0.9;
   // Above temperature 1 with top_p < 1 the reported (temperature 1) nucleus is the smaller one:
   // a drawn token may have q = 0 there, which the verifier refuses.
-  CHECK_THAT(engine_control_skip_reason("q_at_temperature_1", s, true, 2, 5),
+  CHECK_THAT(engine_control_skip_reason("q_at_temperature_1", s, kModel, 2, 5),
              Catch::Matchers::Contains("temperature > 1 with top_p < 1"));
   s.top_p = 1.0;
-  CHECK(engine_control_skip_reason("q_at_temperature_1", s, true, 2, 5).empty());
+  CHECK(engine_control_skip_reason("q_at_temperature_1", s, kModel, 2, 5).empty());
   s.temperature = 0.7;
   s.top_p = 0.9;
-  CHECK(engine_control_skip_reason("q_at_temperature_1", s, true, 2, 5).empty());
+  CHECK(engine_control_skip_reason("q_at_temperature_1", s, kModel, 2, 5).empty());
   // Shared draws need a drafter that draws: a deterministic one has none to share.
-  CHECK_THAT(engine_control_skip_reason("shared_draws", s, false, 2, 5), Catch::Matchers::Contains("draws nothing"));
-  CHECK(engine_control_skip_reason("shared_draws", s, true, 2, 5).empty());
+  CHECK_THAT(engine_control_skip_reason("shared_draws", s, kDeterministic, 2, 5), Catch::Matchers::Contains("draws nothing"));
+  CHECK(engine_control_skip_reason("shared_draws", s, kModel, 2, 5).empty());
+  // A drafter that reports q rows without logits (a sampling plugin): it draws, and q at
+  // temperature 1 is rebuilt from its rows; the controls that recompute q from logits cannot run.
+  CHECK(engine_control_skip_reason("shared_draws", s, kQRows, 2, 5).empty());
+  CHECK(engine_control_skip_reason("q_at_temperature_1", s, kQRows, 2, 5).empty());
+  CHECK_THAT(engine_control_skip_reason("top_p_on_p_only", s, kQRows, 2, 5), Catch::Matchers::Contains("no draft logits"));
+  CHECK_THAT(engine_control_skip_reason("q_at_temperature_1", s, kDeterministic, 2, 5),
+             Catch::Matchers::Contains("reports no q"));
 
   // A block without logits (a prompt-lookup source's) under a drafter-side rule: verified as the
   // lossless rule does, with the same draws (it threw "needs the draft's raw logits" before).
@@ -281,4 +291,57 @@ TEST_CASE("engine controls behind prompt_lookup_first: the wrapped drafter's q i
   const double min_holm = *std::min_element(holm.begin(), holm.end());
   WARN("... under the lossless tests at N = " << n << ": min Holm p " << min_holm);
   CHECK(min_holm < kAlpha);
+}
+
+// q_at_temperature_1 on a block with q rows and no logits (a sampling plugin): the reported row is
+// q^T renormalised over q's support. Drawn at T = 0.7 without cuts that is exactly softmax(l), the
+// law at temperature 1 (checked through the TV the rule records against a direct computation),
+// and a one-hot row stays one-hot.
+TEST_CASE("engine controls: q_at_temperature_1 rebuilt from a q row is q at temperature 1", "[equivalence][engine]") {
+  const std::vector<float> logits = {2.0f, 1.0f, 0.5f, -1.0f, 0.0f};
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  auto softmax = [&](double t) {
+    std::vector<double> e(logits.size());
+    double sum = 0.0;
+    for (size_t v = 0; v < logits.size(); ++v) sum += (e[v] = std::exp(logits[v] / t));
+    for (double& x : e) x /= sum;
+    return e;
+  };
+  const std::vector<double> q07 = softmax(0.7), q1 = softmax(1.0);
+  double want_tv = 0.0;
+  for (size_t v = 0; v < q1.size(); ++v) want_tv += 0.5 * std::abs(q07[v] - q1[v]);
+  REQUIRE(want_tv > 0.05);
+  DraftBlock block;
+  block.tokens = {0};
+  block.probs = {std::vector<float>(q07.begin(), q07.end())};
+  const std::vector<std::vector<float>> p = {{0.2f, 0.2f, 0.2f, 0.2f, 0.2f}, {0.2f, 0.2f, 0.2f, 0.2f, 0.2f}};
+  SamplingOptions run;
+  run.temperature = 0.7;
+  auto divergence = std::make_shared<QDivergence>();
+  const AcceptanceRule rule = q_at_temperature_1_rule(divergence);
+  Rng rng(3);
+  VerifyInputs in;
+  in.draft = &block;
+  in.vocab = vocab;
+  in.p = &p;
+  in.sampling = &run;
+  in.rng = &rng;
+  rule.verify(in);
+  REQUIRE(divergence->rows == 1);
+  CHECK(divergence->mean() == Approx(want_tv).margin(1e-6));
+  // The acceptance it applies is min(1, p / q1) at the drafted token: 0.2 / q1[0].
+  int64_t accepted = 0;
+  const int64_t trials = 20000;
+  for (int64_t i = 0; i < trials; ++i) {
+    in.rng = &rng;
+    accepted += rule.verify(in).n_accepted;
+  }
+  const double want = std::min(1.0, 0.2 / q1[0]);
+  CHECK(static_cast<double>(accepted) / trials == Approx(want).margin(5 * std::sqrt(want * (1 - want) / trials)));
+  // A one-hot row (a lookup source's) is left as it is: no divergence.
+  block.probs = {{1.f, 0.f, 0.f, 0.f, 0.f}};
+  auto none = std::make_shared<QDivergence>();
+  in.rng = &rng;
+  q_at_temperature_1_rule(none).verify(in);
+  CHECK(none->mean() == 0.0);
 }

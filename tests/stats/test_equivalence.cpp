@@ -975,13 +975,25 @@ TEST_CASE("verdict: a control that ran in no cell fails when listed, is noted wh
     CHECK(q.controls_pass);
     CHECK(q.failures.empty());
   }
-  // From the default list (all controls): a note, and the check passes on the others.
+  // Each cell's distinct reason is named (the first cell's alone hid the other's).
+  {
+    EquivalenceReport q = r;
+    q.cells[1].controls[1].note = "the drafter reports q rows but no draft logits";
+    finalize_sampling_verdict(q);
+    REQUIRE(q.failures.size() == 1);
+    CHECK_THAT(q.failures[0], Contains("top_k = 0: the drafter draws from the full q; the drafter reports q rows"));
+  }
+  // From the default list (all controls): a note, and the check passes on the others. A note that
+  // is not the verdict's own (the verifier's, the runner's) stays (it was cleared until 2026-12-06).
   r.controls_listed = false;
+  r.notes = {"verifier check: a setting not run"};
   finalize_sampling_verdict(r);
+  finalize_sampling_verdict(r);  // idempotent
   CHECK(r.controls_pass);
   CHECK(r.failures.empty());
-  REQUIRE(r.notes.size() == 1);
-  CHECK_THAT(r.notes[0], Contains("q_drawn_top_k ran in no cell"));
+  REQUIRE(r.notes.size() == 2);
+  CHECK(r.notes[0] == "verifier check: a setting not run");
+  CHECK_THAT(r.notes[1], Contains("q_drawn_top_k ran in no cell"));
   // No control ran anywhere: the pass would rest on no demonstrated power, so it fails.
   for (SamplingCell& c : r.cells) c.controls[0].applicable = false;
   finalize_sampling_verdict(r);
