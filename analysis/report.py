@@ -219,11 +219,12 @@ class Report:
             hi = np.array([float(r["alpha_hi"]) for r in rs])
             ax.errorbar(x, y, yerr=[np.clip(np.nan_to_num(y - lo), 0, None), np.clip(np.nan_to_num(hi - y), 0, None)],
                         capsize=3, label=self.series_label(point, method), **line_style(k, len(series)))
-        # A drafter that never drafted has no positions: name it in the legend instead.
-        no_drafts = [self.series_label(int(r["point"]), str(r["method"])) for r in self.rows("overall")
+        # A drafter that never drafted has no positions: name it in the legend instead (and one
+        # with no trials, a shard of greedy repeats > 0 only: alpha_cell).
+        no_drafts = [(self.series_label(int(r["point"]), str(r["method"])), alpha_cell(r)) for r in self.rows("overall")
                      if math.isnan(float(r["alpha"]))]
-        for label in no_drafts:
-            ax.plot([], [], " ", label=f"{label}: no drafts")
+        for label, why in no_drafts:
+            ax.plot([], [], " ", label=f"{label}: {why}")
         ax.set_title("Acceptance rate by draft position (95% Wilson CI)")
         ax.set_xlabel("draft position i (1 = first draft token of a step)")
         ax.set_ylabel("acceptance rate α_i (fraction, given position i reached)")
@@ -232,7 +233,7 @@ class Report:
         if series or no_drafts:
             self.legend(ax)
         if not series:
-            ax.text(0.5, 0.5, "no drafts recorded" if no_drafts else "no speculative steps recorded", ha="center",
+            ax.text(0.5, 0.5, "no trials recorded" if no_drafts else "no speculative steps recorded", ha="center",
                     transform=ax.transAxes)
         self.save(fig, "acceptance_by_position.png",
                   "Acceptance rate at each draft position, conditional on reaching it.")
@@ -252,9 +253,10 @@ class Report:
             style = line_style(i, len(groups))
             ax.plot(g, [float(r["speedup"]) for r in rs], "-", label=f"{label}: measured", **style)
             drafted = not all(math.isnan(float(r["alpha"])) for r in rs)
+            why = "no drafts" if all(int(r["drafted"]) == 0 for r in rs) else "no trials (greedy repeats > 0 only)"
             ax.plot(g, [float(r["predicted_speedup"]) for r in rs], "--", color=style["color"], alpha=0.7,
                     marker=style["marker"], fillstyle="none",
-                    label=f"{label}: " + ("predicted" if drafted else "no drafts, no prediction"))
+                    label=f"{label}: " + ("predicted" if drafted else why + ", no prediction"))
         ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
         ax.set_title("Speedup over AR vs draft length γ\nmeasured and predicted (Leviathan et al. 2023)")
         ax.set_xlabel("γ (num_speculative_tokens, draft tokens per step)")

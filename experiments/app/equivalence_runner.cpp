@@ -51,22 +51,35 @@ uint64_t stream_id(std::initializer_list<int64_t> parts) {
 // prefill, then the drafter's first draft row), captured by the acceptance rule, which then
 // applies the lossless rule. Both rows are at the prefix context + [first token]. nullopt when
 // the drafter supplied no draft logits at that step (a deterministic drafter, or no draft).
-// q_rows, when given, is set when a draft of the run carried q rows (DraftBlock::probs): the
-// drafter samples, with or without logits.
+// probe, when given, is filled over a run of at least two steps: q_rows when a draft carried q
+// rows (DraftBlock::probs: the drafter samples, with or without logits), draws when the drafter's
+// stream moved between two proposals (it draws from the host's stream, as shared_draws needs; a
+// plugin with a generator of its own does not).
+struct DrafterProbe {
+  bool q_rows = false, draws = false;
+};
 std::optional<LogitPair> drafter_step_rows(const Model& model, const TokenDecoder& tok, const TokenList& context,
                                            Drafter& drafter, const DrafterOptions& dopts, KvTarget kv,
-                                           uint64_t seed, bool* q_rows = nullptr) {
+                                           uint64_t seed, DrafterProbe* probe = nullptr) {
   std::optional<LogitPair> got;
+  std::optional<double> last_stream;  // the first uniform of the drafter's stream at the last proposal
   AcceptanceRule capture{[&](const VerifyInputs& in) {
                            if (!got && !in.draft->tokens.empty() && !in.draft->logits.empty())
                              got = LogitPair{std::vector<float>(in.target_logits, in.target_logits + in.vocab),
                                              in.draft->logits[0]};
-                           if (q_rows && !in.draft->tokens.empty() && !in.draft->probs.empty()) *q_rows = true;
+                           if (probe && !in.draft->tokens.empty() && !in.draft->probs.empty()) probe->q_rows = true;
+                           if (probe && in.draft_rng_at_propose) {
+                             Rng at = *in.draft_rng_at_propose;
+                             const double u = at.uniform();
+                             if (last_stream && *last_stream != u) probe->draws = true;
+                             last_stream = u;
+                           }
                            return lossless_acceptance(in);
                          },
                          /*needs_p_when_greedy=*/false, /*needs_draft_logits=*/true};
   GenerationOptions gen;
-  gen.max_new_tokens = 2 + std::max(1, dopts.num_speculative_tokens);
+  // A step emits at most gamma + 1 tokens: the probe runs at least two.
+  gen.max_new_tokens = 2 + (probe ? 3 : 1) * std::max(1, dopts.num_speculative_tokens);
   gen.ignore_eos = true;
   SamplingOptions s;
   s.temperature = 1.0;
@@ -210,11 +223,11 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
   std::vector<bool> has_logits(drafters.size(), false);
   std::vector<DrafterSampling> sampling_kind(drafters.size());
   for (size_t i = 0; i < drafters.size(); ++i) {
-    bool q_rows = false;
+    DrafterProbe probe;
     has_logits[i] = model_drafter(logits_drafter(*drafters[i])) != nullptr ||
                     (!ids.empty() && drafter_step_rows(model, tok, ids[0], logits_drafter(*drafters[i]),
-                                                       cfg.drafters[i].options, kvt, cfg.sampling.seed, &q_rows));
-    sampling_kind[i] = DrafterSampling{has_logits[i], has_logits[i] || q_rows};
+                                                       cfg.drafters[i].options, kvt, cfg.sampling.seed, &probe));
+    sampling_kind[i] = DrafterSampling{has_logits[i], has_logits[i] || probe.q_rows, has_logits[i] || probe.draws};
   }
 
   // 1. Greedy exactness.
@@ -408,14 +421,18 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
     // Position j >= 2 of the first step is its draft row j - 2; the bonus is position gamma + 2.
     // Positions short of that test only the first rows: a bug confined to later draft rows (a q
     // off by one row, a penalty on generated tokens, a warper from row 1 on) passed unnoticed.
-    for (int gamma : eq.gammas)
-      if (m_max < gamma + 2)
-        rep.notes.push_back("sampling: positions reach m = " + std::to_string(m_max) + ": at gamma " +
-                            std::to_string(gamma) + " the first step's draft rows " + std::to_string(std::max(0, m_max - 1)) +
-                            ".." + std::to_string(gamma - 1) + " and its bonus token (positions " +
-                            std::to_string(m_max + 1) + ".." + std::to_string(gamma + 2) +
-                            ") are not recorded, so a bug confined to them is not tested; positions up to gamma + 2 = " +
-                            std::to_string(gamma + 2) + " cover a whole step");
+    for (int gamma : eq.gammas) {
+      if (m_max >= gamma + 2) continue;
+      const std::string unrecorded =
+          m_max == gamma + 1 ? "its bonus token (position " + std::to_string(gamma + 2) + ")"
+                             : "draft rows " + std::to_string(std::max(0, m_max - 1)) + ".." + std::to_string(gamma - 1) +
+                                   " and the bonus token (positions " + std::to_string(m_max + 1) + ".." +
+                                   std::to_string(gamma + 2) + ")";
+      rep.notes.push_back("sampling: positions reach m = " + std::to_string(m_max) + ": at gamma " + std::to_string(gamma) +
+                          " the first step's " + unrecorded + " are not recorded, so a bug confined to them is not tested; " +
+                          (gamma + 2 <= 16 ? "positions up to gamma + 2 = " + std::to_string(gamma + 2) + " cover a whole step"
+                                           : "positions go up to 16, short of a whole step at this gamma"));
+    }
     std::vector<int> joints(eq.positions.begin(), eq.positions.end());
     std::sort(joints.begin(), joints.end());
     joints.erase(std::unique(joints.begin(), joints.end()), joints.end());

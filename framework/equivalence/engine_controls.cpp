@@ -16,7 +16,7 @@ std::string engine_control_skip_reason(const std::string& name, const SamplingOp
   const bool drafter_side = name == "top_p_on_p_only" || name == "q_at_temperature_1" || name == "q_drawn_top_k";
   if (name == "top_p_on_p_only" && s.top_p >= 1.0) return "top_p = 1: nothing to apply";
   if (name == "q_at_temperature_1" && s.temperature == 1.0) return "temperature 1: q at temperature 1 is the right q";
-  if (name == "q_at_temperature_1" && s.temperature > 1.0 && s.top_p < 1.0)
+  if (name == "q_at_temperature_1" && s.temperature > 1.0 && s.top_p < 1.0 && drafter.logits)
     return "temperature > 1 with top_p < 1: q at temperature 1 has a smaller nucleus, which misses drawn tokens "
            "(the verifier refuses q = 0 for a drafted token)";
   if (name == "q_drawn_top_k" && s.top_k <= 0) return "top_k = 0: the drafter draws from the full q";
@@ -25,8 +25,9 @@ std::string engine_control_skip_reason(const std::string& name, const SamplingOp
   if (drafter_side && !drafter.logits && name != "q_at_temperature_1")
     return "the drafter reports q rows but no draft logits (DraftBlock::logits), from which this control "
            "recomputes q";
-  if (name == "shared_draws" && !drafter.logits && !drafter.q_rows)
-    return "the drafter draws nothing (a deterministic drafter: no draws to share)";
+  if (name == "shared_draws" && !drafter.draws)
+    return drafter.q_rows ? "the drafter draws nothing from the host's stream (a generator of its own: no draws to share)"
+                          : "the drafter draws nothing (a deterministic drafter: no draws to share)";
   if (name == "bonus_from_row_k-1" && gamma + 2 > m_max)
     return "the bonus of a full first block is position gamma + 2 = " + std::to_string(gamma + 2) +
            ", beyond the recorded positions (max " + std::to_string(m_max) + ")";

@@ -20,7 +20,7 @@
 // q rows themselves: q^T renormalised over q's support, which is q at temperature 1 where no
 // top-p cut applies (softmax(l / T)^T is proportional to softmax(l); top-k keeps its set), and with
 // top-p the temperature-1 law over the nucleus drawn from. shared_draws needs a drafter that draws
-// from its stream (a model drafter, or one that reports q rows). A drafter-side control whose drawn and reported q differ by a mean
+// from the host's stream (a model drafter, or one whose stream moved between proposals). A drafter-side control whose drawn and reported q differ by a mean
 // TV below kMinControlQTv on the rows the engine visited changed (nearly) nothing: it is reported
 // not applicable, with that TV, instead of missed (as in the verifier check, verifier_check.h).
 #pragma once
@@ -44,6 +44,7 @@ std::string engine_control_list();
 struct DrafterSampling {
   bool logits = false;  // raw draft logits (DraftBlock::logits): model drafters, eagle, plugins that fill them
   bool q_rows = false;  // q rows it drew its tokens from (DraftBlock::probs): it samples
+  bool draws = false;   // it draws from the host's stream (which moved between its proposals)
 };
 
 // Why the control cannot change the recorded tokens in a cell, or "" when it can run there:
@@ -53,7 +54,8 @@ struct DrafterSampling {
 //                   than the one drawn from, so a drawn token may have q = 0 there, which the
 //                   verifier refuses (as verifier_controls() marks it);
 //   drafter         what the drafter supplies: the drafter-side controls need draft logits
-//                   (q_at_temperature_1 q rows at least); shared_draws a drafter that samples;
+//                   (q_at_temperature_1 q rows at least); shared_draws a drafter that draws
+//                   from the host's stream (a plugin with a generator of its own draws none of it);
 //   gamma, m_max    bonus_from_row_k-1 is seen only when the bonus of a full first block,
 //                   position gamma + 2, is among the recorded positions 1..m_max.
 std::string engine_control_skip_reason(const std::string& name, const SamplingOptions& sampling,

@@ -62,6 +62,15 @@ void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<
   eq.validate();
   if (cfg.drafters.empty())
     throw Error(ErrorKind::kConfig, "expected at least one drafter to check, found none", cfg.source_path, "drafters");
+  // What load_experiment_config(..., ConfigUse::kCheck) refuses, for a config built or loaded
+  // otherwise: check drafts at each gamma without raising the cap.
+  const int max_gamma = *std::max_element(eq.gammas.begin(), eq.gammas.end());
+  for (size_t i = 0; i < cfg.drafters.size(); ++i)
+    if (cfg.drafters[i].options.max_speculative_tokens < max_gamma)
+      throw Error(ErrorKind::kConfig,
+                  "expected at least the largest draft length `speclab check` runs (" + std::to_string(max_gamma) +
+                      ", of equivalence.gammas), found " + std::to_string(cfg.drafters[i].options.max_speculative_tokens),
+                  cfg.source_path, "drafters[" + std::to_string(i) + "].max_speculative_tokens");
   if (prompts.empty())
     throw Error(ErrorKind::kConfig, "expected at least one prompt, found none", cfg.source_path, "prompts");
   if (!eq.sampling) return;
@@ -99,7 +108,7 @@ void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<
               s.temperature = t;
               s.top_p = p;
               s.top_k = k;
-              const std::string why = engine_control_skip_reason(name, s, DrafterSampling{true, true}, g, m_max);
+              const std::string why = engine_control_skip_reason(name, s, DrafterSampling{true, true, true}, g, m_max);
               runs = runs || why.empty();
               if (reason.empty()) reason = why;
             }

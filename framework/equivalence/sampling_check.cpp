@@ -97,9 +97,6 @@ AcceptanceRule always_accept_rule() {
 
 namespace {
 
-// The real verifier handed a q recomputed from the draft logits under `reported(run sampling)`,
-// while the draft tokens were drawn under the run's sampling: a drafter that reports another q
-// than the one it sampled from.
 // The TV distance between each drawn q row and the reported one, added to `divergence`.
 void add_divergence(QDivergence* divergence, const std::vector<std::vector<float>>& drawn,
                     const std::vector<std::vector<float>>& reported) {
@@ -115,17 +112,23 @@ void add_divergence(QDivergence* divergence, const std::vector<std::vector<float
 
 // q: [vocab], a q row drawn at temperature T: q^T renormalised over q's support, the law at
 // temperature 1 over the same support (softmax(l / T)^T is proportional to softmax(l)).
+// In logs, relative to the largest entry: q^T itself underflows to 0 for every entry at large T.
 std::vector<float> q_row_at_temperature_1(const std::vector<float>& q, double temperature) {
   std::vector<double> w(q.size(), 0.0);
+  float top = 0.f;
+  for (float x : q) top = std::max(top, x);
+  const double log_top = std::log(static_cast<double>(top));
   double sum = 0.0;
   for (size_t v = 0; v < q.size(); ++v)
-    if (q[v] > 0.f) sum += (w[v] = std::pow(static_cast<double>(q[v]), temperature));
+    if (q[v] > 0.f) sum += (w[v] = std::exp(temperature * (std::log(static_cast<double>(q[v])) - log_top)));
   std::vector<float> out(q.size(), 0.f);
   for (size_t v = 0; v < q.size(); ++v) out[v] = static_cast<float>(w[v] / sum);
   return out;
 }
 
-// `from_q_rows`: a block with q rows and no logits (a sampling plugin) reports
+// The real verifier handed a q recomputed from the draft logits under `reported(run sampling)`,
+// while the draft tokens were drawn under the run's sampling: a drafter that reports another q
+// than the one it sampled from. `from_q_rows`: a block with q rows and no logits (a sampling plugin) reports
 // q_row_at_temperature_1 of its rows (only q_at_temperature_1 can be rebuilt from a q row).
 AcceptanceRule reported_q_rule(const char* name, std::function<void(SamplingOptions&)> reported,
                                std::shared_ptr<QDivergence> divergence, bool from_q_rows = false) {

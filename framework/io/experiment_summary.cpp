@@ -280,11 +280,13 @@ std::string format_summary_table(const std::vector<MethodSummary>& rows, const s
                                                   fmt("%.3f", m.alpha.hi) + "]"
                   : m.drafted == 0 ? std::string("no drafts")
                                    : std::string("no trials (greedy repeats > 0 only)"));
-    row.push_back(fmt("%.3f", m.tau));
-    row.push_back(fmt("%.4f", m.cost_ratio));
-    row.push_back(fmt("%.2fx", m.speedup));
-    row.push_back(fmt("%.2fx", m.predicted_speedup));
-    row.push_back(fmt("%.2f", m.efficiency));
+    // Undefined figures (no trial, no decode step to time) print as n/a, as report.py does.
+    const auto num = [](const char* f, double v) { return std::isnan(v) ? std::string("n/a") : fmt(f, v); };
+    row.push_back(num("%.3f", m.tau));
+    row.push_back(num("%.4f", m.cost_ratio));
+    row.push_back(num("%.2fx", m.speedup));
+    row.push_back(num("%.2fx", m.predicted_speedup));
+    row.push_back(num("%.2f", m.efficiency));
     row.push_back(m.lossless == 1 ? "yes" : m.lossless == 0 ? "NO" : "n/a");
     table.push_back(std::move(row));
   }

@@ -195,29 +195,33 @@ ExperimentData merge_shards(const std::vector<std::string>& paths, const std::st
                 "command line", "SHARD");
 
   ExperimentData out;
-  out.config_yaml = a.config_yaml;
-  out.resolved_config_yaml = a.resolved_config_yaml;
-  if (!output_path.empty() && !out.resolved_config_yaml.empty()) {
+  // Both stored configs name the merged file as their output.path, as a run records its own
+  // (`--output` included): /config_yaml named shard 0's file until 2026-12-06.
+  const auto with_output = [&](const std::string& yaml, const char* field) {
+    if (output_path.empty() || yaml.empty()) return yaml;
     YAML::Node n;
     try {
-      n = YAML::Load(out.resolved_config_yaml);
+      n = YAML::Load(yaml);
     } catch (const YAML::Exception& e) {
       throw Error(ErrorKind::kBadInput, "expected the settings as YAML, found malformed YAML: " + e.msg, paths.front(),
-                  "resolved_config");
+                  field);
     }
     if (!n.IsMap())
       throw Error(ErrorKind::kBadInput, "expected the settings as a YAML map, found another kind of YAML",
-                  paths.front(), "resolved_config");
+                  paths.front(), field);
     n["output"]["path"] = output_path;  // as given, as a run records its own
     YAML::Emitter e;
     e << n;
-    out.resolved_config_yaml = std::string(e.c_str()) + "\n";
-  }
+    return std::string(e.c_str()) + "\n";
+  };
+  out.config_yaml = with_output(a.config_yaml, "config_yaml");
+  out.resolved_config_yaml = with_output(a.resolved_config_yaml, "resolved_config");
   out.points = a.points;
   out.prompts = a.prompts;
   out.methods = a.methods;
   out.meta = a.meta;
   out.meta.resolved_config_yaml = out.resolved_config_yaml;
+  out.meta.config_yaml = out.config_yaml;
   out.meta.shard_index = 0;
   out.meta.shard_count = 1;
   out.meta.merged_shards = n;

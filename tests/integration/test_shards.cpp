@@ -98,6 +98,9 @@ TEST_CASE("speclab merge of 4 shards equals the unsharded run of tiny_stories", 
   // Its resolved config names the merged file, not shard 0's (until 2026-12-06).
   CHECK(merged.resolved_config_yaml.find("path: " + s.path("merged.h5") + "\n") != std::string::npos);
   CHECK(merged.resolved_config_yaml.find("/s0.h5") == std::string::npos);
+  // So does the config as written (each shard's names its own --output since 2026-12-06).
+  CHECK(merged.config_yaml.find(s.path("merged.h5")) != std::string::npos);
+  CHECK(merged.config_yaml.find("/s0.h5") == std::string::npos);
   CHECK(merged.meta.plan == full.meta.plan);
   CHECK(full.meta.plan.size() == 6);  // 2 points x 3 prompts x 1 repeat
   for (size_t i = 0; i < full.runs.size(); ++i) {

@@ -201,7 +201,8 @@ TEST_CASE("engine negative controls: every realistic bug is caught through the r
 
 TEST_CASE("engine controls: the cells where a control cannot run are named, and a lookup block passes the drafter-side rules",
           "[equivalence][engine]") {
-  const DrafterSampling kModel{true, true}, kDeterministic{false, false}, kQRows{false, true};
+  const DrafterSampling kModel{true, true, true}, kDeterministic{false, false, false}, kQRows{false, true, true},
+      kOwnGenerator{false, true, false};
   SamplingOptions s;
   s.temperature = 1.5;
   s.top_p = 0.9;
@@ -224,6 +225,16 @@ TEST_CASE("engine controls: the cells where a control cannot run are named, and 
   CHECK_THAT(engine_control_skip_reason("top_p_on_p_only", s, kQRows, 2, 5), Catch::Matchers::Contains("no draft logits"));
   CHECK_THAT(engine_control_skip_reason("q_at_temperature_1", s, kDeterministic, 2, 5),
              Catch::Matchers::Contains("reports no q"));
+  // One that samples with a generator of its own: no host draws to share (a correct plugin like
+  // that would fail the check on a control it cannot exhibit).
+  CHECK_THAT(engine_control_skip_reason("shared_draws", s, kOwnGenerator, 2, 5),
+             Catch::Matchers::Contains("generator of its own"));
+  // q rows keep the drawn support: above temperature 1 with top_p < 1 the rebuilt q misses no drawn
+  // token, so the control runs (it is skipped for logits, whose temperature-1 nucleus is smaller).
+  s.temperature = 1.5;
+  CHECK(engine_control_skip_reason("q_at_temperature_1", s, kQRows, 2, 5).empty());
+  CHECK_FALSE(engine_control_skip_reason("q_at_temperature_1", s, kModel, 2, 5).empty());
+  s.temperature = 0.7;
 
   // A block without logits (a prompt-lookup source's) under a drafter-side rule: verified as the
   // lossless rule does, with the same draws (it threw "needs the draft's raw logits" before).

@@ -1082,6 +1082,11 @@ TEST_CASE("bad input: too few samples, temperature 0, controls without a verifie
   c = stories_config(2000, 1.0, 1.0, 0, 1);
   c.equivalence->contexts = 3;
   CHECK_THROWS_WITH(run_equivalence(c), Contains("contexts"));
+  // A gamma above a drafter's cap, in a config built in code (the CLI refuses it at load): a config
+  // error, not an internal one (the cap was raised silently until 2026-12-06).
+  c = stories_config(2000, 1.0, 1.0, 0, 1);
+  c.equivalence->gammas = {20};
+  CHECK_THROWS_WITH(run_equivalence(c), Contains("max_speculative_tokens") && Contains("(20, of equivalence.gammas)"));
   c = stories_config(2000, 1.0, 1.0, 0, 1);
   c.equivalence.reset();
   CHECK_THROWS_WITH(run_equivalence(c), Contains("equivalence"));
@@ -1168,7 +1173,7 @@ TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, 
   CHECK(r.verifier_controls.size() == 5);
   CHECK(r.cells.size() == 2);
   CHECK(r.cells[1].drafter == "prompt_lookup");
-  CHECK(r.cells[1].control("top_p_on_p_only")->note.find("no draft logits") != std::string::npos);
+  CHECK(r.cells[1].control("top_p_on_p_only")->note.find("reports no q") != std::string::npos);
   CHECK(r.sampling_pass);
   CHECK(r.greedy_pass);
   CHECK(r.analytic_pass);
