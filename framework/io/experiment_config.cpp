@@ -222,6 +222,13 @@ void ExperimentConfig::validate() const {
       DrafterOptions o = d.options;
       o.num_speculative_tokens = check_gamma;
       under(p, [&] { o.validate(); });
+    } else if (use == ConfigUse::kCheck) {
+      // No equivalence section (check names it once the config is read, after its other
+      // refusals): check never drafts at the drafter's own gamma, so its cap is not compared
+      // with it (the default gamma 4 refused a cap of 3 before the missing section was named).
+      DrafterOptions o = d.options;
+      o.num_speculative_tokens = std::min(o.num_speculative_tokens, o.max_speculative_tokens);
+      under(p, [&] { o.validate(); });
     } else {
       under(p, [&] { d.options.validate(); });
     }

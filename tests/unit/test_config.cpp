@@ -517,6 +517,11 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
     }
     CHECK_THAT(e, Contains("bad.yaml:6:51: drafters[0].max_speculative_tokens: expected at least the largest draft "
                            "length `speclab check` runs (8, of equivalence.gammas), found 5"));
+    // Without an equivalence section the cap is not compared with the drafter's own gamma either
+    // (check names the missing section once the config is read: the bad-input catalogue).
+    const ExperimentConfig none = parse_experiment_config(
+        kBase + "drafters:\n  - {name: prompt_lookup, max_speculative_tokens: 3}\n", "ok.yaml", {}, ConfigUse::kCheck);
+    CHECK(none.drafters.at(0).options.max_speculative_tokens == 3);
   }
   SECTION("empty sweep list") {
     CHECK_THAT(config_error(kBase + "drafters: [{name: prompt_lookup}]\nsweep:\n  drafter.gamma: []\n"),
