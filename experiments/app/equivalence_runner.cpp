@@ -424,12 +424,12 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
     for (int gamma : eq.gammas) {
       if (m_max >= gamma + 2) continue;
       const std::string unrecorded =
-          m_max == gamma + 1 ? "its bonus token (position " + std::to_string(gamma + 2) + ")"
+          m_max == gamma + 1 ? "bonus token (position " + std::to_string(gamma + 2) + ") is not recorded, so a bug confined to it"
                              : "draft rows " + std::to_string(std::max(0, m_max - 1)) + ".." + std::to_string(gamma - 1) +
-                                   " and the bonus token (positions " + std::to_string(m_max + 1) + ".." +
-                                   std::to_string(gamma + 2) + ")";
+                                   " and bonus token (positions " + std::to_string(m_max + 1) + ".." +
+                                   std::to_string(gamma + 2) + ") are not recorded, so a bug confined to them";
       rep.notes.push_back("sampling: positions reach m = " + std::to_string(m_max) + ": at gamma " + std::to_string(gamma) +
-                          " the first step's " + unrecorded + " are not recorded, so a bug confined to them is not tested; " +
+                          " the first step's " + unrecorded + " is not tested; " +
                           (gamma + 2 <= 16 ? "positions up to gamma + 2 = " + std::to_string(gamma + 2) + " cover a whole step"
                                            : "positions go up to 16, short of a whole step at this gamma"));
     }
