@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <stdexcept>
 
 #include "framework/core/error.h"
 #include "framework/io/config_util.h"
@@ -111,6 +112,13 @@ std::string emit(const YAML::Node& n) {
   YAML::Emitter out;
   out << n;
   return std::string(out.c_str()) + "\n";
+}
+
+std::string with_output_path(const std::string& yaml, const std::string& path) {
+  YAML::Node n = YAML::Load(yaml);
+  if (!n.IsMap()) throw std::invalid_argument("not a YAML map");
+  n["output"]["path"] = path;
+  return emit(n);
 }
 
 // ---- codecs -------------------------------------------------------------------------------------

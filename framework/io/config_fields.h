@@ -119,6 +119,10 @@ std::string real_text(double v);
 std::string absolute_path(const std::string& p);
 YAML::Node flow_list(YAML::Node seq);  // `seq` emitted in flow style: [a, b]
 std::string emit(const YAML::Node& n);  // YAML text, ending in a newline
+// A stored config's text (`yaml`, a YAML map) with output.path set to `path`, emitted: the file a
+// run or a merge wrote. Throws YAML::Exception when `yaml` is malformed, std::invalid_argument
+// when it is not a map.
+std::string with_output_path(const std::string& yaml, const std::string& path);
 
 // Scalars, read with YamlValue::as_string, as_bool, as_double (written in real_text), as_uint64
 // and as_int (in [lo, hi]).

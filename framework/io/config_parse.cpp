@@ -352,10 +352,7 @@ void set_output_path(ExperimentConfig& c, const std::string& path) {
   o.path = path;
   o.validate();
   c.output = o;
-  if (c.resolved_yaml.empty()) return;
-  YAML::Node root = YAML::Load(c.resolved_yaml);
-  root["output"]["path"] = path;
-  c.resolved_yaml = config::emit(root);
+  if (!c.resolved_yaml.empty()) c.resolved_yaml = config::with_output_path(c.resolved_yaml, path);
 }
 
 WrittenKey written_key(const std::string& path, const std::vector<std::string>& overrides, const std::string& field) {

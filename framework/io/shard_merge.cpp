@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 #include <tuple>
 
 #include <yaml-cpp/yaml.h>
 
 #include "framework/core/error.h"
 #include "framework/io/config_canonical.h"
+#include "framework/io/config_fields.h"
 #include "framework/io/hdf5_recorder.h"
 #include "framework/io/shard.h"
 
@@ -199,20 +201,15 @@ ExperimentData merge_shards(const std::vector<std::string>& paths, const std::st
   // (`--output` included): /config_yaml named shard 0's file until 2026-12-06.
   const auto with_output = [&](const std::string& yaml, const char* field) {
     if (output_path.empty() || yaml.empty()) return yaml;
-    YAML::Node n;
     try {
-      n = YAML::Load(yaml);
+      return config::with_output_path(yaml, output_path);  // as given, as a run records its own
     } catch (const YAML::Exception& e) {
       throw Error(ErrorKind::kBadInput, "expected the settings as YAML, found malformed YAML: " + e.msg, paths.front(),
                   field);
-    }
-    if (!n.IsMap())
+    } catch (const std::invalid_argument&) {
       throw Error(ErrorKind::kBadInput, "expected the settings as a YAML map, found another kind of YAML",
                   paths.front(), field);
-    n["output"]["path"] = output_path;  // as given, as a run records its own
-    YAML::Emitter e;
-    e << n;
-    return std::string(e.c_str()) + "\n";
+    }
   };
   out.config_yaml = with_output(a.config_yaml, "config_yaml");
   out.resolved_config_yaml = with_output(a.resolved_config_yaml, "resolved_config");
