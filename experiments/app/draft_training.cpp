@@ -290,16 +290,29 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
     std::string line;
     std::streamoff good = 0;  // bytes of whole, parsed lines
     bool cut = false;
+    int64_t line_no = 0;
     while (std::getline(in, line)) {
+      ++line_no;
+      TokenList answer;
       try {
         if (in.eof()) throw std::runtime_error("no newline");  // the last line is cut short
         const nlohmann::json j = nlohmann::json::parse(line);
-        cached[j.at("i").get<int64_t>()] = j.at("answer").get<TokenList>();
+        answer = j.at("answer").get<TokenList>();
+        cached[j.at("i").get<int64_t>()] = answer;
         good += static_cast<std::streamoff>(line.size()) + 1;
       } catch (const std::exception&) {
         cut = true;  // a line cut short by an interruption: it and the rest are recomputed
         break;
       }
+      // A whole line with a token the target does not have is damage, not an interruption: it
+      // reached the model as an internal check failure.
+      for (const int64_t t : answer)
+        if (t < 0 || t >= target.info.config.vocab_size)
+          throw Error(ErrorKind::kBadInput,
+                      "line " + std::to_string(line_no) + ": answer token " + std::to_string(t) +
+                          " is outside the target's vocabulary of " + std::to_string(target.info.config.vocab_size) +
+                          ": the answer cache is damaged; delete the file (the answers are recomputed)",
+                      path);
     }
     // Appending after a cut line would glue the next answer to it, and every later run would stop
     // reading there again: the cut is removed first.
@@ -785,11 +798,23 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     // data key's, checked before the data stage. (A checkpoint written before 2026-11-29 has none.)
     const auto ck = SafetensorsFile::open(c.output.checkpoint).metadata();
     const auto data_key = ck.find("data_key");
-    if (data_key != ck.end() && data_key->second != key)
+    if (data_key != ck.end() && data_key->second != key) {
+      // Name the data and target settings that changed, where the config says which (a prompt
+      // file's content, or the model file itself, changes the key with no setting changed).
+      std::vector<std::string> changed;
+      const auto written = ck.find("training_config");
+      if (written != ck.end())
+        for (const std::string& d : yaml_differences(written->second, c.resolved_yaml, {"data.answer_batch", "data.cache_dir"}))
+          if (d.rfind("data.", 0) == 0 || d.rfind("target.", 0) == 0) changed.push_back(d);
       throw Error(ErrorKind::kBadInput,
-                  "the checkpoint was trained on other data (the prompts, or how the target is loaded, changed since: "
-                  "data key " + data_key->second + ", now " + key + "); start again without --resume",
+                  changed.empty()
+                      ? "the checkpoint was trained on other data (the prompts' content, or how the target is loaded, "
+                        "changed since: data key " + data_key->second + ", now " + key + "); start again without --resume"
+                      : "expected the data settings the checkpoint was trained on, found " +
+                            std::to_string(changed.size()) + " different (checkpoint vs now: " +
+                            differences_list(changed) + "); resume with those, or train anew without --resume",
                   c.output.checkpoint);
+    }
   }
   fs::create_directories(c.data.cache_dir);
   if (retrieval) {
@@ -1022,6 +1047,22 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     log = log_from_state(state);
     auto w = state.find("log.wall_seconds");
     if (w != state.end()) prior_seconds = w->second.item<double>();
+    // The step and the log the checkpoint carries must agree: steps 1..step, one row each. A
+    // damaged step resumed past the steps it never trained (a gap in /train/step) or wrote the
+    // draft at once; a damaged clock went into the log's wall_seconds.
+    const int64_t done = trainer->steps_done();
+    const auto bad = [&](const std::string& why) {
+      throw Error(ErrorKind::kBadInput, why + "; the file is damaged, train anew without --resume", c.output.checkpoint);
+    };
+    if (done > c.train.steps)
+      bad("expected a checkpoint step <= train.steps (" + std::to_string(c.train.steps) + "), found " +
+          std::to_string(done));
+    if (!log.step.empty() && (static_cast<int64_t>(log.step.size()) != done || log.step.front() != 1.0 ||
+                              log.step.back() != static_cast<double>(done)))
+      bad("expected its log to hold steps 1.." + std::to_string(done) + " (its step), found " +
+          std::to_string(log.step.size()) + " rows");
+    if (!std::isfinite(prior_seconds) || prior_seconds < 0)
+      bad("expected 'log.wall_seconds' >= 0, found " + std::to_string(prior_seconds));
   }
   log.config_yaml = c.resolved_yaml;
   log.target_weights_hash = hash;
@@ -1048,13 +1089,12 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     log.feature_loss.push_back(s.feature_loss);
     log.token_loss.push_back(s.token_loss);
     log.lr.push_back(s.lr);
-    double a = NAN;
     if (s.step % c.train.eval_every == 0 || s.step == c.train.steps) {
-      a = agreement = trainer->validation_agreement();
+      agreement = trainer->validation_agreement();
       log.eval_step.push_back(static_cast<double>(s.step));
-      log.agreement.push_back(a);
+      log.agreement.push_back(agreement);
     }
-    if (progress.step) progress.step(s, a, c.train.steps);
+    if (progress.step) progress.step(s, log.agreement.empty() ? NAN : log.agreement.back(), c.train.steps);
     const bool stop = stop_after > 0 && s.step == stop_after && s.step < c.train.steps;  // at the end: the draft
     if ((c.train.checkpoint_every > 0 && s.step % c.train.checkpoint_every == 0) || s.step == c.train.steps || stop)
       save();

@@ -44,7 +44,8 @@ std::string target_weights_hash(const LoadedModel& target);
 
 struct TrainDraftProgress {
   std::function<void(const std::string&)> stage;  // one line per data stage ("answers 12/300")
-  // After each step; agreement is NaN when the step did not evaluate.
+  // After each step; agreement is the latest validation agreement of the training (this step's
+  // when it evaluated, else the last one logged, also before a --resume), NaN before the first.
   std::function<void(const TrainStepLog&, double agreement, int64_t total_steps)> step;
 };
 

@@ -64,25 +64,35 @@ int cmd_train_draft(const std::vector<std::string>& args) {
     }
   }
   TrainDraftProgress progress;
+  bool line_open = false;  // a progress line without its newline: an error must start below it
   progress.stage = [&](const std::string& line) {
-    if (!quiet) std::cerr << "\r" << line << "        " << std::flush;
-  };
-  double last_agreement = NAN;
-  progress.step = [&](const TrainStepLog& s, double agreement, int64_t total) {
-    if (!std::isnan(agreement)) last_agreement = agreement;
     if (quiet) return;
+    std::cerr << "\r" << line << "        " << std::flush;
+    line_open = true;
+  };
+  progress.step = [&](const TrainStepLog& s, double agreement, int64_t total) {
+    if (quiet) return;
+    line_open = true;
     char parts[80] = "";  // what the loss is made of: eagle's two terms, medusa's CE, draft_model's KL
     if (c.architecture == "eagle")
       std::snprintf(parts, sizeof parts, " (feature %.4f, token %.3f)", s.feature_loss, s.token_loss);
     else
       std::snprintf(parts, sizeof parts, c.architecture == "medusa" ? " (cross-entropy)" : " (KL to the target)");
+    char val[32] = "-";  // no evaluation yet
+    if (!std::isnan(agreement)) std::snprintf(val, sizeof val, "%.3f", agreement);
     char buf[240];
-    std::snprintf(buf, sizeof buf, "\rstep %lld/%lld  loss %.4f%s  val top-1 %.3f   ", static_cast<long long>(s.step),
-                  static_cast<long long>(total), s.loss, parts, last_agreement);
+    std::snprintf(buf, sizeof buf, "\rstep %lld/%lld  loss %.4f%s  val top-1 %s   ", static_cast<long long>(s.step),
+                  static_cast<long long>(total), s.loss, parts, val);
     std::cerr << buf << std::flush;
   };
-  const TrainDraftResult r = train_draft(c, resume, progress, stop_after);
-  if (!quiet) std::cerr << "\n";
+  TrainDraftResult r;
+  try {
+    r = train_draft(c, resume, progress, stop_after);
+  } catch (...) {
+    if (line_open) std::cerr << "\n";
+    throw;
+  }
+  if (line_open) std::cerr << "\n";
   std::printf("%s\n", r.evaluation_check.c_str());
   if (r.stopped) {
     std::printf("stopped after %lld steps: checkpoint %s (continue with --resume); no draft written yet\n",

@@ -63,7 +63,17 @@ at::Tensor checkpoint_tensor(const std::map<std::string, at::Tensor>& state, con
 void AdamW::load(const std::map<std::string, at::Tensor>& state, const std::string& what) {
   at::NoGradGuard no_grad;
   for (auto& kv : m_) kv.second.copy_(checkpoint_tensor(state, "adam_m." + kv.first, kv.second, what));
-  for (auto& kv : v_) kv.second.copy_(checkpoint_tensor(state, "adam_v." + kv.first, kv.second, what));
+  for (auto& kv : v_) {
+    const at::Tensor& v = checkpoint_tensor(state, "adam_v." + kv.first, kv.second, what);
+    // A second moment is a running mean of squares: a negative or non-finite one is a damaged
+    // file (its square root would turn the next update into NaN, blamed on the learning rate).
+    if (!v.isfinite().all().item<bool>() || (v < 0).any().item<bool>())
+      throw Error(ErrorKind::kBadInput,
+                  "checkpoint tensor 'adam_v." + kv.first + "' holds a negative or non-finite value: expected a "
+                  "mean of squares (>= 0); the file is damaged, train anew without --resume",
+                  what);
+    kv.second.copy_(v);
+  }
 }
 
 double backward_and_update(const at::Tensor& loss, const std::map<std::string, at::Tensor*>& params, AdamW& adam,
@@ -90,7 +100,13 @@ int64_t load_training_state(const std::map<std::string, at::Tensor>& state,
   at::NoGradGuard no_grad;
   for (const auto& kv : trained) kv.second->copy_(checkpoint_tensor(state, kv.first, *kv.second, what));
   adam.load(state, what);
-  return static_cast<int64_t>(checkpoint_tensor(state, "step", at::zeros({1}), what).item<float>());
+  const double step = checkpoint_tensor(state, "step", at::zeros({1}), what).item<double>();
+  if (!(step >= 0) || step != std::floor(step) || step > 16777216.0)  // float32 holds whole steps up to 2^24
+    throw Error(ErrorKind::kBadInput,
+                "checkpoint tensor 'step' is " + std::to_string(step) +
+                    ": expected a whole number of steps >= 0; the file is damaged, train anew without --resume",
+                what);
+  return static_cast<int64_t>(step);
 }
 
 }  // namespace speclab

@@ -163,10 +163,10 @@ DrafterOptions trained_drafter(const std::string& name, const std::string& path,
   return o;
 }
 
-// Sets element 0 of float32 tensor `name` of the safetensors file at `path` to NaN; an empty name
-// picks the first float32 tensor in the header whose name does not start with "log." (a
-// checkpoint's log marks may be NaN). Returns the tensor's name.
-std::string poison_tensor(const fs::path& path, std::string name = "") {
+// Sets element 0 of float32 tensor `name` of the safetensors file at `path` to `value` (NaN by
+// default); an empty name picks the first float32 tensor in the header whose name does not start
+// with "log." (a checkpoint's log marks may be NaN). Returns the tensor's name.
+std::string poison_tensor(const fs::path& path, std::string name = "", float value = NAN) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   uint64_t n = 0;
   f.read(reinterpret_cast<char*>(&n), 8);
@@ -181,8 +181,7 @@ std::string poison_tensor(const fs::path& path, std::string name = "") {
       }
   REQUIRE(j.at(name).at("dtype") == "F32");
   f.seekp(static_cast<std::streamoff>(8 + n + j.at(name).at("data_offsets")[0].get<uint64_t>()));
-  const float nan = NAN;
-  f.write(reinterpret_cast<const char*>(&nan), sizeof nan);
+  f.write(reinterpret_cast<const char*>(&value), sizeof value);
   return name;
 }
 
@@ -318,6 +317,46 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
     std::ofstream f(a.output.checkpoint, std::ios::trunc | std::ios::binary);
     f << intact;
   }
+  // A damaged step or second moment (2026-12-06): a step past the log's resumed over steps it
+  // never trained (a gap in /train/step), one past train.steps wrote the draft untrained, and a
+  // negative second moment turned the next update into NaN, blamed on train.lr. Each is refused
+  // naming the checkpoint.
+  for (const auto& [tensor, value, says] :
+       {std::make_tuple(std::string("step"), 95.0f, std::string("expected its log to hold steps 1..95 (its step), found 90 rows")),
+        std::make_tuple(std::string("step"), 1000.0f, std::string("expected a checkpoint step <= train.steps (200), found 1000")),
+        std::make_tuple(std::string("step"), -3.0f, std::string("expected a whole number of steps >= 0")),
+        std::make_tuple(std::string("step"), 2.5f, std::string("expected a whole number of steps >= 0")),
+        std::make_tuple(std::string("log.wall_seconds"), NAN, std::string("expected 'log.wall_seconds' >= 0")),
+        std::make_tuple(std::string(""), -1.0f, std::string("holds a negative or non-finite value"))}) {
+    INFO(tensor << " = " << value);
+    train_draft(a, false, {}, 90);
+    std::string name = tensor;
+    if (name.empty()) {  // the first second-moment tensor
+      std::ifstream f(a.output.checkpoint, std::ios::binary);
+      uint64_t n = 0;
+      f.read(reinterpret_cast<char*>(&n), 8);
+      std::string header(n, '\0');
+      f.read(&header[0], static_cast<std::streamsize>(n));
+      const nlohmann::json j = nlohmann::json::parse(header);
+      for (const auto& kv : j.items())
+        if (kv.key().rfind("adam_v.", 0) == 0) {
+          name = kv.key();
+          break;
+        }
+      REQUIRE_FALSE(name.empty());
+    }
+    poison_tensor(a.output.checkpoint, name, value);
+    const Error damaged = test::catch_error([&] { train_draft(a, true); });
+    CHECK(damaged.kind() == ErrorKind::kBadInput);
+    CHECK(damaged.file() == a.output.checkpoint);
+    CHECK_THAT(damaged.message(), Catch::Contains(says) && Catch::Contains("train anew without --resume"));
+  }
+  // A changed data setting: refused naming it (it was "trained on other data", with two hashes).
+  train_draft(a, false, {}, 90);
+  const TrainDraftConfig answers = load_train_config(write_config("a", 200).string(), {"data.answer_tokens=20"});
+  const Error answer_tokens = test::catch_error([&] { train_draft(answers, true); });
+  CHECK(answer_tokens.kind() == ErrorKind::kBadInput);
+  CHECK_THAT(answer_tokens.message(), Catch::Contains("1 different (checkpoint vs now: data.answer_tokens: 24 vs 20)"));
   train_draft(a, true);  // control: the intact checkpoint resumes
   CHECK(read_bytes(a.output.path) == first);
   // A NaN in the features cache: refused by name (it too was blamed on train.lr).
@@ -331,6 +370,22 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   CHECK_THAT(nan_features.message(),
              Catch::Contains("tensor " + feature_name + " holds a NaN") && Catch::Contains("delete it"));
   fs::remove(features);
+
+  // An error after a progress line starts a line of its own (it was glued to the end of the
+  // "\ranswers 24/24" or "\rstep ..." line): a fresh data cache prints the answers line, then
+  // the first step's loss is infinite.
+  {
+    const fs::path err = kDir / "diverged.err";
+    const int rc = std::system((std::string(SPECLAB_CLI) + " train-draft '" + (kDir / "a.yaml").string() +
+                                "' --set output.path=diverged.safetensors --set train.token_loss_weight=1e38 --set data.cache_dir=cache_fresh 2>'" +
+                                err.string() + "'")
+                                   .c_str());
+    CHECK(WEXITSTATUS(rc) == 2);
+    const std::string text = read_bytes(err);
+    CHECK_THAT(text, Catch::Contains("\ranswers ") && Catch::Contains("\nerror: ") &&
+                         Catch::Contains("the loss is infinite at step 1"));
+    fs::remove_all(kDir / "cache_fresh");
+  }
 
   // A corrupt checkpoint: one clear error naming it.
   fs::resize_file(a.output.checkpoint, fs::file_size(a.output.checkpoint) / 2);
@@ -392,6 +447,27 @@ TEST_CASE("train-draft data: a cut answers line is repaired, repeated prompts st
   }
   CHECK(n == 10);
   CHECK(again.back() == '\n');
+
+  // A whole line whose answer holds a token the target does not have (damage, not an
+  // interruption): refused naming the file and line. It failed inside the model, exit 1.
+  {
+    std::string damaged = again;
+    const size_t third = damaged.find('\n', damaged.find('\n') + 1) + 1;
+    const size_t open = damaged.find("\"answer\":[", third) + 10;
+    REQUIRE(open > third);
+    damaged.insert(open, "99999999,");
+    std::ofstream f(answers, std::ios::trunc | std::ios::binary);
+    f << damaged;
+  }
+  fs::remove(features);
+  const Error token = test::catch_error([&] { train_draft(c, false); });
+  CHECK(token.kind() == ErrorKind::kBadInput);
+  CHECK(token.file() == answers);
+  CHECK_THAT(token.message(), Catch::Contains("line 3: answer token 99999999 is outside the target's vocabulary of 512"));
+  {
+    std::ofstream f(answers, std::ios::trunc | std::ios::binary);
+    f << again;
+  }
 
   c.data.max_prompt_tokens = 1;
   const Error none = test::catch_error([&] { train_draft(c, false); });
