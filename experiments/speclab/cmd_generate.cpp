@@ -55,7 +55,7 @@ void print_timing(const GenerationResult& r, const char* mode) {
                "prompt tokens: %zu, new tokens: %zu, stop: %s, target forwards: %lld\n"
                "KV cache: peak %.2f MiB in use over all pools (draft included), %.2f MiB referenced by the "
                "target sequence\n"
-               "prefill: %.3f s (%.1f tok/s); drafter begin (a draft model's prefill): %.3f s; decode: %.3f s "
+               "prefill: %.3f s (%.1f tok/s); drafter begin (a draft model's or an EAGLE head's prefill): %.3f s; decode: %.3f s "
                "(%.1f tok/s); mode: %s\n",
                r.prompt.size(), r.tokens.size(), to_string(r.stop_reason), static_cast<long long>(r.forward_calls),
                r.kv_peak_bytes / 1048576.0, r.kv_seq_peak_bytes / 1048576.0,

@@ -51,7 +51,7 @@ struct RunRecord {
   int64_t kv_peak_bytes = 0;      // peak KV bytes in use over all pools (shared manager)
   int64_t kv_seq_peak_bytes = 0;  // peak KV bytes referenced by the target's sequence
   // Seconds. wall = the whole generate call. prefill = prompt processing: the target's prefill
-  // forward, plus the drafter's begin() (a draft model's prefill of the same prompt);
+  // forward, plus the drafter's begin() (a draft model's or an EAGLE head's prefill of the same prompt);
   // decode = everything after it. verify = target forwards (the target's prefill included; for
   // ar every target forward and token pick); other = wall - (draft + verify + accept + kv).
   double wall_seconds = 0.0, prefill_seconds = 0.0, decode_seconds = 0.0;

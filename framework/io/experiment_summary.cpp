@@ -183,7 +183,7 @@ SummaryBuilder::~SummaryBuilder() = default;
 
 void SummaryBuilder::pair(const std::vector<Acc*>& accs, double spec_decode_wall, int64_t spec_decode_tokens,
                           const ArRun& ar) {
-  // Decode phase: prompt processing (the target's prefill, a draft model's prefill) excluded.
+  // Decode phase: prompt processing (the target's prefill, a draft model's or EAGLE head's prefill) excluded.
   for (Acc* a : accs) {
     a->m.spec_wall_seconds += spec_decode_wall;
     a->m.ar_wall_seconds += ar.decode_wall;

@@ -731,6 +731,23 @@ TEST_CASE("the eagle drafter: greedy output equals AR, a draft for another targe
     CHECK(s.end().tokens.size() > 0);
   }
   CHECK(parts.kv().bytes_used() == 0);
+  {
+    // The head's prefill over the prompt runs in the drafter's begin phase, timed as the draft's
+    // prefill: after begin() the head holds the prompt pairs' K/V. It ran in the first propose()
+    // and was timed as that step's drafting (an 8,184-token prompt: c = 6 at step 0).
+    const TokenList ids = target->info.tokenizer->encode("Once upon a time there was a little dog", true);
+    GenerationOptions gen;
+    gen.max_new_tokens = 8;
+    Session s(*target->model, *target->info.tokenizer, parts.kv_target());
+    s.begin(Request{ids, {}, gen, {}});  // AR: the target's prompt alone
+    const int64_t target_only = parts.kv().bytes_used();
+    s.end();
+    s.begin(Request{ids, {&d, o}, gen, {}});
+    CHECK(parts.kv().bytes_used() > target_only);
+    while (!s.done()) s.step();
+    s.end();
+    CHECK(parts.kv().bytes_used() == 0);
+  }
   INFO("accepted " << accepted << " of " << drafted << "; drafted with the threshold " << drafted_confident);
   CHECK(accepted > 0);
   CHECK(drafted_confident > 0);

@@ -6,7 +6,11 @@
 // those and keeps each position's a_i, which only the pairs of the target's own rows read (a
 // drafted pair's a is 0). Its layers (one, or head.n_layers()) keep K/V in its own sequence of
 // its own pool (that many layers of the target's KV geometry) in the shared KvCacheManager, one
-// slot per head position i, the pair (f_i, t_{i+1}). Each propose():
+// slot per head position i, the pair (f_i, t_{i+1}). The prompt's features (the engine passes them
+// right after begin(), in the drafter's prefill phase) are fed at once for the pairs whose next
+// token the prompt holds, positions [0, T - 1) of a T-token prompt: that pass is the head's
+// prefill, timed as the drafter's begin (GenerationResult::draft_prefill_seconds), not as the
+// first step's drafting. Each propose():
 //   1. feeds the pairs whose feature the target has given since the last step (positions up to
 //      the one before the pending token; rows of rejected drafts are never used), and commits them;
 //   2. drafts max_k tokens: the head's predicted feature gives the logits of the next token
@@ -67,6 +71,7 @@ class EagleDrafter : public Drafter {
   std::vector<float> full_logits_;  // [vocab] scratch
   std::vector<float> out_, f_;      // [n, d] head outputs; [d] the feature the next token is drafted from
   std::vector<int64_t> next_;       // [n] the tokens paired with the new features
+  TokenList prompt_;                // begin()'s prompt until its features arrive (then empty)
 };
 
 }  // namespace speclab
