@@ -118,6 +118,12 @@ ModelSource resolve_model_source(const ModelSource& in) {
                   in.path);
   }
   if (s.format == "auto") s.format = detect_format(s.path);
+  // A directory is an HF checkpoint: one without config.json was reported by the loader as the
+  // missing file alone, with neither the config key nor the flag that named the directory.
+  if (s.format == "safetensors" && is_dir(s.path) && !exists(s.path + "/config.json"))
+    throw Error(ErrorKind::kIo,
+                "expected an HF checkpoint directory (with config.json), found a directory without one: " + s.path,
+                "model", "path");
   // Only a llama2.c checkpoint reads a tokenizer file; GGUF and HF checkpoints carry their own.
   // A tokenizer given for them would be silently unused (and a typo in it never noticed).
   if (s.format != "llama2c" && !in.tokenizer.empty())

@@ -5,6 +5,7 @@
 
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
+#include "framework/core/utf8_check.h"
 #include "experiments/app/session_parts.h"
 #include "framework/engine/observers.h"
 #include "framework/engine/spec_decode.h"
@@ -129,6 +130,17 @@ int cmd_generate(const std::vector<std::string>& args) {
                 "expected a non-empty system message, found an empty one (an empty system turn is not supported: "
                 "without --system the chat template's default applies)",
                 "command line", "--system");
+  // Text flags must be UTF-8, as a config's and a prompt file's text must: a Latin-1 byte became
+  // byte-fallback tokens silently (the model saw other text than the user meant).
+  for (const auto& [flag, text] : {std::pair<const char*, const std::string*>{"--prompt", &prompt}, {"--system", &system}})
+    if (const size_t bad = first_invalid_utf8(*text); bad != std::string::npos) {
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>((*text)[bad])));
+      throw Error(ErrorKind::kConfig,
+                  std::string("expected UTF-8 text, found the byte ") + byte + " at byte " + std::to_string(bad) +
+                      ", which is not well-formed UTF-8",
+                  "command line", flag);
+    }
   check_chat_flags(chat, system);
   const DrafterOptions dopts = dargs.drafter.empty() ? DrafterOptions{} : dargs.options();
 

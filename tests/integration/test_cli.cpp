@@ -75,6 +75,16 @@ TEST_CASE("bad inputs that need SmolLM2: exit 2 with one line naming the file an
   }
 }
 
+TEST_CASE("generate refuses a --prompt or --system that is not UTF-8 naming the flag", "[cli][bad-input]") {
+  // A Latin-1 byte became byte-fallback tokens silently (a config's or prompt file's is refused).
+  check_bad_input(run_cli(stories({"-n", "2"}, "Once \xff upon")),
+                  {"command line: --prompt: expected UTF-8 text, found the byte 0xFF at byte 5"});
+  check_bad_input(run_cli({"generate", "--model", "stories260K", "--prompt", "hi", "--system", "caf\xe9", "-n", "2"}),
+                  {"command line: --system: expected UTF-8 text, found the byte 0xE9 at byte 3"});
+  // Control: well-formed UTF-8 beyond ASCII runs.
+  CHECK(run_cli(stories({"-n", "2"}, "Once upon a caf\xc3\xa9")).exit_code == 0);
+}
+
 TEST_CASE("speclab generate on stories260K: AR and prompt_lookup", "[cli][smoke]") {
   SECTION("AR greedy") {
     const RunResult r = run_cli(stories({"-n", "20"}));
