@@ -32,6 +32,13 @@ void ModelConfig::validate(const std::string& source) const {
   require_at_most(source, "num_attention_heads", num_attention_heads, kMaxHeads);
   require_at_most(source, "num_key_value_heads", num_key_value_heads, kMaxHeads);
   require_at_most(source, "max_position_embeddings", max_position_embeddings, kMaxPositions);
+  // Products of two of these (heads x head_dim, vocab x hidden) stay far inside int64: a head_dim
+  // of 2^62 + 8 wrapped num_attention_heads x head_dim round to the real q rows, passed the shape
+  // check and crashed the model's construction (a bus error).
+  require_at_most(source, "head_dim", head_dim, kMaxHeadDim);
+  require_at_most(source, "hidden_size", hidden_size, kMaxWidth);
+  require_at_most(source, "intermediate_size", intermediate_size, kMaxWidth);
+  require_at_most(source, "vocab_size", vocab_size, kMaxWidth);
   if (num_attention_heads % num_key_value_heads != 0)
     throw Error(ErrorKind::kBadInput,
                 "num_attention_heads (" + std::to_string(num_attention_heads) +

@@ -47,6 +47,8 @@ struct ModelConfig {
   // The model's RoPE tables hold every position (8 bytes per position and head_dim / 2: 2 GiB at
   // this bound with head_dim 128), so a corrupt value ran the load out of memory naming no field.
   static constexpr int64_t kMaxPositions = int64_t{1} << 23;
+  static constexpr int64_t kMaxHeadDim = int64_t{1} << 16;
+  static constexpr int64_t kMaxWidth = int64_t{1} << 24;  // hidden_size, intermediate_size, vocab_size
 
   // Bytes of K and V per token over all layers: 2 · layers · kv_heads · stored_head_dim · bytes
   // (KvGeometry::bytes_per_token).

@@ -401,7 +401,20 @@ HfConfig read_hf_config(const std::string& config_path, const std::string& gener
     throw Error(ErrorKind::kBadInput,
                 "expected a positive integer, found " + std::to_string(c.num_attention_heads), config_path,
                 "num_attention_heads");
-  c.head_dim = f.integer_or("head_dim", c.hidden_size / c.num_attention_heads);
+  if (f.get("head_dim")) {
+    c.head_dim = f.integer("head_dim");
+  } else {
+    // transformers' default: hidden_size / num_attention_heads. A head count that does not divide
+    // the hidden size was blamed on a head_dim the file does not have.
+    if (c.hidden_size <= 0 || c.hidden_size % c.num_attention_heads != 0 ||
+        (c.hidden_size / c.num_attention_heads) % 2 != 0)
+      throw Error(ErrorKind::kBadInput,
+                  "expected a num_attention_heads that divides hidden_size (" + std::to_string(c.hidden_size) +
+                      ") into heads of an even size (config.json gives no head_dim, so head_dim = hidden_size / "
+                      "num_attention_heads), found " + std::to_string(c.num_attention_heads),
+                  config_path, "num_attention_heads");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
   c.max_position_embeddings = f.integer("max_position_embeddings");
   c.rope_theta = read_rope_theta(f);
   c.rms_norm_eps = f.number_or("rms_norm_eps", 1e-6);

@@ -572,7 +572,10 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const std::strin
         r.fail(ErrorKind::kBadInput, f + ".id", "expected an integer id");
       if (r.boolean(a, "single_word", false, f + ".single_word"))
         r.fail(ErrorKind::kUnsupported, f + ".single_word", "expected false, found true");
-      added.push_back({static_cast<Token>(id->get<int64_t>() > INT32_MAX ? -1 : id->get<int64_t>()),
+      // An id past int32 was stored as -1 and then reported as "found -1", not the file's value.
+      if (const int64_t v = id->get<int64_t>(); v < 0 || v > INT32_MAX)
+        r.fail(ErrorKind::kBadInput, f + ".id", "expected an id in [0, 2^31), found " + std::to_string(v));
+      added.push_back({static_cast<Token>(id->get<int64_t>()),
                        r.string(a, "content", f + ".content"), r.boolean(a, "special", false, f + ".special"),
                        r.boolean(a, "lstrip", false, f + ".lstrip"), r.boolean(a, "rstrip", false, f + ".rstrip")});
     }

@@ -762,6 +762,27 @@ TEST_CASE("bad HF directories give errors naming file and field", "[safetensors]
     rewrite_config(dir, [](json& j) { j["num_key_value_heads"] = 3; });
     CHECK_THAT(load_error(), Catch::Contains("config.json: num_key_value_heads"));
   }
+  SECTION("a head_dim whose products wrap int64 is refused by its bound") {
+    // 2^62 + 8: heads x head_dim wrapped round to the real q rows, passed the shape check and
+    // crashed the model's construction (a bus error, no message).
+    rewrite_config(dir, [](json& j) { j["head_dim"] = (int64_t{1} << 62) + 8; });
+    CHECK_THAT(load_error(&kind), Catch::Contains("config.json: head_dim: expected at most 65536, found 4611686018427387912"));
+    CHECK(kind == ErrorKind::kBadInput);
+    rewrite_config(dir, [](json& j) {
+      j["head_dim"] = 4;
+      j["intermediate_size"] = int64_t{1} << 40;
+    });
+    CHECK_THAT(load_error(), Catch::Contains("config.json: intermediate_size: expected at most 16777216"));
+  }
+  SECTION("without head_dim: heads that do not divide hidden_size are named, not a head_dim the file lacks") {
+    rewrite_config(dir, [](json& j) {
+      j.erase("head_dim");
+      j["num_attention_heads"] = 7;
+    });
+    CHECK_THAT(load_error(), Catch::Contains("config.json: num_attention_heads: expected a num_attention_heads that "
+                                             "divides hidden_size") &&
+                                 Catch::Contains("found 7"));
+  }
   SECTION("unknown architecture") {
     rewrite_config(dir, [](json& j) { j["architectures"] = {"GPT2LMHeadModel"}; });
     CHECK_THAT(load_error(&kind), Catch::Contains("config.json: architectures[0]") &&

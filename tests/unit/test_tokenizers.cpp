@@ -19,6 +19,7 @@
 #include "models/tokenizers/sentencepiece_bpe.h"
 #include "models/tokenizers/special_tokens.h"
 #include "models/tokenizers/unicode.h"
+#include "tests/support/catch_error.h"
 
 using namespace speclab;
 using nlohmann::json;
@@ -579,6 +580,11 @@ TEST_CASE("ByteLevelBpe: tokenizer.json errors name the file and field", "[token
   j = good;
   j["added_tokens"] = {{{"id", 3}, {"content", "<x>"}, {"special", true}, {"single_word", true}}};
   expect_error(j, ErrorKind::kUnsupported, "added_tokens[0].single_word");
+  j = good;  // an id past int32: reported as the file has it (it was "found -1")
+  j["added_tokens"] = {{{"id", int64_t{1} << 40}, {"content", "<x>"}, {"special", true}}};
+  expect_error(j, ErrorKind::kBadInput, "added_tokens[0].id");
+  CHECK_THAT(test::catch_error([&] { ByteLevelBpe::from_tokenizer_json(path); }).message(),
+             Catch::Contains("expected an id in [0, 2^31), found 1099511627776"));
 
   // BOS from a TemplateProcessing post-processor inside a Sequence (Llama 3 layout).
   j = good;
