@@ -71,10 +71,11 @@ TEST_CASE("fuzz regressions: every kept input is rejected cleanly or accepted", 
 // (undefined behaviour) before the size check. That input's 2^23 layers are now refused first
 // (ModelConfig::kMaxLayers); dim and hidden_dim 2^24 (the header's cap) with 4096 layers overflow
 // the same sum (3 matrices of 2^60 elements, 4 bytes each). The context is 2^20 positions, within
-// ModelConfig::kMaxPositions (2^23), so that the size check is what refuses it.
+// ModelConfig::kMaxPositions (2^23), and 256 heads make head_dim 2^16, within kMaxHeadDim, so that
+// the size check is what refuses it.
 TEST_CASE("llama2c: a header whose weights exceed 2^64 bytes is rejected, not overflowed", "[fuzz][llama2c]") {
   std::vector<uint8_t> ckpt;
-  for (int32_t v : {1 << 24, 1 << 24, 4096, 2, 2, 512, 1 << 20}) put<int32_t>(ckpt, v);
+  for (int32_t v : {1 << 24, 1 << 24, 4096, 256, 256, 512, 1 << 20}) put<int32_t>(ckpt, v);
   const fs::path p = write_temp("llama2c_overflow.bin", ckpt);
   try {
     load_llama2c(p.string(), "/nonexistent/tokenizer.bin");
