@@ -1121,6 +1121,11 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   write_tensors(c.output.path, out, meta, c.output.dtype);
   r.path = c.output.path;
   r.train_seconds = since(t_train);
+  // The log's clock ends with the run, as the printed training time does (it stopped at the last
+  // checkpoint, before the final evaluations and the draft's write); it adds the time before a
+  // --resume.
+  log.wall_seconds = prior_seconds + r.train_seconds;
+  write_train_log(c.output.log, log);
   r.validation_agreement = agreement;
   r.steps = trainer->steps_done();
   return r;

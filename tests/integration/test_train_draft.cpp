@@ -232,6 +232,8 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   CHECK(mean(log.loss, 180, 200) < 0.7 * mean(log.loss, 0, 20));
   CHECK(ra.validation_agreement > 0.0);
   CHECK(log.agreement.size() == 4);
+  // The log's wall time is the run's training time (it stopped at the last checkpoint's save).
+  CHECK(log.wall_seconds == ra.train_seconds);
   const std::string first = read_bytes(a.output.path);
 
   // `speclab report` on the training log: the two curves and report.md with the last agreement.
