@@ -187,7 +187,11 @@ int cmd_run(const std::vector<std::string>& args) {
 
   if (!device.empty()) overrides.push_back("models.target.device=" + device);
   ExperimentConfig config = load_experiment_config(config_path, overrides);
-  require_drafters(config);  // before the output path is touched
+  try {
+    require_drafters(config);  // before the output path is touched
+  } catch (const Error& e) {  // located where `drafters` is written: the file's line, or the --set
+    throw located_config_error(e, config_path, overrides);
+  }
   apply_output_flag(config, output);
   // A report directory that cannot be made is found now, not after the whole run (after the
   // output path, whose error is the more useful one when its directory is missing).
