@@ -133,14 +133,11 @@ int cmd_generate(const std::vector<std::string>& args) {
   // Text flags must be UTF-8, as a config's and a prompt file's text must: a Latin-1 byte became
   // byte-fallback tokens silently (the model saw other text than the user meant).
   for (const auto& [flag, text] : {std::pair<const char*, const std::string*>{"--prompt", &prompt}, {"--system", &system}})
-    if (const size_t bad = first_invalid_utf8(*text); bad != std::string::npos) {
-      char byte[8];
-      std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>((*text)[bad])));
+    if (const size_t bad = first_invalid_utf8(*text); bad != std::string::npos)
       throw Error(ErrorKind::kConfig,
-                  std::string("expected UTF-8 text, found the byte ") + byte + " at byte " + std::to_string(bad) +
+                  "expected UTF-8 text, found the byte " + byte_name(*text, bad) + " at byte " + std::to_string(bad) +
                       ", which is not well-formed UTF-8",
                   "command line", flag);
-    }
   check_chat_flags(chat, system);
   const DrafterOptions dopts = dargs.drafter.empty() ? DrafterOptions{} : dargs.options();
 

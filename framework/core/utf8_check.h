@@ -46,4 +46,11 @@ inline size_t first_invalid_utf8(const std::string& s) {
   return std::string::npos;
 }
 
+// The byte at `at` of `s` as errors name it: "0xFF".
+inline std::string byte_name(const std::string& s, size_t at) {
+  static const char* const kHex = "0123456789ABCDEF";
+  const auto b = static_cast<unsigned char>(s[at]);
+  return std::string("0x") + kHex[b >> 4] + kHex[b & 15];
+}
+
 }  // namespace speclab

@@ -82,10 +82,8 @@ YAML::Node parse_config_root(const std::string& yaml_text, const std::string& so
     const size_t column = bad - (nl == std::string::npos ? 0 : nl + 1);
     const auto end = yaml_text.begin() + static_cast<std::ptrdiff_t>(bad);
     const size_t line = 1 + static_cast<size_t>(std::count(yaml_text.begin(), end, '\n'));
-    char byte[8];
-    std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(yaml_text[bad])));
     throw Error(ErrorKind::kConfig,
-                std::string("expected UTF-8 text, found the byte ") + byte +
+                "expected UTF-8 text, found the byte " + byte_name(yaml_text, bad) +
                     ", which is not well-formed UTF-8 (save the file as UTF-8)",
                 source_name + ":" + std::to_string(line) + ":" + std::to_string(column + 1));
   }
