@@ -77,11 +77,12 @@ bench: build peer
 # The draft model configs/drafter_comparison.yaml uses: SmolLM2's first 6 layers as a Q8_0 GGUF
 # (packed weights: about 0.4 of a target step per draft token here, against 0.6 as float32).
 # And the trained draft (issue 13): an EAGLE head for SmolLM2, configs/train/eagle_smollm2.yaml
-# (35 min on a 2-core Intel Xeon: data stage 11, training 24; the target's answers and features
+# (before 2026-12-06, 35 min on a 2-core Intel Xeon: data stage 11, training 24; the target's answers and features
 # are cached under .cache/draft_data; --resume continues an interrupted run). The `eagle` drafter
 # reads it from this default path, and otherwise the copy the repository ships (assets/drafts/).
-# `make draft-gguf` makes the first alone (under a second); `make draft-model` both (59 min on a
-# shared 2-core Zen 4, docs/train-draft.md).
+# `make draft-gguf` makes the first alone (under a second); `make draft-model` both (22.5 min on a
+# 2-core Zen 4: data 7.4 min, training 14.6; 59 min on a shared one before training used both cores,
+# docs/train-draft.md "Both cores for training").
 DRAFT_MODEL := .cache/models/smollm2-draft-6l.gguf
 EAGLE_DRAFT := .cache/drafts/SmolLM2-135M-Instruct.Q4_1.eagle.safetensors
 draft-gguf: build

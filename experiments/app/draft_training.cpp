@@ -27,6 +27,7 @@
 #include "experiments/app/experiment_runner.h"
 #include "framework/core/error.h"
 #include "framework/core/fnv.h"
+#include "framework/core/thread_pool.h"
 #include "framework/core/token_tensor.h"
 #include "framework/draft/drafter_options.h"
 #include "framework/engine/ar_decode.h"
@@ -38,6 +39,7 @@
 #include "framework/train/distill_trainer.h"
 #include "framework/train/medusa_trainer.h"
 #include "framework/train/small_draft.h"
+#include "framework/train/training_runtime.h"
 #include "models/loaders/dequant.h"
 #include "models/llama/llama_model.h"
 #include "models/loaders/safetensors.h"
@@ -930,6 +932,9 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   r.validation_pairs = val.n_pairs();
   r.agreement_on_answers = !val.prompt_lengths.empty();
   const auto t_train = Clock::now();
+  // Both cores for libtorch's matmuls from here on, and freed tensors' memory kept for the next
+  // step (framework/train/training_runtime.h); the target's kernels are done.
+  const TrainingRuntime runtime(compute_threads());
   // The draft's trainer and its trained tensors (by safetensors name).
   EagleHead eagle;
   MedusaHeads medusa;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <initializer_list>
 
 namespace speclab {
 
@@ -23,6 +24,22 @@ const char* loaded_blas_core() {
   using CoreName = char* (*)();
   const auto fn = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
   return fn ? fn() : nullptr;
+}
+
+void set_blas_threads(int n) {
+  using SetThreads = void (*)(int);
+  // goto_set_num_threads: OpenBLAS's older name, which some builds export alone.
+  for (const char* name : {"openblas_set_num_threads", "goto_set_num_threads"})
+    if (const auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, name))) {
+      fn(n < 1 ? 1 : n);
+      return;
+    }
+}
+
+int blas_threads() {
+  using GetThreads = int (*)();
+  const auto fn = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return fn ? fn() : 0;
 }
 
 const char* native_blas_core(const char* reported) {

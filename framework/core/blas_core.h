@@ -1,5 +1,5 @@
-// select_native_blas_core() — makes OpenBLAS run kernels for this CPU where its own detection fell
-// back to a generic core.
+// OpenBLAS at run time: select_native_blas_core() makes it run kernels for this CPU where its own
+// detection fell back to a generic core; set_blas_threads() sizes its thread pool.
 //
 // libtorch's float32 matmuls on the CPU (train-draft's autograd, the libtorch-op backend) run on
 // the system BLAS, Debian's OpenBLAS 0.3.21 built for every core (DYNAMIC_ARCH). It picks its
@@ -30,5 +30,12 @@ void select_native_blas_core(char** argv);
 
 // The core OpenBLAS reported (openblas_get_corename), or null when OpenBLAS is not loaded.
 const char* loaded_blas_core();
+
+// OpenBLAS's own pthread pool, apart from libtorch's intra-op pool (libgomp, at::set_num_threads):
+// the threads one float32 matmul of libtorch's runs on. set_blas_threads(n) sets it (n >= 1), for
+// the whole process; a no-op where OpenBLAS is not loaded (another BLAS has its own switches).
+// blas_threads() is its current size, 0 where OpenBLAS is not loaded.
+void set_blas_threads(int n);
+int blas_threads();
 
 }  // namespace speclab

@@ -4,8 +4,6 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -14,6 +12,7 @@
 
 #include <cmath>
 
+#include "framework/core/blas_core.h"
 #include "framework/core/error.h"
 #include "models/llama/gemv.h"
 #include "models/loaders/dequant.h"
@@ -34,9 +33,7 @@ namespace {
 void limit_blas_threads() {
   static const bool done = [] {
     at::set_num_threads(1);
-    using SetThreads = void (*)(int);
-    for (const char* name : {"openblas_set_num_threads", "goto_set_num_threads"})
-      if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, name))) fn(1);
+    set_blas_threads(1);
     return true;
   }();
   (void)done;

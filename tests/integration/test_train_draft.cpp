@@ -8,6 +8,7 @@
 // the libtorch one.
 #include "tests/torch_catch.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,7 @@
 #include "experiments/app/evaluation_sets.h"
 #include "experiments/app/experiment_runner.h"
 #include "experiments/app/session_parts.h"
+#include "framework/core/blas_core.h"
 #include "framework/core/token_tensor.h"
 #include "framework/draft/builtin/eagle_drafter.h"
 #include "framework/draft/builtin/eagle_packed.h"
@@ -43,6 +45,7 @@
 #include "framework/io/train_log.h"
 #include "framework/train/small_draft.h"
 #include "framework/train/train_data.h"
+#include "framework/train/training_runtime.h"
 #include "models/loaders/safetensors.h"
 #include "models/model_loader.h"
 #include "tests/support/catch_error.h"
@@ -190,6 +193,32 @@ double mean(const std::vector<double>& v, size_t a, size_t b) {
 }
 
 }  // namespace
+
+TEST_CASE("TrainingRuntime: OpenBLAS at the run's threads while training and both pools as before after",
+          "[train]") {
+  // A loaded model keeps both pools at one thread for its kernels (models/llama/llama_model.cpp);
+  // training ran on one core because of it until 2026-12-06.
+  at::set_num_threads(1);
+  set_blas_threads(1);
+  const bool openblas = blas_threads() > 0;  // Debian's libtorch runs its float32 matmuls on it
+  if (!openblas) WARN("OpenBLAS is not loaded (another BLAS): only libtorch's own pool is checked");
+  {
+    const TrainingRuntime runtime(2);
+    CHECK(at::get_num_threads() == 1);  // libgomp's spinning threads would take OpenBLAS's cores
+    if (openblas) CHECK(blas_threads() == 2);
+  }
+  CHECK(at::get_num_threads() == 1);
+  if (openblas) CHECK(blas_threads() == 1);
+  at::set_num_threads(2);  // restored to what it was, not to one
+  { const TrainingRuntime runtime(2); }
+  CHECK(at::get_num_threads() == 2);
+  // train-draft leaves the target's settings behind it (one thread each), whatever it trained with.
+  at::set_num_threads(1);
+  fs::remove_all(kDir);
+  train_draft(load_train_config(write_config("rt", 20).string()), false);
+  CHECK(at::get_num_threads() == 1);
+  if (openblas) CHECK(blas_threads() == 1);
+}
 
 TEST_CASE("validation counts the pairs labelled by answer rows, where a drafter drafts", "[train]") {
   // Two sequences: rows [0, 5) with a 2-token prompt, rows [5, 9) with a 3-token prompt.
