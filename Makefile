@@ -95,8 +95,8 @@ draft-model: draft-gguf
 
 # Medusa heads for SmolLM2 (configs/train/medusa_smollm2.yaml; docs/train-draft.md): their own
 # 1,200 training prompts (target answers and features: 4 min on a 2-core Intel Xeon, 2026-11-28),
-# cached, then 14 min of training (18 min in all there). The `medusa` drafter reads them from
-# this path, else the copy in assets/drafts/.
+# cached, then 14 min of training (18 min in all there, before training used both cores on
+# 2026-12-06). The `medusa` drafter reads them from this path, else the copy in assets/drafts/.
 MEDUSA_DRAFT := .cache/drafts/SmolLM2-135M-Instruct.Q4_1.medusa.safetensors
 medusa-model: build
 	@test -f $(MEDUSA_DRAFT) || $(SPECLAB) train-draft configs/train/medusa_smollm2.yaml \

@@ -23,7 +23,8 @@ int cmd_train_draft(const std::vector<std::string>& args) {
       ("resume", po::bool_switch(&resume), "continue from the checkpoint (output.checkpoint)")
       ("overwrite", po::bool_switch(&overwrite),
        "train afresh over an existing draft and checkpoint (without it, or --resume, they are refused)")
-      ("threads", po::value(&threads)->default_value(0), "CPU threads for the model kernels and libtorch (0 = all cores)")
+      ("threads", po::value(&threads)->default_value(0), "CPU threads for the target's kernels (the data stage) and libtorch's matmuls (training; "
+       "the trained bytes depend on it) (0 = all cores)")
       ("stop-after", po::value(&stop_after)->default_value(0), "checkpoint and stop after N steps (continue with --resume)")
       ("quiet,q", po::bool_switch(&quiet), "no progress line");
   po::variables_map vm;
