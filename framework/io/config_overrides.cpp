@@ -144,11 +144,18 @@ void apply_override(YAML::Node root, const std::string& arg, YamlOrigin& origin,
                 "expected UTF-8 text, found a byte that is not well-formed UTF-8 at offset " + std::to_string(bad) +
                     " of the argument",
                 label, op.key);
+  std::vector<YAML::Node> documents;
   try {
-    op.value = YAML::Load(arg.substr(eq + 1));
+    documents = YAML::LoadAll(arg.substr(eq + 1));
   } catch (const YAML::Exception& e) {
     throw Error(ErrorKind::kConfig, "expected a YAML value after '=', found malformed YAML: " + e.msg, label, op.key);
   }
+  if (documents.size() > 1)  // YAML::Load kept the first alone
+    throw Error(ErrorKind::kConfig,
+                "expected one YAML value after '=', found " + std::to_string(documents.size()) +
+                    " documents (a '---' line starts another)",
+                label, op.key);
+  op.value = documents.empty() ? YAML::Node() : documents.front();
   origin.add_override(op.value, label);
   op.origin = &origin;
   set_in(root, schema ? *schema : top_schema(), split_key(op.key), 0, op, "");

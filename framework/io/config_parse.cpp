@@ -10,7 +10,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "framework/core/error.h"
 #include "framework/core/utf8_check.h"
@@ -87,15 +90,24 @@ YAML::Node parse_config_root(const std::string& yaml_text, const std::string& so
                     ", which is not well-formed UTF-8 (save the file as UTF-8)",
                 source_name + ":" + std::to_string(line) + ":" + std::to_string(column + 1));
   }
-  YAML::Node root;
+  const auto at_mark = [&](const YAML::Mark& m) {
+    return m.is_null() ? source_name
+                       : source_name + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+  };
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::Load(yaml_text);
+    documents = YAML::LoadAll(yaml_text);
   } catch (const YAML::Exception& e) {
-    const std::string loc = e.mark.is_null() ? source_name
-                                             : source_name + ":" + std::to_string(e.mark.line + 1) + ":" +
-                                                   std::to_string(e.mark.column + 1);
-    throw Error(ErrorKind::kConfig, "malformed YAML: " + e.msg, loc);
+    throw Error(ErrorKind::kConfig, "malformed YAML: " + e.msg, at_mark(e.mark));
   }
+  // YAML::Load read the first document alone: a second one after a '---' line was dropped
+  // without a word, its settings never run (found 2026-12-06).
+  if (documents.size() > 1)
+    throw Error(ErrorKind::kConfig,
+                "expected one YAML document, found " + std::to_string(documents.size()) +
+                    " (a '---' line starts another; put its settings in the first)",
+                at_mark(documents[1].Mark()));
+  YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
   if (!root.IsDefined() || root.IsNull())
     throw Error(ErrorKind::kConfig, "expected a map of sections (" + sections + "), found an empty document", source_name);
   if (!root.IsMap())
@@ -260,19 +272,45 @@ void check_sweep(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ct
 // A drafter key its entry's drafter does not read (drafter_key_readers: prompt_lookup_max on a
 // layer_skip entry, a confidence threshold on prompt_lookup, which copies tokens with no
 // probability to gate on) would be ignored, and a `drafter.<key>` sweep that no entry reads gives
-// identical points: both were accepted silently. A sweep of what decides who reads a key leaves
-// those keys to the points: the name or the plugin every key, prompt_lookup_first the
-// prompt_lookup_* keys, retrieval_first the retrieval_* and confidence_* keys. A plugin's entry
-// may read any key.
-void refuse_unread_drafter_keys(const YAML::Node& root, const YamlOrigin& origin, const ExperimentConfig& cfg) {
+// identical points: both were accepted silently. Where the sweep sets what decides who reads a
+// key (the name or the plugin: every key; prompt_lookup_first: the prompt_lookup_* keys;
+// retrieval_first: the retrieval_* and confidence_* keys), the question is asked of every
+// combination of those axes' values, the drafters the points run: a key is refused where no
+// point's drafter reads it (until 2026-12-06 such a sweep waived the check, and a key no point
+// read was ignored). A plugin's entry may read any key.
+void refuse_unread_drafter_keys(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ctx,
+                                const ExperimentConfig& cfg) {
   std::set<std::string> swept;  // drafter keys the sweep sets ("params" for drafter.params.<k>)
-  for (const SweepAxis& a : cfg.sweep)
-    if (starts_with(a.key, "drafter.")) swept.insert(starts_with(a.key, "drafter.params.") ? "params" : a.key.substr(8));
-  const auto decided_by_points = [&](const std::string& key) {
-    return swept.count("name") || swept.count("method") || swept.count("plugin") ||
-           (swept.count("prompt_lookup_first") && starts_with(key, "prompt_lookup_")) ||
-           (swept.count("retrieval_first") && (starts_with(key, "retrieval_") || starts_with(key, "confidence_")));
-  };
+  std::vector<const SweepAxis*> deciding;
+  for (const SweepAxis& a : cfg.sweep) {
+    if (!starts_with(a.key, "drafter.")) continue;
+    const std::string key = a.key.substr(8);
+    swept.insert(starts_with(key, "params.") ? "params" : key);
+    if (key == "name" || key == "method" || key == "plugin" || key == "prompt_lookup_first" || key == "retrieval_first")
+      deciding.push_back(&a);
+  }
+  // The entries as the points run them: one set per combination of the deciding axes' values.
+  std::vector<std::vector<DrafterOptions>> runs;
+  size_t combos = 1;
+  for (const SweepAxis* a : deciding) combos *= a->values.size();
+  for (size_t n = 0; n < combos; ++n) {
+    ExperimentConfig c = cfg;
+    c.sweep.clear();
+    size_t rem = n;
+    try {
+      for (const SweepAxis* a : deciding) {
+        const std::string& v = a->values[rem % a->values.size()];
+        rem /= a->values.size();
+        apply_sweep_value(c, a->key, YamlValue(&origin, YAML::Node(v), YAML::Node(), "sweep." + a->key), ctx);
+      }
+      finalize(c);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kConfig) throw;
+      continue;  // not a point (expanding the sweep has refused it already)
+    }
+    runs.emplace_back();
+    for (const DrafterEntry& e : c.drafters) runs.back().push_back(e.options);
+  }
   // "read by: prompt_lookup, or any drafter with prompt_lookup_first: true"
   const auto readers_text = [](const std::string& key) {
     std::string by;
@@ -285,24 +323,45 @@ void refuse_unread_drafter_keys(const YAML::Node& root, const YamlOrigin& origin
   for (const SweepAxis& a : cfg.sweep) {
     if (!starts_with(a.key, "drafter.")) continue;
     const std::string key = starts_with(a.key, "drafter.params.") ? "params" : a.key.substr(8);
-    if (!drafter_key_readers(key).listed || decided_by_points(key)) continue;
+    if (!drafter_key_readers(key).listed) continue;
     bool read = false;
-    for (const DrafterEntry& e : cfg.drafters) read = read || drafter_reads_key(e.options, key);
+    for (const auto& run : runs)
+      for (const DrafterOptions& o : run) read = read || drafter_reads_key(o, key);
     if (read) continue;
     const YamlValue at = locate(root, origin, "sweep." + a.key);
     throw Error(ErrorKind::kConfig,
-                "expected a key that one of the drafters reads, found " + a.key.substr(8) + ", which no entry's drafter "
-                "reads (" + readers_text(key) + "): the sweep's points would be identical",
+                "expected a key that one of the drafters reads, found " + a.key.substr(8) + ", which no " +
+                    (runs.size() > 1 ? "sweep point's" : "entry's") + " drafter reads (" + readers_text(key) +
+                    "): the sweep's points would be identical",
                 at.where(), at.path);
   }
   for (size_t i = 0; i < cfg.drafters.size(); ++i) {
-    const DrafterOptions& o = cfg.drafters[i].options;
-    for (const std::string& key : unread_drafter_keys(o)) {
-      if (swept.count(key) || decided_by_points(key)) continue;  // the sweep's values, checked above
+    std::vector<std::string> unread;  // unread at every point
+    std::set<std::string> run_names;
+    for (size_t r = 0; r < runs.size(); ++r) {
+      if (i >= runs[r].size()) continue;
+      run_names.insert(runs[r][i].name);
+      const std::vector<std::string> keys = unread_drafter_keys(runs[r][i]);
+      if (r == 0) {
+        unread = keys;
+      } else {
+        std::vector<std::string> both;
+        for (const std::string& k : unread)
+          if (std::find(keys.begin(), keys.end(), k) != keys.end()) both.push_back(k);
+        unread.swap(both);
+      }
+    }
+    for (const std::string& key : unread) {
+      if (swept.count(key)) continue;  // the sweep's values, checked above
       const YamlValue at = locate(root, origin, "drafters[" + std::to_string(i) + "]." + key);
+      std::string names;
+      for (const std::string& n : run_names) names += (names.empty() ? "" : ", ") + n;
       throw Error(ErrorKind::kConfig,
-                  "expected none with " + o.name + ", which does not read it (" + readers_text(key) + ")", at.where(),
-                  at.path);
+                  run_names.size() > 1 ? "expected none: no sweep point's drafter reads it (the points run " + names +
+                                             "; " + readers_text(key) + ")"
+                                       : "expected none with " + names + ", which does not read it (" +
+                                             readers_text(key) + ")",
+                  at.where(), at.path);
     }
   }
 }
@@ -393,16 +452,24 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
   const Ctx ctx{dirname_of(source_name)};
   top_table().read(YamlValue(&origin, root, YAML::Node(), ""), ctx, cfg);
   // A --set of a key the sweep sets never runs (the sweep sets it at every point; it was
-  // accepted silently, and /config_yaml showed its value).
-  for (const std::string& o : overrides) {
-    const std::string key = o.substr(0, o.find('='));
-    for (const SweepAxis& a : cfg.sweep)
-      if (a.key == key)
+  // accepted silently, and /config_yaml showed its value). Found by where the swept key's value
+  // came from, so that a --set under another of its names (generation.max_tokens) or of a section
+  // holding it (generation={...}) is caught too (until 2026-12-06 only the canonical key's own
+  // text was). A drafters entry's key that a drafter.<key> sweep sets is refused wherever it is
+  // written (check_sweep_conflicts).
+  if (!overrides.empty())
+    for (const SweepAxis& a : cfg.sweep) {
+      if (starts_with(a.key, "drafter.")) continue;
+      const std::optional<YamlValue> at = find_written(root, origin, a.key);
+      if (!at) continue;
+      if (const std::optional<std::string> label = origin.override_label(at->node)) {
+        const std::string axis = locate(root, origin, "sweep." + a.key).path;  // as written
         throw Error(ErrorKind::kConfig,
-                    "expected a key the sweep does not set: sweep." + key +
-                        " sets it at every point, so this value would never run; set sweep." + key + "=[...] instead",
-                    "--set " + o, key);
-  }
+                    "expected a key the sweep does not set: " + axis + " sets " + at->path +
+                        " at every point, so this value would never run; set " + axis + "=[...] instead",
+                    *label, at->path);
+      }
+    }
   finalize(cfg);
 
   // Struct-level validation: the error names a canonical key path; add where it is written. With
@@ -422,7 +489,7 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
   }
   if (!cfg.sweep.empty()) check_sweep(root, origin, ctx, cfg);
   refuse_cuts_under_greedy(root, origin, cfg);
-  refuse_unread_drafter_keys(root, origin, cfg);
+  refuse_unread_drafter_keys(root, origin, ctx, cfg);
   return cfg;
 }
 

@@ -412,7 +412,13 @@ std::string unknown_sweep_key_message(const std::string& written) {
 
 // ---- locating a key path in a tree --------------------------------------------------------------
 
-YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::string& path, const Schema* schema) {
+namespace {
+
+// locate(); *complete: whether every part of `path` was found written.
+YamlValue locate_written(const YAML::Node& root, const YamlOrigin& origin, const std::string& path,
+                         const Schema* schema, bool* complete) {
+  *complete = false;
+  bool missing = false;
   std::vector<std::string> segs = split_key(path);
   YAML::Node cur = root;
   YAML::Node key;
@@ -441,6 +447,7 @@ YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::st
     if ((def->shape == Shape::kSweep || def->shape == Shape::kFreeMap) && i + 1 < segs.size()) {
       const std::string rest = join(std::vector<std::string>(segs.begin() + static_cast<std::ptrdiff_t>(i) + 1, segs.end()), ".");
       i = segs.size();
+      missing = true;  // unless found below
       if (!cur.IsMap()) {
         written += "." + rest;
         break;
@@ -453,6 +460,7 @@ YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::st
           key.reset(it->first);
           YAML::Node value = it->second;
           cur.reset(value);
+          *complete = true;
           return YamlValue(&origin, cur, key, written);
         }
       }
@@ -461,11 +469,27 @@ YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::st
     }
     schema = def->child;
   }
+  *complete = !missing && i == segs.size() && !segs.empty();
   for (; i < segs.size(); ++i) {
     size_t idx = 0;
     written += is_index(segs[i], idx) ? "[" + segs[i] + "]" : (written.empty() ? "" : ".") + segs[i];
   }
   return YamlValue(&origin, cur, key, written);
+}
+
+}  // namespace
+
+YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::string& path, const Schema* schema) {
+  bool complete = false;
+  return locate_written(root, origin, path, schema, &complete);
+}
+
+std::optional<YamlValue> find_written(const YAML::Node& root, const YamlOrigin& origin, const std::string& path,
+                                      const Schema* schema) {
+  bool complete = false;
+  YamlValue v = locate_written(root, origin, path, schema, &complete);
+  if (!complete) return std::nullopt;
+  return v;
 }
 
 }  // namespace speclab::config

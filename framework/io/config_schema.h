@@ -42,6 +42,10 @@ std::string unknown_sweep_key_message(const std::string& written);
 // top_schema()).
 YamlValue locate(const YAML::Node& root, const YamlOrigin& origin, const std::string& path,
                  const Schema* schema = nullptr);
+// The node at `path` as locate() finds it, where every part of the path is written (under any of
+// its names); nullopt where a part is not.
+std::optional<YamlValue> find_written(const YAML::Node& root, const YamlOrigin& origin, const std::string& path,
+                                      const Schema* schema = nullptr);
 
 // ---- the loader's shared steps ----------------------------------------------------------------
 

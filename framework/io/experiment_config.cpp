@@ -26,6 +26,8 @@ using config::to_text;
 
 namespace {
 
+// HDF5 keeps strings up to their first NUL: a text recorded with one would differ from the text run.
+const char* const kNoNul = "expected text without NUL characters: the results file keeps strings up to their first NUL";
 
 // Runs f, prefixing the key path of a config error with `prefix`.
 template <class F>
@@ -92,9 +94,7 @@ void PromptsOptions::validate() const {
       bad("prompts", "inline[" + std::to_string(i) + "].text", "expected non-empty prompt text, found nothing");
     for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"text", &ip.text}, {"id", &ip.id},
                                      {"category", &ip.category}})
-      if (value->find('\0') != std::string::npos)  // HDF5 keeps strings up to their first NUL
-        bad("prompts", "inline[" + std::to_string(i) + "]." + key,
-            "expected text without NUL characters: the results file keeps strings up to their first NUL");
+      if (value->find('\0') != std::string::npos) bad("prompts", "inline[" + std::to_string(i) + "]." + key, kNoNul);
   }
   if (chat != "auto" && chat != "on" && chat != "off")
     bad("prompts", "chat", "expected auto, on or off, found " + squote(chat));
@@ -198,6 +198,8 @@ void EquivalenceOptions::validate() const {
 
 void ExperimentConfig::validate() const {
   if (name.empty()) bad("", "name", "expected a non-empty experiment name, found nothing");
+  // A name or label with a NUL was recorded, and printed in the summary table, cut short (2026-12-06).
+  if (name.find('\0') != std::string::npos) bad("", "name", kNoNul);
   under("models", [&] { models.validate(); });
   // speclab check drafts at each of equivalence.gammas (its drafters' own gamma is refused there):
   // a drafter's max_speculative_tokens was compared with the default gamma 4, which check never
@@ -233,6 +235,7 @@ void ExperimentConfig::validate() const {
       under(p, [&] { d.options.validate(); });
     }
     if (d.label.empty()) bad("", p + ".label", "expected a non-empty label, found nothing");
+    if (d.label.find('\0') != std::string::npos) bad("", p + ".label", kNoNul);
     if (d.label == "ar") bad("", p + ".label", "expected a label other than 'ar' (the AR baseline), found 'ar'");
     if (d.label.find('/') != std::string::npos || d.label == "." || d.label == "..")
       bad("", p + ".label", "expected a label without '/' (it names an HDF5 group), found " + squote(d.label));

@@ -1110,3 +1110,15 @@ TEST_CASE("located_config_error: a model-time error gets the key's line and colu
   CHECK(std::string(located_config_error(other, path).what()) == "/x/model.gguf: path: cannot open");
   std::remove(path.c_str());
 }
+
+TEST_CASE("one YAML document: a second one in the file or a --set value is refused, not dropped", "[config]") {
+  // YAML::Load read the first document alone: the second one's settings never ran (2026-12-06). The
+  // error is located at the second document's first line.
+  CHECK_THAT(config_error(kBase + "---\nsampling: {temperature: 0.7}\n"),
+             Catch::Contains("bad.yaml:6:1") && Catch::Contains("expected one YAML document, found 2"));
+  CHECK_THAT(config_error(kBase, {"name=a\n---\nb"}),
+             Catch::Contains("expected one YAML value after '=', found 2 documents"));
+  // Controls: a document start marker before the one document, and a --set value of one line.
+  CHECK(parse_experiment_config("---\n" + kBase, "ok.yaml").prompts.inline_prompts.size() == 1);
+  CHECK(parse_experiment_config(kBase, "ok.yaml", {"name=a---b"}).name == "a---b");
+}
