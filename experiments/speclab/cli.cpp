@@ -12,6 +12,7 @@
 #include "framework/core/error.h"
 #include "framework/core/model_source.h"
 #include "framework/core/thread_pool.h"
+#include "framework/io/yaml_util.h"
 #include "models/llama/gemv.h"
 #include "models/loaders/export.h"
 
@@ -292,7 +293,20 @@ bool parse_or_help(const std::string& usage, po::options_description& desc, cons
   po::positional_options_description pos;
   if (!positional.empty()) pos.add(positional.c_str(), positional_count);
   try {
-    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    const po::parsed_options parsed = po::command_line_parser(args).options(desc).positional(pos).run();
+    // A number flag whose text no double can hold: Boost read 1e-400 as 0 (--temperature 1e-400
+    // decoded greedily, and --top-k beside it was refused as if under temperature 0).
+    for (const po::option& o : parsed.options) {
+      const po::option_description* d = o.unregistered ? nullptr : desc.find_nothrow(o.string_key, false);
+      if (!d || !dynamic_cast<const po::typed_value<double>*>(d->semantic().get())) continue;
+      for (const std::string& v : o.value) {
+        double x = 0;
+        bool out_of_range = false;
+        if (!yaml_util::parse_double(v, x, &out_of_range) && out_of_range)
+          throw Error(ErrorKind::kConfig, yaml_util::double_range_message(v), "command line", "--" + o.string_key);
+      }
+    }
+    po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << usage << "\n\n" << (help_notes.empty() ? "" : help_notes + "\n\n") << desc << "\n";
       return false;

@@ -65,6 +65,16 @@ void print_timing(const GenerationResult& r, const char* mode) {
                (n - 1) / std::max(r.decode_seconds, 1e-9), mode);
 }
 
+// The output ended at the model's context, not where -n or EOS would have ended it: said on
+// stderr (stdout holds the text alone). It was said only under --verbose, as "stop: context".
+void note_context_stop(const GenerationResult& r, int64_t max_new_tokens) {
+  if (r.stop_reason != StopReason::kContext) return;
+  std::fprintf(stderr,
+               "note: the output stopped at the end of the model's context (%zu prompt + %zu new tokens), before "
+               "--max-new-tokens %lld\n",
+               r.prompt.size(), r.tokens.size(), static_cast<long long>(max_new_tokens));
+}
+
 }  // namespace
 
 int cmd_generate(const std::vector<std::string>& args) {
@@ -132,7 +142,10 @@ int cmd_generate(const std::vector<std::string>& args) {
                 "command line", "--system");
   // Text flags must be UTF-8, as a config's and a prompt file's text must: a Latin-1 byte became
   // byte-fallback tokens silently (the model saw other text than the user meant).
-  for (const auto& [flag, text] : {std::pair<const char*, const std::string*>{"--prompt", &prompt}, {"--system", &system}})
+  // --stop too: a stop string with such a byte never matched the decoded text (until 2026-12-06).
+  std::vector<std::pair<const char*, const std::string*>> texts = {{"--prompt", &prompt}, {"--system", &system}};
+  for (const std::string& s : gen.stop) texts.emplace_back("--stop", &s);
+  for (const auto& [flag, text] : texts)
     if (const size_t bad = first_invalid_utf8(*text); bad != std::string::npos)
       throw Error(ErrorKind::kConfig,
                   "expected UTF-8 text, found the byte " + byte_name(*text, bad) + " at byte " + std::to_string(bad) +
@@ -149,6 +162,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (naive) {
     GenerationResult r = generate_ar(*m.model, tok, ids, gen, samp, KvMode::kNaive);
     std::cout << r.text << std::endl;
+    note_context_stop(r, gen.max_new_tokens);
     if (verbose) print_timing(r, "AR naive");
     return kExitOk;
   }
@@ -179,6 +193,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   begin({ids, method, gen, samp});
   const SpecResult r = run_to_end(session);
   std::cout << r.text << std::endl;
+  note_context_stop(r, gen.max_new_tokens);
   if (verbose) print_timing(r, method.drafter ? ("speculative (" + drafter_name + ")").c_str() : "AR cached");
   if (stats) {
     const Method no_drafter;

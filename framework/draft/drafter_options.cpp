@@ -5,6 +5,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/model_source.h"
+#include "framework/io/config_util.h"
 
 namespace speclab {
 
@@ -25,7 +26,7 @@ void DrafterOptions::validate() const {
                                       (max_speculative_tokens == 16 ? " (16 is the default: a gamma above 16 needs it set too)"
                                                                     : ""));
   if (!(confidence_threshold >= 0.0 && confidence_threshold < 1.0))
-    bad("confidence_threshold", "expected a probability in [0, 1), found " + std::to_string(confidence_threshold));
+    bad("confidence_threshold", "expected a probability in [0, 1), found " + config::to_text(confidence_threshold));
   if (confidence_from_token < 1 || confidence_from_token > 64)
     bad("confidence_from_token", "expected a draft position 1..64, found " + std::to_string(confidence_from_token));
   if (confidence_from_token > 1 && confidence_threshold == 0.0)

@@ -109,7 +109,12 @@ bool parse_uint64(const std::string& text, uint64_t& out) {
   return true;
 }
 
-bool parse_double(const std::string& text, double& out) {
+std::string double_range_message(const std::string& text) {
+  return "expected a number a double can hold (a magnitude from about 2.2e-308 to 1.8e308, or 0), found '" + text + "'";
+}
+
+bool parse_double(const std::string& text, double& out, bool* out_of_range) {
+  if (out_of_range) *out_of_range = false;
   const std::string l = lower(text);
   if (l == ".inf" || l == "+.inf" || l == "inf" || l == "+inf") {
     out = std::numeric_limits<double>::infinity();
@@ -131,6 +136,7 @@ bool parse_double(const std::string& text, double& out) {
   // from_chars also accepts "inf"/"nan" spellings and hex floats only with chars_format::hex,
   // so the general format covers exactly decimal and exponent notation.
   auto r = std::from_chars(b, e, out, std::chars_format::general);
+  if (r.ec == std::errc::result_out_of_range && r.ptr == e && out_of_range) *out_of_range = true;
   return r.ec == std::errc() && r.ptr == e;
 }
 
@@ -185,7 +191,9 @@ uint64_t YamlValue::as_uint64() const {
 double YamlValue::as_double() const {
   const std::string t = as_scalar_text("a number");
   double v = 0;
-  if (!parse_double(t, v)) fail("expected a number, found " + describe(node));
+  bool out_of_range = false;
+  if (!parse_double(t, v, &out_of_range))
+    fail(out_of_range ? double_range_message(t) : "expected a number, found " + describe(node));
   return v;
 }
 

@@ -50,7 +50,11 @@ std::string describe(const YAML::Node& node);
 //   bool: true/false, yes/no, on/off (any case).
 bool parse_int64(const std::string& text, int64_t& out);
 bool parse_uint64(const std::string& text, uint64_t& out);
-bool parse_double(const std::string& text, double& out);
+// *out_of_range (optional): set when the text is a number a double cannot hold (1e400, 1e-400:
+// what a stream turns into inf or 0), which parse_double refuses.
+bool parse_double(const std::string& text, double& out, bool* out_of_range = nullptr);
+// "expected a number a double can hold (...), found '<text>'": the one message for such a number.
+std::string double_range_message(const std::string& text);
 bool parse_bool(const std::string& text, bool& out);
 
 // A node at a key path. `key` may be an undefined/null node when there is none (list items).

@@ -81,8 +81,25 @@ TEST_CASE("generate refuses a --prompt or --system that is not UTF-8 naming the 
                   {"command line: --prompt: expected UTF-8 text, found the byte 0xFF at byte 5"});
   check_bad_input(run_cli({"generate", "--model", "stories260K", "--prompt", "hi", "--system", "caf\xe9", "-n", "2"}),
                   {"command line: --system: expected UTF-8 text, found the byte 0xE9 at byte 3"});
+  // --stop too: a stop string with such a byte never matched (2026-12-06).
+  check_bad_input(run_cli(stories({"-n", "2", "--stop", "a\xff"})),
+                  {"command line: --stop: expected UTF-8 text, found the byte 0xFF at byte 1"});
   // Control: well-formed UTF-8 beyond ASCII runs.
   CHECK(run_cli(stories({"-n", "2"}, "Once upon a caf\xc3\xa9")).exit_code == 0);
+  CHECK(run_cli(stories({"-n", "2", "--stop", "caf\xc3\xa9"})).exit_code == 0);
+}
+
+TEST_CASE("generate says on stderr when the output stopped at the model's context", "[cli]") {
+  // It said so only under --verbose ("stop: context"), and the text looked like any other output.
+  const RunResult r = run_cli(stories({"-n", "600", "--ignore-eos", "--threads", "1"}));
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err == "note: the output stopped at the end of the model's context (5 prompt + 507 new tokens), before "
+                 "--max-new-tokens 600\n");
+  // Control: an output that stops at -n says nothing.
+  const RunResult n = run_cli(stories({"-n", "20", "--ignore-eos"}));
+  CHECK(n.exit_code == 0);
+  CHECK(n.err.empty());
 }
 
 TEST_CASE("speclab generate on stories260K: AR and prompt_lookup", "[cli][smoke]") {
