@@ -25,6 +25,7 @@
 
 #include "experiments/app/evaluation_sets.h"
 #include "experiments/app/experiment_runner.h"
+#include "framework/core/blas_core.h"
 #include "framework/core/error.h"
 #include "framework/core/fnv.h"
 #include "framework/core/thread_pool.h"
@@ -1013,6 +1014,11 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
                                              {"target_weights_hash", hash},
                                              {"target", fs::path(target->info.source).filename().string()},
                                              {"training_config", c.resolved_yaml}};
+  // What the trained bits depend on besides the config and the data: the threads of training's
+  // matmuls and OpenBLAS's kernels (training_runtime.h). A --resume with either changed went on
+  // silently, to weights that neither setting's uninterrupted run gives (until 2026-12-06).
+  meta["train_threads"] = std::to_string(compute_threads());
+  meta["blas_core"] = loaded_blas_core() ? loaded_blas_core() : "";
   if (!c.head.aux_layers.empty()) meta["aux_layers"] = layer_text(c.head.aux_layers);
   if (c.head.layers > 1) meta["head_layers"] = std::to_string(c.head.layers);  // for readers; loading counts the tensors
   if (distill) {
@@ -1043,6 +1049,19 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
                       "); resume with those, or train anew without --resume",
                   c.output.checkpoint);
     }
+    // Written before 2026-12-06, a checkpoint records neither: it resumes as before.
+    if (ck_meta.count("train_threads") && ck_meta["train_threads"] != meta["train_threads"])
+      throw Error(ErrorKind::kConfig,
+                  "expected " + ck_meta["train_threads"] + " threads, as the checkpoint was trained with (the trained "
+                  "bits depend on them), found " + meta["train_threads"] + "; resume with --threads " +
+                      ck_meta["train_threads"],
+                  "command line", "--threads");
+    if (ck_meta.count("blas_core") && ck_meta["blas_core"] != meta["blas_core"])
+      throw Error(ErrorKind::kConfig,
+                  "expected OpenBLAS's " + config::squote(ck_meta["blas_core"]) + " kernels, as the checkpoint was trained " +
+                      "with (the trained bits depend on them), found " + config::squote(meta["blas_core"]) +
+                      "; resume with OPENBLAS_CORETYPE=" + ck_meta["blas_core"] + " on a CPU that has them",
+                  "environment", "OPENBLAS_CORETYPE");
     trainer->load_state(state, c.output.checkpoint);
     if (stop_after > 0 && stop_after <= trainer->steps_done())
       throw Error(ErrorKind::kConfig,

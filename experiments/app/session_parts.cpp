@@ -135,7 +135,8 @@ DrafterRegistry drafter_registry(const LoadedModel* target) {
                     "expected no tokenizer file with a draft distilled by `speclab train-draft`, which uses the "
                     "target's tokenizer, found '" + o.draft_model_tokenizer + "'",
                     "drafter", "draft_model_tokenizer");
-      DistilledDraft d = load_distilled_draft(path, *target);
+      // Its errors name the key, as eagle's and medusa's do (they named the file alone until 2026-12-06).
+      DistilledDraft d = with_draft_field([&] { return load_distilled_draft(path, *target); }, path, o);
       check_draft_vocab(d.model.config.vocab_size);
       return ModelDrafter::separate(build_model(d.model, src, o.draft_vocab > 0 ? o.draft_vocab : d.head_vocab), env);
     }

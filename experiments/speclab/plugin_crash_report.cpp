@@ -53,10 +53,18 @@ void on_fatal_signal(int sig, siginfo_t* info, void*) {
 }  // namespace
 
 void install_plugin_crash_report() {
+  // The handler runs on a stack of its own: a plugin that overflowed the thread's stack died in
+  // the handler, silently (until 2026-12-06). The calling (main) thread's, where plugins run.
+  static char alternate_stack[64 * 1024];
+  stack_t ss {};
+  ss.ss_sp = alternate_stack;
+  ss.ss_size = sizeof alternate_stack;
+  ss.ss_flags = 0;
+  const bool on_own_stack = ::sigaltstack(&ss, nullptr) == 0;
   for (size_t i = 0; i < sizeof kSignals / sizeof kSignals[0]; ++i) {
     struct sigaction sa {};
     sa.sa_sigaction = &on_fatal_signal;
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER | (on_own_stack ? SA_ONSTACK : 0);
     sigemptyset(&sa.sa_mask);
     ::sigaction(kSignals[i], &sa, &g_previous[i]);
   }

@@ -11,6 +11,7 @@
 #include <exception>
 #include <map>
 #include <new>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,7 +81,21 @@ class PluginDrafter final : public Drafter {
         plugin_name_(plugin.name),
         vocab_size_(vocab_size) {}
 
-  ~PluginDrafter() override { destroy_(inner_); }
+  // destroy() may not throw out of a destructor: an exception from it ended the process with
+  // std::terminate, naming no plugin, after the output was written (until 2026-12-06). It is
+  // reported on stderr, and the drafter is gone either way.
+  ~PluginDrafter() override {
+    const CallInProgress in_call(crash_message("destroy"));
+    try {
+      destroy_(inner_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "warning: %s: destroy: %s.destroy() threw: %s\n", path_.c_str(), plugin_name_.c_str(),
+                   e.what());
+    } catch (...) {
+      std::fprintf(stderr, "warning: %s: destroy: %s.destroy() threw an exception that is not a std::exception\n",
+                   path_.c_str(), plugin_name_.c_str());
+    }
+  }
 
   PluginDrafter(const PluginDrafter&) = delete;
   PluginDrafter& operator=(const PluginDrafter&) = delete;
@@ -185,6 +200,30 @@ class PluginDrafter final : public Drafter {
       throw fail("confidence for " + std::to_string(block.confidence.size()) + " positions: expected 0 or " +
                  std::to_string(k) + ", found " + std::to_string(block.confidence.size()));
     }
+    // A confidence is a top probability: a NaN one was never "below" a threshold, so its drafts
+    // always went (until 2026-12-06).
+    for (size_t i = 0; i < block.confidence.size(); ++i)
+      if (!(block.confidence[i] >= 0.0f && block.confidence[i] <= 1.0f))
+        throw fail("confidence " + std::to_string(block.confidence[i]) + " at draft position " + std::to_string(i) +
+                   ": expected a probability in [0, 1]");
+    // The logits rows behind q (read by `speclab check`'s controls that recompute q from them):
+    // none, or one per token of the vocabulary's width, finite. Unchecked, a short row was read
+    // past its end and a NaN one was blamed on the target model (until 2026-12-06).
+    if (!block.logits.empty()) {
+      if (block.logits.size() != k)
+        throw fail("logits for " + std::to_string(block.logits.size()) + " positions: expected 0 or " +
+                   std::to_string(k) + " (one per draft token), found " + std::to_string(block.logits.size()));
+      const size_t width = vocab_size_ > 0 ? static_cast<size_t>(vocab_size_) : block.logits[0].size();
+      for (size_t i = 0; i < k; ++i) {
+        if (block.logits[i].size() != width)
+          throw fail("a logits row of size " + std::to_string(block.logits[i].size()) + " at draft position " +
+                     std::to_string(i) + ": expected the vocabulary size " + std::to_string(width));
+        for (size_t j = 0; j < width; ++j)
+          if (!std::isfinite(block.logits[i][j]))
+            throw fail("a logit that is not finite at draft position " + std::to_string(i) + ", token " +
+                       std::to_string(j) + ": expected finite logits");
+      }
+    }
     // The q rows (sums, NaN, q = 0 at the drafted token) as the engine checks every drafter's
     // (draft_block_check.h), here so that the error names the plugin's file: it named only the
     // drafter, and by the plugin's name(), which need not be its descriptor's (until 2026-12-06).
@@ -274,7 +313,11 @@ LoadedPlugin load_drafter_plugin(const std::string& path) {
   auto entry = reinterpret_cast<SpeclabDrafterPluginEntry>(symbol);
 
   const SpeclabDrafterPlugin* descriptor = nullptr;
+  // A crash here, or in create() and destroy(), is reported as one in a method is (it printed
+  // nothing until 2026-12-06).
+  const std::string entry_crash = path + ": " + SPECLAB_DRAFTER_PLUGIN_SYMBOL + ": the plugin crashed in its entry point";
   try {
+    const CallInProgress in_call(entry_crash.c_str());
     descriptor = entry();
   } catch (...) {
     throw plugin_error(path, std::string(SPECLAB_DRAFTER_PLUGIN_SYMBOL) +
@@ -330,7 +373,9 @@ std::unique_ptr<Drafter> make_plugin_drafter(const LoadedPlugin& plugin, const D
   auto host = std::make_unique<HostServices>(env);
   std::vector<char> error(kCreateErrorLen, '\0');
   Drafter* raw = nullptr;
+  const std::string create_crash = plugin.path + ": create: the plugin crashed in " + plugin.name + "'s create()";
   try {
+    const CallInProgress in_call(create_crash.c_str());
     raw = d.create(&options, host->api(), error.data(), error.size());
   } catch (const std::exception& e) {
     throw plugin_error(plugin.path, plugin.name + ": create threw (exceptions must not cross the plugin boundary; "

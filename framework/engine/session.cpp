@@ -237,7 +237,18 @@ at::Tensor Session::forward(Sequence& s, const TokenList& input) {
 at::Tensor Session::target_forward(Sequence& s, const at::Tensor& tokens, int64_t n, int64_t m, int64_t logits_last_n) {
   ForwardOptions fo;
   fo.logits_last_n = logits_last_n;
-  if (Drafter* d = s.req.method.drafter) fo.hidden_layers = d->target_hidden_layers();
+  if (Drafter* d = s.req.method.drafter) {
+    fo.hidden_layers = d->target_hidden_layers();
+    // A layer the target does not have failed inside the model as an internal check (exit 1),
+    // naming no drafter (found with a plugin on 2026-12-06).
+    const int64_t layers = target_.config().num_hidden_layers;
+    for (const int64_t l : fo.hidden_layers)
+      if (l < 0 || l >= layers)
+        throw Error(ErrorKind::kBadInput,
+                    "expected hidden layers of the target in 0.." + std::to_string(layers - 1) + ", found " +
+                        std::to_string(l),
+                    "drafter " + d->name(), "target_hidden_layers");
+  }
   s.hidden.clear();
   if (!fo.hidden_layers.empty()) fo.hidden_out = &s.hidden;
   return target_.forward(tokens, position_tensor(n, m), kv_.kv->view_at(s.id(), n, m), fo);

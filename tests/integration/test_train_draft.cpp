@@ -34,6 +34,7 @@
 #include "experiments/app/experiment_runner.h"
 #include "experiments/app/session_parts.h"
 #include "framework/core/blas_core.h"
+#include "framework/core/thread_pool.h"
 #include "framework/core/token_tensor.h"
 #include "framework/draft/builtin/eagle_drafter.h"
 #include "framework/draft/builtin/eagle_packed.h"
@@ -215,9 +216,21 @@ TEST_CASE("TrainingRuntime: OpenBLAS at the run's threads while training and bot
   // train-draft leaves the target's settings behind it (one thread each), whatever it trained with.
   at::set_num_threads(1);
   fs::remove_all(kDir);
-  train_draft(load_train_config(write_config("rt", 20).string()), false);
+  const TrainDraftConfig c = load_train_config(write_config("rt", 20).string());
+  train_draft(c, false, {}, 10);
   CHECK(at::get_num_threads() == 1);
   if (openblas) CHECK(blas_threads() == 1);
+  // The trained bits depend on the threads: a --resume with others is refused, naming --threads
+  // (it went on silently, to weights neither thread count's uninterrupted run gives).
+  const int threads = compute_threads();
+  set_compute_threads(threads + 1);
+  const Error other = test::catch_error([&] { train_draft(c, true); });
+  set_compute_threads(0);
+  CHECK(other.field() == "--threads");
+  CHECK_THAT(other.message(), Catch::Contains("expected " + std::to_string(threads) + " threads, as the checkpoint was "
+                                              "trained with"));
+  train_draft(c, true);  // control: the same threads resume
+  CHECK(SafetensorsFile::open(c.output.path).metadata().at("train_threads") == std::to_string(threads));
 }
 
 TEST_CASE("validation counts the pairs labelled by answer rows, where a drafter drafts", "[train]") {

@@ -483,6 +483,18 @@ TEST_CASE("what propose returns is checked against the DraftBlock contract", "[p
   // until 2026-12-06).
   CHECK_THAT(propose_error("q_sum", 4, env, 2),
              Catch::Contains("fixture.propose() returned probs the host refuses:") && Catch::Contains("sum"));
+  // The logits rows and confidences (unchecked until 2026-12-06: `speclab check` read a short row
+  // past its end, blamed a NaN one on the target model, and kept drafts of NaN confidence).
+  CHECK_THAT(propose_error("logits_short", 4, env, 2),
+             Catch::Contains("a logits row of size 1 at draft position 0: expected the vocabulary size 4"));
+  CHECK_THAT(propose_error("logits_nan", 4, env, 2),
+             Catch::Contains("a logit that is not finite at draft position 1, token 0"));
+  CHECK_THAT(propose_error("nan_confidence", 4, env, 2),
+             Catch::Contains("confidence nan at draft position 0: expected a probability in [0, 1]"));
+  // Control: well-formed logits pass.
+  std::unique_ptr<Drafter> with_logits = make_plugin_drafter(p, with_params({{"mode", "logits_ok"}}), env);
+  with_logits->begin(0, tokens);
+  CHECK(with_logits->propose(context(0, tokens), 3).logits.size() == 3);
 }
 
 TEST_CASE("a plugin drafter whose name() is not its descriptor's name is refused", "[plugins]") {
@@ -551,6 +563,34 @@ TEST_CASE("a plugin that crashes is named on stderr before speclab dies of the s
     CHECK_THAT(r.err, Catch::Contains("error: " + fixtures().fixture + ": propose: the plugin crashed in fixture.propose() (" +
                                       (std::string(mode) == "segv" ? "SIGSEGV" : "SIGABRT") + ")"));
   }
+}
+
+TEST_CASE("a plugin's create and destroy and the target layers it asks for are checked at the boundary",
+          "[plugins][cli]") {
+  const auto gen = [](const std::string& mode) {
+    return speclab::testing::run_cli({"generate", "--model", "stories260K", "--chat", "off", "--prompt",
+                                      "Once upon a time", "-n", "4", "--plugin", fixtures().fixture, "--drafter",
+                                      "fixture", "--param", "mode=" + mode, "--param", "vocab=512"});
+  };
+  // A hidden layer the target does not have failed inside the model as an internal check (exit 1).
+  const speclab::testing::RunResult hidden = gen("hidden_big");
+  INFO(speclab::testing::describe(hidden));
+  CHECK(hidden.exit_code == 2);
+  CHECK_THAT(hidden.err, Catch::Contains("drafter fixture: target_hidden_layers: expected hidden layers of the target "
+                                         "in 0..4, found 9999"));
+  // A crash in create printed nothing.
+  const speclab::testing::RunResult crash = gen("create_abort");
+  INFO(speclab::testing::describe(crash));
+  CHECK_FALSE(crash.exited);
+  CHECK_THAT(crash.err, Catch::Contains("error: " + fixtures().fixture + ": create: the plugin crashed in fixture's "
+                                        "create() (SIGABRT)"));
+  // destroy() throwing ended the process in std::terminate after the output: a warning now.
+  const speclab::testing::RunResult destroy = gen("destroy_throws");
+  INFO(speclab::testing::describe(destroy));
+  CHECK(destroy.exit_code == 0);
+  CHECK_THAT(destroy.err, Catch::Contains("warning: " + fixtures().fixture +
+                                          ": destroy: fixture.destroy() threw: fixture destroy threw"));
+  CHECK_FALSE(destroy.out.empty());
 }
 
 TEST_CASE("the registry creates a plugin drafter from drafter.plugin + drafter.name", "[plugins]") {
