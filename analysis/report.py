@@ -679,6 +679,8 @@ def write_train_report(path: str, out: str) -> None:
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     ax.plot(v["step"], v["agreement"], marker="o")
+    if not len(v["step"]):  # stopped before the first evaluation: an empty axis read as a curve
+        ax.text(0.5, 0.5, "no evaluation yet", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylim(0, 1)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("top-1 agreement with the target (fraction)")
@@ -687,12 +689,19 @@ def write_train_report(path: str, out: str) -> None:
     fig.savefig(os.path.join(out, "validation_agreement.png"), dpi=110)
     plt.close(fig)
     n = len(t["step"])
+    # A run stopped (--stop-after, or interrupted) before train.steps: said in the table (it read as
+    # a finished run until 2026-12-06).
+    sm = re.search(r"^train:\s*\n((?:[ \t]+.*\n?)*)", str(attrs.get("config_yaml", "")), re.MULTILINE)
+    planned = re.search(r"^[ \t]+steps:\s*(\d+)", sm.group(1), re.MULTILINE) if sm else None
+    steps_text = str(n)
+    if planned and n < int(planned.group(1)):
+        steps_text = f"{n} of {planned.group(1)} (stopped before the end: continue with train-draft --resume)"
     first = slice(0, min(10, n))
     last = slice(max(0, n - 10), n)
     md = [f"# Draft training report: {os.path.basename(path)}\n",
           md_table(["figure", "value"], [
               ["architecture", architecture],
-              ["optimizer steps", str(n)],
+              ["optimizer steps", steps_text],
               ["loss, mean of the first / last 10 steps",
                f"{fmt(np.mean(t['loss'][first]))} / {fmt(np.mean(t['loss'][last]))}" if n else "-"],
               ["validation top-1 agreement, last evaluation", fmt(v["agreement"][-1]) if len(v["agreement"]) else "-"],

@@ -305,6 +305,10 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   train_draft(a, false, {}, 90);  // interrupted after 90 steps
   CHECK_FALSE(fs::exists(a.output.path));
   CHECK(read_train_log(a.output.log).loss.size() == 90);
+  // Its report says the run stopped before train.steps (it read as a finished run of 90 steps).
+  const fs::path stopped = kDir / "a_stopped_report";
+  REQUIRE(std::system((std::string(SPECLAB_CLI) + " report '" + a.output.log + "' --out '" + stopped.string() + "'").c_str()) == 0);
+  CHECK_THAT(read_bytes(stopped / "report.md"), Catch::Contains("| optimizer steps | 90 of 200 (stopped before the end"));
   // --stop-after counts from the start: a step the checkpoint has passed is refused (it was
   // ignored, and the run went on to the end).
   const Error past = test::catch_error([&] { train_draft(a, true, {}, 50); });
