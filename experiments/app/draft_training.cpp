@@ -551,6 +551,13 @@ namespace {
 // another kind of file, Error(kConfig, path, "drafter.draft_model") when it names another target.
 void check_draft_metadata(std::map<std::string, std::string> meta, const std::string& path,
                           const std::string& architecture, const LoadedModel& target) {
+  // A checkpoint carries the draft's metadata and a data key: given as a draft, it failed later
+  // on a missing tensor ("the draft lacks tensor vocab_ids"; until 2026-12-06).
+  if (meta.count("data_key"))
+    throw Error(ErrorKind::kBadInput,
+                "expected a draft, found a training checkpoint of one (train-draft writes the draft at the end of the "
+                "run: continue it with --resume, and give the draft it writes)",
+                path);
   if (meta["speclab.draft"] != architecture)
     throw Error(ErrorKind::kBadInput,
                 "not " + std::string(architecture == "eagle" ? "an " : "a ") + architecture + " draft (no speclab.draft=" +

@@ -309,6 +309,12 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   const fs::path stopped = kDir / "a_stopped_report";
   REQUIRE(std::system((std::string(SPECLAB_CLI) + " report '" + a.output.log + "' --out '" + stopped.string() + "'").c_str()) == 0);
   CHECK_THAT(read_bytes(stopped / "report.md"), Catch::Contains("| optimizer steps | 90 of 200 (stopped before the end"));
+  // Its checkpoint given as a draft is named as one (it failed on "the draft lacks tensor vocab_ids").
+  const std::string ckpt_err = (kDir / "ckpt_as_draft.err").string();
+  const int ckpt_rc = std::system((std::string(SPECLAB_CLI) + " generate -m stories260K --chat off -p Once -n 2 --drafter "
+                                   "eagle --draft-model '" + a.output.checkpoint + "' 2> '" + ckpt_err + "' > /dev/null").c_str());
+  CHECK(WEXITSTATUS(ckpt_rc) == 2);
+  CHECK_THAT(read_bytes(ckpt_err), Catch::Contains("--draft-model: expected a draft, found a training checkpoint of one"));
   // --stop-after counts from the start: a step the checkpoint has passed is refused (it was
   // ignored, and the run went on to the end).
   const Error past = test::catch_error([&] { train_draft(a, true, {}, 50); });
