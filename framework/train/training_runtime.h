@@ -11,9 +11,10 @@
 // at two threads as well was slower: its threads spin at every elementwise op's barrier, on the
 // cores OpenBLAS's workers need.
 //
-// Determinism: a given seed and thread count give the same bytes, run after run and across
-// --resume (tests/integration/test_train_draft.cpp). Another thread count gives other low-order
-// bits: OpenBLAS splits a product's work by thread.
+// Determinism: a given seed, thread count and OpenBLAS core give the same bytes, run after run
+// and across --resume (tests/integration/test_train_draft.cpp). Another thread count or core
+// gives other low-order bits (OpenBLAS splits a product's work by thread; its cores' kernels sum
+// in other orders): train-draft records both and refuses a --resume that changes either.
 #pragma once
 
 namespace speclab {
