@@ -326,8 +326,6 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
       if (ec) throw Error(ErrorKind::kIo, "cannot remove an interrupted line from the answer cache: " + ec.message(), path);
     }
   }
-  std::ofstream out(path, std::ios::app);
-  if (!out) throw Error(ErrorKind::kIo, "cannot write the answer cache", path);
   const bool chat = use_chat_template(target.info, c.data.prompts.chat);
   const int64_t K = std::max<int64_t>(2, std::llround(1.0 / c.data.validation_fraction));
   std::vector<Sample> samples;
@@ -357,6 +355,12 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
                 "expected prompts of at most " + std::to_string(c.data.max_prompt_tokens) + " tokens, found none among " +
                     std::to_string(prompts.size()),
                 c.source_path, "data.max_prompt_tokens");
+  // Opened only when there is an answer to append: a refused config left an empty cache file.
+  std::ofstream out;
+  if (!todo.empty()) {
+    out.open(path, std::ios::app);
+    if (!out) throw Error(ErrorKind::kIo, "cannot write the answer cache", path);
+  }
   // The missing answers, data.answer_batch prompts decoded together (engine/batch_decode.h:
   // the same tokens as generate_ar's), each appended as it finishes, with the rows of
   // feature_layers() that stage 2 would otherwise compute again by teacher forcing.

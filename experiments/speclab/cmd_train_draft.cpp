@@ -38,7 +38,12 @@ int cmd_train_draft(const std::vector<std::string>& args) {
   if (resume && overwrite)
     throw Error(ErrorKind::kConfig, "expected --resume or --overwrite, found both (one continues the checkpoint, the "
                                     "other discards it)", "command line", "--overwrite");
-  check_train_request(c, resume, stop_after);  // before --overwrite removes anything
+  // Errors found after loading name the key where it is written: its line, or the --set that set it.
+  try {
+    check_train_request(c, resume, stop_after);  // before --overwrite removes anything
+  } catch (const Error& e) {
+    throw located_train_config_error(e, config, sets);
+  }
   // A fresh run replaced an existing draft and checkpoint: an hour of training lost to a
   // forgotten --resume after --stop-after (run, check, export and merge refuse theirs too).
   // --overwrite removes them first, so that a run stopped early leaves no old draft beside its new
@@ -89,6 +94,9 @@ int cmd_train_draft(const std::vector<std::string>& args) {
   TrainDraftResult r;
   try {
     r = train_draft(c, resume, progress, stop_after);
+  } catch (const Error& e) {
+    if (line_open) std::cerr << "\n";
+    throw located_train_config_error(e, config, sets);
   } catch (...) {
     if (line_open) std::cerr << "\n";
     throw;

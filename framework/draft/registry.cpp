@@ -22,7 +22,12 @@ std::vector<std::string> DrafterRegistry::names() const {
 std::string DrafterRegistry::load_plugin(const std::string& path) {
   auto plugin = std::make_shared<LoadedPlugin>(load_drafter_plugin(path));
   const std::string name = plugin->descriptor->name;
-  const std::string file = std::filesystem::absolute(path).lexically_normal().string();
+  // The file itself, links resolved: one .so reached through a symlink is the same plugin (dlopen
+  // returns the same handle), not a second file exporting the name.
+  std::error_code ec;
+  std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ec);
+  if (ec) resolved = std::filesystem::absolute(path).lexically_normal();
+  const std::string file = resolved.string();
   const auto known = plugin_files_.find(name);
   // A built-in's name or alias: "ngram" (prompt_lookup's vLLM name) reached the plugin where a
   // config written for vLLM meant prompt lookup.

@@ -309,4 +309,18 @@ TrainDraftConfig load_train_config(const std::string& path, const std::vector<st
   return cfg;
 }
 
+Error located_train_config_error(const Error& e, const std::string& path, const std::vector<std::string>& overrides) {
+  if (e.kind() != ErrorKind::kConfig || e.file() != path || e.field().empty()) return e;
+  try {
+    using namespace config;
+    YamlOrigin origin(path);
+    YAML::Node root = parse_config_root(load_yaml_text(path), path, origin, "target, data, head, train, output");
+    for (const std::string& o : overrides) apply_override(root, o, origin, &train_top_table().schema());
+    const std::optional<YamlValue> at = find_written(root, origin, e.field(), &train_top_table().schema());
+    return at ? Error(e.kind(), e.message(), at->where(), at->path) : e;
+  } catch (const Error&) {
+    return e;  // the file no longer parses: the error as it was
+  }
+}
+
 }  // namespace speclab

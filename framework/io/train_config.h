@@ -125,4 +125,10 @@ std::string draft_file_stem(const std::string& target_source);
 // Loads and validates a train-draft config; Error(kConfig) naming file:line and the key.
 TrainDraftConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
+// `e` located where its field is written when it names the config file `path` without a line (an
+// error found once the target and the data are loaded, e.g. data.max_prompt_tokens leaving no
+// prompt): "<file>:<line>:<col>" of the key, or the `--set` that wrote it (it named the file for
+// a --set). `e` itself when the key is not written (a default) or the file no longer parses.
+Error located_train_config_error(const Error& e, const std::string& path, const std::vector<std::string>& overrides = {});
+
 }  // namespace speclab

@@ -527,6 +527,13 @@ TEST_CASE("train-draft data: a cut answers line is repaired, repeated prompts st
   const Error none = test::catch_error([&] { train_draft(c, false); });
   CHECK(none.kind() == ErrorKind::kConfig);
   CHECK(none.field() == "data.max_prompt_tokens");
+  // Refused into an empty cache, it writes no answers file (it left an empty one).
+  c.data.cache_dir = (kDir / "dup_cache_refused").string();
+  fs::remove_all(c.data.cache_dir);
+  fs::create_directories(c.data.cache_dir);
+  const Error none_fresh = test::catch_error([&] { train_draft(c, false); });
+  CHECK(none_fresh.field() == "data.max_prompt_tokens");
+  CHECK(fs::is_empty(c.data.cache_dir));
 }
 
 // Errors name the config and the key that chose what is wrong (they named the target's model

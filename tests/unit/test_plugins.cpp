@@ -660,6 +660,14 @@ TEST_CASE("a plugin entry runs the drafter its plugin exports and a plugin canno
     options.name = "repeat_last_n";
     (void)registry.create(options, DrafterEnv{});
     (void)registry.create(options, DrafterEnv{});  // the same file again: one drafter, fine
+    // The same file through a symlink is the same plugin (it was refused as a second file).
+    const std::string link = kOut + "/repeat_last_n_link.so";
+    std::filesystem::remove(link);
+    std::filesystem::create_symlink(std::filesystem::absolute(fixtures().example), link);
+    const std::string first = options.plugin;
+    options.plugin = link;
+    (void)registry.create(options, DrafterEnv{});
+    options.plugin = first;
     const std::string copy = kOut + "/repeat_last_n_copy.so";
     std::filesystem::copy_file(fixtures().example, copy, std::filesystem::copy_options::overwrite_existing);
     options.plugin = copy;
