@@ -716,6 +716,16 @@ def write_train_report(path: str, out: str) -> None:
         f.write("\n".join(md))
 
 
+def open_error(path: str, e: Exception) -> str:
+    """One line for an exception from opening `path`: a lock that a running writer holds is named as
+    such (it read "found BlockingIOError: [Errno 11] Unable to open file (unable to lock file ...)")."""
+    detail = " ".join(str(e).split())  # h5py's messages can span lines
+    if isinstance(e, BlockingIOError) or "unable to lock file" in detail:
+        return (f"{path}: expected no process writing the file, found one holding its lock (a running speclab run, "
+                f"check or train-draft?); report it when that process has ended")
+    return f"{path}: expected a readable SpecLab experiment file, found {type(e).__name__}: {detail}"
+
+
 def input_error(path: str) -> str | None:
     """Why `path` cannot be an experiment file (one line), or None."""
     expected = "expected a readable SpecLab experiment file (HDF5)"
@@ -735,7 +745,7 @@ def input_error(path: str) -> str | None:
         if not h5py.is_hdf5(path):
             return f"{path}: {expected}, found a file that is not HDF5"
     except OSError as e:
-        return f"{path}: {expected}, found {type(e).__name__}: {' '.join(str(e).split())}"
+        return open_error(path, e)
     return None
 
 
@@ -756,7 +766,8 @@ def make_out_dir(path: str) -> str | None:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description="SpecLab experiment report (plots + report.md)")
-    ap.add_argument("input", help="experiment HDF5 file written by speclab run")
+    ap.add_argument("input", help="an HDF5 file written by speclab run, speclab check or speclab train-draft (its "
+                                  "training log)")
     ap.add_argument("--out", help="output directory (default: <input stem>_report beside the file)")
     args = ap.parse_args(argv)
     out = args.out or os.path.join(os.path.dirname(args.input), os.path.splitext(os.path.basename(args.input))[0]
@@ -768,8 +779,7 @@ def main(argv: list[str]) -> int:
             train_log = is_train_log(args.input)
             equivalence_only = not train_log and is_equivalence_file(args.input)
         except OSError as e:  # e.g. a running `speclab run` holds the file (HDF5's lock)
-            detail = " ".join(str(e).split())
-            error = f"{args.input}: expected a readable SpecLab experiment file, found {type(e).__name__}: {detail}"
+            error = open_error(args.input, e)
     if train_log or equivalence_only:
         error = make_out_dir(out)
         if error is not None:
@@ -789,8 +799,7 @@ def main(argv: list[str]) -> int:
         except SchemaError as e:
             error = str(e)  # names the file
         except (OSError, KeyError) as e:
-            detail = " ".join(str(e).split())  # h5py's messages can span lines
-            error = f"{args.input}: expected a readable SpecLab experiment file, found {type(e).__name__}: {detail}"
+            error = open_error(args.input, e)
     if error is None:
         error = make_out_dir(out)
     if error is not None:

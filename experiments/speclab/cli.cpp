@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
@@ -56,6 +57,23 @@ Error flag_named(const Error& e, const std::string& section, const std::map<std:
   const auto it = flags.find(field);
   if (it == flags.end()) return e;
   return Error(e.kind(), e.message(), e.file() == section || e.file().empty() ? "command line" : e.file(), it->second);
+}
+
+void add_device_override(std::vector<std::string>& overrides, const std::string& device,
+                         const std::string& config_path) {
+  if (device.empty()) return;
+  const WrittenKey set = written_key(config_path, overrides, "models.target.device");
+  if (set.where.rfind("--set ", 0) == 0)
+    throw Error(ErrorKind::kConfig,
+                "expected --device or a --set of models.target.device, found both (" + set.where.substr(6) +
+                    " and --device " + device + ")",
+                "command line", "--device");
+  overrides.push_back("models.target.device=" + device);
+}
+
+Error device_flag_error(const Error& e, const std::string& device) {
+  if (device.empty() || e.file() != "--set models.target.device=" + device) return e;
+  return Error(e.kind(), e.message(), "command line", "--device");
 }
 
 Error ModelArgs::flag_error(const Error& e) {
@@ -152,9 +170,13 @@ void DrafterArgs::check_used(const po::variables_map& vm) const {
     if (!given(flag) || drafter_reads_key(sources, key)) continue;
     std::string by;
     for (const std::string& w : drafter_key_readers(key).readers) by += (by.empty() ? "" : ", ") + w;
+    if (by.empty()) by = "a plugin's drafter";
+    // The sources in front of a drafter read their keys too (it named only the drafters).
+    if (key.rfind("prompt_lookup_", 0) == 0) by += ", or any drafter with --prompt-lookup-first";
+    if (key.rfind("retrieval_", 0) == 0 || key.rfind("confidence_", 0) == 0)
+      by += ", or any drafter with --retrieval-first";
     throw Error(ErrorKind::kConfig,
-                "expected no --" + flag + " with --drafter " + drafter + ", which does not read it (read by: " +
-                    (by.empty() ? "a plugin's drafter" : by) + ")",
+                "expected no --" + flag + " with --drafter " + drafter + ", which does not read it (read by: " + by + ")",
                 "command line", "--" + flag);
   }
 }
@@ -221,7 +243,64 @@ Error DrafterArgs::flag_error(const Error& e) {
       {"params", "--param"},
   };
   // A field may be written as its config path ("drafter.draft_model", read_draft's).
-  return flag_named(e, "drafter", flags);
+  const Error named = flag_named(e, "drafter", flags);
+  if (named.file() != "command line") return named;
+  return Error(named.kind(), with_flag_names(named.message()), named.file(), named.field());
+}
+
+std::string with_flag_names(std::string message) {
+  // The keys that a DrafterOptions::validate() message may name beside the one at fault (not
+  // draft_model, which is also a drafter's name). Longer keys first, so that none is a prefix of
+  // a later one's match.
+  static const std::pair<const char*, const char*> keys[] = {
+      {"fallback_speculative_tokens", "--fallback-gamma"},
+      {"confidence_from_token", "--confidence-from-token"},
+      {"confidence_threshold", "--confidence-threshold"},
+      {"retrieval_datastore", "--retrieval-datastore"},
+      {"prompt_lookup_first", "--prompt-lookup-first"},
+      {"prompt_lookup_min", "--prompt-lookup-min"},
+      {"prompt_lookup_max", "--prompt-lookup-max"},
+      {"retrieval_first", "--retrieval-first"},
+      {"retrieval_min", "--retrieval-min"},
+      {"retrieval_max", "--retrieval-max"},
+  };
+  for (const auto& [key, flag] : keys) {
+    const std::string k = key;
+    std::string out;
+    size_t i = 0;
+    while (i < message.size()) {
+      const size_t at = message.find(k, i);
+      const bool word = at != std::string::npos && (at == 0 || !(std::isalnum(static_cast<unsigned char>(message[at - 1])) ||
+                                                               message[at - 1] == '_' || message[at - 1] == '-')) &&
+                        (at + k.size() == message.size() ||
+                         !(std::isalnum(static_cast<unsigned char>(message[at + k.size()])) || message[at + k.size()] == '_'));
+      if (at == std::string::npos) {
+        out += message.substr(i);
+        break;
+      }
+      out += message.substr(i, at - i);
+      i = at + k.size();
+      if (!word) {
+        out += k;
+        continue;
+      }
+      // "key: true" is the flag, "key: false" no flag, "key: 3" the flag and its value.
+      if (message.compare(i, 6, ": true") == 0) {
+        out += flag;
+        i += 6;
+      } else if (message.compare(i, 7, ": false") == 0) {
+        out += std::string("no ") + flag;
+        i += 7;
+      } else if (message.compare(i, 2, ": ") == 0) {
+        out += std::string(flag) + " ";
+        i += 2;
+      } else {
+        out += flag;
+      }
+    }
+    message = out;
+  }
+  return message;
 }
 
 void validate_threads(int threads) {
@@ -258,6 +337,8 @@ std::unique_ptr<LoadedTarget> load_runtime_model(const ModelArgs& args) {
     // The tokenizer file's own errors name the file only ("error: /x: cannot open tokenizer file").
     if (!args.tokenizer.empty() && e.file() == args.tokenizer && e.field().empty())
       throw Error(e.kind(), e.message(), e.file(), "--tokenizer");
+    // So do the model file's ("error: x.gguf: no such file or directory" named no --model).
+    if (e.file() == args.source().path && e.field().empty()) throw Error(e.kind(), e.message(), e.file(), "--model");
     throw ModelArgs::flag_error(e);
   }
 }

@@ -61,6 +61,19 @@ void check_chat_flags(const std::string& chat, const std::string& system);
 // path stays). `e` itself when its field is none of them.
 Error flag_named(const Error& e, const std::string& section, const std::map<std::string, std::string>& flags);
 
+// `run` and `check`'s `--device D`: appends the override "models.target.device=D" to `overrides`.
+// Refused (Error(kConfig) naming --device) beside a `--set` that writes models.target.device, under
+// any of its names: the later of the two won silently.
+void add_device_override(std::vector<std::string>& overrides, const std::string& device,
+                         const std::string& config_path);
+// `e` named as `--device` where that override caused it (it named a --set the user never typed).
+Error device_flag_error(const Error& e, const std::string& device);
+
+// A DrafterOptions::validate() message in generate's terms: the drafter keys it names become their
+// flags ("prompt_lookup_first: true" -> "--prompt-lookup-first", "retrieval_first: false" -> "no
+// --retrieval-first", "confidence_from_token: 2" -> "--confidence-from-token 2").
+std::string with_flag_names(std::string message);
+
 // Parses `args` with `desc`; returns false (after printing help) when --help was given.
 // `positional`: the option that a bare argument fills (e.g. "config"); `help_notes`: printed
 // between the usage line and the options; `positional_count`: how many bare arguments it takes

@@ -57,14 +57,15 @@ int cmd_check(const std::vector<std::string>& args) {
     throw Error(ErrorKind::kConfig, "expected a file path, found an empty one", "command line", "--out");
   set_threads(threads);
 
-  if (!device.empty()) overrides.push_back("models.target.device=" + device);
+  add_device_override(overrides, device, config_path);
   ExperimentConfig config = [&] {
     try {
       return load_experiment_config(config_path, overrides, ConfigUse::kCheck);
-    } catch (const Error& e) {
+    } catch (const Error& e_in) {
+      const Error e = device_flag_error(e_in, device);
       // A top-p or top-k cut at temperature 0 is refused when the config loads, with advice to set
       // a temperature, which check refuses next: name check's own sweeps instead.
-      if (e.message().find("decodes greedily") == std::string::npos) throw;
+      if (e.message().find("decodes greedily") == std::string::npos) throw e;
       for (const char* key : {"top_p", "top_k"}) {
         if (e.field() == std::string("sampling.") + key)
           throw Error(ErrorKind::kConfig,
@@ -78,7 +79,7 @@ int cmd_check(const std::vector<std::string>& args) {
                           ": check sweeps it itself (equivalence." + key + "s)",
                       e.file(), e.field());
       }
-      throw;
+      throw e;
     }
   }();
   // check tests the config's own settings and sweeps its sampling settings and draft lengths

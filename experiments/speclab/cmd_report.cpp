@@ -115,7 +115,7 @@ int cmd_report(const std::vector<std::string>& args) {
   std::string input, out_dir;
   po::options_description desc("speclab report");
   desc.add_options()
-      ("input", po::value(&input), "experiment HDF5 file (positional)")
+      ("input", po::value(&input), "an HDF5 file of speclab run or check, or a train-draft training log (positional)")
       ("out,o", po::value(&out_dir), "report directory (default: <input stem>_report beside the file)")
       ("help,h", "show this help");
   po::positional_options_description pos;

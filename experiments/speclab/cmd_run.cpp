@@ -182,11 +182,22 @@ int cmd_run(const std::vector<std::string>& args) {
     if (vm.count(opt) && vm[opt].as<std::string>().empty())
       throw Error(ErrorKind::kConfig, std::string("expected a path, found an empty one"), "command line",
                   std::string("--") + opt);
+  if (no_report && vm.count("report-dir"))
+    throw Error(ErrorKind::kConfig,
+                "expected --report-dir or --no-report, found both (--no-report writes no report, so the directory "
+                "would be ignored)",
+                "command line", "--report-dir");
   const ShardSpec shard = shard_text.empty() ? ShardSpec{} : parse_shard(shard_text);
   set_threads(threads);
 
-  if (!device.empty()) overrides.push_back("models.target.device=" + device);
-  ExperimentConfig config = load_experiment_config(config_path, overrides);
+  add_device_override(overrides, device, config_path);
+  ExperimentConfig config = [&] {
+    try {
+      return load_experiment_config(config_path, overrides);
+    } catch (const Error& e) {
+      throw device_flag_error(e, device);
+    }
+  }();
   try {
     require_drafters(config);  // before the output path is touched
   } catch (const Error& e) {  // located where `drafters` is written: the file's line, or the --set
@@ -224,9 +235,14 @@ int cmd_run(const std::vector<std::string>& args) {
   progress.finish();
   if (out.interrupted) {
     const int sig = g_stop_signal ? static_cast<int>(g_stop_signal) : SIGINT;
-    std::fprintf(stderr, "interrupted: %lld prompt-runs in %s (%lld recorded now); continue with --resume\n",
-                 static_cast<long long>(out.runs_resumed + out.runs_recorded), out.output_path.c_str(),
-                 static_cast<long long>(out.runs_recorded));
+    std::error_code ec;
+    if (!std::filesystem::exists(out.output_path, ec))  // stopped before the first commit made the file
+      std::fprintf(stderr, "interrupted before the first prompt-run was recorded: no file written at %s\n",
+                   out.output_path.c_str());
+    else
+      std::fprintf(stderr, "interrupted: %lld prompt-runs in %s (%lld recorded now); continue with --resume\n",
+                   static_cast<long long>(out.runs_resumed + out.runs_recorded), out.output_path.c_str(),
+                   static_cast<long long>(out.runs_recorded));
     return 128 + sig;
   }
 

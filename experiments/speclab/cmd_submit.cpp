@@ -72,7 +72,19 @@ std::string run_capture(const std::string& cmd) {
   };
   trim(out);
   trim(err);
-  if (rc != 0) throw Error(ErrorKind::kIo, "`" + cmd + "` failed: " + (err.empty() ? out : err), "sbatch");
+  if (rc != 0) {
+    // One line: sbatch's lines joined (the error printer showed them as literal "\n"s).
+    std::string said;
+    for (char c : err.empty() ? out : err) {
+      if (c == '\r') continue;
+      if (c == '\n') {
+        if (!said.empty() && said.compare(said.size() - std::min<size_t>(2, said.size()), 2, "; ") != 0) said += "; ";
+        continue;
+      }
+      said += c;
+    }
+    throw Error(ErrorKind::kIo, "`" + cmd + "` failed: " + said, "sbatch");
+  }
   return out;
 }
 
@@ -295,7 +307,16 @@ int cmd_submit(const std::vector<std::string>& args) {
     fs::remove(f, ec);
     if (ec) throw Error(ErrorKind::kIo, "cannot remove a file of an earlier submission: " + ec.message(), f, "--overwrite");
   }
-  const std::string job = parsable_job_id(run_capture("sbatch --parsable " + shell_quote(dir + "/shards.sh")));
+  std::string job;
+  try {
+    job = parsable_job_id(run_capture("sbatch --parsable " + shell_quote(dir + "/shards.sh")));
+  } catch (const Error& e) {
+    // Nothing is queued: say what is left in the directory, and how to submit it by hand.
+    throw Error(e.kind(),
+                e.message() + "; nothing was submitted (the scripts are written: sbatch " + shell_quote(dir + "/shards.sh") +
+                    ", then its merge job, once the cluster takes jobs; or run submit again)",
+                e.file(), e.field());
+  }
   std::string merge_job;
   try {
     merge_job = parsable_job_id(

@@ -19,7 +19,7 @@ int cmd_train_draft(const std::vector<std::string>& args) {
   po::options_description desc("speclab train-draft");
   desc.add_options()
       ("config", po::value(&config)->required(), "the training config (YAML)")
-      ("set", po::value(&sets)->composing(), "override a config key: --set train.steps=200")
+      ("set", po::value(&sets)->composing(), "override a config key: --set train.steps=200 (repeatable)")
       ("resume", po::bool_switch(&resume), "continue from the checkpoint (output.checkpoint)")
       ("overwrite", po::bool_switch(&overwrite),
        "train afresh over an existing draft and checkpoint (without it, or --resume, they are refused)")

@@ -26,7 +26,7 @@ const char* kUsage =
     "  bench      prefill/decode throughput, cached vs naive, bandwidth floor, peak RSS\n"
     "  export     write a subset of a GGUF model's layers as a new model (e.g. a draft model)\n"
     "  run        run an experiment config: AR + drafters over a sweep and prompts, HDF5 + summary + report\n"
-    "  report     plots and report.md from an experiment HDF5 file\n"
+    "  report     plots and report.md from a run, check or training-log HDF5 file\n"
     "  check      distribution-equivalence checks (greedy, analytic, sampling + negative controls)\n"
     "  merge      merge the shard files of `run --shard i/n` into one experiment file\n"
     "  submit     run an experiment config as a Slurm job array of shards, then merge and report\n"

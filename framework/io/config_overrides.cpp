@@ -146,7 +146,7 @@ void apply_override(YAML::Node root, const std::string& arg, YamlOrigin& origin,
                 label, op.key);
   std::vector<YAML::Node> documents;
   try {
-    documents = YAML::LoadAll(arg.substr(eq + 1));
+    documents = yaml_util::load_all_documents(arg.substr(eq + 1));
   } catch (const YAML::Exception& e) {
     throw Error(ErrorKind::kConfig, "expected a YAML value after '=', found malformed YAML: " + e.msg, label, op.key);
   }

@@ -96,7 +96,7 @@ YAML::Node parse_config_root(const std::string& yaml_text, const std::string& so
   };
   std::vector<YAML::Node> documents;
   try {
-    documents = YAML::LoadAll(yaml_text);
+    documents = yaml_util::load_all_documents(yaml_text);
   } catch (const YAML::Exception& e) {
     throw Error(ErrorKind::kConfig, "malformed YAML: " + e.msg, at_mark(e.mark));
   }

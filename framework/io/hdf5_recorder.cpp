@@ -580,9 +580,13 @@ void Hdf5Recorder::Impl::commit() {
     }
   }
   if (!ok || !journal->commit())
+    // With none recorded there may be no file to keep (a new file's first commit): it said "the file
+    // keeps the 0 prompt-runs recorded before" where no file was left.
     throw Error(ErrorKind::kIo,
-                journal->error() + "; the file keeps the " + std::to_string(committed_runs) +
-                    " prompt-runs recorded before (continue with --resume)",
+                journal->error() + (committed_runs == 0 ? std::string("; no prompt-run was recorded yet (run the "
+                                                                      "command again once the cause is fixed)")
+                                                        : "; the file keeps the " + std::to_string(committed_runs) +
+                                                              " prompt-runs recorded before (continue with --resume)"),
                 path, "output.path");
   committed_runs = static_cast<int64_t>(runs.rows());
 }

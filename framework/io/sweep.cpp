@@ -46,10 +46,16 @@ void read_sweep(const YamlValue& v, std::vector<SweepAxis>& out) {
     SweepAxis axis;
     axis.key = key;
     for (const YamlValue& item : list.items(false)) {
-      // A list-valued key (a layer list) sweeps its string form, which its parser reads too.
-      if (item.node.IsSequence())
-        item.fail("expected a single value per sweep point, found a list; a list-valued key sweeps its string "
-                  "form (draft_layers: \"0-1\", \"0,2\")");
+      // A layer list sweeps its string form, which its parser reads too. Other list-valued keys
+      // have none: the hint sent `generation.stop` to a single stop string "a,b", and
+      // `prompts.files` to a file named "a.jsonl,b.jsonl".
+      if (item.node.IsSequence()) {
+        const bool layers = key.size() >= 12 && key.compare(key.size() - 12, 12, "draft_layers") == 0;
+        item.fail(layers ? "expected a single value per sweep point, found a list; a layer list sweeps its string "
+                           "form (draft_layers: \"0-1\", \"0,2\")"
+                         : "expected a single value per sweep point, found a list; a sweep sets one value per point, "
+                           "so a list-valued key is swept by one config (or one --set " + key + "=[...]) per list");
+      }
       std::string value = item.as_scalar_text("a single value");
       if (std::find(axis.values.begin(), axis.values.end(), value) != axis.values.end())
         item.fail("expected distinct values (each is one sweep point), found " + squote(value) + " twice");

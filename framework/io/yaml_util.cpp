@@ -1,15 +1,50 @@
 #include "framework/io/yaml_util.h"
 
+#include <yaml-cpp/eventhandler.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 #include "framework/core/error.h"
 
 namespace speclab {
 namespace yaml_util {
+
+namespace {
+
+// The marks where documents start; the rest of the events are not needed.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts;
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+}  // namespace
+
+std::vector<YAML::Node> load_all_documents(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts events;
+  while (parser.HandleNextDocument(events)) {
+    const size_t n = events.starts.size();
+    if (n >= 2 && events.starts[n - 1].pos == events.starts[n - 2].pos)
+      throw YAML::ParserException(events.starts[n - 1],
+                                  "a ',' outside [...] or {...} (quote a value that starts with a comma: \",\")");
+  }
+  return YAML::LoadAll(text);
+}
 
 namespace {
 
@@ -206,6 +241,11 @@ bool YamlValue::as_bool() const {
 
 std::vector<YamlValue> YamlValue::items(bool allow_scalar) const {
   std::vector<YamlValue> out;
+  // Nothing written in the file is no values. A --set of nothing ("stop=#", where '#' starts a YAML
+  // comment) removed every value without a word, where a scalar key refuses it.
+  if (is_null() && origin != nullptr && origin->override_label(node))
+    fail(std::string(allow_scalar ? "expected a value or a list of values" : "expected a list") +
+         ", found nothing (write [] for none; quote a value that YAML reads as nothing or as a comment: '\"#\"')");
   if (is_null()) return out;
   if (node.IsSequence()) {
     out.reserve(node.size());

@@ -40,6 +40,14 @@ class YamlOrigin {
   std::vector<std::pair<YAML::Node, std::string>> overrides_;
 };
 
+// YAML::LoadAll(text), without its hang: yaml-cpp 0.7 (Debian's) never returns on a ',' outside a
+// flow collection (",", ", " or "- a\n,"). Each document it starts there consumes nothing, and it
+// allocated them until the kernel killed the process (a `--set generation.stop=,` took 24 GB). The
+// text is first walked document by document (events only); a document that starts where the
+// previous one started throws YAML::ParserException at that mark. Other malformed text throws as
+// LoadAll does.
+std::vector<YAML::Node> load_all_documents(const std::string& text);
+
 // A short description of what a node holds, for "found ..." in messages:
 // "\"hot\"" (quoted, escaped, truncated), "a list", "an empty list", "a map", "nothing".
 std::string describe(const YAML::Node& node);

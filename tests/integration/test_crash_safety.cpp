@@ -295,6 +295,29 @@ TEST_CASE("disk full (file-size limit): clear error, the file keeps its last com
   resume_and_compare(h5);
 }
 
+// A limit below a new file's first commit: no file is left, and the error said "the file keeps
+// the 0 prompt-runs recorded before (continue with --resume)".
+TEST_CASE("a file-size limit below a new file's first commit: the error says nothing was recorded",
+          "[crash][resource][disk]") {
+  TempDir d;
+  const std::string h5 = d.path + "/tiny.h5";
+  RunOptions opt;
+  opt.in_child = [] {
+    const rlimit lim{20480, 20480};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+  };
+  const RunResult r = run_cli(run_args(kTinyStories, h5), opt);
+  INFO(describe(r));
+  CHECK(r.exited);
+  CHECK(r.exit_code == 2);
+  const std::string e = error_line(r);
+  CHECK(e.find(": File too large; no prompt-run was recorded yet (run the command again") != std::string::npos);
+  CHECK(e.find("the file keeps") == std::string::npos);
+  CHECK(!fs::exists(h5));
+  CHECK(!fs::exists(h5 + ".partial"));
+  CHECK(!fs::exists(h5 + ".partial.journal"));
+}
+
 // Root writes through permission bits, so a root test process runs the CLI as `nobody` (uid and
 // gid 65534) for the permission cases, in a temporary directory handed to that user: the
 // read-only checks then bind the CLI as they bind any user.

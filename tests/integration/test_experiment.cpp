@@ -21,6 +21,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "experiments/app/experiment_runner.h"
 #include "framework/io/experiment_summary.h"
 #include "framework/io/hdf5_recorder.h"
 
@@ -503,6 +504,30 @@ TEST_CASE("speclab run: SIGKILL after the first prompt-run, then --resume equals
 // Bad configs, prompt files and output paths of `speclab run` (exit 2, one error line, no file
 // written, an existing file untouched) are cases of the bad-input catalogue,
 // tests/bad_inputs/cases.txt; crash safety and resource limits are in test_crash_safety.cpp.
+TEST_CASE("a run stopped while its models load writes no file", "[experiment][sigint]") {
+  // What `speclab run`'s message relies on: stopped before anything is recorded, no file exists
+  // (it said "interrupted: 0 prompt-runs in x.h5 ...; continue with --resume" of a file not there).
+  ExperimentConfig c;
+  c.name = "stopped";
+  c.models.target.path = "stories260K";
+  c.prompts.chat = "off";
+  c.prompts.inline_prompts = {{"a", "", "Once upon a time"}};
+  c.generation.max_new_tokens = 4;
+  DrafterEntry d;
+  d.label = "prompt_lookup";
+  d.options.name = "prompt_lookup";
+  c.drafters = {d};
+  c.output.path = (fs::temp_directory_path() / "speclab_stopped_while_loading.h5").string();
+  fs::remove(c.output.path);
+  RunnerOptions o;
+  o.stop_requested = [] { return true; };
+  const ExperimentOutcome out = run_experiment(c, o);
+  CHECK(out.interrupted);
+  CHECK(out.runs_recorded == 0);
+  CHECK_FALSE(fs::exists(c.output.path));
+  CHECK_FALSE(fs::exists(c.output.path + ".partial"));
+}
+
 TEST_CASE("speclab run --overwrite replaces an existing experiment file", "[experiment][overwrite]") {
   const std::string dir = temp_dir(), h5 = dir + "/out.h5";
   write_file(dir + "/ok.yaml", config_yaml(h5, "{max_new_tokens: 4}"));

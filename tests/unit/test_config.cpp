@@ -1122,3 +1122,43 @@ TEST_CASE("one YAML document: a second one in the file or a --set value is refus
   CHECK(parse_experiment_config("---\n" + kBase, "ok.yaml").prompts.inline_prompts.size() == 1);
   CHECK(parse_experiment_config(kBase, "ok.yaml", {"name=a---b"}).name == "a---b");
 }
+
+TEST_CASE("a comma outside a flow list is refused at its line and not parsed until memory runs out", "[config]") {
+  // yaml-cpp 0.7's LoadAll never returned on these texts: it started a new empty document at the ','
+  // again and again (a `--set generation.stop=,` took 24 GB before the kernel killed it).
+  CHECK_THAT(config_error(","), Catch::Contains("bad.yaml:1:1") && Catch::Contains("a ',' outside [...] or {...}"));
+  CHECK_THAT(config_error(kBase + "---\n,"),
+             Catch::Contains("bad.yaml:6:1") && Catch::Contains("a ',' outside [...] or {...}"));
+  CHECK_THAT(config_error(kBase, {"generation.stop=,"}),
+             Catch::Contains("--set generation.stop=,") && Catch::Contains("a ',' outside [...] or {...}"));
+  CHECK_THAT(config_error(kBase, {"generation.stop=- a\n,"}), Catch::Contains("a ',' outside [...] or {...}"));
+  // Commas where YAML allows them, and a quoted one.
+  CHECK(parse_experiment_config(kBase, "ok.yaml", {"generation.stop=[\",\", a]"}).generation.stop ==
+        std::vector<std::string>{",", "a"});
+  CHECK(parse_experiment_config(kBase, "ok.yaml", {"generation.stop=\",\""}).generation.stop ==
+        std::vector<std::string>{","});
+  CHECK(parse_experiment_config(kBase, "ok.yaml", {"name=a, b"}).name == "a, b");
+}
+
+TEST_CASE("a --set of nothing for a list key is refused, not read as no values", "[config]") {
+  // `--set generation.stop=#` ('#' starts a YAML comment) removed every stop string without a word.
+  CHECK_THAT(config_error(kBase, {"generation.stop=#"}),
+             Catch::Contains("--set generation.stop=#") && Catch::Contains("found nothing (write [] for none"));
+  CHECK_THAT(config_error(kBase, {"generation.stop="}), Catch::Contains("found nothing (write [] for none"));
+  CHECK(parse_experiment_config(kBase, "ok.yaml", {"generation.stop=[]"}).generation.stop.empty());
+  CHECK(parse_experiment_config(kBase, "ok.yaml", {"generation.stop='#'"}).generation.stop ==
+        std::vector<std::string>{"#"});
+  // In the file, a key with nothing after it is still no values.
+  CHECK(parse_experiment_config(kBase + "generation: {stop: }\n", "ok.yaml").generation.stop.empty());
+}
+
+TEST_CASE("a sweep of list values: only a layer list is pointed at its string form", "[config]") {
+  // The hint sent generation.stop to one stop string "a,b" (which ran as that literal) and
+  // prompts.files to a file named "a.jsonl,b.jsonl".
+  const std::string stop = config_error(kBase + "sweep:\n  generation.stop: [[a, b]]\n");
+  CHECK_THAT(stop, Catch::Contains("sweep.generation.stop[0]") &&
+                       Catch::Contains("a list-valued key is swept by one config (or one --set generation.stop=[...])"));
+  CHECK_THAT(stop, !Catch::Contains("string form"));
+  CHECK_THAT(config_error(kBase + "drafters: [{name: layer_skip}]\nsweep:\n  drafter.draft_layers: [[0, 1]]\n"),
+             Catch::Contains("a layer list sweeps its string form"));
+}

@@ -271,6 +271,19 @@ TEST_CASE("a second writer, or a reader, is refused while a writer holds the fil
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("found one holding its lock") != std::string::npos);
   }
+  {
+    // `speclab report` says so too (it printed h5py's BlockingIOError: "Unable to open file
+    // (unable to lock file ...)").
+    const std::string cmd = "MPLBACKEND=Agg /usr/bin/python3 '" SPECLAB_SOURCE_DIR "/analysis/report.py' '" + path +
+                            "' --out '" + dir + "/rep' > '" + dir + "/rep.txt' 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream log(dir + "/rep.txt");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    INFO(text);
+    CHECK((WIFEXITED(rc) && WEXITSTATUS(rc) == 2));
+    CHECK(text.find("expected no process writing the file, found one holding its lock") != std::string::npos);
+    CHECK(text.find("BlockingIOError") == std::string::npos);
+  }
   // Replacing it (`speclab run --overwrite`) is refused too: the new file would take the path and
   // truncate the running writer's journal, and both runs would report success (until
   // 2026-11-29). The same for another create's <path>.partial.
