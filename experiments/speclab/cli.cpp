@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <map>
 
 #include "framework/core/error.h"
@@ -374,9 +375,33 @@ bool parse_or_help(const std::string& usage, po::options_description& desc, cons
   po::positional_options_description pos;
   if (!positional.empty()) pos.add(positional.c_str(), positional_count);
   try {
-    const po::parsed_options parsed = po::command_line_parser(args).options(desc).positional(pos).run();
+    po::parsed_options parsed = po::command_line_parser(args).options(desc).positional(pos).run();
     // A number flag whose text no double can hold: Boost read 1e-400 as 0 (--temperature 1e-400
     // decoded greedily, and --top-k beside it was refused as if under temperature 0).
+    // An integer flag reads what a config's integer key reads ("1e3", exactly integral; YAML's
+    // max_new_tokens: 1e3 was taken while -n 1e3 was refused in Boost's words), and one out of the
+    // type's range is refused naming the flag and the range.
+    for (po::option& o : parsed.options) {
+      const po::option_description* d = o.unregistered ? nullptr : desc.find_nothrow(o.string_key, false);
+      if (!d) continue;
+      const po::value_semantic* sem = d->semantic().get();
+      const bool i32 = dynamic_cast<const po::typed_value<int>*>(sem) != nullptr;
+      const bool i64 = dynamic_cast<const po::typed_value<int64_t>*>(sem) != nullptr ||
+                       dynamic_cast<const po::typed_value<long long>*>(sem) != nullptr;
+      if (!i32 && !i64) continue;
+      for (std::string& v : o.value) {
+        int64_t x = 0;
+        const bool ok = yaml_util::parse_int64(v, x);
+        const int64_t lo = i32 ? std::numeric_limits<int>::min() : std::numeric_limits<int64_t>::min();
+        const int64_t hi = i32 ? std::numeric_limits<int>::max() : std::numeric_limits<int64_t>::max();
+        if (!ok || x < lo || x > hi)
+          throw Error(ErrorKind::kConfig,
+                      "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", found '" +
+                          v + "'",
+                      "command line", "--" + o.string_key);
+        v = std::to_string(x);
+      }
+    }
     for (const po::option& o : parsed.options) {
       const po::option_description* d = o.unregistered ? nullptr : desc.find_nothrow(o.string_key, false);
       if (!d || !dynamic_cast<const po::typed_value<double>*>(d->semantic().get())) continue;

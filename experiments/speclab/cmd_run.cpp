@@ -18,6 +18,7 @@
 #include <string>
 
 #include "experiments/speclab/cli.h"
+#include "framework/core/printable_text.h"
 #include "framework/core/error.h"
 #include "framework/io/experiment_config.h"
 #include "experiments/app/experiment_runner.h"
@@ -93,7 +94,8 @@ class ProgressPrinter {
  private:
   void line(const std::string& text) {
     finish();
-    std::fprintf(stderr, "%s\n", text.c_str());
+    // One line whatever the prompt ids and labels hold (an id "y\n2" split it in two).
+    std::fprintf(stderr, "%s\n", one_line(text).c_str());
     std::fflush(stderr);
   }
 

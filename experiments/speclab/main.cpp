@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "experiments/speclab/cli.h"
+#include "framework/core/printable_text.h"
 #include "experiments/speclab/plugin_crash_report.h"
 #include "framework/core/blas_core.h"
 #include "framework/core/error.h"
@@ -37,48 +38,6 @@ const char* kUsage =
     "sets where OpenBLAS fell back to generic kernels, or the one the environment names; nothing\n"
     "when neither): a script that starts many SpecLab processes exports it once, and each process\n"
     "then starts once instead of executing itself again.";
-
-// `text` as one printable line of valid UTF-8: newlines, tabs and other control characters,
-// and bytes that are not part of a valid UTF-8 sequence (a non-UTF-8 prompt file echoed by a
-// parser), are written as \n, \t or \xHH. Every error is then exactly one line a terminal and a
-// log can show.
-std::string one_line(const std::string& text) {
-  std::string out;
-  const auto hex = [&](unsigned char c) {
-    const char* digits = "0123456789abcdef";
-    out += "\\x";
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  };
-  for (size_t i = 0; i < text.size();) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c < 0x80) {
-      if (c == '\n') out += "\\n";
-      else if (c == '\t') out += "\\t";
-      else if (c < 0x20 || c == 0x7f) hex(c);
-      else out += static_cast<char>(c);
-      ++i;
-    } else {
-      // A UTF-8 lead byte and its continuation bytes (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
-      const int n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-      bool ok = n > 0 && i + static_cast<size_t>(n) <= text.size();
-      for (int k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
-      if (ok && n >= 3) {
-        const unsigned char c1 = static_cast<unsigned char>(text[i + 1]);
-        if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 > 0x9f) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 > 0x8f))
-          ok = false;
-      }
-      if (ok) {
-        out.append(text, i, static_cast<size_t>(n));
-        i += static_cast<size_t>(n);
-      } else {
-        hex(c);
-        ++i;
-      }
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -123,16 +82,16 @@ int main(int argc, char** argv) {
     apply_kernel_isa_env();
     return it->second(rest);
   } catch (const speclab::Error& e) {
-    std::cerr << "error: " << one_line(e.what()) << "\n";
+    std::cerr << "error: " << speclab::one_line(e.what()) << "\n";
     return e.kind() == speclab::ErrorKind::kInternal ? kExitInternal : kExitBadInput;
   } catch (const c10::Error& e) {
-    std::cerr << "internal error (libtorch): " << one_line(e.what_without_backtrace()) << "\n";
+    std::cerr << "internal error (libtorch): " << speclab::one_line(e.what_without_backtrace()) << "\n";
     return kExitInternal;
   } catch (const std::bad_alloc&) {
     std::cerr << "error: out of memory\n";
     return kExitBadInput;
   } catch (const std::exception& e) {
-    std::cerr << "internal error: " << one_line(e.what()) << "\n";
+    std::cerr << "internal error: " << speclab::one_line(e.what()) << "\n";
     return kExitInternal;
   }
 }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "framework/core/error.h"
+#include "framework/core/printable_text.h"
 
 namespace speclab {
 
@@ -270,9 +271,11 @@ std::string format_summary_table(const std::vector<MethodSummary>& rows, const s
     std::string point = "#" + std::to_string(m.point);
     for (const auto& p : points)
       if (p.index == m.point && !p.label.empty()) point += " " + p.label;
-    std::vector<std::string> row = {point};
-    if (with_category) row.push_back(m.category.empty() ? "(none)" : m.category);
-    row.push_back(m.method);
+    // Text from the config and the prompt files, one printable line each (a category "a\nb" split
+    // its row in two).
+    std::vector<std::string> row = {one_line(point)};
+    if (with_category) row.push_back(m.category.empty() ? "(none)" : one_line(m.category));
+    row.push_back(one_line(m.method));
     row.push_back(std::to_string(m.gamma));
     // alpha counts greedy runs of repeat 0 only (experiment_summary.h): a shard (--shard) can hold
     // greedy runs of later repeats only, which drafted but are no trials.
@@ -292,14 +295,14 @@ std::string format_summary_table(const std::vector<MethodSummary>& rows, const s
   }
   std::vector<size_t> width(header.size(), 0);
   for (const auto& row : table)
-    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], display_width(row[i]));
   std::ostringstream os;
   for (const auto& row : table) {
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
       // Text columns (point, category, drafter) left-aligned, numbers right-aligned.
       const bool left = i < (with_category ? 3u : 2u);
-      const std::string pad(width[i] - row[i].size(), ' ');
+      const std::string pad(width[i] - display_width(row[i]), ' ');
       line += (i ? "  " : "") + (left ? row[i] + pad : pad + row[i]);
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();

@@ -90,6 +90,34 @@ std::string json_keys(const nlohmann::json& j) {
   return keys.empty() ? "none" : join(keys, ", ");
 }
 
+// Why `dotted` names nothing in `j`: the first part that fails and what is there ("found no such
+// key" blamed a key that exists where its array index was out of range: turns.5 of two turns).
+std::string json_missing(const nlohmann::json& j, const std::string& dotted) {
+  const nlohmann::json* cur = &j;
+  std::string at;  // the parts walked
+  for (const std::string& seg : config::split(dotted, '.')) {
+    size_t idx = 0;
+    if (cur->is_object()) {
+      auto it = cur->find(seg);
+      if (it == cur->end())
+        return "found no such key (keys " + (at.empty() ? std::string("on this line") : "under " + squote(at)) + ": " +
+               json_keys(*cur) + ")";
+      cur = &*it;
+    } else if (cur->is_array()) {
+      if (!config::is_index(seg, idx))
+        return "found " + squote(at) + " an array of " + std::to_string(cur->size()) + ", which takes an index, not " +
+               squote(seg);
+      if (idx >= cur->size())
+        return "found " + squote(at) + " an array of " + std::to_string(cur->size()) + ", without an index " + seg;
+      cur = &(*cur)[idx];
+    } else {
+      return "found " + squote(at) + " " + json_kind(*cur) + ", which holds no " + squote(seg);
+    }
+    at += (at.empty() ? "" : ".") + seg;
+  }
+  return "found no such key";
+}
+
 // A prompt field: the text must be a string; ids and categories may also be numbers.
 std::string json_field(const nlohmann::json& j, const std::string& field, const std::string& setting, bool allow_number,
                        const std::string& where) {
@@ -97,7 +125,7 @@ std::string json_field(const nlohmann::json& j, const std::string& field, const 
   if (!v)
     throw Error(ErrorKind::kBadInput,
                 "expected a " + std::string(allow_number ? "string or number" : "string") + " at key " + squote(field) +
-                    " (prompts." + setting + "), found no such key (keys on this line: " + json_keys(j) + ")",
+                    " (prompts." + setting + "), " + json_missing(j, field),
                 where, field);
   if (v->is_string()) {
     std::string out = v->get<std::string>();

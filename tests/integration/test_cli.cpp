@@ -100,6 +100,13 @@ TEST_CASE("generate says on stderr when the output stopped at the model's contex
   const RunResult n = run_cli(stories({"-n", "20", "--ignore-eos"}));
   CHECK(n.exit_code == 0);
   CHECK(n.err.empty());
+  // An integer flag reads what a config's integer key reads: -n 2e1 is -n 20 (it was refused in
+  // Boost's words while max_new_tokens: 2e1 was taken).
+  const RunResult e = run_cli(stories({"-n", "2e1", "--ignore-eos"}));
+  INFO(describe(e));
+  CHECK(e.exit_code == 0);
+  CHECK(e.out == n.out);
+  CHECK(run_cli(stories({"-n", "2.5"})).exit_code == 2);
 }
 
 TEST_CASE("speclab generate on stories260K: AR and prompt_lookup", "[cli][smoke]") {

@@ -854,6 +854,12 @@ TEST_CASE("load_prompts: JSONL, .jsonl.gz, dotted fields, limit after concatenat
     CHECK(load_prompts(b)[0].text == "two");
     b.prompts.field = "turns.2";
     CHECK_THROWS_WITH(load_prompts(b), Contains("turns.jsonl:1: turns.2: expected a string at key 'turns.2'"));
+    // What failed is named: the index, not the key that exists ("found no such key" until 2026-12-06).
+    CHECK_THROWS_WITH(load_prompts(b), Contains("found 'turns' an array of 2, without an index 2"));
+    b.prompts.field = "turns.x";
+    CHECK_THROWS_WITH(load_prompts(b), Contains("found 'turns' an array of 2, which takes an index, not 'x'"));
+    b.prompts.field = "turns.0.y";
+    CHECK_THROWS_WITH(load_prompts(b), Contains("found 'turns.0' a string, which holds no 'y'"));
   }
   SECTION("a missing prompt file is an I/O error naming it") {
     ExperimentConfig b = parse_experiment_config(

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "framework/core/error.h"
+#include "framework/core/printable_text.h"
 #include "framework/io/experiment_summary.h"
 
 using namespace speclab;
@@ -214,6 +215,26 @@ TEST_CASE("summarize: acceptance, positions, tau, cost ratio, speedup and catego
   CHECK(na.find("n/a") != std::string::npos);
   CHECK(na.find("no drafts") != std::string::npos);
   CHECK(na.find("no trials (greedy repeats > 0 only)") != std::string::npos);
+
+  // A category with a line break and one with wide characters: one line per row, and the columns
+  // after them aligned by what a terminal shows (padding counted bytes; "a\nb" split its row).
+  MethodSummary broken = sum.by_category[0], wide = sum.by_category[0];
+  broken.category = "a\nb";
+  wide.category = "\xe7\x8c\xab\xf0\x9f\x98\x80";  // a CJK character and an emoji: 4 columns
+  const std::string cats = format_summary_table({broken, wide}, d.points);
+  std::istringstream rows(cats);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(rows, l);) lines.push_back(l);
+  REQUIRE(lines.size() == 3);  // the header and two rows
+  CHECK(lines[1].find("a\\nb") != std::string::npos);
+  // The drafter column starts at the same terminal column on both rows.
+  const auto column_of = [](const std::string& line, const std::string& what) {
+    return display_width(line.substr(0, line.find(what)));
+  };
+  CHECK(column_of(lines[1], " " + broken.method) == column_of(lines[2], " " + wide.method));
+  CHECK(display_width("\xe7\x8c\xab\xf0\x9f\x98\x80") == 4);
+  CHECK(display_width("e\xcc\x81") == 1);  // e and a combining acute accent
+  CHECK(one_line("x\ty\x01") == "x\\ty\\x01");
 }
 
 TEST_CASE("summarize: the speedup is per decoded token, and NaN when nothing was decoded", "[summary]") {
