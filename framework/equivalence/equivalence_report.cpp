@@ -147,11 +147,33 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
     t.holm_p = adj[j];
     t.reject = adj[j] < r.alpha;
   }
+  // A control is caught where its Bonferroni test rejects at control_alpha AND the lossless family
+  // would reject it too: its smallest p below Holm's first threshold, alpha / family_size.
+  // control_alpha < alpha alone did not ensure that: at control_alpha 9e-4, 7 tests in a cell and a
+  // family of 64, a control at min p 5e-5 counted as caught (5e-5 x 7 < 9e-4) while the lossless
+  // tests, at 1e-3 / 64, would have passed the same bug (found by a probe, 2026-12-06).
+  const auto catches = [&r](double min_p, int64_t tests) {
+    return tests > 0 && min_p * static_cast<double>(tests) < r.control_alpha &&
+           min_p * static_cast<double>(r.family_size) < r.alpha;
+  };
   for (TestRow& t : r.tests) {
     if (t.in_family || t.test.subject == "ar" || t.test.subject == "speculative") continue;
     t.holm_p = t.test.stats.p_value;
-    t.reject = t.test.stats.p_value * static_cast<double>(control_tests[{t.cell, t.test.subject}]) < r.control_alpha;
+    t.reject = catches(t.test.stats.p_value, control_tests[{t.cell, t.test.subject}]);
   }
+  for (PowerRow& pw : r.power) pw.point.caught = catches(pw.point.min_p, pw.point.tests);
+  for (SamplingCell& c : r.cells)
+    for (ControlOutcome& o : c.controls) {
+      o.caught = catches(o.min_p, o.tests);
+      // The smallest grid N that catches it, and -1 where N itself does not (a chance catch at a
+      // smaller N recorded one beside caught = 0).
+      o.power_n = -1;
+      if (o.caught)
+        for (const PowerRow& pw : r.power)
+          if (pw.cell == c.index && pw.control == o.name && pw.point.caught &&
+              (o.power_n < 0 || pw.point.n < o.power_n))
+            o.power_n = pw.point.n;
+    }
   r.sampling_pass = true;
   for (SamplingCell& c : r.cells) {
     c.min_holm_p = 1.0;
@@ -220,10 +242,12 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
       c.pass = false;
       r.failures.push_back("sampling: tests nothing: cell " + std::to_string(c.index) + " (context " + g.prompt_id + ", " +
                            sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma) +
-                           "): after the first token every recorded token is (nearly) a function of the tokens before "
-                           "it in the AR draws, so the tests' degrees of freedom come from position 1, the prefill's "
-                           "sample, which no verification touches; choose a context with an open continuation or a "
-                           "higher temperature");
+                           "): after the first token no prefix of the AR draws is followed by two tokens often enough "
+                           "to test, so the tests' degrees of freedom come from position 1, the prefill's sample, which "
+                           "no verification touches. Either the target is (nearly) deterministic there (choose a "
+                           "context with an open continuation, or a higher temperature), or the draws spread over so "
+                           "many prefixes that none recurs at this N (at a high temperature: more samples, or a lower "
+                           "temperature)");
     }
   }
   // A drafter that proposed no tokens in any cell was never verified: the check says nothing of it.
@@ -283,7 +307,9 @@ void finalize_sampling_verdict(EquivalenceReport& r) {
       const SamplingGroup& g = r.groups[static_cast<size_t>(c.group)];
       r.failures.push_back("control: " + o->name + " NOT caught at N = " + std::to_string(c.n) +
                            " (min p = " + fmt("%.3g", o->min_p) + " over " + std::to_string(o->tests) +
-                           " tests; needs p x tests < " + fmt("%g", r.control_alpha) + ") at context " + g.prompt_id +
+                           " tests; needs p x tests < " + fmt("%g", r.control_alpha) + " and p x " +
+                           std::to_string(r.family_size) + " lossless tests < alpha " + fmt("%g", r.alpha) +
+                           ") at context " + g.prompt_id +
                            ", " + sampling_label(g.sampling) + ", " + c.drafter + " gamma " + std::to_string(c.gamma));
     }
   }
@@ -433,7 +459,7 @@ std::string format_equivalence_report(const EquivalenceReport& r) {
       os << buf;
     }
     os << "\n[4] negative controls (same engine, same N; caught when min p x tests < " << fmt("%g", r.control_alpha)
-       << "; power = smallest N on the grid 250, 500, ... at which it is caught)\n";
+       << " and min p x " << r.family_size << " < alpha " << fmt("%g", r.alpha) << "; power = smallest N on the grid 250, 500, ... at which it is caught)\n";
     std::snprintf(buf, sizeof buf, "  %4s %-18s %5s %-26s  %-21s %s\n", "cell", "drafter", "gamma", "sampling",
                   "control", "min p / caught / power N");
     os << buf;

@@ -855,7 +855,8 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
   r.cells[0].controls.resize(1);
   r.cells[0].controls[0].name = "always_accept";
   r.cells[0].controls[0].applicable = true;
-  r.cells[0].controls[0].caught = true;
+  r.cells[0].controls[0].min_p = 1e-9;  // caught: finalize judges it from min p and its tests
+  r.cells[0].controls[0].tests = 2;
   auto row = [](const char* subject, double p, int64_t cell) {
     TestRow t;
     t.cell = cell;
@@ -921,7 +922,7 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
     CHECK_THAT(q.notes[0], Contains("cell 0") && Contains("proposed no tokens"));
   }
   r.tests[0].test.stats.p_value = 0.001;  // 3 x 0.001 < 0.01
-  r.cells[0].controls[0].caught = false;
+  r.cells[0].controls[0].min_p = 0.3;  // not caught
   finalize_sampling_verdict(r);
   CHECK_FALSE(r.sampling_pass);
   CHECK_FALSE(r.cells[0].pass);
@@ -930,6 +931,63 @@ TEST_CASE("verdict: Holm over the family, a rejected test or a missed control fa
   REQUIRE(r.failures.size() == 2);
   CHECK_THAT(r.failures[0], Contains("rejects equality"));
   CHECK_THAT(r.failures[1], Contains("NOT caught"));
+}
+
+// A speculative joint test of cell 0 at a verified position that rejects nothing.
+TestRow passing_joint_test() {
+  TestRow t;
+  t.cell = 0;
+  t.test.subject = "speculative";
+  t.test.test = "joint";
+  t.test.m = 2;
+  t.test.stats.p_value = 0.5;
+  t.test.stats.dof = 3;
+  return t;
+}
+
+TEST_CASE("verdict: a control is caught only where the lossless family would reject it too",
+          "[equivalence][verdict]") {
+  // control_alpha < alpha did not ensure it (found by a probe, 2026-12-06): at control_alpha 9e-4, a
+  // control with min p 5e-5 over 7 tests counted as caught (3.5e-4 < 9e-4) while Holm over 64
+  // lossless tests rejects only below 1e-3 / 64 = 1.6e-5.
+  EquivalenceReport r;
+  r.alpha = 1e-3;
+  r.control_alpha = 9e-4;
+  r.groups.resize(1);
+  r.cells.resize(1);
+  r.cells[0].acceptance_rate = 0.5;
+  r.control_names = {"shared_draws"};
+  r.cells[0].controls.resize(1);
+  ControlOutcome& o = r.cells[0].controls[0];
+  o.name = "shared_draws";
+  o.applicable = true;
+  o.tests = 7;
+  o.min_p = 5e-5;
+  r.tests.assign(64, passing_joint_test());
+  TestRow c = r.tests[0];
+  c.test.subject = "shared_draws";
+  c.test.stats.p_value = 5e-5;
+  r.tests.push_back(c);
+  r.power = {{0, "shared_draws", {250, 4e-5, 7, true}}, {0, "shared_draws", {500, 5e-5, 7, true}}};
+  finalize_sampling_verdict(r);
+  CHECK(r.family_size == 64);
+  CHECK_FALSE(o.caught);
+  CHECK(o.power_n == -1);  // the power grid's catches at 250 and 500 are no catch either
+  CHECK_FALSE(r.power[0].point.caught);
+  CHECK_FALSE(r.tests.back().reject);
+  CHECK_FALSE(r.controls_pass);
+  REQUIRE(r.failures.size() == 1);
+  CHECK_THAT(r.failures[0], Contains("shared_draws NOT caught") && Contains("p x 64 lossless tests < alpha 0.001"));
+  // Below both thresholds it is caught, with its power N.
+  o.min_p = 1e-6;
+  r.tests.back().test.stats.p_value = 1e-6;
+  r.power[1].point.min_p = 1e-6;
+  finalize_sampling_verdict(r);
+  CHECK(o.caught);
+  CHECK(o.power_n == 500);
+  CHECK(r.tests.back().reject);
+  CHECK(r.controls_pass);
+  CHECK(r.failures.empty());
 }
 
 TEST_CASE("verdict: a control that ran in no cell fails when listed, is noted when defaulted, and none at all fails",
@@ -946,18 +1004,12 @@ TEST_CASE("verdict: a control that ran in no cell fails when listed, is noted wh
     r.cells[c].controls.resize(2);
     r.cells[c].controls[0].name = "always_accept";
     r.cells[c].controls[0].applicable = true;
-    r.cells[c].controls[0].caught = true;
+    r.cells[c].controls[0].min_p = 1e-9;
+    r.cells[c].controls[0].tests = 1;
     r.cells[c].controls[1].name = "q_drawn_top_k";
     r.cells[c].controls[1].note = "top_k = 0: the drafter draws from the full q";
   }
-  TestRow t;
-  t.cell = 0;
-  t.test.subject = "speculative";
-  t.test.test = "joint";
-  t.test.m = 2;
-  t.test.stats.p_value = 0.5;
-  t.test.stats.dof = 3;
-  r.tests = {t};
+  r.tests = {passing_joint_test()};
   // Listed by name (equivalence.controls) and n/a in every cell: the check fails, naming it.
   r.controls_listed = true;
   finalize_sampling_verdict(r);
@@ -970,7 +1022,8 @@ TEST_CASE("verdict: a control that ran in no cell fails when listed, is noted wh
   {
     EquivalenceReport q = r;
     q.cells[1].controls[1].applicable = true;
-    q.cells[1].controls[1].caught = true;
+    q.cells[1].controls[1].min_p = 1e-9;
+    q.cells[1].controls[1].tests = 1;
     finalize_sampling_verdict(q);
     CHECK(q.controls_pass);
     CHECK(q.failures.empty());
@@ -1028,12 +1081,7 @@ TEST_CASE("verdict: degrees of freedom from position 1 alone do not make a cell 
   r.groups.resize(1);
   r.cells.resize(1);
   r.cells[0].acceptance_rate = 0.5;
-  TestRow t;
-  t.cell = 0;
-  t.test.subject = "speculative";
-  t.test.test = "joint";
-  t.test.m = 2;
-  t.test.stats.p_value = 0.5;
+  TestRow t = passing_joint_test();
   t.test.stats.dof = 1;
   r.tests = {t};
   finalize_sampling_verdict(r);
