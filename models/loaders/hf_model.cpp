@@ -439,9 +439,13 @@ HfConfig read_hf_config(const std::string& config_path, const std::string& gener
     throw Error(ErrorKind::kUnsupported, "MLP biases are not supported (expected false, found true)",
                 config_path, "mlp_bias");
   check_rope_scaling(f);
-  // Sliding-window attention equals full attention while the context fits in the window.
-  const bool sliding = arch_name == "MistralForCausalLM" ||
-                       (arch_name == "Qwen2ForCausalLM" && f.boolean_or("use_sliding_window", false));
+  // Sliding-window attention equals full attention while the context fits in the window. A Qwen2
+  // slides in its layers from max_window_layers on (transformers' Qwen2 layer_types; default 28):
+  // none where that is past the last layer, whose context was cut to the window all the same.
+  const bool sliding =
+      arch_name == "MistralForCausalLM" ||
+      (arch_name == "Qwen2ForCausalLM" && f.boolean_or("use_sliding_window", false) &&
+       f.integer_or("max_window_layers", 28) < c.num_hidden_layers);
   if (sliding) {
     const int64_t window = f.integer_or("sliding_window", 0);
     if (window < 0)
@@ -536,7 +540,10 @@ LoadedModel load_hf_dir(const std::string& dir) {
   // HF adds BOS only when tokenizer.json's post_processor says so (Llama 3 does; SmolLM2 and
   // Qwen2 do not): that is the BOS from_tokenizer_json() found.
   m.add_bos = tok->bos_id() >= 0;
-  if (hf.bos_token_id >= 0) tok->set_bos_id(hf.bos_token_id);
+  // That BOS is the one the prompt starts with, as HF's encode() adds it: config.json's (or
+  // generation_config.json's) bos_token_id replaced it where the two disagree. Without one, the
+  // config's id stands for the BOS a chat template may name.
+  if (hf.bos_token_id >= 0 && !m.add_bos) tok->set_bos_id(hf.bos_token_id);
   if (!hf.eos_token_ids.empty()) tok->set_eos_ids(hf.eos_token_ids);
   m.tokenizer = std::move(tok);
   try {

@@ -251,6 +251,14 @@ TEST_CASE("speclab bench on synthetic shapes: decode, verification and the specu
     CHECK(cost.get<double>() > 0.0);
     CHECK(j.at("verify_ms").at(n).get<double>() > 0.0);
   }
+  // The int8 cache's passes: their costs and the milliseconds the text prints (the milliseconds
+  // were not in the JSON until 2026-12-06).
+  for (const char* n : {"5", "9", "17"}) {
+    INFO("int8 n = " << n);
+    CHECK(j.at("verify_cost_kv_int8").at(n).get<double>() > 0.0);
+    CHECK(j.at("verify_ms_kv_int8").at(n).get<double>() > 0.0);
+  }
+  CHECK(j.at("verify_ms_kv_int8").at("1").get<double>() > 0.0);
   // The long-context ratio's bandwidth floor, (weights + K/V at 16) / (weights + K/V at 32): below
   // 1, and higher over int8 K/V (fewer bytes per token) than over the model's float32.
   const double floor32 = j.at("context_ratio_floor").at("float32").get<double>();

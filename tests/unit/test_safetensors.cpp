@@ -602,6 +602,38 @@ TEST_CASE("loads a Qwen2ForCausalLM directory with biases and tied embeddings", 
   CHECK(m.tokenizer->bos_id() == 0);
   CHECK(m.tokenizer->eos_ids() == TokenList{2, 0});
   CHECK_FALSE(m.chat_template.available());
+
+  // use_sliding_window slides in the layers from max_window_layers on (transformers' layer_types):
+  // at 2 of 2 layers none does, and the context stays 128 (it was cut to the window, 32); from
+  // layer 1 on one does, and the context is the window.
+  std::string cfg = kQwen2Config;
+  const auto set = [&cfg](const std::string& from, const std::string& to) {
+    const size_t at = cfg.find(from);
+    REQUIRE(at != std::string::npos);
+    cfg.replace(at, from.size(), to);
+  };
+  set("\"use_sliding_window\": false", "\"use_sliding_window\": true");
+  write_bytes(dir / "config.json", cfg);
+  CHECK(load_hf_dir(dir.str()).config.max_position_embeddings == 128);
+  set("\"max_window_layers\": 2", "\"max_window_layers\": 1");
+  write_bytes(dir / "config.json", cfg);
+  CHECK(load_hf_dir(dir.str()).config.max_position_embeddings == 32);
+}
+
+TEST_CASE("the BOS a prompt starts with is tokenizer.json's post-processor's, whatever config.json says",
+          "[safetensors][hf]") {
+  // config.json's bos_token_id replaced it (found by a probe, 2026-12-06); HF's encode() adds the
+  // post-processor's token.
+  TempDir dir;
+  write_qwen2_dir(dir);
+  json tj = json::parse(tiny_tokenizer_json());
+  tj["post_processor"] = json::parse(R"({"type": "TemplateProcessing", "single": [
+      {"SpecialToken": {"id": "<|im_start|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]})");
+  write_bytes(dir / "tokenizer.json", tj.dump());
+  const LoadedModel m = load_hf_dir(dir.str());  // config.json and generation_config.json: bos 0
+  CHECK(m.add_bos);
+  CHECK(m.tokenizer->bos_id() == 1);
+  CHECK(m.tokenizer->encode("he", m.add_bos) == TokenList{1, 259});
 }
 
 // A template from_jinja() does not recognise (Phi-3's turn markers) loaded as "no template", so
