@@ -94,9 +94,14 @@ void check_seq(const HostServices& host, KvCacheManager& kv, SeqId seq, const ch
 }
 
 void check_own(HostServices& host, SeqId seq, const char* function) {
-  if (host.own().count(seq) == 0)
-    bad(function, "seq", "expected a sequence this drafter created with seq_create, found " + std::to_string(seq) +
-                             " (the target's sequence is committed and rolled back by the engine)");
+  if (host.own().count(seq) > 0) return;
+  // A sequence of its own already released (a second seq_release) was explained as the target's.
+  const KvCacheManager* kv = host.env().kv;
+  const bool live = kv != nullptr && kv->blocks().contains(seq);
+  bad(function, "seq",
+      "expected a sequence this drafter created with seq_create, found " + std::to_string(seq) +
+          (live ? " (the target's sequence is committed and rolled back by the engine)"
+                : " (released already, or never issued)"));
 }
 
 void check_status(KvStatus status, const char* function) {
@@ -183,6 +188,16 @@ std::vector<int64_t> check_forward(HostServices& host, KvCacheManager& kv, const
     bad("forward", "start",
         "expected start >= " + std::to_string(length) + " (the committed length) on a sequence this drafter does "
         "not own, found " + std::to_string(a.start) + ": the accepted prefix holds the target's K/V");
+  // On a sequence of its own the positions before start must hold K/V: attention reads them (a
+  // start past them was accepted, and the pass read slots never written).
+  if (const auto own = host.own().find(a.seq); own != host.own().end()) {
+    const int64_t written = std::max(own->second, length);
+    if (a.start > written)
+      bad("forward", "start",
+          "expected start <= " + std::to_string(written) + " (positions [0, " + std::to_string(written) +
+              ") of this sequence hold K/V), found " + std::to_string(a.start) +
+              ": the positions between would be read unwritten");
+  }
   if (a.start + n > capacity)
     bad("forward", "start",
         "positions [" + std::to_string(a.start) + ", " + std::to_string(a.start + n) + ") are not all reserved: "
@@ -230,6 +245,8 @@ int host_forward(SpeclabHost* h, const SpeclabForward* args, char* error, size_t
         model.forward(at::tensor(ids, at::kLong), at::tensor(pos, at::kLong), kv.view_at(a.seq, a.start, a.n), fo)
             .contiguous();  // [n_logits, vocab]
     SPECLAB_CHECK(logits.size(0) == a.n_logits && logits.size(1) == c.vocab_size, "forward: logits shape");
+    if (const auto own = host.own().find(a.seq); own != host.own().end())
+      own->second = std::max(own->second, a.start + a.n);
     if (a.logits != nullptr) std::memcpy(a.logits, logits.data_ptr<float>(), sizeof(float) * logits.numel());
     for (size_t i = 0; i < hidden.size(); ++i) {
       const at::Tensor hs = hidden[i].contiguous();  // [n, hidden]
@@ -251,6 +268,16 @@ int host_kv_reserve(SpeclabHost* h, int64_t seq, int64_t n, char* error, size_t 
   return kv_call(h, "kv_reserve", error, error_len, [&](HostServices& host, KvCacheManager& kv) {
     check_seq(host, kv, seq, "kv_reserve");
     if (n < 0) bad("kv_reserve", "n", "expected a count >= 0, found " + std::to_string(n));
+    // Positions the target has no RoPE row for: forward() refuses them later, so the blocks would
+    // be held for nothing.
+    if (host.env().target != nullptr) {
+      const int64_t max_pos = host.env().target->config().max_position_embeddings, length = kv.length(seq);
+      if (length + n > max_pos)
+        bad("kv_reserve", "n",
+            "expected at most " + std::to_string(max_pos - length) + " positions (the target's " +
+                std::to_string(max_pos) + " less the sequence's length " + std::to_string(length) + "), found " +
+                std::to_string(n));
+    }
     kv.reserve(seq, n);
   });
 }
@@ -258,6 +285,17 @@ int host_kv_reserve(SpeclabHost* h, int64_t seq, int64_t n, char* error, size_t 
 int host_kv_commit(SpeclabHost* h, int64_t seq, int64_t n, char* error, size_t error_len) {
   return kv_call(h, "kv_commit", error, error_len, [&](HostServices& host, KvCacheManager& kv) {
     check_own(host, seq, "kv_commit");
+    // Named with the lengths (it read "seq: the KV manager answered out of range").
+    const int64_t length = kv.length(seq), capacity = kv.blocks().capacity(seq);
+    const int64_t written = std::max(host.own()[seq], length);
+    if (n < 0 || length + n > capacity)
+      bad("kv_commit", "n",
+          "expected 0 <= n <= " + std::to_string(capacity - length) + " (the reserved positions past the length " +
+              std::to_string(length) + "; kv_reserve first), found " + std::to_string(n));
+    if (length + n > written)
+      bad("kv_commit", "n",
+          "expected positions that a forward wrote: [" + std::to_string(length) + ", " + std::to_string(written) +
+              "), found n = " + std::to_string(n) + " reaching " + std::to_string(length + n));
     check_status(kv.commit(seq, n), "kv_commit");
   });
 }
@@ -265,7 +303,12 @@ int host_kv_commit(SpeclabHost* h, int64_t seq, int64_t n, char* error, size_t e
 int host_kv_truncate(SpeclabHost* h, int64_t seq, int64_t new_len, char* error, size_t error_len) {
   return kv_call(h, "kv_truncate", error, error_len, [&](HostServices& host, KvCacheManager& kv) {
     check_own(host, seq, "kv_truncate");
+    const int64_t length = kv.length(seq);
+    if (new_len < 0 || new_len > length)
+      bad("kv_truncate", "new_len",
+          "expected 0 <= new_len <= the length " + std::to_string(length) + ", found " + std::to_string(new_len));
     check_status(kv.truncate(seq, new_len), "kv_truncate");
+    host.own()[seq] = std::min(host.own()[seq], new_len);
   });
 }
 
@@ -275,7 +318,7 @@ int host_seq_create(SpeclabHost* h, int64_t* seq, char* error, size_t error_len)
     if (host.env().target_pool < 0)
       throw Error(ErrorKind::kConfig, "this host has no target pool (the drafter was built without one)", "seq_create");
     const SeqId id = kv.create(host.env().target_pool);
-    host.own().insert(id);
+    host.own()[id] = 0;
     *seq = id;
   });
 }
@@ -349,9 +392,9 @@ HostServices::HostServices(const DrafterEnv& env) : env_(env) {
 
 HostServices::~HostServices() {
   if (env_.kv == nullptr) return;
-  for (SeqId seq : own_) {
+  for (const auto& entry : own_) {
     try {
-      (void)env_.kv->release(seq);
+      (void)env_.kv->release(entry.first);
     } catch (...) {  // a destructor must not throw; the sequence may be gone with its manager's state
     }
   }

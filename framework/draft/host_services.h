@@ -13,6 +13,7 @@
 // its own (any operation), and the ones still live are released when the HostServices goes.
 #pragma once
 
+#include <map>
 #include <set>
 
 #include "framework/core/types.h"
@@ -35,11 +36,14 @@ class HostServices {
 
   // For the table's functions (host_services.cpp); `seq` in the target's pool is checked by them.
   const DrafterEnv& env() const { return env_; }
-  std::set<SeqId>& own() { return own_; }
+  // The sequences this drafter created with seq_create and has not released, each with the end of
+  // the positions its forward calls wrote ([0, written) hold K/V): a forward may not start past
+  // it, nor a commit cover positions beyond it.
+  std::map<SeqId, int64_t>& own() { return own_; }
 
  private:
   DrafterEnv env_;
-  std::set<SeqId> own_;  // sequences created through seq_create and not yet released
+  std::map<SeqId, int64_t> own_;  // sequence -> end of its written positions
   SpeclabHostApi api_{};
 };
 

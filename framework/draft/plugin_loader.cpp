@@ -129,8 +129,19 @@ class PluginDrafter final : public Drafter {
 
   // A plugin that reads the target's hidden states (an out-of-tree Medusa or EAGLE) gets them as
   // a built-in does.
+  // Any order, repeats allowed: the engine returns hidden[i] for entry i. A layer the target lacks
+  // is refused naming this file (the engine's own check named the drafter only).
   std::vector<int64_t> target_hidden_layers() const override {
-    return guarded("target_hidden_layers", [&] { return inner_->target_hidden_layers(); });
+    std::vector<int64_t> layers = guarded("target_hidden_layers", [&] { return inner_->target_hidden_layers(); });
+    if (const int64_t n = host_->api()->model.n_layers; n > 0) {  // 0: a host without a target
+      for (const int64_t l : layers)
+        if (l < 0 || l >= n)
+          throw Error(ErrorKind::kBadInput,
+                      plugin_name_ + ".target_hidden_layers() returned layer " + std::to_string(l) +
+                          ": expected layers of the target in 0.." + std::to_string(n - 1),
+                      path_, "target_hidden_layers");
+    }
+    return layers;
   }
 
   void observe_target_hidden(SeqId seq, const std::vector<const float*>& hidden, int64_t n, int64_t d,
@@ -149,7 +160,10 @@ class PluginDrafter final : public Drafter {
     } catch (const Error&) {
       throw;
     } catch (const std::bad_alloc&) {
-      throw;
+      // Named (it printed "error: out of memory" alone). The memory the failed request wanted is
+      // free again; a few bytes for the message are not what ran out.
+      throw Error(ErrorKind::kResource, plugin_name_ + "." + method + "() ran out of memory (std::bad_alloc)", path_,
+                  method);
     } catch (const std::exception& e) {
       throw Error(ErrorKind::kBadInput, plugin_name_ + "." + method + "() threw: " + e.what(), path_, method);
     } catch (...) {

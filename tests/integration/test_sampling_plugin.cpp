@@ -219,7 +219,17 @@ TEST_CASE("the host table answers misuse with codes and keeps out of the target'
   CHECK(api.kv_commit(api.host, t.seq.id(), 1, tiny, sizeof tiny) == SPECLAB_E_BAD_INPUT);
   CHECK(std::strlen(tiny) == sizeof tiny - 1);
   CHECK(api.kv_reserve(nullptr, t.seq.id(), 1, t.error, sizeof t.error) == SPECLAB_E_BAD_INPUT);
-  CHECK(api.kv_reserve(api.host, t.seq.id(), int64_t{1} << 40, t.error, sizeof t.error) == SPECLAB_E_RESOURCE);
+  // Past the target's positions: refused before any block is taken (it reserved them, and forward
+  // refused the positions later). Past the KV budget (a host without a target has no position
+  // limit to check first): a resource error.
+  CHECK(api.kv_reserve(api.host, t.seq.id(), int64_t{1} << 40, t.error, sizeof t.error) == SPECLAB_E_BAD_INPUT);
+  CHECK_THAT(std::string(t.error), Catch::Contains("kv_reserve: n: expected at most") &&
+                                       Catch::Contains("less the sequence's length"));
+  {
+    HostServices no_target(DrafterEnv{nullptr, &t.kv, t.pool, t.vocab()});
+    const SpeclabHostApi& nt = *no_target.api();
+    CHECK(nt.kv_reserve(nt.host, t.seq.id(), int64_t{1} << 40, t.error, sizeof t.error) == SPECLAB_E_RESOURCE);
+  }
 
   // The drafter's own sequences: everything is allowed, and what it leaves is released with it.
   int64_t own = -1, leaked = -1, length = -1;
@@ -243,8 +253,28 @@ TEST_CASE("the host table answers misuse with codes and keeps out of the target'
   REQUIRE(api.kv_truncate(api.host, own, 1, t.error, sizeof t.error) == SPECLAB_OK);
   REQUIRE(api.kv_length(api.host, own, &length, t.error, sizeof t.error) == SPECLAB_OK);
   CHECK(length == 1);
+  // Misuse of its own sequence, each named with the argument and the lengths (they read "seq: the
+  // KV manager answered out of range", or let a pass read positions never written).
+  CHECK(api.kv_truncate(api.host, own, 5, t.error, sizeof t.error) == SPECLAB_E_BAD_INPUT);
+  CHECK_THAT(std::string(t.error), Catch::Contains("kv_truncate: new_len: expected 0 <= new_len <= the length 1, "
+                                                   "found 5"));
+  CHECK(api.kv_commit(api.host, own, 1, t.error, sizeof t.error) == SPECLAB_E_BAD_INPUT);  // truncated away
+  CHECK_THAT(std::string(t.error), Catch::Contains("kv_commit: n: expected positions that a forward wrote"));
+  CHECK(api.kv_commit(api.host, own, 1000, t.error, sizeof t.error) == SPECLAB_E_BAD_INPUT);
+  CHECK_THAT(std::string(t.error), Catch::Contains("kv_reserve first"));
+  f.start = 2;  // position 1 was discarded by the truncate
+  CHECK(forward(f) == SPECLAB_E_BAD_INPUT);
+  CHECK_THAT(std::string(t.error), Catch::Contains("forward: start: expected start <= 1") &&
+                                       Catch::Contains("read unwritten"));
+  f.start = 1;  // the control: right after the written positions
+  CHECK(forward(f) == SPECLAB_OK);
+  f.start = 2;  // and on after it, before any commit (a drafter writing ahead)
+  CHECK(forward(f) == SPECLAB_OK);
+  CHECK(api.kv_commit(api.host, own, 2, t.error, sizeof t.error) == SPECLAB_OK);
   REQUIRE(api.seq_release(api.host, own, t.error, sizeof t.error) == SPECLAB_OK);
   CHECK_FALSE(t.kv.blocks().contains(own));
+  CHECK(api.seq_release(api.host, own, t.error, sizeof t.error) == SPECLAB_E_BAD_INPUT);  // again
+  CHECK_THAT(std::string(t.error), Catch::Contains("(released already, or never issued)"));
   {
     HostServices other(DrafterEnv{t.s.model.get(), &t.kv, t.pool, t.vocab()});
     REQUIRE(other.api()->seq_create(other.api()->host, &leaked, t.error, sizeof t.error) == SPECLAB_OK);

@@ -576,8 +576,15 @@ TEST_CASE("a plugin's create and destroy and the target layers it asks for are c
   const speclab::testing::RunResult hidden = gen("hidden_big");
   INFO(speclab::testing::describe(hidden));
   CHECK(hidden.exit_code == 2);
-  CHECK_THAT(hidden.err, Catch::Contains("drafter fixture: target_hidden_layers: expected hidden layers of the target "
-                                         "in 0..4, found 9999"));
+  // Out of memory in a plugin names it (it printed "error: out of memory" alone).
+  const speclab::testing::RunResult oom = gen("bad_alloc");
+  INFO(speclab::testing::describe(oom));
+  CHECK(oom.exit_code == 2);
+  CHECK_THAT(oom.err, Catch::Contains("error: " + fixtures().fixture + ": propose: fixture.propose() ran out of "
+                                      "memory (std::bad_alloc)"));
+  // Named by the plugin's file, as every refusal of what a plugin returns (it named the drafter).
+  CHECK_THAT(hidden.err, Catch::Contains(fixtures().fixture + ": target_hidden_layers: fixture.target_hidden_layers() "
+                                         "returned layer 9999: expected layers of the target in 0..4"));
   // A crash in create printed nothing.
   const speclab::testing::RunResult crash = gen("create_abort");
   INFO(speclab::testing::describe(crash));
