@@ -680,7 +680,10 @@ void logits_to_probs(const float* logits, int64_t vocab, const SamplingOptions& 
   if (max_v == -kInf)
     throw Error(ErrorKind::kBadInput, "expected at least one finite logit, found all -inf",
                 kSection, "logits");
-  if (opts.greedy()) {
+  // top_k = 1 keeps the first maximum alone, as greedy decoding does: with HF's ties kept, two
+  // equal top logits were sampled between, while runs counted it deterministic (speculative
+  // output compared with AR's token for token, greedy repeats no new trials).
+  if (opts.greedy() || opts.top_k == 1) {
     probs.assign(static_cast<size_t>(vocab), 0.0f);
     int64_t max_i = 0;
     while (logits[max_i] != max_v) ++max_i;  // the first maximum

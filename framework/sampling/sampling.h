@@ -28,7 +28,7 @@ namespace speclab {
 // One section of the YAML config ("sampling"); validate() names the key at fault.
 struct SamplingOptions {
   double temperature = 0.0;  // 0 = greedy (argmax); otherwise > 0 and finite
-  int64_t top_k = 0;         // 0 = off; otherwise keep the top_k largest logits (ties kept)
+  int64_t top_k = 0;         // 0 = off; otherwise keep the top_k largest logits (ties kept; 1: the first maximum)
   double top_p = 1.0;        // 1 = off; otherwise in (0, 1): nucleus sampling
   uint64_t seed = 0;         // seed of the Rng that the engine creates for a run
 
@@ -50,7 +50,8 @@ constexpr double kTopPTolerance = 1e-6;
 
 // logits: [vocab] -> probs: [vocab] (resized to vocab; its old contents are ignored).
 //
-// Greedy (temperature 0): one-hot at argmax(logits); top_k and top_p are irrelevant.
+// Greedy (temperature 0) and top_k = 1: one-hot at argmax(logits), the first maximum (top_k = 1
+// keeps no tie, unlike larger k, so that it is deterministic()); the rest is irrelevant.
 // Otherwise, in this order:
 //   1. temperature: z = logits / temperature;
 //   2. top-k (top_k > 0 and < vocab): keep the tokens whose logit is >= the k-th largest
