@@ -35,6 +35,7 @@ int cmd_train_draft(const std::vector<std::string>& args) {
     throw Error(ErrorKind::kConfig, "expected a number of steps >= 0 (0 = train to the end), found " +
                                         std::to_string(stop_after), "command line", "--stop-after");
   const TrainDraftConfig c = load_train_config(config, sets);
+  for (const std::string& w : train_config_warnings(c)) std::cerr << "warning: " << w << "\n";
   if (resume && overwrite)
     throw Error(ErrorKind::kConfig, "expected --resume or --overwrite, found both (one continues the checkpoint, the "
                                     "other discards it)", "command line", "--overwrite");

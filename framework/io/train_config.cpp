@@ -309,6 +309,17 @@ TrainDraftConfig load_train_config(const std::string& path, const std::vector<st
   return cfg;
 }
 
+std::vector<std::string> train_config_warnings(const TrainDraftConfig& c) {
+  std::vector<std::string> out;
+  if (c.architecture != "retrieval" && c.train.warmup > 0 && c.train.warmup >= c.train.steps)
+    out.push_back("train.warmup (" + std::to_string(c.train.warmup) + ") is not below train.steps (" +
+                  std::to_string(c.train.steps) + "): the learning rate rises for the whole run and peaks at " +
+                  config::to_text(c.train.lr * static_cast<double>(c.train.steps) /
+                                  static_cast<double>(c.train.warmup)) +
+                  ", not train.lr, with no cosine decay");
+  return out;
+}
+
 Error located_train_config_error(const Error& e, const std::string& path, const std::vector<std::string>& overrides) {
   if (e.kind() != ErrorKind::kConfig || e.file() != path || e.field().empty()) return e;
   try {

@@ -125,6 +125,11 @@ std::string draft_file_stem(const std::string& target_source);
 // Loads and validates a train-draft config; Error(kConfig) naming file:line and the key.
 TrainDraftConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
+// What a valid config does that its writer may not mean, one line each ("train.warmup (100) is not
+// below train.steps (50): ..."), for train-draft to print as warnings. Refusing them would break
+// `--set train.steps=N` with a small N beside the default warmup.
+std::vector<std::string> train_config_warnings(const TrainDraftConfig& c);
+
 // `e` located where its field is written when it names the config file `path` without a line (an
 // error found once the target and the data are loaded, e.g. data.max_prompt_tokens leaving no
 // prompt): "<file>:<line>:<col>" of the key, or the `--set` that wrote it (it named the file for

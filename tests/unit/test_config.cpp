@@ -132,6 +132,13 @@ TEST_CASE("a training config: unknown keys and bad values name the file, line an
   CHECK(distilled.architecture == "draft_model");
   CHECK(distilled.head.draft_layers == std::vector<int64_t>{0, 1});  // a range, as in --layers
   CHECK(load(base + "architecture: medusa\n").architecture == "medusa");
+  // A warmup as long as the run is taken, with a warning (train-draft prints it).
+  CHECK(train_config_warnings(load(base)).empty());
+  const std::vector<std::string> warm = train_config_warnings(load(base + "train: {steps: 20, warmup: 50, lr: 1e-3}\n"));
+  REQUIRE(warm.size() == 1);
+  CHECK_THAT(warm[0], Catch::Contains("train.warmup (50) is not below train.steps (20)") &&
+                          Catch::Contains("peaks at 0.0004, not train.lr"));
+  CHECK(train_config_warnings(load(base + "train: {steps: 20, warmup: 0}\n")).empty());
   CHECK(load(base + "architecture: retrieval\n").architecture == "retrieval");
   // A retrieval datastore keeps token ids exact: float32 only.
   CHECK_THROWS_WITH(load(base + "architecture: retrieval\noutput: {dtype: float16}\n"),
