@@ -215,6 +215,15 @@ DrafterOptions DrafterArgs::options() const {
     o.params[key] = kv.substr(eq + 1);
   }
   named_by_flags([&] { o.validate(); });
+  // A threshold from a draft position no step reaches never applies (as a config's entry).
+  const int64_t reach = o.schedule == "constant" ? o.num_speculative_tokens : o.max_speculative_tokens;
+  if (o.plugin.empty() && o.confidence_threshold > 0.0 && o.confidence_from_token > reach)
+    throw Error(ErrorKind::kConfig,
+                "expected a draft position a step reaches, at most " +
+                    std::string(o.schedule == "constant" ? "--gamma" : "the schedule's largest draft") + " (" +
+                    std::to_string(reach) + "), found " + std::to_string(o.confidence_from_token) +
+                    ": the confidence threshold would never apply",
+                "command line", "--confidence-from-token");
   return o;
 }
 

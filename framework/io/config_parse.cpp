@@ -366,6 +366,53 @@ void refuse_unread_drafter_keys(const YAML::Node& root, const YamlOrigin& origin
   }
 }
 
+// A confidence_from_token beyond every draft position an entry reaches at any point never applies
+// its threshold (it was accepted, inert). The positions an entry reaches: its gamma (under a
+// constant schedule) or max_speculative_tokens (heuristic, cost), at every swept value of them;
+// for `speclab check`, each of equivalence.gammas. A swept confidence_from_token is left to the
+// points.
+void refuse_inert_confidence_from_token(const YAML::Node& root, const YamlOrigin& origin, const ExperimentConfig& cfg) {
+  const auto axis = [&](const std::string& key) -> const SweepAxis* {
+    for (const SweepAxis& a : cfg.sweep)
+      if (a.key == "drafter." + key) return &a;
+    return nullptr;
+  };
+  if (axis("confidence_from_token") || axis("confidence_threshold") || axis("schedule")) return;
+  const auto most = [&](const std::string& key, int64_t own) {
+    const SweepAxis* a = axis(key);
+    if (!a) return own;
+    int64_t m = 0;
+    for (const std::string& v : a->values) {
+      int64_t x = 0;
+      if (yaml_util::parse_int64(v, x)) m = std::max(m, x);
+    }
+    return m;
+  };
+  for (size_t i = 0; i < cfg.drafters.size(); ++i) {
+    const DrafterOptions& o = cfg.drafters[i].options;
+    if (o.confidence_threshold <= 0.0 || o.confidence_from_token <= 1 || !o.plugin.empty()) continue;
+    int64_t reach = 0;
+    std::string what;
+    if (cfg.use == ConfigUse::kCheck && cfg.equivalence) {
+      for (int g : cfg.equivalence->gammas) reach = std::max<int64_t>(reach, g);
+      what = "the largest of equivalence.gammas";
+    } else if (o.schedule == "constant") {
+      reach = most("num_speculative_tokens", o.num_speculative_tokens);
+      what = axis("num_speculative_tokens") ? "the largest swept gamma" : "its gamma";
+    } else {
+      reach = most("max_speculative_tokens", o.max_speculative_tokens);
+      what = "its max_speculative_tokens (schedule " + o.schedule + ")";
+    }
+    if (o.confidence_from_token <= reach) continue;
+    const YamlValue at = locate(root, origin, "drafters[" + std::to_string(i) + "].confidence_from_token");
+    throw Error(ErrorKind::kConfig,
+                "expected a draft position the entry reaches, at most " + what + " (" + std::to_string(reach) +
+                    "), found " + std::to_string(o.confidence_from_token) +
+                    ": the confidence threshold would never apply",
+                at.where(), at.path);
+  }
+}
+
 // A top-k or top-p cut where every point decodes greedily (temperature 0, not swept) is never
 // applied, and a sweep of it gives identical points: refused, as generate refuses --top-k and
 // --top-p under greedy decoding (it was accepted silently). Where the temperature is swept, the
@@ -490,6 +537,7 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
   if (!cfg.sweep.empty()) check_sweep(root, origin, ctx, cfg);
   refuse_cuts_under_greedy(root, origin, cfg);
   refuse_unread_drafter_keys(root, origin, ctx, cfg);
+  refuse_inert_confidence_from_token(root, origin, cfg);
   return cfg;
 }
 

@@ -1175,3 +1175,22 @@ TEST_CASE("a sweep of list values: only a layer list is pointed at its string fo
   CHECK_THAT(config_error(kBase + "drafters: [{name: layer_skip}]\nsweep:\n  drafter.draft_layers: [[0, 1]]\n"),
              Catch::Contains("a layer list sweeps its string form"));
 }
+
+TEST_CASE("a confidence_from_token past every draft position the entry reaches is refused", "[config]") {
+  // It was accepted and never applied its threshold (the threshold gates draft positions from
+  // confidence_from_token on, and a step of gamma 2 has no third).
+  const std::string entry = "drafters:\n  - {name: layer_skip, draft_layers: [0], num_speculative_tokens: 2, "
+                            "confidence_threshold: 0.5, confidence_from_token: 3}\n";
+  CHECK_THAT(config_error(kBase + entry), Catch::Contains("bad.yaml:6:") &&
+                                              Catch::Contains("drafters[0].confidence_from_token") &&
+                                              Catch::Contains("at most its gamma (2), found 3"));
+  // Reached at some point of a gamma sweep, or under a schedule up to max_speculative_tokens: taken.
+  const std::string swept = "drafters:\n  - {name: layer_skip, draft_layers: [0], confidence_threshold: 0.5, "
+                            "confidence_from_token: 3}\nsweep:\n  drafter.num_speculative_tokens: ";
+  CHECK_NOTHROW(parse_experiment_config(kBase + swept + "[2, 4]\n", "ok.yaml"));
+  CHECK_THAT(config_error(kBase + swept + "[1, 2]\n"), Catch::Contains("at most the largest swept gamma (2), found 3"));
+  CHECK_NOTHROW(parse_experiment_config(kBase + entry, "ok.yaml", {"drafters.0.schedule=heuristic"}));
+  CHECK_NOTHROW(parse_experiment_config(kBase + entry, "ok.yaml", {"drafters.0.confidence_from_token=2"}));
+  CHECK_THAT(config_error(kBase + entry, {"drafters.0.schedule=heuristic", "drafters.0.max_speculative_tokens=2"}),
+             Catch::Contains("at most its max_speculative_tokens (schedule heuristic) (2), found 3"));
+}
