@@ -94,13 +94,14 @@ void check_budget_holds_ar_runs(const SessionParts& parts, const std::vector<Tok
   // more than context_len - 1 positions (max_new_tokens clipped first: it has no upper bound).
   const int64_t ctx = context_len > 0 ? context_len : int64_t(1) << 40;  // 0: the model names none
   const int64_t positions = std::min(longest + std::min(max_new_tokens, ctx) - 1, ctx - 1);
+  const bool capped = longest + std::min(max_new_tokens, ctx) - 1 > ctx - 1;  // it read "512 - 1 = 57"
   const int64_t blocks = (positions + pool.block_size() - 1) / pool.block_size();
   if (blocks > kt.kv->bytes_budget() / pool.bytes_per_block())
     throw Error(ErrorKind::kConfig,
                 "expected a budget that holds the longest prompt's AR run to generation.max_new_tokens (" +
                     std::to_string(longest) + " prompt tokens + " + std::to_string(max_new_tokens) +
-                    " new - 1, at most the context's " + std::to_string(ctx) + " - 1 = " +
-                    std::to_string(positions) + " positions: " + std::to_string(blocks) + " blocks of " +
+                    " new - 1" + (capped ? ", capped at the context's " + std::to_string(ctx) + " - 1," : "") +
+                    " = " + std::to_string(positions) + " positions: " + std::to_string(blocks) + " blocks of " +
                     std::to_string(pool.bytes_per_block()) + " bytes), found " + std::to_string(kt.kv->bytes_budget()) +
                     " bytes (EOS could stop it sooner; the budget must not rely on it)" + note,
                 source_path, "kv.budget_bytes");

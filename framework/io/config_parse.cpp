@@ -480,6 +480,27 @@ WrittenKey written_key(const std::string& path, const std::vector<std::string>& 
 
 Error located_config_error(const Error& e, const std::string& path, const std::vector<std::string>& overrides) {
   if (e.file() != path || e.field().empty()) return e;
+  // A key the sweep sets got its value from the sweep's list, at every point: that list is where
+  // the value is written (a bad kv.budget_bytes of a sweep named the file alone, and a bad
+  // models.target.path of a sweep the base entry's line).
+  try {
+    using namespace config;
+    YamlOrigin origin(path);
+    YAML::Node root = parse_config_root(load_yaml_text(path), path, origin, "models, drafters, prompts, ...");
+    for (const std::string& o : overrides) apply_override(root, o, origin);
+    // drafters[i].<key> is set by a drafter.<key> sweep.
+    std::string field = e.field();
+    if (starts_with(field, "drafters[")) {
+      const size_t close = field.find("].");
+      if (close != std::string::npos) field = "drafter." + field.substr(close + 2);
+    }
+    const YAML::Node sweep = root["sweep"];
+    if (sweep.IsDefined() && sweep.IsMap())
+      for (const auto& kv : sweep)
+        if (kv.first.IsScalar() && canonical_sweep_key(kv.first.Scalar()) == field)
+          return Error(e.kind(), e.message(), origin.where(kv.second), "sweep." + kv.first.Scalar());
+  } catch (const Error&) {
+  }
   const WrittenKey at = written_key(path, overrides, e.field());
   return at.where.empty() ? e : Error(e.kind(), e.message(), at.where, at.path);
 }

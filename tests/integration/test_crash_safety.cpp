@@ -231,6 +231,13 @@ TEST_CASE("KV budget: too small for a prompt's AR run refused before any run, ex
   CHECK(e0.rfind("error: " + cfg + ":", 0) == 0);
   CHECK(e0.find("kv.budget_bytes: expected a budget that holds the longest prompt's AR run") != std::string::npos);
   CHECK(e0.find("found 81920 bytes") != std::string::npos);
+  // The arithmetic reads as arithmetic (it read "at most the context's 512 - 1 = 108 positions").
+  CHECK(e0.find("(101 prompt tokens + 8 new - 1 = 108 positions: 7 blocks of 20480 bytes)") != std::string::npos);
+  CHECK(!fs::exists(h5));
+  write_cfg("name: prompt_lookup", 81920, 100000);
+  const RunResult capped = run_cli({"run", cfg, "--output", h5, "--no-report"});
+  CHECK(error_line(capped).find("(101 prompt tokens + 100000 new - 1, capped at the context's 512 - 1, = 511 "
+                                "positions: 32 blocks of 20480 bytes)") != std::string::npos);
   CHECK(!fs::exists(h5));
   // Runs stop at the context (512 positions): a budget that holds it takes any max_new_tokens.
   write_cfg("name: prompt_lookup", 32 * 20480, 100000);
