@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -1098,6 +1099,25 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
           std::to_string(log.step.size()) + " rows");
     if (!std::isfinite(prior_seconds) || prior_seconds < 0)
       bad("expected 'log.wall_seconds' >= 0, found " + std::to_string(prior_seconds));
+    // The log's columns, which read_tensors lets hold NaN (a "no value" mark): a NaN or an
+    // infinity where every row has a value, or an impossible agreement, was resumed and copied
+    // into the new training log (found by a probe, 2026-12-06).
+    const auto check_column = [&](const std::vector<double>& v, const std::string& name, bool nan_ok, double lo,
+                                  double hi) {
+      for (size_t i = 0; i < v.size(); ++i)
+        if (!(nan_ok && std::isnan(v[i])) && !(v[i] >= lo && v[i] <= hi))
+          bad("expected 'log." + name + "' row " + std::to_string(i) + " in [" + config::to_text(lo) + ", " +
+              config::to_text(hi) + "]" + (nan_ok ? " or NaN" : "") + ", found " + config::to_text(v[i]));
+    };
+    check_column(log.loss, "loss", false, 0.0, std::numeric_limits<double>::max());
+    check_column(log.feature_loss, "feature_loss", true, 0.0, std::numeric_limits<double>::max());
+    check_column(log.token_loss, "token_loss", true, 0.0, std::numeric_limits<double>::max());
+    check_column(log.lr, "lr", false, 0.0, 1.0);
+    check_column(log.eval_step, "eval_step", false, 1.0, static_cast<double>(done));
+    check_column(log.agreement, "agreement", true, 0.0, 1.0);
+    if (log.agreement.size() != log.eval_step.size())
+      bad("expected one 'log.agreement' row per 'log.eval_step' row, found " + std::to_string(log.agreement.size()) +
+          " and " + std::to_string(log.eval_step.size()));
   }
   log.config_yaml = c.resolved_yaml;
   log.target_weights_hash = hash;

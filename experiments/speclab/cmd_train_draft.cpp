@@ -28,7 +28,7 @@ int cmd_train_draft(const std::vector<std::string>& args) {
       ("stop-after", po::value(&stop_after)->default_value(0), "checkpoint and stop after N steps (continue with --resume)")
       ("quiet,q", po::bool_switch(&quiet), "no progress line");
   po::variables_map vm;
-  if (!parse_or_help("usage: speclab train-draft config.yaml [--resume | --overwrite] [--set key=value]", desc, args, vm, "config"))
+  if (!parse_or_help("usage: speclab train-draft config.yaml [--resume | --overwrite] [--stop-after N] [--set key=value ...]", desc, args, vm, "config"))
     return kExitOk;
   set_threads(threads);
   if (stop_after < 0)
@@ -53,12 +53,33 @@ int cmd_train_draft(const std::vector<std::string>& args) {
   if (c.architecture != "retrieval")
     outputs.insert(outputs.end(), {{c.output.checkpoint, "output.checkpoint"}, {c.output.log, "output.log"}});
   std::error_code ec;
+  // --overwrite moves them aside (<path>.overwritten) and removes them only once this run has
+  // written an output of its own; a run refused before that (the target's load, train.init, the
+  // evaluation-set check, the data stage) puts them back. They were removed before checks that
+  // can still refuse the run, leaving the user with nothing (found by a probe, 2026-12-06).
+  std::vector<std::pair<std::string, std::string>> aside;  // (path, where it was moved)
+  const auto settle = [&aside, &outputs] {
+    std::error_code e;
+    bool wrote = false;
+    for (const auto& [path, key] : outputs) wrote = wrote || (!path.empty() && std::filesystem::exists(path, e));
+    for (const auto& [path, moved] : aside) {
+      if (wrote)
+        std::filesystem::remove(moved, e);
+      else
+        std::filesystem::rename(moved, path, e);
+    }
+    aside.clear();
+  };
   for (const auto& [path, key] : outputs) {
     if (path.empty() || !std::filesystem::is_regular_file(path, ec)) continue;  // a directory: check_train_outputs
     if (overwrite) {
-      std::filesystem::remove(path, ec);
-      if (ec)
-        throw Error(ErrorKind::kIo, "--overwrite: cannot remove the existing file: " + ec.message(), path, key);
+      const std::string moved = path + ".overwritten";
+      std::filesystem::rename(path, moved, ec);
+      if (ec) {
+        settle();
+        throw Error(ErrorKind::kIo, "--overwrite: cannot move the existing file aside: " + ec.message(), path, key);
+      }
+      aside.push_back({path, moved});
     } else if (!resume && key != "output.log") {
       throw Error(ErrorKind::kConfig,
                   "expected no file at the " + std::string(key == "output.path" ? "draft's" : "checkpoint's") +
@@ -97,11 +118,14 @@ int cmd_train_draft(const std::vector<std::string>& args) {
     r = train_draft(c, resume, progress, stop_after);
   } catch (const Error& e) {
     if (line_open) std::cerr << "\n";
+    settle();
     throw located_train_config_error(e, config, sets);
   } catch (...) {
     if (line_open) std::cerr << "\n";
+    settle();
     throw;
   }
+  settle();
   if (line_open) std::cerr << "\n";
   std::printf("%s\n", r.evaluation_check.c_str());
   if (r.stopped) {

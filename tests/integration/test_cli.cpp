@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <string>
@@ -327,4 +328,27 @@ TEST_CASE("speclab bench with the peer make peer installed: llama.cpp's version,
       compared.push_back(f.at("figure").get<std::string>());
   CHECK(compared == std::vector<std::string>{"decode tok/s, context 16", "decode tok/s, context 32",
                                              "prefill tok/s, 8 tokens", "decode at context 32 / at 16"});
+}
+
+TEST_CASE("train-draft --overwrite keeps the old draft when the run is refused before it writes", "[cli][train]") {
+  // It removed the draft, its log and its checkpoint first, and a refusal after the target loaded
+  // (here: data.max_prompt_tokens leaving no prompt) left the user with nothing.
+  TempDir t;
+  const std::map<std::string, std::string> old = {
+      {"d.safetensors", "old draft"}, {"d.ckpt.safetensors", "old checkpoint"}, {"d.h5", "old log"}};
+  for (const auto& [name, text] : old) std::ofstream(t.at(name), std::ios::binary) << text;
+  const RunResult r = run_cli({"train-draft", kSource + "/tests/bad_inputs/files/train_config.yaml", "--set",
+                               "data.prompts.inline=[Once upon a time, The cat sat]", "--set",
+                               "data.max_prompt_tokens=1", "--set", "data.cache_dir=" + t.at("cache"), "--set",
+                               "output.path=" + t.at("d.safetensors"), "--overwrite", "--threads", "1", "--quiet"});
+  INFO(describe(r));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("data.max_prompt_tokens"));
+  for (const auto& [name, text] : old) {
+    INFO(name);
+    std::ifstream in(t.at(name), std::ios::binary);
+    const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(kept == text);
+    CHECK_FALSE(fs::exists(t.at(name) + ".overwritten"));
+  }
 }

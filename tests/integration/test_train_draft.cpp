@@ -381,6 +381,11 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
         std::make_tuple(std::string("step"), -3.0f, std::string("expected a whole number of steps >= 0")),
         std::make_tuple(std::string("step"), 2.5f, std::string("expected a whole number of steps >= 0")),
         std::make_tuple(std::string("log.wall_seconds"), NAN, std::string("expected 'log.wall_seconds' >= 0")),
+        // The log's columns (a NaN or an infinity in them was resumed and copied into the new log).
+        std::make_tuple(std::string("log.loss"), NAN, std::string("expected 'log.loss' row 0 in [0, ")),
+        std::make_tuple(std::string("log.lr"), INFINITY, std::string("expected 'log.lr' row 0 in [0, 1], found inf")),
+        std::make_tuple(std::string("log.agreement"), 7.0f,
+                        std::string("expected 'log.agreement' row 0 in [0, 1] or NaN, found 7")),
         std::make_tuple(std::string(""), -1.0f, std::string("holds a negative or non-finite value"))}) {
     INFO(tensor << " = " << value);
     train_draft(a, false, {}, 90);
