@@ -216,7 +216,7 @@ DrafterOptions DrafterArgs::options() const {
   }
   named_by_flags([&] { o.validate(); });
   // A threshold from a draft position no step reaches never applies (as a config's entry).
-  const int64_t reach = o.schedule == "constant" ? o.num_speculative_tokens : o.max_speculative_tokens;
+  const int64_t reach = o.longest_draft();
   if (o.plugin.empty() && o.confidence_threshold > 0.0 && o.confidence_from_token > reach)
     throw Error(ErrorKind::kConfig,
                 "expected a draft position a step reaches, at most " +

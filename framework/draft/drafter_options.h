@@ -74,6 +74,9 @@ struct DrafterOptions {
 
   // Throws Error(kConfig, ..., "drafter", <field>) with expected vs found.
   void validate() const;
+  // The most tokens one step drafts: gamma under the constant schedule, max_speculative_tokens
+  // under heuristic and cost (a confidence_from_token beyond it never applies).
+  int longest_draft() const { return schedule == "constant" ? num_speculative_tokens : max_speculative_tokens; }
 };
 
 // The built-in drafter names, in registration order: prompt_lookup, layer_skip, draft_model, eagle,

@@ -396,12 +396,13 @@ void refuse_inert_confidence_from_token(const YAML::Node& root, const YamlOrigin
     if (cfg.use == ConfigUse::kCheck && cfg.equivalence) {
       for (int g : cfg.equivalence->gammas) reach = std::max<int64_t>(reach, g);
       what = "the largest of equivalence.gammas";
-    } else if (o.schedule == "constant") {
-      reach = most("num_speculative_tokens", o.num_speculative_tokens);
-      what = axis("num_speculative_tokens") ? "the largest swept gamma" : "its gamma";
     } else {
-      reach = most("max_speculative_tokens", o.max_speculative_tokens);
-      what = "its max_speculative_tokens (schedule " + o.schedule + ")";
+      // longest_draft()'s key, at its largest swept value.
+      const bool constant = o.schedule == "constant";
+      const std::string key = constant ? "num_speculative_tokens" : "max_speculative_tokens";
+      reach = most(key, o.longest_draft());
+      what = constant ? (axis(key) ? "the largest swept gamma" : "its gamma")
+                      : "its max_speculative_tokens (schedule " + o.schedule + ")";
     }
     if (o.confidence_from_token <= reach) continue;
     const YamlValue at = locate(root, origin, "drafters[" + std::to_string(i) + "].confidence_from_token");
@@ -459,13 +460,23 @@ void set_output_path(ExperimentConfig& c, const std::string& path) {
   if (!c.resolved_yaml.empty()) c.resolved_yaml = config::with_output_path(c.resolved_yaml, path);
 }
 
+namespace config {
+
+WrittenConfig read_written_config(const std::string& path, const std::vector<std::string>& overrides,
+                                  const std::string& sections, const Schema* schema) {
+  WrittenConfig w{YamlOrigin(path), YAML::Node()};
+  w.root = parse_config_root(load_yaml_text(path), path, w.origin, sections);
+  for (const std::string& o : overrides) apply_override(w.root, o, w.origin, schema);
+  return w;
+}
+
+}  // namespace config
+
 WrittenKey written_key(const std::string& path, const std::vector<std::string>& overrides, const std::string& field) {
   try {
     using namespace config;
-    YamlOrigin origin(path);
-    YAML::Node root = parse_config_root(load_yaml_text(path), path, origin, "models, drafters, prompts, ...");
-    for (const std::string& o : overrides) apply_override(root, o, origin);
-    const YamlValue at = locate(root, origin, field);
+    const WrittenConfig w = read_written_config(path, overrides, "models, drafters, prompts, ...");
+    const YamlValue at = locate(w.root, w.origin, field);
     // Found only when the key itself is written: locate() returns the nearest written section
     // otherwise, its key that section's and its path completed with the field's remaining keys.
     // A key written under an alias ends the path as written ("drafters[0].gamma").
@@ -485,20 +496,18 @@ Error located_config_error(const Error& e, const std::string& path, const std::v
   // models.target.path of a sweep the base entry's line).
   try {
     using namespace config;
-    YamlOrigin origin(path);
-    YAML::Node root = parse_config_root(load_yaml_text(path), path, origin, "models, drafters, prompts, ...");
-    for (const std::string& o : overrides) apply_override(root, o, origin);
+    const WrittenConfig w = read_written_config(path, overrides, "models, drafters, prompts, ...");
     // drafters[i].<key> is set by a drafter.<key> sweep.
     std::string field = e.field();
     if (starts_with(field, "drafters[")) {
       const size_t close = field.find("].");
       if (close != std::string::npos) field = "drafter." + field.substr(close + 2);
     }
-    const YAML::Node sweep = root["sweep"];
+    const YAML::Node sweep = w.root["sweep"];
     if (sweep.IsDefined() && sweep.IsMap())
       for (const auto& kv : sweep)
         if (kv.first.IsScalar() && canonical_sweep_key(kv.first.Scalar()) == field)
-          return Error(e.kind(), e.message(), origin.where(kv.second), "sweep." + kv.first.Scalar());
+          return Error(e.kind(), e.message(), w.origin.where(kv.second), "sweep." + kv.first.Scalar());
   } catch (const Error&) {
   }
   const WrittenKey at = written_key(path, overrides, e.field());

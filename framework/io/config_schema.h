@@ -55,6 +55,15 @@ std::string load_yaml_text(const std::string& path);
 // the text is not YAML or not a map ("expected a map of sections (<sections>)").
 YAML::Node parse_config_root(const std::string& yaml_text, const std::string& source_name, YamlOrigin& origin,
                              const std::string& sections);
+// config_parse.cpp: the config file `path` as its loader reads it, its text parsed and `overrides`
+// (--set) applied, to locate an error found after loading (`schema`: the file's keys, as
+// apply_override's). Throws Error as the loader does.
+struct WrittenConfig {
+  YamlOrigin origin;
+  YAML::Node root;
+};
+WrittenConfig read_written_config(const std::string& path, const std::vector<std::string>& overrides,
+                                  const std::string& sections, const Schema* schema = nullptr);
 // config_parse.cpp: which command a config file is for, and the top-level keys that only that
 // command's configs have (a run config: models, drafters, prompts, sweep, equivalence; a
 // train-draft config: target, architecture, head, train).

@@ -324,10 +324,9 @@ Error located_train_config_error(const Error& e, const std::string& path, const 
   if (e.kind() != ErrorKind::kConfig || e.file() != path || e.field().empty()) return e;
   try {
     using namespace config;
-    YamlOrigin origin(path);
-    YAML::Node root = parse_config_root(load_yaml_text(path), path, origin, "target, data, head, train, output");
-    for (const std::string& o : overrides) apply_override(root, o, origin, &train_top_table().schema());
-    const std::optional<YamlValue> at = find_written(root, origin, e.field(), &train_top_table().schema());
+    const WrittenConfig w =
+        read_written_config(path, overrides, "target, data, head, train, output", &train_top_table().schema());
+    const std::optional<YamlValue> at = find_written(w.root, w.origin, e.field(), &train_top_table().schema());
     return at ? Error(e.kind(), e.message(), at->where(), at->path) : e;
   } catch (const Error&) {
     return e;  // the file no longer parses: the error as it was
