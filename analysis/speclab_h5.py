@@ -269,6 +269,7 @@ def compute_summary(exp: Experiment) -> dict:
             "lossless"]
     pcols = ["point", "category", "method", "pos", "trials", "successes", "alpha", "alpha_lo", "alpha_hi"]
     out = {"overall": {c: [] for c in cols}, "by_category": {c: [] for c in cols}, "positions": {c: [] for c in pcols}}
+    pos_by_category: dict[str, list] = {c: [] for c in pcols}
     steps_by_run: dict[int, list[int]] = {}
     for i, rid in enumerate(steps["run_id"]):
         steps_by_run.setdefault(int(rid), []).append(i)
@@ -353,10 +354,15 @@ def compute_summary(exp: Experiment) -> dict:
                 table = out["overall"] if category is None else out["by_category"]
                 for col in cols:
                     table[col].append(row[col])
+                # the rows over all prompts first, then the by-category rows, as the file's
+                # /summary/positions (docs/hdf5-schema.md; until 2026-12-06 they interleaved here)
+                ptable = out["positions"] if category is None else pos_by_category
                 for j, (t, h) in enumerate(zip(pos_t, pos_h)):
                     w = wilson(h, t)
                     for col, v in zip(pcols, (point, category or "", method, j, t, h, w[0], w[1], w[2])):
-                        out["positions"][col].append(v)
+                        ptable[col].append(v)
+    for col in pcols:
+        out["positions"][col].extend(pos_by_category[col])
     return {name: {k: np.array(v, dtype=object if k in ("category", "method", "drafter") else None)
                    for k, v in t.items()} for name, t in out.items()}
 

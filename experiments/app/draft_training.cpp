@@ -38,6 +38,7 @@
 #include "framework/io/config_util.h"
 #include "framework/io/prompt_loader.h"
 #include "framework/io/train_log.h"
+#include "framework/io/yaml_util.h"
 #include "framework/train/distill_trainer.h"
 #include "framework/train/medusa_trainer.h"
 #include "framework/train/small_draft.h"
@@ -598,6 +599,14 @@ std::map<std::string, at::Tensor> read_draft(const std::string& path, const std:
   check_draft_metadata(meta, path, architecture, target);
   auto ids = tensors.find("vocab_ids");
   if (ids == tensors.end()) throw Error(ErrorKind::kBadInput, "the draft lacks tensor vocab_ids", path);
+  // Token ids as the writer keeps them: F32 and whole numbers (an F16 copy rounds ids above 2048
+  // to other ids, and 1.5 was truncated to token 1; the datastore's ids are checked alike).
+  const std::string ids_dtype = SafetensorsFile::open(path).info("vocab_ids").dtype;
+  if (ids_dtype != "F32")
+    throw Error(ErrorKind::kBadInput,
+                "tensor vocab_ids is " + ids_dtype + ": expected F32 (token ids are exact there)", path);
+  if (!at::equal(ids->second, ids->second.floor()))
+    throw Error(ErrorKind::kBadInput, "tensor vocab_ids holds a fraction: expected whole token ids", path);
   vocab_ids = ids->second.to(at::kLong);
   if (vocab_ids.dim() != 1 || vocab_ids.numel() < 1 || vocab_ids.min().item<int64_t>() < 0 ||
       vocab_ids.max().item<int64_t>() >= config.vocab_size)
@@ -1201,7 +1210,8 @@ std::shared_ptr<EagleHead> load_eagle_head(const std::string& path, const Loaded
     if (kv.first.compare(0, 7, "layers.") == 0) {
       const size_t dot = kv.first.find('.', 7);
       const std::string index = kv.first.substr(7, dot == std::string::npos ? std::string::npos : dot - 7);
-      if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos || std::stoll(index) >= n_layers)
+      if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos ||
+          index.size() > 18 || std::stoll(index) >= n_layers)  // 19 digits could overflow stoll
         throw Error(ErrorKind::kBadInput,
                     "tensor " + kv.first + " is not part of the head's " + std::to_string(n_layers) +
                         " decoder layers (expected layers.1 .. layers.<L-1>, each with all its tensors)",
@@ -1314,11 +1324,15 @@ DistilledDraft load_distilled_draft(const std::string& path, const LoadedModel& 
   m.origin.path = path;
   m.storage_types = (packed ? "Q8_0 (distilled layers), " : "F32 (distilled layers), ") + m.storage_types;
   DistilledDraft d;
-  try {
-    d.head_vocab = meta["draft_vocab"].empty() ? 0 : std::stoll(meta["draft_vocab"]);
-  } catch (const std::exception&) {
-    throw Error(ErrorKind::kBadInput, "metadata draft_vocab: expected an integer, found '" + meta["draft_vocab"] + "'", path);
-  }
+  // train-draft writes head.vocab_top_n here: 0 (the whole head) up to the target's vocabulary.
+  const std::string& vocab_text = meta["draft_vocab"];
+  d.head_vocab = 0;
+  if (!vocab_text.empty() && (!yaml_util::parse_int64(vocab_text, d.head_vocab) || d.head_vocab < 0 ||
+                              d.head_vocab > m.config.vocab_size))
+    throw Error(ErrorKind::kBadInput,
+                "metadata draft_vocab: expected an integer from 0 (the whole head) to the target's vocabulary " +
+                    std::to_string(m.config.vocab_size) + ", found '" + vocab_text + "'",
+                path);
   // The head it was trained with is the one its drafter rebuilds (frequent_head_ids).
   const int64_t rows = d.head_vocab > 0 ? d.head_vocab : m.config.vocab_size;
   const std::vector<int64_t> want = frequent_head_ids(*m.tokenizer, m.config.vocab_size, rows);

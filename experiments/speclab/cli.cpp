@@ -439,7 +439,7 @@ namespace speclab::cli {
 
 void print_summary(const ExperimentSummary& summary, const std::vector<PointRecord>& points) {
   std::printf("alpha: per-token acceptance rate [95%% Wilson CI]; tau: tokens per target forward; c: draft/target cost "
-              "per token; speedup: AR / speculative decode-phase wall time (prefill excluded); predicted: Leviathan et al. (2023) from alpha, "
+              "per token; speedup: AR / speculative decode-phase wall time per decoded token (prefill excluded); predicted: Leviathan et al. (2023) from alpha, "
               "c and each step's number of drafted tokens; efficiency: speedup / predicted; lossless: greedy output identical to AR\n\n");
   std::printf("%s", format_summary_table(summary.overall, points).c_str());
   bool several_categories = false;

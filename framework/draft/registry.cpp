@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "framework/core/error.h"
+#include "framework/core/printable_text.h"
 #include "framework/draft/builtin/sources_first.h"
 #include "framework/draft/builtin/model_drafter.h"
 #include "framework/draft/builtin/prompt_lookup.h"
@@ -44,8 +45,14 @@ std::string DrafterRegistry::load_plugin(const std::string& path) {
                     " and by " + path + " (the later would replace the earlier for every entry)",
                 "drafter", "plugin");
   plugin_files_[name] = file;
+  plugin_descriptions_[name] = plugin->description;
   add(name, [plugin](const DrafterOptions& o, const DrafterEnv& env) { return make_plugin_drafter(*plugin, o, env); });
   return name;
+}
+
+std::string DrafterRegistry::plugin_description(const std::string& name) const {
+  const auto it = plugin_descriptions_.find(name);
+  return it == plugin_descriptions_.end() ? "" : it->second;
 }
 
 std::unique_ptr<Drafter> DrafterRegistry::create(const DrafterOptions& options, const DrafterEnv& env) {
@@ -56,8 +63,9 @@ std::unique_ptr<Drafter> DrafterRegistry::create(const DrafterOptions& options, 
     // built-in, or another plugin's) while the results carried it, and left the plugin unused.
     if (options.name != exported)
       throw Error(ErrorKind::kConfig,
-                  "expected the drafter that " + options.plugin + " exports ('" + exported + "'), found '" +
-                      options.name + "'",
+                  "expected the drafter that " + options.plugin + " exports ('" + exported + "'" +
+                      (plugin_description(exported).empty() ? "" : ": " + one_line(plugin_description(exported))) +
+                      "), found '" + options.name + "'",
                   "drafter", "name");
   }
   auto it = factories_.find(options.name);

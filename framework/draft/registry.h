@@ -29,8 +29,12 @@ class DrafterRegistry {
   // Error(kConfig, ..., "drafter", "plugin") when the name is a built-in drafter's or another
   // plugin file's (the later registration replaced the earlier, so entries ran another drafter).
   std::string load_plugin(const std::string& path);
+  // The description a loaded plugin's descriptor gives for drafter `name` ("" for a built-in, an
+  // unknown name, or a plugin that gives none).
+  std::string plugin_description(const std::string& name) const;
   // Builds options.name (loading options.plugin first when set: then options.name must be the
-  // drafter that plugin exports, Error(kConfig, ..., "drafter", "name") otherwise). An unknown
+  // drafter that plugin exports, Error(kConfig, ..., "drafter", "name") otherwise, quoting the
+  // plugin's description). An unknown
   // name gives Error(kConfig) listing the known ones. With prompt_lookup_first or retrieval_first, the
   // drafter is wrapped in a SourcesFirstDrafter that tries prompt lookup and/or the target's
   // default retrieval datastore first. retrieval_first without a "retrieval" factory in this
@@ -40,6 +44,7 @@ class DrafterRegistry {
  private:
   std::map<std::string, DrafterFactory> factories_;
   std::map<std::string, std::string> plugin_files_;  // drafter name -> the plugin file that exports it
+  std::map<std::string, std::string> plugin_descriptions_;  // drafter name -> its descriptor's description
 };
 
 void register_builtin_drafters(DrafterRegistry& registry);

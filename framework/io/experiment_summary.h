@@ -31,7 +31,9 @@
 //             its encode time). It is outside what speculation (and the prediction, a per-token
 //             formula) is about; end-to-end ratios follow from /runs wall_seconds.
 //   predicted Leviathan et al. eq. (1) / Theorem 3.8: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)),
-//             evaluated as (sum_{i=0..gamma} alpha^i) / (gamma c + 1), which is exact at alpha = 1.
+//             evaluated as (sum_{i=0..gamma} alpha^i) / (gamma c + 1), which is exact at alpha = 1,
+//             over the draft lengths the steps ran (leviathan_speedup_mixed below: gamma on every
+//             step only where every step drafted gamma).
 //   efficiency = speedup / predicted.
 // Undefined quantities (no trials, no drafted tokens, no matching ar run) are NaN.
 #pragma once

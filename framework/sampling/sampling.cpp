@@ -46,6 +46,7 @@ constexpr double kBucketsPerUnit = 16.0;  // bucket width 1/16 in log-weight
 
 // Maps a non-NaN float to a uint32 with the same order.
 inline uint32_t ordered_bits(float v) {
+  if (v == 0.0f) v = 0.0f;  // -0 == +0: one key, so the lower id ranks first as for any tie
   uint32_t b;
   std::memcpy(&b, &v, sizeof b);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);

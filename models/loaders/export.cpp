@@ -105,8 +105,17 @@ void export_gguf_layers(const std::string& source_path, const std::string& out_p
   for (const GgufTensorInfo& info : src.tensors) {
     std::string name = info.name;
     if (name.rfind("blk.", 0) == 0) {
+      // blk.<layer>.<rest>, the layer a block of the source: "blk.5abc.x" read as layer 5, and
+      // "blk.x.y" or a name without the second dot ended in an internal error.
       const size_t dot = name.find('.', 4);
-      const int64_t idx = std::stoll(name.substr(4, dot - 4));
+      const std::string digits = dot == std::string::npos ? std::string() : name.substr(4, dot - 4);
+      if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoll(digits) >= n_layers)
+        throw Error(ErrorKind::kBadInput,
+                    "expected a block tensor named blk.<layer>.<name> with a layer from 0 to " +
+                        std::to_string(n_layers - 1) + " (" + count_key + ")",
+                    source_path, "tensor " + name);
+      const int64_t idx = std::stoll(digits);
       auto it = renumber.find(idx);
       if (it == renumber.end()) continue;
       name = "blk." + std::to_string(it->second) + name.substr(dot);

@@ -492,7 +492,15 @@ GgufFile parse_gguf(std::shared_ptr<const GgufBytes> bytes, const std::string& p
               "innermost dimension " + std::to_string(row) + " is not a multiple of the " +
                   traits->name + " block size " + std::to_string(traits->block_size),
               f);
-    info.n_bytes = info.n_elements / traits->block_size * traits->type_size;  // < 2^63·292/32
+    // n_elements < 2^63, but a 1-element block of 2 to 8 bytes (F16, F32, F64, I64, ...) can
+    // still carry the byte count past 2^64: a wrapped count passed the data-range check below.
+    if (__builtin_mul_overflow(info.n_elements / traits->block_size, static_cast<uint64_t>(traits->type_size),
+                               &info.n_bytes) ||
+        info.n_bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      in.fail(ErrorKind::kBadInput,
+              "the byte count (" + std::to_string(info.n_elements) + " " + traits->name +
+                  " elements) overflows",
+              f);
     Field offset_field = f;
     offset_field.part = "offset";
     info.offset = in.read<uint64_t>(offset_field);

@@ -146,6 +146,11 @@ std::shared_ptr<Tokenizer> read_tokenizer(const GgufFile& f, const ModelConfig& 
                   "tokenizer.ggml.model");
     }
   } catch (const Error& e) {
+    // The tokenizer names its inputs (scores, token_type[3], merges[7]); here they are the GGUF
+    // keys they came from.
+    const std::string base = e.field().substr(0, e.field().find('['));
+    if (e.file().empty() && (base == "tokens" || base == "scores" || base == "token_type" || base == "merges"))
+      throw Error(e.kind(), e.message(), f.path, "tokenizer.ggml." + e.field());
     rethrow_with_file(e, f.path);
   }
 

@@ -150,7 +150,9 @@ void write_text(const std::string& path, const std::string& text) { write_bytes(
 // vocabulary of <unk>, <s>, </s> and the 256 byte tokens. `metadata_hidden` is what the
 // metadata claims as embedding_length (the tensors are always 64 wide).
 // chat_template: tokenizer.chat_template's text, none when empty.
-void write_tiny_gguf(const std::string& path, int64_t metadata_hidden = 64, const std::string& chat_template = "") {
+// drop_scores: that many scores left off the end of tokenizer.ggml.scores.
+void write_tiny_gguf(const std::string& path, int64_t metadata_hidden = 64, const std::string& chat_template = "",
+                     size_t drop_scores = 0) {
   constexpr int64_t kVocab = 259, H = 64, F = 256, kLayers = 2;
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
   std::vector<int32_t> types = {2, 3, 3};  // unknown, control, control
@@ -160,7 +162,7 @@ void write_tiny_gguf(const std::string& path, int64_t metadata_hidden = 64, cons
     tokens.push_back(piece);
     types.push_back(6);  // byte
   }
-  const std::vector<float> scores(tokens.size(), 0.0f);
+  const std::vector<float> scores(tokens.size() - drop_scores, 0.0f);
   auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
   GgufMetadata md = {
       {"general.architecture", GgufValue::str("llama")},
@@ -279,6 +281,16 @@ struct Fixtures {
     patch_tensor_type(at("iq2_xxs.gguf"), "blk.1.ffn_down.weight", 16);  // GGML_TYPE_IQ2_XXS
     write_tiny_gguf(at("wrong_hidden.gguf"), 128);
     write_tiny_gguf(at("export_src.gguf"));  // a model `export --overwrite` is pointed back at
+    write_tiny_gguf(at("short_scores.gguf"), 64, "", 1);  // the error named `scores`, not the GGUF key
+    {  // a block tensor whose layer is not a number ("blk.x."; export ended in an internal error)
+      write_tiny_gguf(at("export_badname.gguf"));
+      std::vector<char> nb = read_bytes(at("export_badname.gguf"));
+      const std::string from = "blk.1.ffn_norm.weight";
+      const size_t pos = std::string_view(nb.data(), nb.size()).find(from);
+      REQUIRE(pos != std::string_view::npos);
+      nb[pos + 4] = 'x';
+      write_bytes(at("export_badname.gguf"), nb.data(), nb.size());
+    }
     // A chat template SpecLab does not render (Phi-3's turn markers).
     write_tiny_gguf(at("phi3_template.gguf"), 64,
                     "{% for m in messages %}<|user|>\n{{ m.content }}<|end|>\n<|assistant|>\n{% endfor %}");

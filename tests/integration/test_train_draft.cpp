@@ -1425,6 +1425,13 @@ TEST_CASE("head.layers: a two-layer eagle head drafts through the engine (greedy
     CHECK(eg.kind() == ErrorKind::kBadInput);
     CHECK(eg.file() == gap_path);
     CHECK_THAT(eg.what(), Catch::Contains("is not part of the head's 1 decoder layers"));
+    // A layer index past int64 ended in "internal error: stoll".
+    WeightMap huge = w;
+    huge["layers.99999999999999999999.w"] = w.at("layers.1.self_attn.q_proj.weight");
+    write_safetensors(gap_path, huge, SafetensorsDtype::kF32, meta, {"vocab_ids"});
+    const Error eh = test::catch_error([&] { load_eagle_head(gap_path, target->info); });
+    CHECK(eh.kind() == ErrorKind::kBadInput);
+    CHECK_THAT(eh.what(), Catch::Contains("tensor layers.99999999999999999999.w is not part of the head's 2 decoder layers"));
     std::map<std::string, std::string> wrong = meta;
     wrong["head_layers"] = "3";
     const std::string meta_path = (kDir / "meta_layers.safetensors").string();
@@ -2135,6 +2142,35 @@ TEST_CASE("train-draft draft_model: a distilled 2-layer draft, the runtime model
     const Error missing = test::catch_error([&] { run_experiment(rc, {}); });
     CHECK(missing.field() == "drafters[0].draft_model");
     CHECK_FALSE(fs::exists(rc.output.path));
+
+    // draft_vocab in the metadata outside 0..vocab, or not a whole integer, is refused by name
+    // (before, "12x" read as 12 and 10^9 as the whole head).
+    {
+      const WeightMap w = read_safetensors(c.output.path);
+      const std::map<std::string, std::string> meta = SafetensorsFile::open(c.output.path).metadata();
+      for (const std::string bad : {"-1", "1000000000", "12x", "1.5"}) {
+        std::map<std::string, std::string> m = meta;
+        m["draft_vocab"] = bad;
+        const std::string p = (kDir / "dm_bad_vocab.safetensors").string();
+        write_safetensors(p, w, SafetensorsDtype::kF32, m, {"vocab_ids"});
+        const Error ev = test::catch_error([&] { load_distilled_draft(p, target8->info); });
+        INFO(bad);
+        CHECK(ev.kind() == ErrorKind::kBadInput);
+        CHECK(ev.file() == p);
+        CHECK_THAT(ev.what(), Catch::Contains("metadata draft_vocab: expected an integer from 0") &&
+                                  Catch::Contains("found '" + bad + "'"));
+      }
+      // vocab_ids with a fraction (1.5 read as token 1) or stored F16 (ids above 2048 rounded).
+      WeightMap frac = w;
+      frac.at("vocab_ids").data.at(0) += 0.5f;
+      const std::string fp = (kDir / "dm_frac_ids.safetensors").string();
+      write_safetensors(fp, frac, SafetensorsDtype::kF32, meta, {"vocab_ids"});
+      CHECK_THAT(test::catch_error([&] { load_distilled_draft(fp, target8->info); }).what(),
+                 Catch::Contains("tensor vocab_ids holds a fraction"));
+      write_safetensors(fp, w, SafetensorsDtype::kF16, meta);
+      CHECK_THAT(test::catch_error([&] { load_distilled_draft(fp, target8->info); }).what(),
+                 Catch::Contains("tensor vocab_ids is F16: expected F32"));
+    }
 
     // An eagle draft is not a draft model.
     const TrainDraftConfig ec = load_train_config(write_config("dm_eagle", 5).string());

@@ -788,6 +788,16 @@ TEST_CASE("bad files: patched type ids, offsets, counts, lengths, dims and dupli
     poke<uint64_t>(b, q4k_dims + 8, (uint64_t{1} << 63) + 1);
     expect_error([&] { read_gguf_buffer(b, "d.gguf"); }, ErrorKind::kBadInput,
                  {"tensor r.q4_k dims", "more than 2^63 - 1"});
+    // A 1-element block type: [1, 2^62 + 1] F32 elements (< 2^63) are 2^64 + 4 bytes, which wrapped
+    // to 4 and passed the data-range check (then the loader resized a vector to 2^62 + 1 floats).
+    b = deq;
+    poke<uint32_t>(b, q4k_type, 0);  // F32
+    poke<uint64_t>(b, q4k_dims, 1);
+    poke<uint64_t>(b, q4k_dims + 8, (uint64_t{1} << 62) + 1);
+    expect_error([&] { read_gguf_buffer(b, "w.gguf"); }, ErrorKind::kBadInput,
+                 {"w.gguf: tensor r.q4_k: the byte count (4611686018427387905 F32 elements) overflows"});
+    poke<uint64_t>(b, q4k_dims + 8, uint64_t{3} << 60);  // 3 x 2^62 bytes: more than a signed size
+    expect_error([&] { read_gguf_buffer(b, "w.gguf"); }, ErrorKind::kBadInput, {"w.gguf: tensor r.q4_k: the byte count"});
     b = deq;
     poke<uint64_t>(b, q4k_dims + 8, uint64_t{1} << 40);  // fits, but not in the file
     expect_error([&] { read_gguf_buffer(b, "d.gguf"); }, ErrorKind::kBadInput,

@@ -23,6 +23,7 @@
 #include "framework/draft/plugin_loader.h"
 #include "framework/draft/registry.h"
 #include "tests/bad_inputs/cli_process.h"
+#include "tests/support/catch_error.h"
 #include "tests/support/sanitized.h"
 #include "tests/support/plugin_build.h"
 
@@ -613,6 +614,14 @@ TEST_CASE("the registry creates a plugin drafter from drafter.plugin + drafter.n
   const TokenList tokens = {10, 20, 30, 40};
   d->begin(0, tokens);
   CHECK(d->propose(context(0, tokens), 4).tokens == TokenList{20, 30, 40, 20});
+  // The descriptor's description is kept, and an entry naming another drafter quotes it (it was
+  // shown nowhere before 2026-12-06).
+  CHECK(registry.plugin_description("repeat_last_n").find("params: n") != std::string::npos);
+  CHECK(registry.plugin_description("prompt_lookup").empty());
+  options.name = "repeat_last";
+  const Error e = test::catch_error([&] { (void)registry.create(options, DrafterEnv{}); });
+  CHECK_THAT(e.message(), Catch::Contains("exports ('repeat_last_n': proposes the last n tokens again") &&
+                              Catch::Contains("found 'repeat_last'"));
 }
 
 TEST_CASE("a plugin entry runs the drafter its plugin exports and a plugin cannot take another drafter's name",

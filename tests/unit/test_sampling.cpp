@@ -207,6 +207,9 @@ TEST_CASE("greedy is one-hot at argmax, lowest index on ties", "[sampling]") {
   // top_k = 1 likewise at any temperature: deterministic() says so (a tie at the top was sampled
   // between, as HF keeps ties at the top-k boundary; larger k still keep them).
   require_probs(run({1.0f, 4.0f, 4.0f, 2.0f}, 0.7, 1, 1.0), {0, 1, 0, 0}, 0);
+  // -0 and +0 are one value: the lower id comes first (the ranking's bit key put +0 above -0).
+  require_probs(run({-1.0f, -0.0f, 0.0f, -2.0f}, 0.7, 1, 1.0), {0, 1, 0, 0}, 0);
+  require_probs(run({-1.0f, -0.0f, 0.0f, -2.0f}, 0.0, 0, 1.0), {0, 1, 0, 0}, 0);
   const std::vector<float> two = run({1.0f, 4.0f, 4.0f, 2.0f}, 0.7, 2, 1.0);
   CHECK(two[1] == Approx(0.5));
   CHECK(two[2] == Approx(0.5));
