@@ -36,6 +36,7 @@
 #include "framework/engine/batch_decode.h"
 #include "framework/io/config_canonical.h"
 #include "framework/io/config_util.h"
+#include "framework/io/path_lock.h"
 #include "framework/io/prompt_loader.h"
 #include "framework/io/train_log.h"
 #include "framework/io/yaml_util.h"
@@ -98,7 +99,9 @@ std::map<std::string, at::Tensor> read_tensors(const std::string& path, std::map
 }
 
 // dtype float16: every tensor but the integer vocab_ids (kept float32, exact).
-void write_tensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+// An error names `path` and `field` (the config key that chose it), not the temporary file,
+// which is gone by then (until 2026-12-06: "e.ckpt.safetensors.tmp.7633: write failed").
+void write_tensors(const std::string& path, const std::string& field, const std::map<std::string, at::Tensor>& tensors,
                    const std::map<std::string, std::string>& meta, const std::string& dtype = "float32") {
   WeightMap w;
   for (const auto& kv : tensors) w[kv.first] = to_host(kv.second);
@@ -111,6 +114,14 @@ void write_tensors(const std::string& path, const std::map<std::string, at::Tens
     write_safetensors(tmp, w, dtype == "float16" ? SafetensorsDtype::kF16 : SafetensorsDtype::kF32, meta,
                       {"vocab_ids"});
     fs::rename(tmp, path);
+  } catch (const Error& e) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw Error(e.kind(), "cannot write " + path + ": " + e.message(), path, field);
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw Error(ErrorKind::kIo, "cannot write " + path + ": " + e.code().message(), path, field);
   } catch (...) {
     std::error_code ec;
     fs::remove(tmp, ec);
@@ -289,6 +300,9 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
                                    const std::vector<int64_t>& aux_layers, const TrainDraftProgress& progress,
                                    AnswerRows rows = AnswerRows::kKeep) {
   const bool keep_rows = rows == AnswerRows::kKeep;
+  // One writer of the answers cache at a time: two runs sharing data.cache_dir both appended the
+  // same answers (15 lines for 12 prompts) until 2026-12-06.
+  const PathLock answers_lock = PathLock::acquire(path, "train-draft", "data.cache_dir");
   std::map<int64_t, TokenList> cached;
   {
     std::ifstream in(path);
@@ -702,7 +716,7 @@ TrainDraftResult build_datastore(const TrainDraftConfig& c, LoadedTarget& target
                                                    {"target_weights_hash", hash},
                                                    {"target", fs::path(target.info.source).filename().string()},
                                                    {"training_config", c.resolved_yaml}};
-  write_tensors(c.output.path, {{"tokens", at::tensor(tokens, at::kFloat)}, {"offsets", at::tensor(offsets, at::kFloat)}},
+  write_tensors(c.output.path, "output.path", {{"tokens", at::tensor(tokens, at::kFloat)}, {"offsets", at::tensor(offsets, at::kFloat)}},
                 meta);
   r.path = c.output.path;
   r.train_seconds = since(t_build);
@@ -728,9 +742,13 @@ void check_train_outputs(const TrainDraftConfig& c) {
     writable_dir(c.output.checkpoint, "output.checkpoint");
     writable_dir(c.output.log, "output.log");
   }
+  // The cache directory is made when the data stage starts (a run refused before, e.g. on a bad
+  // target.path, made it until 2026-12-06): here its nearest existing ancestor must take it.
   std::error_code ec;
-  fs::create_directories(c.data.cache_dir, ec);
-  if (!fs::is_directory(c.data.cache_dir, ec) || ::access(c.data.cache_dir.c_str(), W_OK) != 0)
+  fs::path dir = fs::absolute(fs::path(c.data.cache_dir)).lexically_normal();
+  while (!dir.empty() && !fs::exists(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir)
+    dir = dir.parent_path();
+  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
     throw Error(ErrorKind::kIo, "expected a writable directory for the data cache (made when missing), found none",
                 c.data.cache_dir, "data.cache_dir");
 }
@@ -775,6 +793,18 @@ void check_train_request(const TrainDraftConfig& c, bool resume, int64_t stop_af
                 "expected no --resume for a retrieval datastore: it trains no steps and writes no checkpoint (an "
                 "interrupted data stage continues from its answers cache without it)",
                 "command line", "--resume");
+  // A missing target file, named by its key before anything is made or loaded, as `run` names
+  // models.target.path (the load's error named the file alone until 2026-12-06).
+  ModelSource resolved;
+  try {
+    resolved = resolve_model_source(c.target);
+  } catch (const Error&) {
+    return;  // a named model that is not installed: the load says how to get it
+  }
+  std::error_code ec;
+  if (resolved.format != "random" && !fs::exists(resolved.path, ec))
+    throw Error(ErrorKind::kConfig, "expected an existing model file or directory, found none at " + resolved.path,
+                c.source_path, "target.path");
 }
 
 TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const TrainDraftProgress& progress,
@@ -785,8 +815,16 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   const auto t_data = Clock::now();
   const bool retrieval = c.architecture == "retrieval";  // no training: the answers cache is its resume
   check_train_request(c, resume, stop_after);
-  if (resume && !retrieval && !fs::exists(c.output.checkpoint))
-    throw Error(ErrorKind::kIo, "--resume: no checkpoint to resume from", c.output.checkpoint);
+  if (resume && !retrieval && !fs::exists(c.output.checkpoint)) {
+    // A run with --overwrite killed before it wrote its own outputs leaves the earlier ones aside.
+    const std::string aside = c.output.checkpoint + ".overwritten";
+    throw Error(ErrorKind::kIo,
+                "--resume: no checkpoint to resume from" +
+                    (fs::exists(aside) ? " (an --overwrite run stopped before writing its own left the earlier one at " +
+                                             aside + ": move it back to resume it)"
+                                       : std::string()),
+                c.output.checkpoint);
+  }
   check_train_outputs(c);
   // The prompts before the target (a bad prompt file is found without the wait for its load);
   // load_prompts names the keys of a run config's `prompts` section, here `data.prompts`.
@@ -833,10 +871,10 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
       throw Error(ErrorKind::kBadInput,
                   changed.empty()
                       ? "the checkpoint was trained on other data (the prompts' content, or how the target is loaded, "
-                        "changed since: data key " + data_key->second + ", now " + key + "); start again without --resume"
+                        "changed since: data key " + data_key->second + ", now " + key + "); start again with --overwrite instead of --resume"
                       : "expected the data settings the checkpoint was trained on, found " +
                             std::to_string(changed.size()) + " different (checkpoint vs now: " +
-                            differences_list(changed) + "); resume with those, or train anew without --resume",
+                            differences_list(changed) + "); resume with those, or train anew with --overwrite instead of --resume",
                   c.output.checkpoint);
     }
   }
@@ -932,7 +970,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     auto samples = target_answers(c, *target, prompts, c.data.cache_dir + "/answers-" + key + ".jsonl", frozen,
                                   c.head.aux_layers, progress);
     data = teacher_force(samples, *target, frozen, c.head.aux_layers, progress);
-    write_tensors(features_path, data, {{"target_weights_hash", hash}});
+    write_tensors(features_path, "data.cache_dir", data, {{"target_weights_hash", hash}});
   }
   DraftTrainData train, val;
   split_data(data, train, val);
@@ -1050,7 +1088,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   double prior_seconds = 0.0;
   if (resume) {
     std::map<std::string, std::string> ck_meta;
-    const auto state = read_tensors(c.output.checkpoint, &ck_meta, "train anew without --resume", "log.");
+    const auto state = read_tensors(c.output.checkpoint, &ck_meta, "train anew with --overwrite instead of --resume", "log.");
     if (ck_meta["target_weights_hash"] != hash)
       throw Error(ErrorKind::kBadInput,
                   "the checkpoint belongs to another target (weights " + ck_meta["target_weights_hash"] + ", this one " +
@@ -1067,7 +1105,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
       throw Error(ErrorKind::kBadInput,
                   "expected the training settings the checkpoint was written with, found " +
                       std::to_string(diff.size()) + " different (checkpoint vs now: " + differences_list(diff) +
-                      "); resume with those, or train anew without --resume",
+                      "); resume with those, or train anew with --overwrite instead of --resume",
                   c.output.checkpoint);
     }
     // Written before 2026-12-06, a checkpoint records neither: it resumes as before.
@@ -1097,7 +1135,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     // draft at once; a damaged clock went into the log's wall_seconds.
     const int64_t done = trainer->steps_done();
     const auto bad = [&](const std::string& why) {
-      throw Error(ErrorKind::kBadInput, why + "; the file is damaged, train anew without --resume", c.output.checkpoint);
+      throw Error(ErrorKind::kBadInput, why + "; the file is damaged, train anew with --overwrite instead of --resume", c.output.checkpoint);
     };
     if (done > c.train.steps)
       bad("expected a checkpoint step <= train.steps (" + std::to_string(c.train.steps) + "), found " +
@@ -1137,7 +1175,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
     state["log.wall_seconds"] = at::full({1}, log.wall_seconds, at::kFloat);
     auto checkpoint_meta = meta;
     checkpoint_meta["data_key"] = key;
-    write_tensors(c.output.checkpoint, state, checkpoint_meta);
+    write_tensors(c.output.checkpoint, "output.checkpoint", state, checkpoint_meta);
     write_train_log(c.output.log, log);
   };
   double agreement = log.agreement.empty() ? 0.0 : log.agreement.back();
@@ -1182,7 +1220,7 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
   std::map<std::string, at::Tensor> out;
   for (const auto& kv : trained) out[kv.first] = *kv.second;
   out["vocab_ids"] = vocab_ids.to(at::kFloat);
-  write_tensors(c.output.path, out, meta, c.output.dtype);
+  write_tensors(c.output.path, "output.path", out, meta, c.output.dtype);
   r.path = c.output.path;
   r.train_seconds = since(t_train);
   // The log's clock ends with the run, as the printed training time does (it stopped at the last

@@ -98,7 +98,8 @@ std::vector<float> checked_logits(const std::string& source, std::vector<float> 
 // The config was validated at these gammas (ConfigUse::kCheck): max_speculative_tokens >= gamma.
 DrafterOptions with_gamma(DrafterOptions o, int gamma) {
   o.num_speculative_tokens = gamma;
-  SPECLAB_CHECK(o.max_speculative_tokens >= gamma, "check: a gamma above the drafter's max_speculative_tokens");
+  SPECLAB_CHECK(o.schedule != "heuristic" || o.max_speculative_tokens >= gamma,
+                "check: a gamma above the heuristic drafter's max_speculative_tokens");
   return o;
 }
 

@@ -46,7 +46,7 @@ namespace {
 // " (sweep point #3: drafter.gamma=4)" for a point of a sweep, "" without one: the note an error
 // about one point's settings ends with.
 std::string point_note(const SweepPoint& p) {
-  return p.values.empty() ? "" : " (sweep point #" + std::to_string(p.index) + ": " + point_label(p.values) + ")";
+  return p.values.empty() ? "" : " (sweep point #" + std::to_string(p.index) + ": " + point_label(p.values, p.keys) + ")";
 }
 
 using Clock = std::chrono::steady_clock;
@@ -316,7 +316,7 @@ void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, 
 
 std::vector<PointRecord> point_records(const std::vector<SweepPoint>& points) {
   std::vector<PointRecord> out;
-  for (const SweepPoint& p : points) out.push_back({p.index, p.values, point_label(p.values)});
+  for (const SweepPoint& p : points) out.push_back({p.index, p.values, point_label(p.values, p.keys)});
   return out;
 }
 
@@ -389,6 +389,22 @@ fs::path output_dir(const std::string& path) {
   return p.has_parent_path() ? p.parent_path() : fs::path(".");
 }
 }  // namespace
+
+std::vector<std::string> run_config_warnings(const ExperimentConfig& config) {
+  std::vector<std::string> labels;
+  for (const SweepPoint& p : expand_sweep(config)) {
+    if (p.config.sampling.deterministic()) continue;
+    for (const DrafterEntry& d : p.config.drafters)
+      if (d.options.schedule == "cost" && std::find(labels.begin(), labels.end(), d.label) == labels.end())
+        labels.push_back(d.label);
+  }
+  if (labels.empty()) return {};
+  std::string list;
+  for (const std::string& l : labels) list += (list.empty() ? "" : ", ") + l;
+  return {"drafters " + list + ": schedule cost at a sampled point: the output is not reproducible from the seed "
+          "(each step's gamma follows the measured timings, and with it the verifier's random draws); a rerun, "
+          "--resume or shard draws other samples"};
+}
 
 void ensure_output_directory(const std::string& path, const std::string& field) {
   if (path.empty()) throw Error(ErrorKind::kConfig, "expected an output path, found an empty one", path, field);
@@ -558,8 +574,8 @@ ExperimentPlan plan_experiment(const ExperimentConfig& config) {
                         "expected each prompt id to name one prompt in all the sweep's points, found id '" + p.id +
                             "' for two different " + (a.text == p.text ? "categories" : "texts") + ", in sweep point #" +
                             std::to_string(points[first->second.second].index) + " (" +
-                            point_label(points[first->second.second].values) + ") and #" +
-                            std::to_string(points[pi].index) + " (" + point_label(points[pi].values) +
+                            point_label(points[first->second.second].values, points[first->second.second].keys) + ") and #" +
+                            std::to_string(points[pi].index) + " (" + point_label(points[pi].values, points[pi].keys) +
                             "); give the files distinct names or set prompts.id_field to a unique key",
                         config.source_path, "prompts");
           prompts.push_back(p);

@@ -116,6 +116,12 @@ struct ExperimentPlan {
 };
 ExperimentPlan plan_experiment(const ExperimentConfig& config);
 
+// What a valid config runs but a researcher may not expect, one line each (`speclab run` prints
+// them as warnings): drafters entries under `schedule: cost` at a point that samples, whose
+// output is not reproducible from the seed (each step's gamma follows the measured timings, and
+// with it which random draws the verifier makes).
+std::vector<std::string> run_config_warnings(const ExperimentConfig& config);
+
 // Runs the experiment into config.output.path. Throws speclab::Error on bad input (config,
 // prompts, output path, models) before the output file is created or modified.
 ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOptions& options);

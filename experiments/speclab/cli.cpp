@@ -220,7 +220,7 @@ DrafterOptions DrafterArgs::options() const {
   if (o.plugin.empty() && o.confidence_threshold > 0.0 && o.confidence_from_token > reach)
     throw Error(ErrorKind::kConfig,
                 "expected a draft position a step reaches, at most " +
-                    std::string(o.schedule == "constant" ? "--gamma" : "the schedule's largest draft") + " (" +
+                    std::string(o.schedule != "heuristic" ? "--gamma" : "the heuristic schedule's largest draft") + " (" +
                     std::to_string(reach) + "), found " + std::to_string(o.confidence_from_token) +
                     ": the confidence threshold would never apply",
                 "command line", "--confidence-from-token");

@@ -153,6 +153,9 @@ int cmd_generate(const std::vector<std::string>& args) {
                   "command line", flag);
   check_chat_flags(chat, system);
   const DrafterOptions dopts = dargs.drafter.empty() ? DrafterOptions{} : dargs.options();
+  if (!dargs.drafter.empty() && dopts.schedule == "cost" && !samp.deterministic())
+    std::cerr << "warning: --schedule cost under sampling: the output is not reproducible from --seed (each step's "
+                 "gamma follows the measured timings, and with it the verifier's random draws)\n";
 
   const std::unique_ptr<LoadedTarget> loaded = load_runtime_model(margs);
   const LoadedTarget& m = *loaded;

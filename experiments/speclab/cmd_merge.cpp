@@ -11,6 +11,7 @@
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
 #include "framework/io/hdf5_journal.h"
+#include "framework/io/path_lock.h"
 #include "framework/io/config_util.h"
 #include "framework/io/shard_merge.h"
 
@@ -41,6 +42,10 @@ int cmd_merge(const std::vector<std::string>& args) {
     throw Error(ErrorKind::kConfig, "expected a path ending in .h5 or .hdf5, found '" + out + "'", out, "OUT.h5");
   namespace fs = std::filesystem;
   std::error_code ec;
+  // One merge into OUT at a time, for the checks below and the write: merges at once shared
+  // OUT.merging, and all could fail leaving no file, or two report success (until 2026-12-06).
+  ensure_output_directory(out, "OUT.h5");
+  const PathLock out_lock = PathLock::acquire(out, "merge", "OUT.h5");
   if (fs::exists(out, ec) && !overwrite)
     throw Error(ErrorKind::kConfig, "the output file already exists; pass --overwrite to replace it", out, "OUT.h5");
   // A running `speclab run` writing OUT: replacing the file (and its journal) under it loses both.
@@ -50,7 +55,6 @@ int cmd_merge(const std::vector<std::string>& args) {
   for (const std::string& s : shards)
     if (fs::equivalent(s, out, ec))
       throw Error(ErrorKind::kConfig, "expected an output file other than the shards, found a shard", out, "OUT.h5");
-  ensure_output_directory(out, "OUT.h5");
 
   const ExperimentData merged = merge_shards(shards, out);
   const ExperimentSummary summary = summarize(merged);

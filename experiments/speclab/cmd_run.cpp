@@ -140,6 +140,10 @@ class StopSignals {
     sa.sa_flags = SA_RESETHAND;
     sigaction(SIGINT, &sa, &old_int_);
     sigaction(SIGTERM, &sa, &old_term_);
+    // A signal the parent ignores stays ignored (a job started with `&` from a script ignores
+    // SIGINT): before 2026-12-06 it was ignored while the models loaded and stopped the sweep later.
+    if (old_int_.sa_handler == SIG_IGN) sigaction(SIGINT, &old_int_, nullptr);
+    if (old_term_.sa_handler == SIG_IGN) sigaction(SIGTERM, &old_term_, nullptr);
   }
   ~StopSignals() {
     sigaction(SIGINT, &old_int_, nullptr);
@@ -205,6 +209,7 @@ int cmd_run(const std::vector<std::string>& args) {
   } catch (const Error& e) {  // located where `drafters` is written: the file's line, or the --set
     throw located_config_error(e, config_path, overrides);
   }
+  for (const std::string& w : run_config_warnings(config)) std::fprintf(stderr, "warning: %s\n", w.c_str());
   apply_output_flag(config, output);
   // A report directory that cannot be made is found now, not after the whole run (after the
   // output path, whose error is the more useful one when its directory is missing).
@@ -251,6 +256,15 @@ int cmd_run(const std::vector<std::string>& args) {
   std::printf("\nsummary: %s (%lld prompt-runs recorded now, %lld resumed)\n", out.output_path.c_str(),
               static_cast<long long>(out.runs_recorded), static_cast<long long>(out.runs_resumed));
   print_summary(out.summary, out.points);
+  // A signal after the last prompt-run (while the summary was written): the file is complete, and
+  // the user asked to stop, so the report is not made (until 2026-12-06 the signal was announced
+  // as "stopping", then the report ran and the exit code was 0).
+  if (g_stop_signal != 0) {
+    std::fprintf(stderr,
+                 "interrupted after the last prompt-run: %s is complete; no report made (speclab report %s)\n",
+                 out.output_path.c_str(), out.output_path.c_str());
+    return 128 + static_cast<int>(g_stop_signal);
+  }
 
   if (no_report) return kExitOk;
   if (report_dir.empty()) report_dir = default_report_dir(out.output_path);

@@ -5,8 +5,10 @@
 #include <iostream>
 
 #include "experiments/app/draft_training.h"
+#include "experiments/app/experiment_runner.h"
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
+#include "framework/io/path_lock.h"
 
 namespace speclab::cli {
 
@@ -49,6 +51,11 @@ int cmd_train_draft(const std::vector<std::string>& args) {
   // forgotten --resume after --stop-after (run, check, export and merge refuse theirs too).
   // --overwrite removes them first, so that a run stopped early leaves no old draft beside its new
   // checkpoint (the make targets test for the draft alone). A retrieval datastore has no checkpoint.
+  // One train-draft at a time per draft: two at once both passed the checks below, both trained,
+  // and the second reported the first's draft as its own (until 2026-12-06). The lock covers the
+  // checks, --overwrite's moves and the run.
+  ensure_output_directory(c.output.path, "output.path");
+  const PathLock output_lock = PathLock::acquire(c.output.path, "train-draft", "output.path");
   std::vector<std::pair<std::string, std::string>> outputs = {{c.output.path, "output.path"}};
   if (c.architecture != "retrieval")
     outputs.insert(outputs.end(), {{c.output.checkpoint, "output.checkpoint"}, {c.output.log, "output.log"}});

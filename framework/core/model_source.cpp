@@ -49,6 +49,13 @@ void ModelSource::validate() const {
   require_one_of(format, formats(), "format");
   require_one_of(weights, weights_kinds(), "weights");
   require_one_of(activations, activations_kinds(), "activations");
+  // An explicit int8 that cannot apply: it ran float32, and a run recorded activations int8
+  // (accepted without a word until 2026-12-06).
+  if (weights == "f32" && activations == "int8")
+    throw Error(ErrorKind::kConfig,
+                "expected auto or f32 where weights is f32, found int8: float32 weights always compute in float32 "
+                "(int8 activations meet packed weights only)",
+                "model", "activations");
   if (!valid_device(device))
     throw Error(ErrorKind::kConfig, "expected cpu, cuda or cuda:N, found '" + device + "'", "model", "device");
   require_one_of(dtype, dtypes(), "dtype");

@@ -34,7 +34,7 @@ struct ModelSource {
   std::string kv_dtype = "auto";
 
   // throws Error(kConfig) on an empty path, unknown format, weights, activations, device, dtype
-  // or kv_dtype
+  // or kv_dtype, and on activations int8 with weights f32 (which compute in float32)
   void validate() const;
 
   // The values each key accepts, in the order errors list them; the one list that validate() and

@@ -19,9 +19,13 @@ void DrafterOptions::validate() const {
     bad("num_speculative_tokens", "expected gamma in 1..64, found " + std::to_string(num_speculative_tokens));
   if (schedule != "constant" && schedule != "heuristic" && schedule != "cost")
     bad("schedule", "expected constant, heuristic or cost, found '" + schedule + "'");
-  if (max_speculative_tokens < num_speculative_tokens || max_speculative_tokens > 64)
+  // The heuristic schedule's cap, which only that schedule reads: under constant and cost a
+  // gamma above the default 16 needed it raised too, to no effect (until 2026-12-06).
+  if (max_speculative_tokens < 1 || max_speculative_tokens > 64)
+    bad("max_speculative_tokens", "expected 1..64, found " + std::to_string(max_speculative_tokens));
+  if (schedule == "heuristic" && max_speculative_tokens < num_speculative_tokens)
     bad("max_speculative_tokens", "expected gamma (" + std::to_string(num_speculative_tokens) +
-                                      ") <= max_speculative_tokens <= 64, found " +
+                                      ") <= max_speculative_tokens <= 64 under the heuristic schedule, found " +
                                       std::to_string(max_speculative_tokens) +
                                       (max_speculative_tokens == 16 ? " (16 is the default: a gamma above 16 needs it set too)"
                                                                     : ""));

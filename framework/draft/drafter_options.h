@@ -17,7 +17,7 @@ struct DrafterOptions {
   // "cost" (the gamma in 0..num_speculative_tokens with the most tokens per second under measured
   // costs; framework/draft/draft_length.h).
   std::string schedule = "constant";
-  int max_speculative_tokens = 16;      // cap for the heuristic schedule
+  int max_speculative_tokens = 16;      // cap for the heuristic schedule (only it reads it)
   // Stop drafting when the drafter's top probability falls below this (HF
   // assistant_confidence_threshold, llama.cpp --draft-p-min). 0 = off.
   double confidence_threshold = 0.0;
@@ -74,9 +74,10 @@ struct DrafterOptions {
 
   // Throws Error(kConfig, ..., "drafter", <field>) with expected vs found.
   void validate() const;
-  // The most tokens one step drafts: gamma under the constant schedule, max_speculative_tokens
-  // under heuristic and cost (a confidence_from_token beyond it never applies).
-  int longest_draft() const { return schedule == "constant" ? num_speculative_tokens : max_speculative_tokens; }
+  // The most tokens one step drafts: max_speculative_tokens under the heuristic schedule, gamma
+  // under constant and cost (cost picks 0..gamma; until 2026-12-06 this said its cap, which cost
+  // never reads). A confidence_from_token beyond it never applies.
+  int longest_draft() const { return schedule == "heuristic" ? max_speculative_tokens : num_speculative_tokens; }
 };
 
 // The built-in drafter names, in registration order: prompt_lookup, layer_skip, draft_model, eagle,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "framework/io/config_util.h"
 #include "framework/draft/draft_block_check.h"
 #include "framework/draft/host_services.h"
 
@@ -259,7 +260,7 @@ class PluginDrafter final : public Drafter {
     if (block.confidence.empty())
       throw Error(ErrorKind::kBadInput,
                   plugin_name_ + ".propose() returned no confidences, and confidence_threshold " +
-                      std::to_string(ctx.min_confidence) + " needs one per draft token to stop drafting",
+                      config::to_text(ctx.min_confidence) + " needs one per draft token to stop drafting",
                   path_, "propose");
     size_t keep = 0;
     while (keep < block.tokens.size() &&

@@ -66,7 +66,7 @@ void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<
   // otherwise: check drafts at each gamma without raising the cap.
   const int max_gamma = *std::max_element(eq.gammas.begin(), eq.gammas.end());
   for (size_t i = 0; i < cfg.drafters.size(); ++i)
-    if (cfg.drafters[i].options.max_speculative_tokens < max_gamma)
+    if (cfg.drafters[i].options.schedule == "heuristic" && cfg.drafters[i].options.max_speculative_tokens < max_gamma)
       throw Error(ErrorKind::kConfig,
                   "expected at least the largest draft length `speclab check` runs (" + std::to_string(max_gamma) +
                       ", of equivalence.gammas), found " + std::to_string(cfg.drafters[i].options.max_speculative_tokens),

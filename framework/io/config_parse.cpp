@@ -367,8 +367,8 @@ void refuse_unread_drafter_keys(const YAML::Node& root, const YamlOrigin& origin
 }
 
 // A confidence_from_token beyond every draft position an entry reaches at any point never applies
-// its threshold (it was accepted, inert). The positions an entry reaches: its gamma (under a
-// constant schedule) or max_speculative_tokens (heuristic, cost), at every swept value of them;
+// its threshold (it was accepted, inert). The positions an entry reaches: its gamma (under the
+// constant and cost schedules) or max_speculative_tokens (heuristic), at every swept value of them;
 // for `speclab check`, each of equivalence.gammas. A swept confidence_from_token is left to the
 // points.
 void refuse_inert_confidence_from_token(const YAML::Node& root, const YamlOrigin& origin, const ExperimentConfig& cfg) {
@@ -398,11 +398,11 @@ void refuse_inert_confidence_from_token(const YAML::Node& root, const YamlOrigin
       what = "the largest of equivalence.gammas";
     } else {
       // longest_draft()'s key, at its largest swept value.
-      const bool constant = o.schedule == "constant";
-      const std::string key = constant ? "num_speculative_tokens" : "max_speculative_tokens";
+      const bool by_gamma = o.schedule != "heuristic";
+      const std::string key = by_gamma ? "num_speculative_tokens" : "max_speculative_tokens";
       reach = most(key, o.longest_draft());
-      what = constant ? (axis(key) ? "the largest swept gamma" : "its gamma")
-                      : "its max_speculative_tokens (schedule " + o.schedule + ")";
+      what = by_gamma ? (axis(key) ? "the largest swept gamma" : "its gamma")
+                      : "its max_speculative_tokens (schedule heuristic)";
     }
     if (o.confidence_from_token <= reach) continue;
     const YamlValue at = locate(root, origin, "drafters[" + std::to_string(i) + "].confidence_from_token");

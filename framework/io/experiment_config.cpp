@@ -215,7 +215,7 @@ void ExperimentConfig::validate() const {
     const DrafterEntry& d = drafters[i];
     const std::string p = "drafters[" + std::to_string(i) + "]";
     if (check_gammas) {
-      if (d.options.max_speculative_tokens < check_gamma)
+      if (d.options.schedule == "heuristic" && d.options.max_speculative_tokens < check_gamma)
         bad("", p + ".max_speculative_tokens",
             "expected at least the largest draft length `speclab check` runs (" + std::to_string(check_gamma) +
                 ", of equivalence.gammas), found " + std::to_string(d.options.max_speculative_tokens) +

@@ -120,7 +120,9 @@ struct ExperimentData {
   std::string status;                // root attribute status ("running", "complete", ...)
 };
 
-// "key=value, key=value" in key order; "" for no values.
-std::string point_label(const std::map<std::string, std::string>& values);
+// "key=value, key=value": the keys in `order` first, in that order (a sweep's axes, the outermost
+// loop first), then any others in key order; "" for no values. Until 2026-12-06 always in key
+// order, so a sweep of sampling.temperature (outer) and drafter.gamma read as if gamma were outer.
+std::string point_label(const std::map<std::string, std::string>& values, const std::vector<std::string>& order = {});
 
 }  // namespace speclab

@@ -35,9 +35,16 @@ std::string fmt(const char* f, double v) {
 
 }  // namespace
 
-std::string point_label(const std::map<std::string, std::string>& values) {
+std::string point_label(const std::map<std::string, std::string>& values, const std::vector<std::string>& order) {
   std::string out;
-  for (const auto& kv : values) out += (out.empty() ? "" : ", ") + kv.first + "=" + kv.second;
+  std::set<std::string> done;
+  for (const std::string& k : order) {
+    const auto it = values.find(k);
+    if (it == values.end() || !done.insert(k).second) continue;
+    out += (out.empty() ? "" : ", ") + k + "=" + it->second;
+  }
+  for (const auto& kv : values)
+    if (!done.count(kv.first)) out += (out.empty() ? "" : ", ") + kv.first + "=" + kv.second;
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -579,15 +580,22 @@ void Hdf5Recorder::Impl::commit() {
       ok = false;
     }
   }
-  if (!ok || !journal->commit())
+  if (!ok || !journal->commit()) {
     // With none recorded there may be no file to keep (a new file's first commit): it said "the file
-    // keeps the 0 prompt-runs recorded before" where no file was left.
+    // keeps the 0 prompt-runs recorded before" where no file was left. Where a file is left (the
+    // file was created, then a later commit failed) the same command is refused; --resume takes it.
+    std::error_code ec;
+    const bool file_left = std::filesystem::exists(path, ec);
     throw Error(ErrorKind::kIo,
-                journal->error() + (committed_runs == 0 ? std::string("; no prompt-run was recorded yet (run the "
-                                                                      "command again once the cause is fixed)")
-                                                        : "; the file keeps the " + std::to_string(committed_runs) +
-                                                              " prompt-runs recorded before (continue with --resume)"),
+                journal->error() +
+                    (committed_runs > 0 ? "; the file keeps the " + std::to_string(committed_runs) +
+                                              " prompt-runs recorded before (continue with --resume)"
+                     : file_left ? std::string("; no prompt-run was recorded yet (continue with --resume once "
+                                               "the cause is fixed)")
+                                 : std::string("; no prompt-run was recorded yet (run the command again once the "
+                                               "cause is fixed)")),
                 path, "output.path");
+  }
   committed_runs = static_cast<int64_t>(runs.rows());
 }
 

@@ -162,6 +162,7 @@ std::vector<SweepPoint> expand_points(const ExperimentConfig& config, const Poin
       const SweepAxis& ax = config.sweep[a];
       const std::string& v = ax.values[digit[a]];
       pt.values[ax.key] = v;
+      pt.keys.push_back(ax.key);
       desc += (desc.empty() ? "" : ", ") + ax.key + "=" + v;
     }
     try {

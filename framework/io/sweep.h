@@ -21,6 +21,7 @@ namespace speclab {
 struct SweepPoint {
   int64_t index = 0;
   std::map<std::string, std::string> values;  // key -> value as written
+  std::vector<std::string> keys;              // the swept keys in the sweep's order (first axis first)
   ExperimentConfig config;
 };
 

@@ -1,6 +1,12 @@
 #include "framework/io/train_log.h"
 
 #include <H5Cpp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
 
 #include "framework/core/error.h"
 
@@ -30,9 +36,8 @@ void write_text(H5::H5File& f, const std::string& name, const std::string& text)
   a.write(t, text);
 }
 
-}  // namespace
-
-void write_train_log(const std::string& path, const TrainLog& log) {
+// The log's HDF5 file at `path`; errors name `final_path`, the log's own name.
+void write_log_file(const std::string& path, const TrainLog& log, const std::string& final_path) {
   try {
     H5::Exception::dontPrint();
     H5::H5File f(path, H5F_ACC_TRUNC);
@@ -50,7 +55,26 @@ void write_train_log(const std::string& path, const TrainLog& log) {
     H5::Attribute w = f.createAttribute("wall_seconds", H5::PredType::IEEE_F64LE, H5::DataSpace(H5S_SCALAR));
     w.write(H5::PredType::NATIVE_DOUBLE, &log.wall_seconds);
   } catch (const H5::Exception& e) {
-    throw Error(ErrorKind::kIo, "cannot write the training log: " + e.getDetailMsg(), path);
+    throw Error(ErrorKind::kIo, "cannot write the training log: " + e.getDetailMsg(), final_path);
+  }
+}
+
+}  // namespace
+
+void write_train_log(const std::string& path, const TrainLog& log) {
+  // Written beside the log and renamed over it: a reader never sees a half-written log, and one
+  // holding the old file open (h5py in a notebook) neither blocks the write nor is cut off. Until
+  // 2026-12-06 the log was truncated in place: a reader's lock failed the training run and left
+  // the log empty.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  try {
+    write_log_file(tmp, log, path);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      throw Error(ErrorKind::kIo, "cannot write the training log: renaming " + tmp + " onto it: " + std::strerror(errno),
+                  path);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
   }
 }
 

@@ -70,7 +70,7 @@ void AdamW::load(const std::map<std::string, at::Tensor>& state, const std::stri
     if (!v.isfinite().all().item<bool>() || (v < 0).any().item<bool>())
       throw Error(ErrorKind::kBadInput,
                   "checkpoint tensor 'adam_v." + kv.first + "' holds a negative or non-finite value: expected a "
-                  "mean of squares (>= 0); the file is damaged, train anew without --resume",
+                  "mean of squares (>= 0); the file is damaged, train anew with --overwrite instead of --resume",
                   what);
     kv.second.copy_(v);
   }
@@ -104,7 +104,7 @@ int64_t load_training_state(const std::map<std::string, at::Tensor>& state,
   if (!(step >= 0) || step != std::floor(step) || step > 16777216.0)  // float32 holds whole steps up to 2^24
     throw Error(ErrorKind::kBadInput,
                 "checkpoint tensor 'step' is " + std::to_string(step) +
-                    ": expected a whole number of steps >= 0; the file is damaged, train anew without --resume",
+                    ": expected a whole number of steps >= 0; the file is damaged, train anew with --overwrite instead of --resume",
                 what);
   return static_cast<int64_t>(step);
 }

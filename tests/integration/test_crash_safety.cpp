@@ -202,6 +202,46 @@ TEST_CASE("a second SIGINT ends the run at once, and the file keeps what was rep
   resume_and_compare(h5);
 }
 
+TEST_CASE("a SIGINT after the last prompt-run makes no report and exits 130", "[crash][sigint]") {
+  // Until 2026-12-06 it printed "stopping", then wrote the report and exited 0.
+  TempDir d;
+  const std::string h5 = d.path + "/late.h5", rep = d.path + "/late_report";
+  std::vector<std::string> args = {"run", kTinyStories};
+  args.insert(args.end(), kSets.begin(), kSets.end());
+  args.insert(args.end(), {"--output", h5, "--report-dir", rep});
+  bool sent = false;
+  const RunResult r = run_cli(args, sigint_at(static_cast<int>(kTotal), 1, sent));
+  INFO(describe(r));
+  REQUIRE(sent);
+  // Handled by the run (the summary was being written) or, once the report had started, the
+  // default action: never a finished report and exit 0.
+  CHECK_FALSE((r.exited && r.exit_code == 0));
+  if (r.exited) {
+    CHECK(r.exit_code == 130);
+    CHECK(lines_of(r.err).back().rfind("interrupted after the last prompt-run: " + h5 + " is complete", 0) == 0);
+    CHECK_FALSE(fs::exists(rep + "/report.md"));
+  }
+  CHECK(status_of(h5) == "complete");
+  expect_same_runs(read_experiment(h5), reference());
+}
+
+TEST_CASE("a SIGINT the parent ignores stays ignored for the whole run", "[crash][sigint]") {
+  // A job started with `&` from a script ignores SIGINT; the run took the signal over once its
+  // sweep began (ignored while the models loaded, a stop later) until 2026-12-06.
+  TempDir d;
+  const std::string h5 = d.path + "/ign.h5";
+  bool sent = false;
+  RunOptions opt = sigint_at(3, 2, sent);
+  opt.in_child = [] { ::signal(SIGINT, SIG_IGN); };
+  const RunResult r = run_cli(run_args(kTinyStories, h5), opt);
+  INFO(describe(r));
+  REQUIRE(sent);
+  CHECK(r.exited);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("stopping") == std::string::npos);
+  CHECK(status_of(h5) == "complete");
+}
+
 TEST_CASE("KV budget: too small for a prompt's AR run refused before any run, exhausted by a later run: clear "
           "error and earlier prompt-runs kept", "[crash][resource][kv]") {
   TempDir d;
@@ -323,6 +363,34 @@ TEST_CASE("a file-size limit below a new file's first commit: the error says not
   CHECK(!fs::exists(h5));
   CHECK(!fs::exists(h5 + ".partial"));
   CHECK(!fs::exists(h5 + ".partial.journal"));
+}
+
+// A limit above a new file's first commit and below its first prompt-run: a file is left at the
+// output path, so the same command would be refused; the error said "run the command again".
+TEST_CASE("a file-size limit after the file is made and before its first prompt-run: the error says --resume",
+          "[crash][resource][disk]") {
+  TempDir d;
+  const std::string h5 = d.path + "/first.h5";
+  bool found = false;
+  // The created file's size depends on the config's text: find a limit between the two commits.
+  for (rlim_t kb = 32; kb <= 256 && !found; kb += 8) {
+    fs::remove(h5);
+    RunOptions opt;
+    opt.in_child = [kb] {
+      const rlimit lim{kb * 1024, kb * 1024};
+      ::setrlimit(RLIMIT_FSIZE, &lim);
+    };
+    const RunResult r = run_cli(run_args(kTinyStories, h5), opt);
+    if (!fs::exists(h5) || !r.exited || r.exit_code != 2) continue;
+    INFO(describe(r));
+    const std::string e = error_line(r);
+    if (e.find("no prompt-run was recorded yet") == std::string::npos) continue;
+    found = true;
+    CHECK(e.find(": File too large; no prompt-run was recorded yet (continue with --resume") != std::string::npos);
+    CHECK(e.find("run the command again") == std::string::npos);
+    resume_and_compare(h5);
+  }
+  CHECK(found);
 }
 
 // Root writes through permission bits, so a root test process runs the CLI as `nobody` (uid and

@@ -443,6 +443,17 @@ TEST_CASE("first_layers in the engine is layer_skip's draft: same tokens, same a
   // Greedy: argmax drafts, no q, and the output is AR's (layer_skip's, which is AR's).
   const SamplingOptions greedy;
   CHECK(run_engine(plugin, greedy, 32).tokens == run_engine(layer_skip, greedy, 32).tokens);
+  // Greedy with a confidence threshold: the example reports the argmax's probability at
+  // temperature 1, as layer_skip does, so both stop drafting at the same positions (it reported
+  // none, and the host refused the block, until 2026-12-06).
+  DrafterOptions gated = plugin, gated_ls = layer_skip;
+  gated.confidence_threshold = gated_ls.confidence_threshold = 0.5;
+  const SpecResult gp = run_engine(gated, greedy, 32), gl = run_engine(gated_ls, greedy, 32);
+  CHECK(gp.tokens == gl.tokens);
+  CHECK(acceptances(gp) == acceptances(gl));
+  int drafted = 0;
+  for (const SpecStep& st : gp.steps) drafted += st.drafted;
+  CHECK(drafted < 4 * static_cast<int>(gp.steps.size()));  // the threshold did stop some drafts
 }
 
 TEST_CASE("speclab check passes first_layers and fails first_layers_biased", "[plugins][sampling][equivalence]") {

@@ -17,6 +17,7 @@
 #include "framework/core/error.h"
 #include "framework/io/hdf5_recorder.h"
 #include "framework/io/shard.h"
+#include "framework/io/path_lock.h"
 #include "tests/bad_inputs/cli_process.h"
 
 using namespace speclab;
@@ -240,6 +241,13 @@ TEST_CASE("speclab merge and run --shard: bad inputs give one line, exit 2, no f
     }
     check_bad_input(run_cli({"merge", out, s.shard(0), s.shard(1), s.path("running.h5"), s.shard(3)}),
                     {s.path("running.h5"), "status 'running'", "--shard 2/4 --resume"});
+    nothing_written();
+  }
+  SECTION("another merge into the same file") {
+    // Merges at once shared OUT.merging: all could fail leaving nothing, or two report success.
+    const PathLock held = PathLock::acquire(out, "merge", "OUT.h5");
+    check_bad_input(run_cli({"merge", out, s.shard(0), s.shard(1), s.shard(2), s.shard(3)}),
+                    {out, "OUT.h5", "found another speclab merge holding " + out + ".lock"});
     nothing_written();
   }
   SECTION("--shard out of range") {

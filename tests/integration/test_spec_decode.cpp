@@ -851,7 +851,9 @@ TEST_CASE("a draft model with a shorter context than the target drafts until it 
   o.draft_model_tokenizer = tok;
   o.num_speculative_tokens = 4;
   const TokenList story = s.info.tokenizer->encode("Once upon a time, there was a little girl named Lily.", true);
-  for (const int64_t prompt_len : {int64_t{40}, int64_t{80}}) {  // 80: beyond the draft's context from the start
+  // 63: the pending token at position 63, the draft's last; 64: the prompt fills the draft's context;
+  // 80: beyond it from the start.
+  for (const int64_t prompt_len : {int64_t{40}, int64_t{63}, int64_t{64}, int64_t{80}}) {
     INFO("prompt of " << prompt_len << " tokens");
     TokenList ids;
     while (static_cast<int64_t>(ids.size()) < prompt_len) ids.insert(ids.end(), story.begin(), story.end());
@@ -862,6 +864,12 @@ TEST_CASE("a draft model with a shorter context than the target drafts until it 
     const PoolId pool = kv.add_pool(s.model->config().kv_geometry());
     DrafterEnv env{s.model.get(), &kv, pool, s.model->config().vocab_size};
     auto drafter = drafter_registry().create(o, env);
+    // Prefilled only where a step can draft (a prompt of exactly the draft's context was
+    // prefilled for nothing until 2026-12-06).
+    drafter->begin(0, ids);
+    CHECK((kv.bytes_used() > 0) == (prompt_len < 64));
+    drafter->end(0);
+    CHECK(kv.bytes_used() == 0);
     GenerationOptions gen;
     gen.max_new_tokens = 60;
     const SpecResult r =

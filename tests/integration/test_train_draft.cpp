@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
+#include <H5Cpp.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -36,6 +37,7 @@
 #include "framework/core/blas_core.h"
 #include "framework/core/thread_pool.h"
 #include "framework/core/token_tensor.h"
+#include "framework/io/path_lock.h"
 #include "framework/draft/builtin/eagle_drafter.h"
 #include "framework/draft/builtin/eagle_packed.h"
 #include "framework/draft/builtin/sources_first.h"
@@ -300,6 +302,35 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
     CHECK(WEXITSTATUS(rc) == 2);
     CHECK(read_bytes(a.output.path) == first);
   }
+  // Another train-draft writing the same draft (the lock held here): refused before anything is
+  // moved. Two at once both trained and the second reported the first's draft (until 2026-12-06).
+  {
+    const PathLock held = PathLock::acquire(a.output.path, "train-draft", "output.path");
+    const fs::path err = kDir / "locked.err";
+    const int rc = std::system((std::string(SPECLAB_CLI) + " train-draft '" + (kDir / "a.yaml").string() +
+                                "' --overwrite --quiet 2>'" + err.string() + "'")
+                                   .c_str());
+    CHECK(WEXITSTATUS(rc) == 2);
+    CHECK_THAT(read_bytes(err), Catch::Contains("output.path: expected no other process writing it, found another "
+                                                "speclab train-draft holding " + a.output.path + ".lock"));
+    CHECK(read_bytes(a.output.path) == first);
+  }
+  // The answers cache likewise, while a run writes it (two appended the same answers).
+  {
+    std::vector<PathLock> held;  // every answers file of the cache (other configs share it)
+    for (const auto& e : fs::directory_iterator(fs::path(a.data.cache_dir)))
+      if (e.path().filename().string().rfind("answers-", 0) == 0 && e.path().extension() == ".jsonl")
+        held.push_back(PathLock::acquire(e.path().string(), "train-draft", "data.cache_dir"));
+    REQUIRE_FALSE(held.empty());
+    TrainDraftConfig r = a;
+    r.architecture = "retrieval";  // reads the answers whatever features are cached
+    r.output.path = (kDir / "locked_store.safetensors").string();
+    const Error e = test::catch_error([&] { train_draft(r, false); });
+    CHECK(e.field() == "data.cache_dir");
+    CHECK_THAT(e.message(), Catch::Contains("found another speclab train-draft holding ") &&
+                                Catch::Contains("/answers-"));
+    CHECK_FALSE(fs::exists(r.output.path));
+  }
 
   fs::remove(a.output.path);
   train_draft(a, false, {}, 90);  // interrupted after 90 steps
@@ -319,6 +350,14 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   // ignored, and the run went on to the end).
   const Error past = test::catch_error([&] { train_draft(a, true, {}, 50); });
   CHECK(past.field() == "--stop-after");
+  // An --overwrite run killed before writing its own outputs leaves the checkpoint aside: --resume
+  // points at it (it said only "no checkpoint to resume from").
+  fs::rename(a.output.checkpoint, a.output.checkpoint + ".overwritten");
+  const Error aside = test::catch_error([&] { train_draft(a, true); });
+  CHECK_THAT(aside.message(), Catch::Contains("no checkpoint to resume from (an --overwrite run stopped before "
+                                              "writing its own left the earlier one at " +
+                                              a.output.checkpoint + ".overwritten: move it back"));
+  fs::rename(a.output.checkpoint + ".overwritten", a.output.checkpoint);
   // The prompt file changed since the checkpoint: refused before the data stage (it trained on).
   const std::string prompts = read_bytes(kDir / "prompts.jsonl");
   {
@@ -366,7 +405,7 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   CHECK(nan.kind() == ErrorKind::kBadInput);
   CHECK(nan.file() == a.output.checkpoint);
   CHECK_THAT(nan.message(), Catch::Contains("tensor " + poisoned + " holds a NaN (element 0 of ") &&
-                                Catch::Contains("train anew without --resume"));
+                                Catch::Contains("train anew with --overwrite instead of --resume"));
   {
     std::ofstream f(a.output.checkpoint, std::ios::trunc | std::ios::binary);
     f << intact;
@@ -408,7 +447,7 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
     const Error damaged = test::catch_error([&] { train_draft(a, true); });
     CHECK(damaged.kind() == ErrorKind::kBadInput);
     CHECK(damaged.file() == a.output.checkpoint);
-    CHECK_THAT(damaged.message(), Catch::Contains(says) && Catch::Contains("train anew without --resume"));
+    CHECK_THAT(damaged.message(), Catch::Contains(says) && Catch::Contains("train anew with --overwrite instead of --resume"));
   }
   // A changed data setting: refused naming it (it was "trained on other data", with two hashes).
   train_draft(a, false, {}, 90);
@@ -2042,7 +2081,14 @@ TEST_CASE("train-draft draft_model: a distilled 2-layer draft, the runtime model
   const std::string first = read_bytes(c.output.path);
   fs::remove(c.output.path);
   train_draft(c, false, {}, 70);  // interrupted after 70 steps
-  train_draft(c, true);
+  {
+    // A reader holding the log open (h5py in a notebook) while training rewrites it: the log was
+    // truncated in place until 2026-12-06, which failed the run and left the log empty.
+    H5::Exception::dontPrint();
+    const H5::H5File reader(c.output.log, H5F_ACC_RDONLY);
+    train_draft(c, true);
+  }
+  CHECK(read_train_log(c.output.log).loss.size() == 160);
   CHECK(read_bytes(c.output.path) == first);
   // An init whose layers came from other target layers than head.draft_layers names: its weights
   // replaced the layers copied from [1, 2] while the file recorded [1, 2].

@@ -1134,6 +1134,7 @@ TEST_CASE("bad input: too few samples, temperature 0, controls without a verifie
   // error, not an internal one (the cap was raised silently until 2026-12-06).
   c = stories_config(2000, 1.0, 1.0, 0, 1);
   c.equivalence->gammas = {20};
+  for (DrafterEntry& d : c.drafters) d.options.schedule = "heuristic";  // the cap only it reads
   CHECK_THROWS_WITH(run_equivalence(c), Contains("max_speculative_tokens") && Contains("(20, of equivalence.gammas)"));
   c = stories_config(2000, 1.0, 1.0, 0, 1);
   c.equivalence.reset();

@@ -17,6 +17,7 @@
 
 #include "framework/core/error.h"
 #include "framework/io/experiment_config.h"
+#include "framework/io/experiment_records.h"
 #include "framework/io/train_config.h"
 
 using namespace speclab;
@@ -312,6 +313,11 @@ TEST_CASE("sweep expansion is the cartesian product, first axis outermost", "[co
     CHECK(pts[i].config.resolved_yaml.find("sweep") == std::string::npos);
     CHECK(pts[i].config.resolved_yaml.find('&') == std::string::npos);
   }
+  // The point's label lists the axes in the sweep's order, the outermost first (it was key order,
+  // which put drafter.num_speculative_tokens before the outer sampling.temperature).
+  CHECK(point_label(pts[4].values, pts[4].keys) ==
+        "sampling.temperature=0.7, drafter.num_speculative_tokens=2, generation.max_new_tokens=8");
+  CHECK(point_label({{"b", "1"}, {"a", "2"}}) == "a=2, b=1");  // without an order: key order
   // The point's resolved YAML parses back to the point's config.
   const ExperimentConfig back = parse_experiment_config(pts[5].config.resolved_yaml, "sweep.yaml");
   CHECK(back.sampling.temperature == 0.7);
@@ -503,31 +509,31 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
     CHECK_THAT(e, Contains("bad.yaml:7:12: drafters[0].gamma: expected gamma in 1..64, found 0"));
   }
   SECTION("an invalid value that is not written points at its section") {
-    const std::string e = config_error(kBase + "drafters:\n  - {name: prompt_lookup, gamma: 32}\n");
-    CHECK_THAT(e, Contains("bad.yaml:6:5: drafters[0].max_speculative_tokens: expected gamma (32) <= max_speculative_tokens <= 64, "
-                           "found 16 (16 is the default: a gamma above 16 needs it set too)"));
+    const std::string e = config_error(kBase + "drafters:\n  - {name: prompt_lookup, gamma: 32, schedule: heuristic}\n");
+    CHECK_THAT(e, Contains("bad.yaml:6:5: drafters[0].max_speculative_tokens: expected gamma (32) <= max_speculative_tokens <= 64 "
+                           "under the heuristic schedule, found 16 (16 is the default: a gamma above 16 needs it set too)"));
   }
   SECTION("speclab check validates max_speculative_tokens at equivalence.gammas, the draft lengths it runs") {
-    const std::string cfg = kBase + "drafters:\n  - {name: prompt_lookup, max_speculative_tokens: 3}\nequivalence:\n  gammas: [1, 2]\n";
+    const std::string cfg = kBase + "drafters:\n  - {name: prompt_lookup, schedule: heuristic, max_speculative_tokens: 3}\nequivalence:\n  gammas: [1, 2]\n";
     // For speclab run the drafter drafts at its own gamma (the default 4), above its cap.
     CHECK_THAT(config_error(cfg), Contains("drafters[0].max_speculative_tokens: expected gamma (4)"));
     const ExperimentConfig ok = parse_experiment_config(cfg, "ok.yaml", {}, ConfigUse::kCheck);
     CHECK(ok.drafters.at(0).options.max_speculative_tokens == 3);
     // A gamma above the cap was run with the cap raised silently.
     const std::string over =
-        kBase + "drafters:\n  - {name: prompt_lookup, max_speculative_tokens: 5}\nequivalence:\n  gammas: [1, 8]\n";
+        kBase + "drafters:\n  - {name: prompt_lookup, schedule: heuristic, max_speculative_tokens: 5}\nequivalence:\n  gammas: [1, 8]\n";
     std::string e;
     try {
       parse_experiment_config(over, "bad.yaml", {}, ConfigUse::kCheck);
     } catch (const Error& err) {
       e = err.what();
     }
-    CHECK_THAT(e, Contains("bad.yaml:6:51: drafters[0].max_speculative_tokens: expected at least the largest draft "
+    CHECK_THAT(e, Contains("bad.yaml:6:72: drafters[0].max_speculative_tokens: expected at least the largest draft "
                            "length `speclab check` runs (8, of equivalence.gammas), found 5"));
     // Without an equivalence section the cap is not compared with the drafter's own gamma either
     // (check names the missing section once the config is read: the bad-input catalogue).
     const ExperimentConfig none = parse_experiment_config(
-        kBase + "drafters:\n  - {name: prompt_lookup, max_speculative_tokens: 3}\n", "ok.yaml", {}, ConfigUse::kCheck);
+        kBase + "drafters:\n  - {name: prompt_lookup, schedule: heuristic, max_speculative_tokens: 3}\n", "ok.yaml", {}, ConfigUse::kCheck);
     CHECK(none.drafters.at(0).options.max_speculative_tokens == 3);
   }
   SECTION("empty sweep list") {
@@ -548,12 +554,12 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
                         "(drafters[0].num_speculative_tokens, at sweep point drafter.num_speculative_tokens=0)"));
     // Values are validated together: gamma 8 needs the max raised by the other axis.
     const std::string both = kBase +
-                             "drafters: [{name: prompt_lookup}]\n"
+                             "drafters: [{name: prompt_lookup, schedule: heuristic}]\n"
                              "sweep:\n"
                              "  drafter.gamma: [2, 8]\n"
                              "  drafter.max_speculative_tokens: [8, 4]\n";
     CHECK_THAT(config_error(both), Contains("bad.yaml:8:39: sweep.drafter.max_speculative_tokens[1]: expected gamma (8) <= "
-                                            "max_speculative_tokens <= 64, found 4"));
+                                            "max_speculative_tokens <= 64 under the heuristic schedule, found 4"));
     CHECK_THAT(config_error(both), Contains("at sweep point drafter.num_speculative_tokens=8, "
                                             "drafter.max_speculative_tokens=4"));
     const ExperimentConfig ok = parse_experiment_config(
@@ -602,7 +608,7 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
 // point is valid (it was refused until 2026-12-05), while a point that is invalid is still refused,
 // located at its value; so is an invalid key that no axis sets, at every point.
 TEST_CASE("a sweep valid at every point is accepted though the config without its values is not", "[config][sweep]") {
-  const std::string gamma20 = kBase + "drafters:\n  - {name: layer_skip, gamma: 20}\n";
+  const std::string gamma20 = kBase + "drafters:\n  - {name: layer_skip, gamma: 20, schedule: heuristic}\n";
   const ExperimentConfig c = parse_experiment_config(gamma20 + "sweep:\n  drafter.max_speculative_tokens: [20, 30]\n", "s.yaml");
   const std::vector<SweepPoint> pts = expand_sweep(c);
   REQUIRE(pts.size() == 2);
@@ -1193,4 +1199,18 @@ TEST_CASE("a confidence_from_token past every draft position the entry reaches i
   CHECK_NOTHROW(parse_experiment_config(kBase + entry, "ok.yaml", {"drafters.0.confidence_from_token=2"}));
   CHECK_THAT(config_error(kBase + entry, {"drafters.0.schedule=heuristic", "drafters.0.max_speculative_tokens=2"}),
              Catch::Contains("at most its max_speculative_tokens (schedule heuristic) (2), found 3"));
+  // The cost schedule picks 0..gamma and never reads max_speculative_tokens (taken until 2026-12-06).
+  CHECK_THAT(config_error(kBase + entry, {"drafters.0.schedule=cost"}), Catch::Contains("at most its gamma (2), found 3"));
+}
+
+TEST_CASE("max_speculative_tokens is the heuristic schedule's cap alone", "[config]") {
+  // A constant or cost gamma above 16 needed the cap raised too, to no effect (until 2026-12-06).
+  const ExperimentConfig c = parse_experiment_config(kBase + "drafters:\n  - {name: prompt_lookup, gamma: 32}\n", "ok.yaml");
+  CHECK(c.drafters.at(0).options.num_speculative_tokens == 32);
+  CHECK_NOTHROW(parse_experiment_config(kBase + "drafters:\n  - {name: prompt_lookup, gamma: 32, schedule: cost}\n", "ok.yaml"));
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {name: prompt_lookup, gamma: 32, schedule: heuristic}\n"),
+             Catch::Contains("drafters[0].max_speculative_tokens: expected gamma (32) <= max_speculative_tokens <= 64 "
+                             "under the heuristic schedule, found 16 (16 is the default"));
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {name: prompt_lookup, max_speculative_tokens: 65}\n"),
+             Catch::Contains("drafters[0].max_speculative_tokens: expected 1..64, found 65"));
 }

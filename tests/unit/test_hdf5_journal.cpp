@@ -20,6 +20,7 @@
 #include "framework/core/error.h"
 #include "framework/io/hdf5_journal.h"
 #include "framework/io/hdf5_recorder.h"
+#include "framework/io/path_lock.h"
 
 using namespace speclab;
 namespace fs = std::filesystem;
@@ -298,5 +299,50 @@ TEST_CASE("a second writer, or a reader, is refused while a writer holds the fil
   rec.append(r1);  // the writer goes on, its journal intact
   rec = new_file(dir + "/other.h5");  // closes w.h5
   CHECK(read_experiment(path).runs.size() == 2);
+  fs::remove_all(dir);
+}
+
+// PathLock (framework/io/path_lock.h): the lock of outputs replaced by rename (train-draft's
+// draft, merge's file), which cannot hold an flock of their own as the journaled HDF5 files do.
+TEST_CASE("a PathLock refuses a second holder, in this process or another, until released", "[hdf5][lock]") {
+  const std::string dir = temp_dir(), path = dir + "/draft.safetensors";
+  {
+    PathLock held = PathLock::acquire(path, "train-draft", "output.path");
+    CHECK(held.lock_path() == path + ".lock");
+    CHECK(fs::exists(path + ".lock"));
+    try {
+      (void)PathLock::acquire(path, "train-draft", "output.path");
+      FAIL("a second PathLock was granted");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kConfig);
+      CHECK(e.file() == path);
+      CHECK(e.field() == "output.path");
+      CHECK(std::string(e.what()).find("found another speclab train-draft holding " + path + ".lock") !=
+            std::string::npos);
+    }
+    // Another process: a child asks and reports 2 when refused.
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      try {
+        (void)PathLock::acquire(path, "train-draft", "output.path");
+        ::_exit(0);
+      } catch (const Error&) {
+        ::_exit(2);
+      }
+    }
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 2));
+    // Moved, the lock is still held once.
+    PathLock moved = std::move(held);
+    CHECK_THROWS_AS(PathLock::acquire(path, "train-draft", "output.path"), Error);
+  }
+  // Released: the lock file is gone and the lock can be taken again.
+  CHECK_FALSE(fs::exists(path + ".lock"));
+  { const PathLock again = PathLock::acquire(path, "merge", "OUT.h5"); }
+  // A lock file a killed holder left behind (no flock on it) is taken over.
+  std::ofstream(path + ".lock") << "";
+  { const PathLock stale = PathLock::acquire(path, "merge", "OUT.h5"); }
+  CHECK_FALSE(fs::exists(path + ".lock"));
   fs::remove_all(dir);
 }

@@ -646,7 +646,7 @@ TEST_CASE("a plugin entry runs the drafter its plugin exports and a plugin canno
     options.name = "prompt_lookup";
     const Error e = refusal(registry);
     CHECK(e.field() == "name");
-    CHECK_THAT(e.message(), Catch::Contains("exports ('repeat_last_n'), found 'prompt_lookup'"));
+    CHECK_THAT(e.message(), Catch::Contains("exports ('repeat_last_n': proposes the last n tokens") && Catch::Contains("), found 'prompt_lookup'"));
   }
   SECTION("a plugin whose drafter has a built-in drafter's name") {
     DrafterRegistry registry;

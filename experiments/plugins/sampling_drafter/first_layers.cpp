@@ -11,7 +11,8 @@
 // gets: temperature, top-k, top-p), the token is drawn from q with one host uniform() of the
 // drafter's stream, and q is returned with the token: the verifier is told the distribution the
 // token really came from. Under greedy decoding it drafts the host's argmax and returns no q (the
-// verifier treats it as one-hot). ctx.min_confidence is honoured under sampling only.
+// verifier treats it as one-hot), with the argmax's probability at temperature 1 as its confidence
+// when a confidence_threshold is set.
 //
 // Built with -DBIASED (first_layers_biased.so) it is a negative control: it draws the token from
 // q' = the transform of 2 * logits (half the run's temperature) but still reports q, so the
@@ -68,6 +69,18 @@ class FirstLayers final : public speclab::Drafter {
       int32_t x = 0;
       if (greedy) {
         check(host_->argmax(logits.data(), vocab_, &x, error_, sizeof error_));
+        // A confidence_threshold needs one confidence per draft token on this path too (the host
+        // refuses a block without them): the argmax's probability at temperature 1, as the
+        // built-in model drafters report it.
+        if (ctx.min_confidence > 0.0) {
+          speclab::SamplingOptions plain;
+          plain.temperature = 1.0;
+          check(host_->probs(reinterpret_cast<const SpeclabSampling*>(&plain), logits.data(), vocab_, q.data(), error_,
+                             sizeof error_));
+          const float confidence = q[static_cast<size_t>(x)];
+          if (ctx.confidence_applies(block.tokens.size()) && confidence < ctx.min_confidence) break;
+          block.confidence.push_back(confidence);
+        }
       } else {
         check(host_->probs(speclab_sampling(ctx), logits.data(), vocab_, q.data(), error_, sizeof error_));
         x = draw(sampled_from(ctx, logits, q), speclab_rng(ctx));

@@ -56,9 +56,11 @@ void ModelDrafter::begin(SeqId seq, const TokenList& prompt) {
   }
   dseq_ = kv_->create(pool_);
   // The prompt in one forward (positions 0..P-1); propose() then feeds only what follows it. A
-  // prompt beyond a separate draft's own context is not fed: propose() drafts nothing then.
+  // prompt that fills a separate draft's own context, or goes beyond it, is not fed: the pending
+  // token's position is past the context, so propose() drafts nothing (a prompt of exactly the
+  // context was prefilled for nothing until 2026-12-06).
   const int64_t n = static_cast<int64_t>(prompt.size());
-  if (n > 0 && n <= model_->config().max_position_embeddings) {
+  if (n > 0 && n < model_->config().max_position_embeddings) {
     kv_->reserve(dseq_, n);
     ForwardOptions fo;
     fo.logits_last_n = 1;
