@@ -32,6 +32,10 @@ try:
     import matplotlib  # noqa: E402
 
     matplotlib.use("Agg")
+    # Labels are user text (drafter labels, prompt categories): a '$' in one was read as math, which
+    # changed the label or failed the whole report (until 2026-12-06). Nothing here writes math.
+    if "text.parse_math" in matplotlib.rcParams:
+        matplotlib.rcParams["text.parse_math"] = False
     import matplotlib.pyplot as plt  # noqa: E402
     import matplotlib.ticker  # noqa: E402,F401
     import h5py  # noqa: E402
@@ -165,6 +169,14 @@ class Report:
         return rows
 
 
+    # matplotlib refuses images wider than 2^16 pixels: a sweep of hundreds of (point, method) bars
+    # asked for more, and the whole report failed (until 2026-12-06). 500 inches at 110 dpi.
+    MAX_FIG_INCHES = 500.0
+
+    @classmethod
+    def fig_width(cls, inches: float) -> float:
+        return min(inches, cls.MAX_FIG_INCHES)
+
     def series_label(self, point: int, method: str) -> str:
         return f"{method} @ {self.exp.point_label(int(point))}" if self.multi_point else str(method)
 
@@ -289,7 +301,7 @@ class Report:
         return out
 
     def plot_time_breakdown(self, breakdown):
-        fig, ax = plt.subplots(figsize=(max(7.5, 3.5 + 0.9 * len(breakdown)), 5.0))
+        fig, ax = plt.subplots(figsize=(self.fig_width(max(7.5, 3.5 + 0.9 * len(breakdown))), 5.0))
         x = np.arange(len(breakdown))
         bottom = np.zeros(len(breakdown))
         for part in PARTS:
@@ -348,7 +360,7 @@ class Report:
         rows = self.rows("by_category", category=None)
         cats = sorted({str(r["category"]) for r in rows})
         series = list(dict.fromkeys((int(r["point"]), str(r["method"])) for r in rows))
-        fig, ax = plt.subplots(figsize=(max(6.0, 1.5 + 1.2 * len(cats)), 4.5))
+        fig, ax = plt.subplots(figsize=(self.fig_width(max(6.0, 1.5 + 1.2 * len(cats))), 4.5))
         if rows:
             width = 0.8 / max(1, len(series))
             x = np.arange(len(cats))
@@ -458,13 +470,26 @@ class Report:
                 "steps.\n" +
                 md_table(["method", "source", "steps", "drafted/step", "accepted", "τ"], rows))
 
+    def plot(self, draw, *args):
+        """One figure; a figure matplotlib cannot draw is left out with a note (report.md and
+        stderr), not blamed on the file: the file is fine, and the tables are still written."""
+        try:
+            draw(*args)
+        except (ValueError, RuntimeError, OverflowError, MemoryError) as e:
+            plt.close("all")
+            name = draw.__name__.replace("plot_", "")
+            msg = f"the {name.replace('_', ' ')} plot was not drawn ({type(e).__name__}: {' '.join(str(e).split())})"
+            self.plot_notes.append(msg)
+            print(f"warning: {msg}", file=sys.stderr)
+
     def write(self):
-        self.plot_acceptance_by_position()
-        self.plot_speedup_vs_gamma()
+        self.plot_notes = []
+        self.plot(self.plot_acceptance_by_position)
+        self.plot(self.plot_speedup_vs_gamma)
         breakdown = self.time_breakdown()
-        self.plot_time_breakdown(breakdown)
-        self.plot_accepted_hist()
-        self.plot_acceptance_by_category()
+        self.plot(self.plot_time_breakdown, breakdown)
+        self.plot(self.plot_accepted_hist)
+        self.plot(self.plot_acceptance_by_category)
         equivalence_md = self.equivalence()
 
         a = self.exp.attrs
@@ -520,14 +545,17 @@ class Report:
         md.append(self.by_source())
         md.append("\n## Time breakdown\n")
         md.append(md_table(["method", "tokens", "wall (s)"] + [f"{PART_LABELS[p]} (ms/token)" for p in PARTS],
-                           [[label, str(tokens), fmt(parts["wall"], ".3f")] +
-                            [fmt(1e3 * parts[p] / max(1, tokens), ".3f") for p in PARTS]
+                           # 4 significant digits: prompt lookup's draft time read 0.000 ms at ".3f"
+                           [[label, str(tokens), fmt(parts["wall"], ".4g")] +
+                            [fmt(1e3 * parts[p] / max(1, tokens), ".4g") for p in PARTS]
                             for label, parts, tokens in breakdown]))
         if equivalence_md:
             md.append("\n" + equivalence_md)
         md.append("\n## Figures\n")
         for name, caption in self.figures:
             md.append(f"![{name}]({name})\n\n{caption}\n")
+        for note in self.plot_notes:
+            md.append(f"Note: {note}.\n")
         with open(os.path.join(self.out, "report.md"), "w", encoding="utf-8") as f:
             f.write("\n".join(md))
 
@@ -704,7 +732,8 @@ def write_train_report(path: str, out: str) -> None:
               ["optimizer steps", steps_text],
               ["loss, mean of the first / last 10 steps",
                f"{fmt(np.mean(t['loss'][first]))} / {fmt(np.mean(t['loss'][last]))}" if n else "-"],
-              ["validation top-1 agreement, last evaluation", fmt(v["agreement"][-1]) if len(v["agreement"]) else "-"],
+              ["validation top-1 agreement, last evaluation" + (" (head 1's; train-draft prints every head's)" if architecture == "medusa" else ""),
+               fmt(v["agreement"][-1]) if len(v["agreement"]) else "-"],
               ["target weights hash", str(attrs.get("target_weights_hash", "-"))],
               ["wall time", f"{fmt(float(attrs.get('wall_seconds', float('nan'))), '.0f')} s"],
           ]),

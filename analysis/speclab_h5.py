@@ -7,6 +7,9 @@ the set of prompt-runs finished before it died.
     exp = Experiment("results.h5")
     exp.runs["method"], exp.steps["accepted"], exp.summary["overall"]["alpha"]
 
+exp.summary is None where the file has no /summary (its writer was stopped before the end):
+compute_summary(exp) recomputes the same tables from the committed rows.
+
 Tables are dicts of column name -> numpy array (strings as Python str objects). Needs h5py and
 numpy (Debian: python3-h5py).
 """

@@ -69,6 +69,10 @@ std::string detect_format(const std::string& path) {
   if (is_dir(path)) return "safetensors";
   // model.safetensors (or a shard) of an HF checkpoint: the loader names the directory to pass.
   if (ends_with(path, ".safetensors")) return "safetensors";
+  // Its config.json (or tokenizer.json, ...) beside safetensors files: the same hint, from the
+  // loader (it said "cannot tell the model format ... set the format explicitly" until 2026-12-06).
+  if (ends_with(path, ".json") && exists(path) && exists(dirname_of(path) + "/config.json"))
+    return "safetensors";
   if (ends_with(path, ".gguf")) return "gguf";
   if (ends_with(path, ".bin")) return "llama2c";
   // Fall back to the magic bytes.

@@ -91,7 +91,8 @@ void DrafterArgs::add_to(po::options_description& desc) {
       ("drafter", po::value(&drafter), "speculative decoding with: prompt_lookup (or ngram) | layer_skip | draft_model | eagle | medusa | retrieval | <plugin name>")
       ("plugin", po::value(&plugin), "drafter plugin shared library (.so)")
       ("gamma", po::value(&gamma)->default_value(gamma), "draft tokens per step (num_speculative_tokens)")
-      ("schedule", po::value(&schedule)->default_value(schedule), "draft length schedule: constant | heuristic | cost (gamma 0..--gamma by measured costs)")
+      ("schedule", po::value(&schedule)->default_value(schedule), "draft length schedule: constant | heuristic (from --gamma, +2 after a fully accepted step, -1 otherwise, "
+                                                         "up to max(--gamma, 16)) | cost (gamma 0..--gamma by measured costs)")
       ("confidence-threshold", po::value(&confidence_threshold)->default_value(confidence_threshold),
        "stop drafting below this draft top probability (0 = off)")
       ("confidence-from-token", po::value(&confidence_from_token)->default_value(confidence_from_token),

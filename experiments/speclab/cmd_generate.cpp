@@ -132,6 +132,10 @@ int cmd_generate(const std::vector<std::string>& args) {
   }
   if (naive && !dargs.drafter.empty())
     throw Error(ErrorKind::kConfig, "--naive is an AR mode; drop it with --drafter", "command line", "--naive");
+  // Naive decoding keeps no K/V cache: a --kv-dtype would be ignored (and -v reported a cache).
+  if (naive && vm.count("kv-dtype") && !vm["kv-dtype"].defaulted())
+    throw Error(ErrorKind::kConfig, "expected no --kv-dtype with --naive, which keeps no K/V cache", "command line",
+                "--kv-dtype");
   if (stats && dargs.drafter.empty()) throw Error(ErrorKind::kConfig, "--stats needs --drafter", "command line", "--stats");
   // An empty --system would render as no system message (the template's default system prompt,
   // e.g. Qwen's "You are Qwen..."), not as the empty system turn HF and llama.cpp render for it.

@@ -6,7 +6,8 @@
 // Writes two batch scripts into <output stem>_shards/ beside the output file and prints them:
 //   shards.sh  a job array (--array=0-(N-1)); task i runs `speclab run CONFIG --shard i/N
 //              --resume` into shard_<i>.h5 (--resume creates the file or continues it, so a
-//              failed or requeued task is resubmitted with `sbatch --array=i shards.sh`);
+//              failed or requeued task is resubmitted with `sbatch --array=i shards.sh`, and the
+//              merge after it with --dependency=afterok:<that job>,afterany:<the array job>);
 //   merge.sh   `speclab merge OUTPUT shard_*.h5 --overwrite`, then `speclab report OUTPUT`.
 // Then (unless --dry-run) submits shards.sh with sbatch and merge.sh with
 // --dependency=afterok:<array job>, and prints both job ids. The config is loaded and checked
@@ -26,6 +27,8 @@
 #include "experiments/app/experiment_runner.h"
 #include "experiments/speclab/cli.h"
 #include "framework/core/error.h"
+#include "framework/io/config_util.h"
+#include "framework/io/hdf5_journal.h"
 #include "framework/io/experiment_config.h"
 
 namespace speclab::cli {
@@ -153,7 +156,7 @@ int cmd_submit(const std::vector<std::string>& args) {
   po::variables_map vm;
   const char* usage =
       "usage: speclab submit CONFIG.yaml --slurm --shards N [--partition P] [--time T] [--set key=value ...] "
-      "[--output FILE.h5] [--overwrite] [--dry-run]";
+      "[--output FILE.h5] [--threads N] [--overwrite] [--dry-run]";
   if (!parse_or_help(usage, desc, args, vm, "config")) return kExitOk;
   if (config_path.empty()) throw Error(ErrorKind::kConfig, "expected a config file, found none", "command line", "CONFIG");
   if (!slurm) throw Error(ErrorKind::kConfig, "expected --slurm (the only scheduler supported), found none", "command line", "--slurm");
@@ -228,8 +231,16 @@ int cmd_submit(const std::vector<std::string>& args) {
                     (earlier.size() > 1 ? ", ..." : "") +
                     "), which this submission's tasks would resume: pass --overwrite to remove them and start "
                     "afresh (once that submission's jobs have ended), or finish that submission (sbatch --array=i " +
-                    dir + "/shards.sh resubmits its task i)",
+                    dir + "/shards.sh resubmits its task i; docs/scale-out.md has its merge)",
                 dir, "output.path");
+  // --overwrite removed shard files that running tasks of the earlier submission still wrote: that
+  // submission then failed, and this one's merge waited forever (until 2026-12-06).
+  for (const std::string& f : earlier)
+    if (config::ends_with(f, ".h5") && hdf5_writer_holds(f))
+      throw Error(ErrorKind::kConfig,
+                  "expected the earlier submission's tasks to have ended, found one still writing " +
+                      fs::path(f).filename().string() + ": wait for its jobs (squeue) or scancel them, then --overwrite",
+                  dir, "--overwrite");
 
   std::string job_name = "speclab-" + config.name;
   for (char& c : job_name)
@@ -251,7 +262,9 @@ int cmd_submit(const std::vector<std::string>& args) {
       "#SBATCH --job-name=" + job_name + "\n"
       "#SBATCH --array=0-" + std::to_string(shards - 1) + "\n"
       "#SBATCH --output=\"" + sbatch_dir + "/shard_%a.log\"\n"
-      "# One shard of `speclab submit`: resubmit a failed task i with `sbatch --array=i " + dir + "/shards.sh`.\n"
+      "# One shard of `speclab submit`: resubmit a failed task i with `sbatch --array=i " + dir + "/shards.sh`,\n"
+      "# then its merge after it and after this array's other tasks: `sbatch --dependency=afterok:<new job>,afterany:<this\n"
+      "# array's job> " + dir + "/merge.sh` (docs/scale-out.md).\n"
       "set -euo pipefail\n"
       "cd " + shell_quote(cwd) + "\n"
       "exec " + run + " --shard \"${SLURM_ARRAY_TASK_ID}/" + n + "\" --output " + shell_quote(dir) +

@@ -839,3 +839,36 @@ TEST_CASE("speclab run: identical prompts in one point are separate prompt-runs"
   CHECK(d.runs.size() == 2 * 2 * 2);
   fs::remove_all(dir);
 }
+
+// Labels and categories are user text: a '$' was read as matplotlib math, which changed the label
+// ("pl$x^2$" drawn as plx²) or failed the whole report on "$\frac{$", and `run` then exited 2 after
+// a run that had succeeded (until 2026-12-06). A sweep wide enough for a figure past matplotlib's
+// 2^16-pixel limit failed the same way; figure widths are now capped.
+TEST_CASE("speclab run: a report of labels with '$' and of very many bars", "[experiment][report]") {
+  const std::string dir = temp_dir(), h5 = dir + "/dollar.h5";
+  write_file(dir + "/d.yaml",
+             "models: {target: {path: stories260K}}\n"
+             "drafters: [{name: prompt_lookup, label: 'pl$x^2$'}]\n"
+             "generation: {max_new_tokens: 3}\n"
+             "prompts:\n  chat: off\n  inline:\n"
+             "    - {id: a, text: \"Once upon a time\", category: 'costs $5 or $6'}\n"
+             "    - {id: b, text: \"The little dog\", category: 'bad $\\frac{$'}\n"
+             "output: {path: " + h5 + "}\n");
+  const Result r = cli("run '" + dir + "/d.yaml'", dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const std::string md = read_file(dir + "/dollar_report/report.md");
+  CHECK_THAT(md, Catch::Matchers::Contains("pl$x^2$"));
+  CHECK_THAT(md, Catch::Matchers::Contains("bad $\\frac{$"));
+  CHECK_THAT(md, !Catch::Matchers::Contains("was not drawn"));
+  CHECK(fs::exists(dir + "/dollar_report/acceptance_by_category.png"));
+  write_file(dir + "/width.py",
+             "import sys\n"
+             "sys.path.insert(0, '" + std::string(SPECLAB_SOURCE_DIR) + "/analysis')\n"
+             "import report\n"
+             "assert report.Report.fig_width(3.5 + 0.9 * 5000) == report.Report.MAX_FIG_INCHES\n"
+             "assert report.Report.MAX_FIG_INCHES * 110 < 2 ** 16\n"
+             "assert report.Report.fig_width(7.5) == 7.5\n");
+  check_python_script(dir + "/width.py", h5);
+  fs::remove_all(dir);
+}

@@ -243,6 +243,23 @@ TEST_CASE("speclab merge and run --shard: bad inputs give one line, exit 2, no f
                     {s.path("running.h5"), "status 'running'", "--shard 2/4 --resume"});
     nothing_written();
   }
+  SECTION("submit --overwrite while a task of the earlier submission still writes its shard") {
+    // It removed the shard files under the running tasks (until 2026-12-06).
+    const std::string shards_dir = s.path("sub_shards"), held_shard = shards_dir + "/shard_0.h5";
+    fs::create_directories(shards_dir);
+    fs::copy_file(s.shard(0), held_shard, fs::copy_options::overwrite_existing);
+    const std::vector<std::string> args = {"submit", kConfig, "--slurm", "--shards", "4", "--output",
+                                           s.path("sub.h5"), "--overwrite", "--dry-run"};
+    {
+      Hdf5Recorder writer = Hdf5Recorder::open_for_append(held_shard);
+      check_bad_input(run_cli(args), {shards_dir, "--overwrite", "found one still writing shard_0.h5"});
+    }
+    const auto r = run_cli(args);  // the writer gone: a dry run prints
+    INFO(describe(r));
+    CHECK(r.exit_code == 0);
+    CHECK(fs::exists(held_shard));
+    fs::remove_all(shards_dir);
+  }
   SECTION("another merge into the same file") {
     // Merges at once shared OUT.merging: all could fail leaving nothing, or two report success.
     const PathLock held = PathLock::acquire(out, "merge", "OUT.h5");
