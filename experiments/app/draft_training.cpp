@@ -29,6 +29,7 @@
 #include "framework/core/blas_core.h"
 #include "framework/core/error.h"
 #include "framework/core/fnv.h"
+#include "framework/core/replace_file.h"
 #include "framework/core/thread_pool.h"
 #include "framework/core/token_tensor.h"
 #include "framework/draft/drafter_options.h"
@@ -107,25 +108,15 @@ void write_tensors(const std::string& path, const std::string& field, const std:
   for (const auto& kv : tensors) w[kv.first] = to_host(kv.second);
   const fs::path p(path);
   if (p.has_parent_path()) fs::create_directories(p.parent_path());
-  // A checkpoint is never half written; the name is the process's own, so that two runs sharing a
-  // cache (the same features file, say) never write into one temporary file.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // A checkpoint is never half written (replace_file: the temporary is the process's own, so two
+  // runs sharing a cache, the same features file say, never write into one).
   try {
-    write_safetensors(tmp, w, dtype == "float16" ? SafetensorsDtype::kF16 : SafetensorsDtype::kF32, meta,
-                      {"vocab_ids"});
-    fs::rename(tmp, path);
+    replace_file(path, [&](const std::string& tmp) {
+      write_safetensors(tmp, w, dtype == "float16" ? SafetensorsDtype::kF16 : SafetensorsDtype::kF32, meta,
+                        {"vocab_ids"});
+    });
   } catch (const Error& e) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
     throw Error(e.kind(), "cannot write " + path + ": " + e.message(), path, field);
-  } catch (const fs::filesystem_error& e) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw Error(ErrorKind::kIo, "cannot write " + path + ": " + e.code().message(), path, field);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
   }
 }
 

@@ -1,14 +1,11 @@
 #include "framework/io/train_log.h"
 
 #include <H5Cpp.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <string>
 
 #include "framework/core/error.h"
+#include "framework/core/replace_file.h"
 
 namespace speclab {
 
@@ -66,16 +63,7 @@ void write_train_log(const std::string& path, const TrainLog& log) {
   // holding the old file open (h5py in a notebook) neither blocks the write nor is cut off. Until
   // 2026-12-06 the log was truncated in place: a reader's lock failed the training run and left
   // the log empty.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  try {
-    write_log_file(tmp, log, path);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      throw Error(ErrorKind::kIo, "cannot write the training log: renaming " + tmp + " onto it: " + std::strerror(errno),
-                  path);
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
+  replace_file(path, [&](const std::string& tmp) { write_log_file(tmp, log, path); });
 }
 
 TrainLog read_train_log(const std::string& path) {

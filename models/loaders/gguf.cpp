@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "framework/core/error.h"
+#include "framework/core/replace_file.h"
 
 namespace speclab {
 
@@ -1083,28 +1084,22 @@ void write_gguf(const std::string& path, const GgufMetadata& metadata,
     sizes.push_back(n);
   }
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());  // the process's own: two writers never share it
   try {
-    FileWriter out(tmp);
-    out.write(head.bytes.data(), head.bytes.size());
-    out.pad_to(alignment);
-    for (size_t k = 0; k < tensors.size(); ++k) {
-      const std::vector<uint8_t> data =
-          quantize(tensors[k].type, tensors[k].data, sizes[k], "tensor " + tensors[k].name);
-      out.write(data.data(), data.size());
+    replace_file(path, [&](const std::string& tmp) {
+      FileWriter out(tmp);
+      out.write(head.bytes.data(), head.bytes.size());
       out.pad_to(alignment);
-    }
-    out.close();
+      for (size_t k = 0; k < tensors.size(); ++k) {
+        const std::vector<uint8_t> data =
+            quantize(tensors[k].type, tensors[k].data, sizes[k], "tensor " + tensors[k].name);
+        out.write(data.data(), data.size());
+        out.pad_to(alignment);
+      }
+      out.close();
+    });
   } catch (const Error& e) {
-    std::remove(tmp.c_str());
     if (e.file().empty()) throw Error(e.kind(), e.message(), path, e.field());
     throw;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw Error(ErrorKind::kIo,
-                std::string("cannot rename the temporary file: ") + std::strerror(err), path);
   }
 }
 
