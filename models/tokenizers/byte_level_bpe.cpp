@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "framework/core/error.h"
+#include "models/tokenizers/nfc.h"
 #include "models/tokenizers/unicode.h"
 
 namespace speclab {
@@ -341,7 +342,12 @@ TokenList ByteLevelBpe::encode(std::string_view text, bool add_bos) const {
       out.push_back(seg.id);
       continue;
     }
-    for (std::string_view word : byte_level_pretokenize(seg.text, pre_)) bpe_word(word, out);
+    if (nfc_) {
+      const std::string normalized = unicode::to_nfc(seg.text);
+      for (std::string_view word : byte_level_pretokenize(normalized, pre_)) bpe_word(word, out);
+    } else {
+      for (std::string_view word : byte_level_pretokenize(seg.text, pre_)) bpe_word(word, out);
+    }
   }
   return out;
 }
@@ -531,10 +537,13 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const std::strin
   const JsonReader r{path};
   if (!root.is_object()) r.fail(ErrorKind::kBadInput, "", "expected a JSON object, found " + type_name(root));
 
-  // normalizer: none, or NFC (accepted, not applied).
+  // normalizer: none, or NFC (applied by encode(); until 2026-12-07 accepted and not applied, so
+  // decomposed input such as "e" + U+0301 tokenized unlike HF `tokenizers`).
+  bool nfc = false;
   if (auto it = root.find("normalizer"); it != root.end() && !it->is_null()) {
     const std::string t = r.type_of(*it, "normalizer");
     if (t != "NFC") r.fail(ErrorKind::kUnsupported, "normalizer.type", "expected null or NFC, found " + t);
+    nfc = true;
   }
   if (auto it = root.find("decoder"); it != root.end() && !it->is_null()) {
     const std::string t = r.type_of(*it, "decoder");
@@ -640,6 +649,7 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const std::strin
   std::unique_ptr<ByteLevelBpe> tok(
       new ByteLevelBpe(std::move(tokens), merges, std::move(types), pre, ignore_merges, added, path,
                        "model.merges"));
+  tok->nfc_ = nfc;
 
   // BOS: the leading special token of a TemplateProcessing post-processor (on its own or
   // inside a Sequence, as Llama 3 has it).

@@ -73,8 +73,9 @@ class ByteLevelBpe : public Tokenizer {
   // HF tokenizer.json: model.type "BPE" (vocab, merges as "a b" strings or [a, b] pairs,
   // ignore_merges), added_tokens, and a pre_tokenizer that is one of: ByteLevel (gpt2);
   // Sequence[Digits(individual_digits), ByteLevel] (smollm); Sequence[Split(Llama-3 or Qwen2
-  // regex, Isolated), ByteLevel(use_regex=false)]. normalizer must be null or NFC (NFC is
-  // not applied: input is taken to be NFC already). BOS is the first special token of a
+  // regex, Isolated), ByteLevel(use_regex=false)]. normalizer must be null or NFC; NFC
+  // (nfc.h) is applied to the text between special tokens before pre-tokenizing, as HF
+  // `tokenizers` does (the GGUF constructor applies none, as llama.cpp). BOS is the first special token of a
   // TemplateProcessing post_processor, if any; EOS is left to the caller.
   // Throws Error(kIo) when unreadable, Error(kBadInput)/Error(kUnsupported) naming the file and
   // the JSON field otherwise.
@@ -92,6 +93,8 @@ class ByteLevelBpe : public Tokenizer {
   int32_t token_type(Token id) const;
   PreTokenizer pre_tokenizer() const { return pre_; }
   bool ignore_merges() const { return ignore_merges_; }
+  // Whether encode() brings text into NFC first (a tokenizer.json normalizer of type NFC).
+  bool normalizes_nfc() const { return nfc_; }
   // Token id of a vocabulary string, -1 when absent.
   Token find_token(std::string_view text) const;
   // Pads the vocabulary to n ids with unused entries (type 5: no text, never encoded, decoded to
@@ -121,6 +124,7 @@ class ByteLevelBpe : public Tokenizer {
   Token byte_token_[256];           // id of each byte's single-character token, -1 when none
   PreTokenizer pre_;
   bool ignore_merges_;
+  bool nfc_ = false;
   SpecialTokenMatcher specials_;
 
   static constexpr size_t kCacheCapacity = 1 << 16;
