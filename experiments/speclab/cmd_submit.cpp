@@ -21,6 +21,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -89,6 +91,26 @@ std::string run_capture(const std::string& cmd) {
     throw Error(ErrorKind::kIo, "`" + cmd + "` failed: " + said, "sbatch");
   }
   return out;
+}
+
+// The cluster's MaxArraySize (`scontrol show config`): array indices must stay below it, so a
+// submission of more shards is refused before anything is written. Empty when scontrol does not
+// answer (sbatch then has the last word).
+std::optional<int64_t> cluster_max_array_size() {
+  FILE* p = popen("scontrol show config 2>/dev/null", "r");
+  if (!p) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  if (pclose(p) != 0) return std::nullopt;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string key, eq;
+    int64_t value = -1;
+    if (words >> key >> eq >> value && key == "MaxArraySize" && eq == "=" && value >= 0) return value;
+  }
+  return std::nullopt;
 }
 
 // The job id of `sbatch --parsable`'s output ("<id>" or "<id>;<cluster>"). Throws Error(kIo)
@@ -173,6 +195,15 @@ int cmd_submit(const std::vector<std::string>& args) {
                     time_limit + "'",
                 "command line", "--time");
   validate_threads(threads);
+  // Slurm refused a larger array only at submission, with "Invalid job array specification", and
+  // the message then advised running submit again (until 2026-12-07).
+  if (const std::optional<int64_t> max_array = cluster_max_array_size(); max_array && shards > *max_array)
+    throw Error(ErrorKind::kConfig,
+                "expected at most " + std::to_string(*max_array) + " shards, this cluster's MaxArraySize (`scontrol "
+                "show config`; array indices 0.." + std::to_string(shards - 1) + " must stay below it), found " +
+                    std::to_string(shards) + "; use fewer shards (each runs more prompt-runs) or raise MaxArraySize "
+                    "in slurm.conf",
+                "command line", "--shards");
 
   if (vm.count("output") && output.empty())
     throw Error(ErrorKind::kConfig, "expected a path, found an empty one", "command line", "--output");

@@ -200,6 +200,29 @@ TEST_CASE("speclab submit --slurm: a 4-shard job array merged equals the unshard
   CHECK_FALSE(fs::exists(sub + "/sweep_shards/shards.sh.test-only"));
 }
 
+TEST_CASE("speclab submit --slurm: more shards than the cluster's MaxArraySize are refused up front", "[slurm]") {
+  if (!require_cluster()) return;
+  std::smatch m;
+  const std::string conf = sh("scontrol show config").out;
+  REQUIRE(std::regex_search(conf, m, std::regex(R"(MaxArraySize\s*=\s*(\d+))")));
+  const int64_t max_array = std::stoll(m[1]);
+  const Dir dir;
+  auto dry = [&](int64_t shards) {
+    return sh(std::string(SPECLAB_CLI) + " submit '" + kConfig + "' --slurm --shards " + std::to_string(shards) +
+              " --output '" + dir.path + "/s" + std::to_string(shards) + ".h5' --dry-run");
+  };
+  const Shell over = dry(max_array + 1);
+  INFO(over.out);
+  CHECK(over.code == 2);
+  CHECK(over.out.find("MaxArraySize") != std::string::npos);
+  CHECK(over.out.find("--shards") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.path + "/s" + std::to_string(max_array + 1) + "_shards"));
+  // At the limit the array is 0..MaxArraySize-1, which Slurm takes.
+  const Shell at = dry(max_array);
+  INFO(at.out);
+  CHECK(at.code == 0);
+}
+
 TEST_CASE("speclab submit --slurm: a shard SIGKILLed and resubmitted resumes and the merge is still exact", "[slurm]") {
   if (!require_cluster()) return;
   const Dir dir;
