@@ -1,5 +1,9 @@
 #include "models/chat_template.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "framework/core/error.h"
 #include "models/tokenizers/unicode.h"
 
@@ -48,6 +52,99 @@ std::string find_default_system(const std::string& jinja) {
     const size_t stop = lit.find(tail, head.size());
     if (stop == std::string::npos || stop == head.size()) continue;  // e.g. '<|im_start|>system\n' + content
     return lit.substr(head.size(), stop - head.size());
+  }
+  return {};
+}
+
+// What a template writes and does, as far as the ChatML check below needs: the string literals
+// inside its {{ }} and {% %} tags, the text outside them, and the tags' own text.
+struct JinjaPieces {
+  std::vector<std::string> literals;  // string literals in tags, escapes resolved
+  std::vector<std::string> raw;       // text outside tags, emitted as it stands
+  std::string tags;                   // every tag's text, joined by spaces
+};
+
+JinjaPieces split_jinja(const std::string& jinja) {
+  JinjaPieces p;
+  size_t raw_start = 0, i = 0;
+  while (true) {
+    size_t open = jinja.find('{', i);
+    while (open != std::string::npos && !(open + 1 < jinja.size() && (jinja[open + 1] == '{' ||
+                                                                      jinja[open + 1] == '%' || jinja[open + 1] == '#')))
+      open = jinja.find('{', open + 1);  // a lone '{' is raw text
+    if (open == std::string::npos) {
+      if (raw_start < jinja.size()) p.raw.push_back(jinja.substr(raw_start));
+      return p;
+    }
+    if (open > raw_start) p.raw.push_back(jinja.substr(raw_start, open - raw_start));
+    const char kind = jinja[open + 1];
+    const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
+    size_t j = open + 2;
+    std::string text;
+    while (j < jinja.size() && jinja.compare(j, 2, close) != 0) {
+      if (kind != '#' && (jinja[j] == '\'' || jinja[j] == '"')) {
+        size_t end;
+        p.literals.push_back(read_literal(jinja, j, end));
+        if (end == std::string::npos) return p;  // unclosed: the rest is one literal
+        text += "''";
+        j = end + 1;
+        continue;
+      }
+      text += jinja[j++];
+    }
+    if (kind != '#') p.tags += text + " ";
+    raw_start = i = std::min(j + 2, jinja.size());
+  }
+}
+
+// Why a template that writes <|im_start|> would not render as plain ChatML (SmolLM2's, Qwen2's:
+// "<|im_start|>" + role + "\n" + content + "<|im_end|>\n" per message, an optional default
+// system turn written as one literal, and "<|im_start|>assistant\n" as the generation prompt), or
+// "" when it would. Every such template was rendered as plain ChatML until 2026-12-07 (found by a
+// probe): Phi-4's <|im_sep|>, a reasoning model's "<think>" generation prompt, Yi's bare system
+// text, a trimmed content, a default system prompt held in a {% set %} variable.
+std::string chatml_variant(const std::string& jinja, const std::string& default_system) {
+  const JinjaPieces p = split_jinja(jinja);
+  auto any_has = [](const std::vector<std::string>& v, const std::string& what) {
+    for (const std::string& s : v)
+      if (s.find(what) != std::string::npos) return true;
+    return false;
+  };
+  auto any_is = [](const std::vector<std::string>& v, const std::string& what) {
+    for (const std::string& s : v)
+      if (s == what) return true;
+    return false;
+  };
+  if (any_has(p.literals, "<|im_sep|>") || any_has(p.raw, "<|im_sep|>"))
+    return "it writes <|im_sep|> after the role (Phi-4's format)";
+  if (jinja.find("<think>") != std::string::npos || jinja.find("</think>") != std::string::npos)
+    return "it opens or strips <think> blocks (a reasoning model's format)";
+  if (any_has(p.raw, "<|im_start|>")) return "it writes <|im_start|> as text outside its tags";
+  for (const char* f : {"trim", ".strip(", ".lstrip(", ".rstrip("})
+    if (p.tags.find(f) != std::string::npos) return std::string("it trims text (") + f + ")";
+  // {% set name = '...' %}: text that the template may write into the prompt (a default system
+  // prompt or a metadata block), where only literals in place are read.
+  for (size_t at = p.tags.find("set "); at != std::string::npos; at = p.tags.find("set ", at + 4)) {
+    if (at > 0 && p.tags[at - 1] != ' ' && p.tags[at - 1] != '-') continue;
+    const size_t eq = p.tags.find('=', at);
+    if (eq == std::string::npos) break;
+    size_t v = eq + 1;
+    while (v < p.tags.size() && p.tags[v] == ' ') ++v;
+    if (p.tags.compare(v, 2, "''") == 0) return "it keeps text in a {% set %} variable that it may write into the prompt";
+  }
+  if (!any_is(p.literals, "<|im_start|>")) return "it writes no '<|im_start|>' + role line";
+  if (!any_is(p.literals, "<|im_start|>assistant\n"))
+    return "its generation prompt is not '<|im_start|>assistant\\n'";
+  const std::string default_turn = "<|im_start|>system\n" + default_system + "<|im_end|>\n";
+  for (const std::string& lit : p.literals) {
+    if (lit.find("<|im_start|>") == std::string::npos) continue;
+    if (lit == "<|im_start|>" || lit == "<|im_start|>assistant\n" || lit == "<|im_start|>system\n" ||
+        lit == "<|im_start|>assistant" || lit == "<|im_start|>user" || (!default_system.empty() && lit == default_turn))
+      continue;
+    std::string shown;
+    for (char c : lit) shown += c == '\n' ? std::string("\\n") : std::string(1, c);
+    if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+    return "it writes '" + shown + "', which plain ChatML does not";
   }
   return {};
 }
@@ -127,6 +224,12 @@ ChatTemplate ChatTemplate::from_jinja(const std::string& jinja, const std::strin
   if (jinja.find("<|im_start|>") != std::string::npos) {
     t.family_ = Family::kChatML;
     t.default_system_ = find_default_system(jinja);
+    const std::string variant = chatml_variant(jinja, t.default_system_);
+    if (!variant.empty())
+      throw Error(ErrorKind::kUnsupported,
+                  "expected a plain ChatML chat template, found a ChatML variant (" + variant +
+                      "), which SpecLab does not render",
+                  source, "chat_template");
   } else if (jinja.find("<|start_header_id|>") != std::string::npos) {
     // Llama 3.1 and later write a system block of their own (knowledge cutoff and date, tools):
     // rendered as 3.0's, every prompt lost it, silently (found by a probe on 2026-12-06).

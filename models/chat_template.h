@@ -6,7 +6,9 @@
 // message is not a system message), Llama 3.0 header ids, and Llama 2 [INST] with its <<SYS>>
 // block. An unrecognised template throws Error(kUnsupported) naming the source, as do templates
 // that share a family's marker but render otherwise: Llama 3.1-style ones (a "Cutting Knowledge
-// Date" system block, tool turns) and [INST] templates without <<SYS>> (Mistral's).
+// Date" system block, tool turns), [INST] templates without <<SYS>> (Mistral's), and ChatML
+// variants (<|im_sep|>, <think>, trimmed content, text in {% set %} variables, other literals
+// around <|im_start|>; chatml_variant() in the .cpp lists what plain ChatML may write).
 #pragma once
 
 #include <string>

@@ -11,12 +11,13 @@
 
 namespace speclab {
 
-// The offset of the first byte that does not begin a well-formed sequence (or begins one cut
-// short), or std::string::npos when all of `s` is well-formed UTF-8.
-inline size_t first_invalid_utf8(const std::string& s) {
+// The offset of the first byte at or after `from` (the start of a sequence) that does not begin
+// a well-formed sequence (or begins one cut short), or std::string::npos when all of `s` from
+// there on is well-formed UTF-8.
+inline size_t first_invalid_utf8(const std::string& s, size_t from = 0) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();
-  size_t i = 0;
+  size_t i = from;
   while (i < n) {
     const unsigned char c = p[i];
     if (c < 0x80) {
@@ -44,6 +45,25 @@ inline size_t first_invalid_utf8(const std::string& s) {
     i += len;
   }
   return std::string::npos;
+}
+
+// `s` with each byte that does not begin a well-formed sequence replaced by U+FFFD (as Python's
+// errors="replace" marks it, up to how many marks a run of bad bytes gets): for generated text,
+// where a length stop can cut a character, or a model can emit a lone byte token, and the tokens
+// themselves are kept elsewhere.
+inline std::string utf8_replacing_invalid(const std::string& s) {
+  size_t bad = first_invalid_utf8(s);
+  if (bad == std::string::npos) return s;
+  std::string out;
+  size_t from = 0;
+  while (bad != std::string::npos) {
+    out.append(s, from, bad - from);
+    out += "\xEF\xBF\xBD";
+    from = bad + 1;
+    bad = first_invalid_utf8(s, from);
+  }
+  out.append(s, from, std::string::npos);
+  return out;
 }
 
 // The byte at `at` of `s` as errors name it: "0xFF".

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "framework/core/error.h"
+#include "framework/core/utf8_check.h"
 #include "framework/io/hdf5_journal.h"
 
 namespace speclab {
@@ -1005,7 +1006,7 @@ void Hdf5Recorder::Impl::stage(RunRecord& run) {
     rr.add_real("kv_seconds", run.kv_seconds);
     rr.add_real("other_seconds", run.other_seconds);
     rr.add("stop_reason", run.stop_reason);
-    rr.add("text", run.text);
+    rr.add("text", utf8_replacing_invalid(run.text));  // a cut character made h5py's asstr() fail (until 2026-12-07)
     rr.add("lossless", run.lossless);
     if (!run.tokens.empty()) m.tokens.append(tok);
     if (!run.steps.empty()) m.steps.append(st);

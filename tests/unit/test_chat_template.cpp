@@ -122,3 +122,75 @@ TEST_CASE("ChatTemplate: unrecognised templates and roles are errors", "[chat][e
   CHECK_THROWS_AS(llama2.render({{"user", "a"}, {"user", "b"}}, true), Error);
   CHECK_THROWS_AS(llama2.render({{"assistant", "a"}}, true), Error);
 }
+
+TEST_CASE("ChatTemplate: ChatML variants are refused and plain ChatML templates are not", "[chat][errors]") {
+  // Each of these writes <|im_start|> but renders otherwise; all were rendered as plain ChatML
+  // until 2026-12-07 (a probe compared jinja2's renderings: 14 to 43 prompt tokens where
+  // SpecLab's plain ChatML gave 19, or 10 where the default system prompt was dropped).
+  const std::vector<std::pair<std::string, std::string>> variants = {
+      {"phi4",
+       "{% for message in messages %}{% if (message['role'] == 'system') %}{{'<|im_start|>system<|im_sep|>' + "
+       "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'user') %}{{'<|im_start|>user<|im_sep|>' + "
+       "message['content'] + '<|im_end|>'}}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+       "{{ '<|im_start|>assistant<|im_sep|>' }}{% endif %}"},
+      {"qwq",
+       "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + "
+       "'\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}"},
+      {"yi",
+       "{% if messages[0]['role'] == 'system' %}{% set system_message = messages[0]['content'] %}{% endif %}"
+       "{% if system_message is defined %}{{ system_message }}{% endif %}{% for message in messages %}"
+       "{% set content = message['content'] %}{% if message['role'] == 'user' %}{{ '<|im_start|>user\\n' + content + "
+       "'<|im_end|>\\n<|im_start|>assistant\\n' }}{% elif message['role'] == 'assistant' %}{{ content + '<|im_end|>' + "
+       "'\\n' }}{% endif %}{% endfor %}"},
+      {"metadata",
+       "{%- set system_message = '## Metadata\\n\\nKnowledge Cutoff Date: June 2025\\n\\n' -%}{{- "
+       "'<|im_start|>system\\n' + system_message + '<|im_end|>\\n' -}}{%- for message in messages %}{{ '<|im_start|>' + "
+       "message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}"
+       "{{ '<|im_start|>assistant\\n' }}{% endif %}"},
+      {"variable default",
+       "{% set default_system = 'You are a helpful assistant.' %}{% if messages[0]['role'] != 'system' %}{{ "
+       "'<|im_start|>system\\n' + default_system + '<|im_end|>\\n' }}{% endif %}{% for message in messages %}{{ "
+       "'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endfor %}"
+       "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"},
+      {"trim",
+       "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] | trim + "
+       "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"},
+      {"raw text",
+       "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+       "{% endfor %}<|im_start|>assistant\n"},
+  };
+  for (const auto& [name, src] : variants) {
+    INFO("template " << name);
+    try {
+      ChatTemplate::from_jinja(src, "model.gguf");
+      FAIL_CHECK("no error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kUnsupported);
+      CHECK(e.file() == "model.gguf");
+      CHECK(e.field() == "chat_template");
+      CHECK_THAT(e.message(), Catch::Contains("ChatML variant"));
+    }
+  }
+  // The controls: SmolLM2's and both Qwen2.5-Coder GGUFs' templates (rendered like jinja2 in
+  // test_qwen and above), and Qwen2.5-Math's, a plain ChatML template with another default
+  // system prompt.
+  json ref = load_reference();
+  CHECK(ChatTemplate::from_jinja(ref["templates"]["smollm2"].get<std::string>(), "x").default_system() == kSmolSystem);
+  std::ifstream qin(std::string(SPECLAB_SOURCE_DIR) + "/tests/fixtures/qwen/chat_template.json");
+  REQUIRE(qin.good());
+  const json qwen = json::parse(qin);
+  for (const char* size : {"0.5b", "1.5b"}) {
+    INFO("qwen " << size);
+    const ChatTemplate t = ChatTemplate::from_jinja(qwen["templates"][size].get<std::string>(), size);
+    CHECK(t.default_system() == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  }
+  const std::string math =
+      "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
+      "'<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nPlease reason step by step, and put your final answer "
+      "within \\\\boxed{}.<|im_end|>\\n' }}{%- endif %}{%- for message in messages %}{%- if (message.role == \"user\") "
+      "or (message.role == \"system\" and not loop.first) %}{{- '<|im_start|>' + message.role + '\\n' + "
+      "message.content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- "
+      "'<|im_start|>assistant\\n' }}{%- endif %}";
+  CHECK(ChatTemplate::from_jinja(math, "x").default_system() ==
+        "Please reason step by step, and put your final answer within \\boxed{}.");
+}

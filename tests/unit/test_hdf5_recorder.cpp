@@ -12,6 +12,7 @@
 #include <functional>
 
 #include "framework/core/error.h"
+#include "framework/core/utf8_check.h"
 #include "framework/io/hdf5_recorder.h"
 
 using namespace speclab;
@@ -124,6 +125,27 @@ TEST_CASE("recorder round trip: runs, steps, positions, tokens, UTF-8 strings", 
   CHECK(r.steps[1].drafted == 0);
   CHECK(r.steps[0].source == "prompt_lookup");
   CHECK(r.steps[1].source.empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("generated text that is not well-formed UTF-8 is written with U+FFFD", "[hdf5][utf8]") {
+  // A length stop that cuts a character (U+1F600's first two bytes) and a lone byte token: the
+  // file's strings are declared UTF-8, and h5py's asstr() failed on such a row.
+  const std::string dir = temp_dir(), path = dir + "/t.h5";
+  {
+    Hdf5Recorder rec = Hdf5Recorder::create(path, meta(), points(), prompts(), {"ar", "pl"});
+    RunRecord a = spec_run(0, 0), b = spec_run(1, 0);
+    a.text = "cut \xF0\x9F";
+    b.text = "a\xFF" "b \xC3\xA9";
+    rec.append(a);
+    rec.append(b);
+  }
+  const ExperimentData d = read_experiment(path);
+  REQUIRE(d.runs.size() == 2);
+  CHECK(d.runs[0].text == "cut \xEF\xBF\xBD\xEF\xBF\xBD");
+  CHECK(d.runs[1].text == "a\xEF\xBF\xBD" "b \xC3\xA9");
+  CHECK(first_invalid_utf8(d.runs[0].text) == std::string::npos);
+  CHECK(utf8_replacing_invalid("ok \xF0\x9F\x98\x80") == "ok \xF0\x9F\x98\x80");  // well-formed: unchanged
   fs::remove_all(dir);
 }
 
