@@ -558,7 +558,17 @@ ExperimentPlan plan_experiment(const ExperimentConfig& config) {
     // refers to prompts by id, and a swept prompts.files could bring two files of one name.
     std::map<std::string, std::pair<int64_t, size_t>> id_first;  // id -> (union row, point)
     for (size_t pi = 0; pi < points.size(); ++pi) {
-      const std::vector<Prompt> own = load_prompts(points[pi].config);
+      std::vector<Prompt> own;
+      try {
+        own = load_prompts(points[pi].config);
+      } catch (const Error& e) {
+        // A swept prompts.* key: the point whose prompts failed (the error named the file alone,
+        // as if the config's own prompts were wrong; until 2026-12-07).
+        bool swept = false;
+        for (const auto& kv : points[pi].values) swept = swept || kv.first.rfind("prompts.", 0) == 0;
+        if (!swept) throw;
+        throw Error(e.kind(), e.message() + point_note(points[pi]), e.file(), e.field());
+      }
       if (own.empty())
         throw Error(ErrorKind::kConfig, "expected at least one prompt, found none", config.source_path, "prompts");
       std::map<std::tuple<std::string, std::string, std::string>, int> copies;

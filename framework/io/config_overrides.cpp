@@ -24,10 +24,48 @@ struct SetOp {
   std::string key;               // the key as written (error field)
   YAML::Node value;
   YamlOrigin* origin = nullptr;  // where copies of `value` are registered as overrides (optional)
+  // Nodes of the file that an alias makes appear at more than one path, with those paths.
+  const std::vector<std::pair<YAML::Node, std::vector<std::string>>>* shared = nullptr;
 };
 
 [[noreturn]] void set_fail(const SetOp& op, const std::string& msg) {
   throw Error(ErrorKind::kConfig, msg, op.label, op.key);
+}
+
+// Every node that appears at two or more paths of `n` (a YAML anchor and its aliases: yaml-cpp
+// gives them one node, and writing through either path changes both), with its paths.
+void collect_shared(const YAML::Node& n, const std::string& path, std::vector<std::pair<YAML::Node, std::string>>& seen,
+                    std::vector<std::pair<YAML::Node, std::vector<std::string>>>& shared) {
+  for (const auto& [node, first] : seen) {
+    if (!node.is(n)) continue;
+    for (auto& [s, paths] : shared) {
+      if (s.is(n)) {
+        paths.push_back(path);
+        return;
+      }
+    }
+    shared.push_back({n, {first, path}});
+    return;  // its subtree is the one already walked
+  }
+  seen.push_back({n, path});
+  if (n.IsMap()) {
+    for (auto it = n.begin(); it != n.end(); ++it)
+      collect_shared(it->second, join_path(path, it->first.IsScalar() ? it->first.Scalar() : "?"), seen, shared);
+  } else if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i) collect_shared(n[i], path + "[" + std::to_string(i) + "]", seen, shared);
+  }
+}
+
+// Refuses a write at or through `n` when an alias shares it: every path would change (a --set of
+// sampling.seed also set every `*n` alias of its `&n` anchor, until 2026-12-07).
+void check_unshared(const SetOp& op, const YAML::Node& n) {
+  if (!op.shared || !n.IsDefined()) return;
+  for (const auto& [node, paths] : *op.shared) {
+    if (!node.is(n)) continue;
+    set_fail(op, "expected a key that no YAML alias shares, found one that appears at " + join(paths, ", ") +
+                     " (an anchor and its aliases are one value: setting it would change every place); "
+                     "edit the file, or write the value in place of the alias there");
+  }
 }
 
 // Sets `written` (naming `def`) in `map`, replacing an entry that names the same setting.
@@ -64,11 +102,13 @@ void set_in(YAML::Node map, const Schema& schema, const std::vector<std::string>
     if (i + 1 >= segs.size()) set_fail(op, "expected drafter.<key> (applied to every drafters entry), found 'drafter'");
     if (!drafter.find(segs[i + 1])) set_fail(op, unknown_key_message(segs[i + 1], drafter, "drafter"));
     const YAML::Node list = top_schema().find("drafters")->value_in(map);
+    check_unshared(op, list);
     if (!list.IsSequence() || list.size() == 0)
       set_fail(op, "expected at least one drafters entry to apply " + squote(op.key) + " to, found none");
     for (size_t j = 0; j < list.size(); ++j) {
       YAML::Node e = list[j];
       if (!e.IsMap()) set_fail(op, "expected drafters[" + std::to_string(j) + "] to be a map, found " + describe(e));
+      check_unshared(op, e);
       // One copy per entry: a node shared by several entries would be emitted as a YAML anchor.
       SetOp copy = op;
       copy.value.reset(YAML::Clone(op.value));
@@ -82,6 +122,7 @@ void set_in(YAML::Node map, const Schema& schema, const std::vector<std::string>
   if (!def) set_fail(op, unknown_key_message(s, schema, at));
   const std::string here = join_path(at, s);
   if (i + 1 == segs.size()) {
+    check_unshared(op, def->value_in(map));
     set_entry(map, *def, s, op.value);
     return;
   }
@@ -89,14 +130,17 @@ void set_in(YAML::Node map, const Schema& schema, const std::vector<std::string>
   const std::string rest = join(rest_v, ".");
   switch (def->shape) {
     case Shape::kSection:
+      check_unshared(op, def->value_in(map));
       set_in(child_map(map, *def, s, op, here), *def->child, segs, i + 1, op, here);
       return;
     case Shape::kEntries: {
       if (!is_index(segs[i + 1], idx)) set_fail(op, "expected an entry index after " + squote(here) + " (e.g. " + here + ".0), found " + squote(segs[i + 1]));
       YAML::Node list = def->value_in(map);
+      check_unshared(op, list);
       const size_t n = list.IsSequence() ? list.size() : 0;
       if (idx >= n) set_fail(op, "expected an index below " + std::to_string(n) + " for " + here + ", found " + segs[i + 1]);
       const std::string item = here + "[" + segs[i + 1] + "]";
+      check_unshared(op, list[idx]);
       if (i + 2 == segs.size()) {
         list[idx] = op.value;
         return;
@@ -106,16 +150,27 @@ void set_in(YAML::Node map, const Schema& schema, const std::vector<std::string>
       set_in(e, *def->child, segs, i + 2, op, item);
       return;
     }
-    case Shape::kFreeMap:
-      child_map(map, *def, s, op, here)[rest] = op.value;
+    case Shape::kFreeMap: {
+      const YAML::Node before = def->value_in(map);
+      check_unshared(op, before);
+      const bool made = !before.IsDefined() || before.IsNull();
+      YAML::Node free = child_map(map, *def, s, op, here);
+      check_unshared(op, free[rest]);
+      free[rest] = op.value;
+      // A map this override made is its own: errors about it name the --set, not the file (a
+      // `--set drafters.0.params.x=1` was blamed on the YAML file, with no line; until 2026-12-07).
+      if (made && op.origin) op.origin->add_override(free, op.label);
       return;
+    }
     case Shape::kSweep: {
       const std::string key = canonical_sweep_key(rest);
       if (key.empty()) set_fail(op, unknown_sweep_key_message(rest));
       if (const std::string why = unsweepable_reason(key); !why.empty()) set_fail(op, why);
+      check_unshared(op, def->value_in(map));
       YAML::Node sw = child_map(map, *def, s, op, here);
       for (auto it = sw.begin(); it != sw.end(); ++it) {
         if (it->first.IsScalar() && canonical_sweep_key(it->first.Scalar()) == key) {
+          check_unshared(op, it->second);
           sw[it->first.Scalar()] = op.value;
           return;
         }
@@ -158,6 +213,10 @@ void apply_override(YAML::Node root, const std::string& arg, YamlOrigin& origin,
   op.value = documents.empty() ? YAML::Node() : documents.front();
   origin.add_override(op.value, label);
   op.origin = &origin;
+  std::vector<std::pair<YAML::Node, std::string>> seen;
+  std::vector<std::pair<YAML::Node, std::vector<std::string>>> shared;
+  collect_shared(root, "", seen, shared);
+  op.shared = &shared;
   set_in(root, schema ? *schema : top_schema(), split_key(op.key), 0, op, "");
 }
 

@@ -354,6 +354,20 @@ void refuse_unread_drafter_keys(const YAML::Node& root, const YamlOrigin& origin
     for (const std::string& key : unread) {
       if (swept.count(key)) continue;  // the sweep's values, checked above
       const YamlValue at = locate(root, origin, "drafters[" + std::to_string(i) + "]." + key);
+      // `--set drafter.<key>` writes every entry: the entries that do not read it ignore it, as
+      // they ignore a `drafter.<key>` sweep (it was refused on the first such entry, so that a
+      // config mixing drafters could not take it; until 2026-12-07). One entry must read it.
+      if (const std::optional<std::string> label = origin.override_label(at.node);
+          label && starts_with(*label, "--set drafter.")) {
+        bool read = false;
+        for (const auto& run : runs)
+          for (const DrafterOptions& o : run) read = read || drafter_reads_key(o, key);
+        if (read) continue;
+        throw Error(ErrorKind::kConfig,
+                    "expected a key that one of the drafters reads, found " + key + ", which no entry's drafter reads (" +
+                        readers_text(key) + ")",
+                    *label, "drafter." + key);
+      }
       std::string names;
       for (const std::string& n : run_names) names += (names.empty() ? "" : ", ") + n;
       throw Error(ErrorKind::kConfig,

@@ -399,6 +399,13 @@ std::string unsweepable_reason(const std::string& key) {
   if (starts_with(key, "equivalence."))
     return "expected a per-point setting, found " + squote(key) +
            ": the equivalence section configures `speclab check`, which does not sweep";
+  // Every value gives the same prompt ids other texts or categories, which one file's /prompts
+  // cannot hold: such a sweep was accepted and then always refused at its second point (until
+  // 2026-12-07).
+  if (key == "prompts.field" || key == "prompts.category_field")
+    return "expected a per-point setting, found " + squote(key) +
+           ": each value reads the same prompts (the same ids) with other texts or categories, and one run's "
+           "/prompts holds one text and category per id; run the config once per value instead";
   return {};
 }
 

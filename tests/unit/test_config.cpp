@@ -1214,3 +1214,56 @@ TEST_CASE("max_speculative_tokens is the heuristic schedule's cap alone", "[conf
   CHECK_THAT(config_error(kBase + "drafters:\n  - {name: prompt_lookup, max_speculative_tokens: 65}\n"),
              Catch::Contains("drafters[0].max_speculative_tokens: expected 1..64, found 65"));
 }
+
+TEST_CASE("a --set through a YAML anchor shared by aliases is refused, not applied to every alias", "[config]") {
+  // yaml-cpp gives an anchor and its aliases one node: `--set sampling.seed=9` also set
+  // max_new_tokens and the entry's gamma to 9, and the file's config_yaml showed `*1` (until
+  // 2026-12-07).
+  const std::string scalars = kBase + "sampling: {seed: &n 4}\ngeneration: {max_new_tokens: *n}\n"
+                                      "drafters: [{name: prompt_lookup, gamma: *n}]\n";
+  for (const char* set : {"sampling.seed=9", "generation.max_new_tokens=9", "drafters.0.gamma=9", "drafter.gamma=9"}) {
+    INFO(set);
+    CHECK_THAT(config_error(scalars, {set}),
+               Catch::Contains(std::string("--set ") + set) && Catch::Contains("no YAML alias shares") &&
+                   Catch::Contains("sampling.seed, generation.max_new_tokens, drafters[0].gamma"));
+  }
+  // A key beside the shared one is set as before, and the aliases still read the anchor.
+  const ExperimentConfig c = parse_experiment_config(scalars, "ok.yaml", {"sampling.temperature=0.5"});
+  CHECK(c.sampling.temperature == 0.5);
+  CHECK(c.sampling.seed == 4);
+  CHECK(c.generation.max_new_tokens == 4);
+  // A whole entry shared by two list items: writing into either changed both.
+  const std::string entries = kBase + "drafters:\n  - &d {name: prompt_lookup, gamma: 2}\n  - *d\n";
+  CHECK_THAT(config_error(entries, {"drafters.0.gamma=5"}), Catch::Contains("drafters[0], drafters[1]"));
+  CHECK_THAT(config_error(entries, {"drafters.1=[]"}), Catch::Contains("no YAML alias shares"));
+}
+
+TEST_CASE("--set drafter.<key> on a config mixing drafters sets the entries that read it", "[config]") {
+  // It was refused on the first entry whose drafter does not read the key, so a config with
+  // prompt_lookup and layer_skip could take neither drafter.prompt_lookup_max nor
+  // drafter.draft_layers (a drafter.<key> sweep already let such entries ignore it).
+  const std::string mixed = kBase + "drafters: [{name: prompt_lookup}, {name: layer_skip, draft_layers: [0]}]\n";
+  const ExperimentConfig c = parse_experiment_config(mixed, "ok.yaml", {"drafter.prompt_lookup_max=5"});
+  CHECK(c.drafters[0].options.prompt_lookup_max == 5);
+  const ExperimentConfig d = parse_experiment_config(mixed, "ok.yaml", {"drafter.draft_layers=0-1"});
+  CHECK(d.drafters[1].options.draft_layers == std::vector<int64_t>{0, 1});
+  // A key no entry reads is still refused, naming the --set.
+  CHECK_THAT(config_error(mixed, {"drafter.retrieval_max=4"}),
+             Catch::Contains("--set drafter.retrieval_max=4") && Catch::Contains("which no entry's drafter reads"));
+  // An entry's own key that its drafter does not read is refused as before, and a params map a
+  // --set made is blamed on the --set, not on the file.
+  CHECK_THAT(config_error(mixed, {"drafters.1.prompt_lookup_max=5"}), Catch::Contains("does not read it"));
+  CHECK_THAT(config_error(mixed, {"drafters.0.params.x=1"}),
+             Catch::StartsWith("--set drafters.0.params.x=1: drafters[0].params: expected none with prompt_lookup"));
+}
+
+TEST_CASE("prompts.field and prompts.category_field cannot be swept", "[config][sweep]") {
+  // Accepted as sweep keys, then always refused at the second point (the same ids with other
+  // texts); refused up front now, as name and output.* are.
+  for (const char* key : {"prompts.field", "prompts.category_field"}) {
+    INFO(key);
+    CHECK_THAT(config_error(kBase + "sweep:\n  " + key + ": [a, b]\n"),
+               Catch::Contains(std::string("sweep.") + key) && Catch::Contains("run the config once per value"));
+  }
+  CHECK(parse_experiment_config(kBase + "sweep:\n  prompts.limit: [1, 2]\n", "ok.yaml").sweep.size() == 1);
+}
