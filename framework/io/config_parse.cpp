@@ -291,6 +291,7 @@ void refuse_unread_drafter_keys(const YAML::Node& root, const YamlOrigin& origin
   }
   // The entries as the points run them: one set per combination of the deciding axes' values.
   std::vector<std::vector<DrafterOptions>> runs;
+  bool models_draft_read = false;  // by an entry at some point (finalize: draft_from_models)
   size_t combos = 1;
   for (const SweepAxis* a : deciding) combos *= a->values.size();
   for (size_t n = 0; n < combos; ++n) {
@@ -309,7 +310,19 @@ void refuse_unread_drafter_keys(const YAML::Node& root, const YamlOrigin& origin
       continue;  // not a point (expanding the sweep has refused it already)
     }
     runs.emplace_back();
-    for (const DrafterEntry& e : c.drafters) runs.back().push_back(e.options);
+    for (const DrafterEntry& e : c.drafters) {
+      runs.back().push_back(e.options);
+      models_draft_read = models_draft_read || e.draft_from_models;
+    }
+  }
+  // models.draft is read by draft_model entries without a model of their own: with none at any
+  // point it was loaded by nothing, silently (until 2026-12-07).
+  if (cfg.models.draft && !runs.empty() && !models_draft_read) {
+    const YamlValue at = locate(root, origin, "models.draft");
+    throw Error(ErrorKind::kConfig,
+                "expected models.draft only beside a draft_model drafter that names no draft_model of its own, found "
+                "none (no entry at any point reads it)",
+                at.where(), at.path);
   }
   // "read by: prompt_lookup, or any drafter with prompt_lookup_first: true"
   const auto readers_text = [](const std::string& key) {

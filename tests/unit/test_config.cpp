@@ -1267,3 +1267,19 @@ TEST_CASE("prompts.field and prompts.category_field cannot be swept", "[config][
   }
   CHECK(parse_experiment_config(kBase + "sweep:\n  prompts.limit: [1, 2]\n", "ok.yaml").sweep.size() == 1);
 }
+
+TEST_CASE("models.draft with no draft_model entry to read it is refused", "[config]") {
+  // It was loaded by nothing, silently: unread drafter keys were refused, models.draft was not.
+  const std::string kDrafted = "models:\n  target: {path: stories260K}\n  draft: {path: stories260K}\n"
+                               "prompts:\n  inline: [hello]\n";
+  CHECK_THAT(config_error(kDrafted + "drafters: [{name: prompt_lookup}]\n"),
+             Catch::Contains("bad.yaml:3:") && Catch::Contains("models.draft: expected models.draft only beside a "
+                                                               "draft_model drafter"));
+  // Read by a draft_model entry (the control), also where only one sweep point runs one.
+  const std::string with = kDrafted + "drafters: [{name: draft_model}]\n";
+  CHECK(parse_experiment_config(with, "ok.yaml").drafters[0].options.draft_model == "stories260K");
+  CHECK(parse_experiment_config(kDrafted + "drafters: [{label: d}]\n"
+                                        "sweep:\n  drafter.name: [prompt_lookup, draft_model]\n",
+                                "ok.yaml")
+            .sweep.size() == 1);
+}
