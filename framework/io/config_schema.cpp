@@ -329,7 +329,10 @@ std::string unknown_key_message(const std::string& written, const Schema& schema
     std::vector<std::pair<std::string, std::string>> all;
     collect_paths(top_schema(), "", all);
     for (const auto& [name, path] : all)
-      if (name == written && path != join_path(section_path, written)) return msg + "; did you mean " + squote(path) + "?";
+      if (name == written && path != join_path(section_path, written))
+        // With the section's own keys: `output: {file: x.h5}` meant output.path, not prompts.files.
+        return msg + "; did you mean " + squote(path) + "? (" + (section_path.empty() ? "the top level" : section_path) +
+               " takes: " + schema.key_list() + ")";
   }
   return msg + "; expected one of: " + schema.key_list();
 }

@@ -444,7 +444,10 @@ TEST_CASE("bad config input: every error names the key and its line:column", "[c
                Contains("expected one of: temperature, top_k, top_p, seed"));
     CHECK_THAT(config_error(kBase + "generation:\n  temperature: 1\n"),
                Contains("bad.yaml:6:3: generation.temperature: unknown key 'temperature' in generation; did you mean "
-                        "'sampling.temperature'?"));
+                        "'sampling.temperature'? (generation takes: "));
+    // ... with the section's own keys: `output: {file: x.h5}` meant output.path.
+    CHECK_THAT(config_error(kBase + "output:\n  file: x.h5\n"),
+               Contains("did you mean 'prompts.files'? (output takes: path)"));
     // HF's and vLLM's names that are not aliases name the SpecLab setting (they listed the keys).
     CHECK_THAT(config_error(kBase + "sampling:\n  do_sample: true\n"),
                Contains("unknown key 'do_sample' in sampling; HF's do_sample: SpecLab samples where "
