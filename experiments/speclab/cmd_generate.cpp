@@ -9,6 +9,7 @@
 #include "experiments/app/session_parts.h"
 #include "framework/engine/observers.h"
 #include "framework/engine/spec_decode.h"
+#include "framework/io/config_fields.h"
 #include "framework/io/yaml_util.h"
 #include "models/llama/gemv.h"
 
@@ -84,6 +85,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   SamplingOptions samp;
   bool naive = false, verbose = false, stats = false;
   std::string seed;  // parsed as the YAML key is: Boost read "-1" as 2^64 - 1
+  std::string kv_budget;  // as kv.budget_bytes: bytes, or with a unit (4GiB)
   DrafterArgs dargs;
   po::options_description desc("speclab generate");
   margs.add_to(desc);
@@ -100,6 +102,9 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("top-p", po::value(&samp.top_p)->default_value(samp.top_p), "1 = off")
       ("seed", po::value(&seed)->default_value(std::to_string(samp.seed)), "RNG seed, 0 to 2^64 - 1")
       ("naive", po::bool_switch(&naive), "no KV cache: recompute the whole sequence every step")
+      ("kv-budget", po::value(&kv_budget),
+       "K/V bytes over the target's and the drafter's caches (as kv.budget_bytes: 4GiB, 512MiB, bytes); default "
+       "2 GiB, or twice what the target's cache needs for this prompt and -n where that is more")
       ("verbose,v", po::bool_switch(&verbose), "print model memory accounting and timings to stderr")
       ("stats", po::bool_switch(&stats), "speculative: also run AR and print acceptance, mean accepted length, speedup");
   po::variables_map vm;
@@ -174,8 +179,43 @@ int cmd_generate(const std::vector<std::string>& args) {
     return kExitOk;
   }
 
-  // One Session: the speculative run (or AR without --drafter), then AR for --stats.
-  SessionParts parts(m, KvOptions{});  // defaults: 16-token blocks, 2 GiB budget shared by target and draft
+  // One Session: the speculative run (or AR without --drafter), then AR for --stats. One budget
+  // over the target's and the drafter's caches. It was a fixed 2 GiB, with no flag: a model with a
+  // large cache per token failed mid-run, told to raise kv.budget_bytes, which generate has no way
+  // to (until 2026-12-07).
+  const ModelConfig& mc = m.model->config();
+  const int64_t ctx = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : int64_t(1) << 30;
+  KvOptions kv;  // 16-token blocks
+  if (!kv_budget.empty()) {
+    const yaml_util::YamlOrigin origin("command line");
+    config::byte_count().read(yaml_util::YamlValue(&origin, YAML::Node(kv_budget), YAML::Node(), "--kv-budget"), config::Ctx{},
+                              kv.budget_bytes);
+  } else {
+    // The target's positions at most (prompt, -n, a verification pass's rows), twice: room for a
+    // draft model's or head's cache, which is smaller than the target's for the pairs SpecLab runs.
+    const int64_t room = dargs.drafter.empty() ? 0 : dopts.longest_draft() + 1;
+    const int64_t positions =
+        std::min<int64_t>(static_cast<int64_t>(ids.size()) + std::min<int64_t>(gen.max_new_tokens, ctx) + room, ctx);
+    kv.budget_bytes = std::max(kv.budget_bytes, 2 * kv_options_for(mc, positions).budget_bytes);
+  }
+  const auto budget_flag = [&](const Error& e) {
+    if (e.field() != "kv.budget_bytes" && !(e.file() == "kv" && e.field() == "budget_bytes")) return e;
+    std::string msg = e.message();
+    if (const size_t at = msg.find("raise kv.budget_bytes"); at != std::string::npos)
+      msg.replace(at, 21, "raise --kv-budget");
+    if (const size_t at = msg.find("generation.max_new_tokens"); at != std::string::npos) msg.replace(at, 25, "-n");
+    return Error(e.kind(), msg, "command line", "--kv-budget");
+  };
+  std::unique_ptr<SessionParts> parts_owner;
+  try {
+    parts_owner = std::make_unique<SessionParts>(m, kv);
+    // Up front, as `run` checks its budget: a given budget that cannot hold the AR run of this
+    // prompt to -n failed after the tokens it had decoded.
+    check_budget_holds_ar_runs(*parts_owner, {ids}, gen.max_new_tokens, ctx, "command line");
+  } catch (const Error& e) {
+    throw budget_flag(e);
+  }
+  SessionParts& parts = *parts_owner;
   Method method;
   // The name the run was asked for (a plugin's entry name, as `run` labels it), not whatever the
   // drafter's own name() returns.
@@ -193,19 +233,26 @@ int cmd_generate(const std::vector<std::string>& args) {
     try {
       session.begin(r);
     } catch (const Error& e) {
-      if (e.file() != "prompt") throw;
-      throw Error(e.kind(), e.message(), "command line", "--prompt");
+      if (e.file() == "prompt") throw Error(e.kind(), e.message(), "command line", "--prompt");
+      throw budget_flag(e);
+    }
+  };
+  const auto to_end = [&] {
+    try {
+      return run_to_end(session);
+    } catch (const Error& e) {
+      throw budget_flag(e);
     }
   };
   begin({ids, method, gen, samp});
-  const SpecResult r = run_to_end(session);
+  const SpecResult r = to_end();
   std::cout << r.text << std::endl;
   note_context_stop(r, gen.max_new_tokens);
   if (verbose) print_timing(r, method.drafter ? ("speculative (" + drafter_name + ")").c_str() : "AR cached");
   if (stats) {
     const Method no_drafter;
     begin({ids, no_drafter, gen, samp});
-    const SpecResult ar = run_to_end(session);
+    const SpecResult ar = to_end();
     const double t_spec = r.prefill_seconds + r.draft_prefill_seconds + r.decode_seconds,
                  t_ar = ar.prefill_seconds + ar.decode_seconds;
     const char* same = ar.tokens == r.tokens

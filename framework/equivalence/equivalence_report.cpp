@@ -331,8 +331,13 @@ void finalize_verifier_verdict(EquivalenceReport& r) {
     const std::string where = c.draft + ", " + sampling_label(c.sampling) + ", k = " + std::to_string(c.k);
     if (c.verdict.tested == 0) {
       r.verifier_pass = false;
+      // Two causes, as the sampling check names them: it named the first alone, and at T = 100 over
+      // 512 tokens sent the user to a lower temperature where more samples were needed (until 2026-12-07).
       r.failures.push_back("verifier: " + where + ": no (position, class) test has a draw and a degree of freedom; "
-                           "the cell tests nothing (the target rows are (nearly) deterministic at this setting)");
+                           "the cell tests nothing. Either the target rows are (nearly) deterministic at this setting "
+                           "(a higher temperature, or no top_k/top_p cut), or the draws spread over so many tokens "
+                           "that every class is pooled into one at this N (a high temperature over a large "
+                           "vocabulary: more verifier_samples, or a lower temperature)");
     } else if (c.holm_p < r.alpha) {
       r.verifier_pass = false;
       r.failures.push_back("verifier: " + where + ": the real verifier's output differs from the target's law (Holm p " +

@@ -265,7 +265,16 @@ VerifierControlRow run_verifier_control(const std::vector<LogitPair>& pairs, con
   }
   for (int64_t n = std::min<int64_t>(1000, n_max);; n = std::min(2 * n, n_max)) {
     const VerifierCounts counts = run_verifier_chain(chain, k, n, seed, control.rule);
-    row.p_bonferroni = test_verifier_chain(chain, counts, control_alpha).p_bonferroni;
+    const VerifierVerdict verdict = test_verifier_chain(chain, counts, control_alpha);
+    if (verdict.tested == 0 && n == n_max) {
+      // Nothing to test at this setting (one-hot target rows, or draws spread too thin), which the
+      // cell itself reports as testing nothing: n/a, as the engine controls say in such cells (it
+      // was reported as NOT caught, a power failure; until 2026-12-07).
+      row.applicable = false;
+      row.note = "no (position, class) test has a draw and a degree of freedom at this setting (the cell tests nothing)";
+      return row;
+    }
+    row.p_bonferroni = verdict.p_bonferroni;
     if (row.p_bonferroni < control_alpha) {
       row.caught = true;
       row.caught_n = n;

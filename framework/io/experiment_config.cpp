@@ -146,14 +146,24 @@ void EquivalenceOptions::validate() const {
     if (!(t > 0.0) || !std::isfinite(t))
       bad(s, "temperatures",
           "expected finite temperatures > 0, found " + to_text(t) +
-              ": at temperature 0 both engines are deterministic, so a sampling check would compare one token "
-              "sequence with itself; greedy decoding is checked by `greedy: true`");
+              (t == 0.0 ? std::string(": at temperature 0 both engines are deterministic, so a sampling check would "
+                                      "compare one token sequence with itself; greedy decoding is checked by "
+                                      "`greedy: true`")
+                        : std::string()));
   if (top_ps.empty()) bad(s, "top_ps", "expected a non-empty list, found an empty list");
   for (double p : top_ps)
     if (!(p > 0.0 && p <= 1.0)) bad(s, "top_ps", "expected top_p values in (0, 1], found " + to_text(p));
   if (top_ks.empty()) bad(s, "top_ks", "expected a non-empty list, found an empty list");
-  for (int64_t k : top_ks)
+  for (int64_t k : top_ks) {
     if (k < 0) bad(s, "top_ks", "expected top_k values >= 0 (0 = off), found " + std::to_string(k));
+    // As temperature 0: one candidate per row makes both engines deterministic for every model, and
+    // every test of the setting tested nothing (it ran to the end, then failed; until 2026-12-07).
+    if (k == 1)
+      bad(s, "top_ks",
+          "expected top_k values of 0 (off) or at least 2, found 1: with one candidate per row both engines are "
+          "deterministic, so a sampling check would compare one token sequence with itself; greedy decoding is "
+          "checked by `greedy: true`");
+  }
   if (gammas.empty()) bad(s, "gammas", "expected a non-empty list, found an empty list");
   for (int g : gammas)
     if (g < 1 || g > 64) bad(s, "gammas", "expected gamma values in 1..64, found " + std::to_string(g));

@@ -932,3 +932,25 @@ TEST_CASE("SpecResult alpha counts examined positions (run's definition), accept
   CHECK(r.acceptance_rate() == Approx(5.0 / 8.0));
   CHECK(SpecResult{}.alpha() == 0.0);
 }
+
+TEST_CASE("a run that ends on the prefill's token does not start the drafter", "[spec]") {
+  // max_new_tokens 1 (or EOS first): no step drafts, yet a draft model prefilled the whole prompt
+  // (an 8,191-token prompt cost EAGLE 4.4 s) and its cache counted in the run's KV peak.
+  c10::InferenceMode guard;
+  Stories& s = stories();
+  const TokenList ids = s.info.tokenizer->encode("Once upon a time", true);
+  DrafterOptions o;
+  o.name = "recorder";
+  o.num_speculative_tokens = 2;
+  for (int64_t n : {1, 3}) {
+    INFO("max_new_tokens " << n);
+    RecordingDrafter d;
+    GenerationOptions gen;
+    gen.max_new_tokens = n;
+    const SpecResult r = generate_speculative(*s.model, *s.info.tokenizer, ids, gen, SamplingOptions{}, d, o);
+    CHECK(static_cast<int64_t>(r.tokens.size()) == n);
+    CHECK(d.begins == (n == 1 ? 0 : 1));
+    CHECK(d.ends == d.begins);  // end() only for a begun sequence
+    CHECK(r.tokens == generate_ar(*s.model, *s.info.tokenizer, ids, gen, SamplingOptions{}).tokens);
+  }
+}

@@ -1185,10 +1185,21 @@ TEST_CASE("write_equivalence attaches its group to its own experiment's file onl
     CHECK_THROWS_WITH(write_equivalence(run_h5, r, {}, true), Contains("running `speclab run`"));
     ::close(fd);
   }
-  write_equivalence(run_h5, r, {}, true);
+  write_equivalence(run_h5, r, {"name: mine\nsampling: {seed: 777}\n", "abc123"}, true);
   H5::H5File f(run_h5, H5F_ACC_RDONLY);
   CHECK(H5Lexists(f.getId(), "runs", H5P_DEFAULT) > 0);  // the experiment's own data kept
   CHECK(H5Lexists(f.getId(), "equivalence", H5P_DEFAULT) > 0);
+  // The check's own config and build are in its group (the root's are the run's): a check of
+  // other settings left no record of them.
+  H5::Group eq = f.openGroup("equivalence");
+  H5::DataSet ds = eq.openDataSet("config_yaml");
+  std::string yaml;
+  ds.read(yaml, ds.getStrType());
+  CHECK(yaml == "name: mine\nsampling: {seed: 777}\n");
+  std::string rev;
+  H5::Attribute a = eq.openAttribute("git_revision");
+  a.read(a.getStrType(), rev);
+  CHECK(rev == "abc123");
 }
 
 TEST_CASE("run_equivalence end to end: all checks, the /equivalence HDF5 group, speclab check exit codes",

@@ -275,3 +275,31 @@ TEST_CASE("verifier check: shapes, counts and the faulty rules' contracts", "[eq
   CHECK(differ_recovered > 100);  // recovered from p gives token 1 a quarter of the time
   CHECK(differ_bonus > 50);       // bonus from (0.75, 0.25) instead of (0.1, 0.9)
 }
+
+TEST_CASE("verifier check: a control at a setting with nothing to test is n/a, not missed", "[equivalence][verifier]") {
+  // A (nearly) one-hot target row: every draw emits token 0, so no (position, class) test has a
+  // degree of freedom and replacement_from_p cannot change a token. It was reported as NOT caught
+  // (a power failure) beside the cell's own "tests nothing"; the engine controls said n/a there.
+  const LogitPair lp{{0.0f, -30.0f, -30.0f}, {-1.0f, -1.0f, -1.0f}};
+  const SamplingOptions s = setting(0.01, 1.0, 0);
+  int seen = 0;
+  for (const VerifierControl& c : verifier_controls(s)) {
+    if (c.name != "replacement_from_p") continue;
+    ++seen;
+    REQUIRE(c.applicable);
+    const VerifierControlRow r = run_verifier_control({lp}, "x", s, c, 2, 2000, kControlAlpha, 5);
+    CHECK_FALSE(r.applicable);
+    CHECK_FALSE(r.caught);
+    CHECK_THAT(r.note, Catch::Contains("tests nothing"));
+  }
+  CHECK(seen == 1);
+  // The control: the same control on a two-token row it can act on is applicable and caught.
+  const LogitPair open{{std::log(0.75f), std::log(0.25f)}, {std::log(0.25f), std::log(0.75f)}};
+  const SamplingOptions one = setting(1.0, 1.0, 0);
+  for (const VerifierControl& c : verifier_controls(one)) {
+    if (c.name != "replacement_from_p") continue;
+    const VerifierControlRow r = run_verifier_control({open}, "x", one, c, 2, 64000, kControlAlpha, 5);
+    CHECK(r.applicable);
+    CHECK(r.caught);
+  }
+}

@@ -1286,3 +1286,16 @@ TEST_CASE("models.draft with no draft_model entry to read it is refused", "[conf
                                 "ok.yaml")
             .sweep.size() == 1);
 }
+
+TEST_CASE("equivalence: top_k 1 is refused as temperature 0 is, and a negative temperature is not called 0",
+          "[config][equivalence]") {
+  // top_k 1 leaves one candidate per row: both engines deterministic for every model, every cell
+  // tested nothing, and the check ran to its end before failing.
+  CHECK_THAT(config_error(kBase + "equivalence: {top_ks: [5, 1]}\n"),
+             Catch::Contains("equivalence.top_ks") && Catch::Contains("found 1: with one candidate per row"));
+  CHECK(parse_experiment_config(kBase + "equivalence: {top_ks: [0, 2]}\n", "ok.yaml").equivalence->top_ks.size() == 2);
+  const std::string negative = config_error(kBase + "equivalence: {temperatures: [-1]}\n");
+  CHECK_THAT(negative, Catch::Contains("expected finite temperatures > 0, found -1"));
+  CHECK_THAT(negative, !Catch::Contains("at temperature 0"));
+  CHECK_THAT(config_error(kBase + "equivalence: {temperatures: [0]}\n"), Catch::Contains("at temperature 0"));
+}
