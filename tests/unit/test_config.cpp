@@ -1241,7 +1241,7 @@ TEST_CASE("a --set through a YAML anchor shared by aliases is refused, not appli
   CHECK_THAT(config_error(entries, {"drafters.1=[]"}), Catch::Contains("no YAML alias shares"));
 }
 
-TEST_CASE("--set drafter.<key> on a config mixing drafters sets the entries that read it", "[config]") {
+TEST_CASE("a drafter.<key> override on a config mixing drafters sets the entries that read it", "[config]") {
   // It was refused on the first entry whose drafter does not read the key, so a config with
   // prompt_lookup and layer_skip could take neither drafter.prompt_lookup_max nor
   // drafter.draft_layers (a drafter.<key> sweep already let such entries ignore it).
