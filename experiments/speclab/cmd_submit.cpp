@@ -195,15 +195,6 @@ int cmd_submit(const std::vector<std::string>& args) {
                     time_limit + "'",
                 "command line", "--time");
   validate_threads(threads);
-  // Slurm refused a larger array only at submission, with "Invalid job array specification", and
-  // the message then advised running submit again (until 2026-12-07).
-  if (const std::optional<int64_t> max_array = cluster_max_array_size(); max_array && shards > *max_array)
-    throw Error(ErrorKind::kConfig,
-                "expected at most " + std::to_string(*max_array) + " shards, this cluster's MaxArraySize (`scontrol "
-                "show config`; array indices 0.." + std::to_string(shards - 1) + " must stay below it), found " +
-                    std::to_string(shards) + "; use fewer shards (each runs more prompt-runs) or raise MaxArraySize "
-                    "in slurm.conf",
-                "command line", "--shards");
 
   if (vm.count("output") && output.empty())
     throw Error(ErrorKind::kConfig, "expected a path, found an empty one", "command line", "--output");
@@ -240,6 +231,16 @@ int cmd_submit(const std::vector<std::string>& args) {
                 "expected at most " + std::to_string(kMaxMergeArgs) + " bytes of shard paths on merge.sh's command line "
                 "(Linux refuses a command of more than 2 MiB), found " + std::to_string(files.size()) + " for " +
                     std::to_string(shards) + " shards; use fewer shards or a shorter output path",
+                "command line", "--shards");
+  // After the command-line check above (a count past it is refused there, cluster or not). Slurm
+  // refused a larger array only at submission, with "Invalid job array specification", and
+  // the message then advised running submit again (until 2026-12-07).
+  if (const std::optional<int64_t> max_array = cluster_max_array_size(); max_array && shards > *max_array)
+    throw Error(ErrorKind::kConfig,
+                "expected at most " + std::to_string(*max_array) + " shards, this cluster's MaxArraySize (`scontrol "
+                "show config`; array indices 0.." + std::to_string(shards - 1) + " must stay below it), found " +
+                    std::to_string(shards) + "; use fewer shards (each runs more prompt-runs) or raise MaxArraySize "
+                    "in slurm.conf",
                 "command line", "--shards");
   std::error_code ec;
   ensure_output_directory(out);
