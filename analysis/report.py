@@ -797,7 +797,8 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description="SpecLab experiment report (plots + report.md)")
     ap.add_argument("input", help="an HDF5 file written by speclab run, speclab check or speclab train-draft (its "
                                   "training log)")
-    ap.add_argument("--out", help="output directory (default: <input stem>_report beside the file)")
+    ap.add_argument("-o", "--out", help="output directory (default: <input stem>_report beside the file); -o as "
+                                        "speclab report takes it")
     args = ap.parse_args(argv)
     out = args.out or os.path.join(os.path.dirname(args.input), os.path.splitext(os.path.basename(args.input))[0]
                                    + "_report")

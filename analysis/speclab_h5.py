@@ -68,6 +68,7 @@ def recover_journal(path: str) -> bool:
     consistency"): when `<path>.journal` is complete and no writer holds the file, copies it into
     the file and removes it. An incomplete journal is left alone (the file is consistent without
     it). Returns whether it copied; the same as speclab's recover_hdf5_journal()."""
+    path = os.fsdecode(os.fspath(path))  # a pathlib.Path or bytes, as h5py takes them
     jpath = path + ".journal"
     if not os.path.exists(jpath):
         return False
@@ -112,7 +113,7 @@ def committed_rows(group: h5py.Group) -> int:
     if "complete" not in group.attrs:
         raise SchemaError(f"{group.file.filename}: {group.name}: expected attribute 'complete', found none")
     optional = OPTIONAL_COLUMNS.get(group.name.rsplit("/", 1)[-1], {}) if group.name.count("/") == 1 else {}
-    n = int(group.attrs["complete"])
+    n = _int_attr(group.attrs["complete"], f"{group.file.filename}: {group.name}: attribute 'complete'")
     for name, ds in group.items():
         if isinstance(ds, h5py.Dataset) and name not in optional:
             n = min(n, ds.shape[0])
@@ -158,15 +159,40 @@ def _attr_str(v) -> str:
     return str(v)
 
 
+def _int_attr(value, where: str) -> int:
+    """An integer attribute, or a SchemaError naming it (a string there raised ValueError)."""
+    try:
+        if isinstance(value, (bytes, str)) or np.ndim(value) != 0 or float(value) != int(value):
+            raise ValueError
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SchemaError(f"{where}: expected an integer, found {value!r}") from None
+
+
+def _open(path: str) -> h5py.File:
+    """h5py.File(path, "r"), with a SchemaError naming the file for what is no HDF5 file (h5py said
+    "Unable to open file (file signature not found)" without the name)."""
+    try:
+        return h5py.File(path, "r")
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        if os.path.isfile(path):
+            raise SchemaError(f"{path}: expected an HDF5 file written by SpecLab, found one h5py cannot open "
+                              f"({' '.join(str(e).split())})") from None
+        raise
+
+
 class Experiment:
-    def __init__(self, path: str):
+    def __init__(self, path):
+        path = os.fsdecode(os.fspath(path))  # a pathlib.Path or bytes: `path + ".journal"` raised TypeError
         self.path = path
         recover_journal(path)
-        with h5py.File(path, "r") as f:
+        with _open(path) as f:
             if "schema_version" not in f.attrs:
                 raise SchemaError(f"{path}: expected root attribute schema_version, found none "
                                   "(not a SpecLab experiment file)")
-            version = int(f.attrs["schema_version"])
+            version = _int_attr(f.attrs["schema_version"], f"{path}: root attribute schema_version")
             if version != SCHEMA_VERSION:
                 raise SchemaError(f"{path}: expected schema_version {SCHEMA_VERSION}, found {version}")
             for name in ("runs", "steps", "positions", "tokens", "points", "prompts", "methods"):

@@ -90,10 +90,11 @@ std::string detect_format(const std::string& path) {
 }  // namespace
 
 std::string shared_data_dir() { return env_or("SPECLAB_SHARED_DIR", SPECLAB_SHARED_DIR); }
+std::string models_data_dir() { return env_or("SPECLAB_MODELS_DIR", std::string(SPECLAB_SOURCE_DIR) + "/.cache/models"); }
 
 ModelSource resolve_model_source(const ModelSource& in) {
   ModelSource s = in;
-  const std::string models_dir = env_or("SPECLAB_MODELS_DIR", std::string(SPECLAB_SOURCE_DIR) + "/.cache/models");
+  const std::string models_dir = models_data_dir();
   const std::string shared_dir = shared_data_dir();
   // A named entry fixes its format; a different explicit format is an error, not ignored.
   auto named = [&](const std::string& format) {

@@ -22,6 +22,9 @@ namespace speclab {
 // The shared data directory beside the checkout (models/stories260K, datasets/): $SPECLAB_SHARED_DIR,
 // else the build's default (SPECLAB_SHARED_DIR, ../shared of the source tree).
 std::string shared_data_dir();
+// Where named models and the files made from them live: $SPECLAB_MODELS_DIR, else the source
+// tree's .cache/models.
+std::string models_data_dir();
 
 // Resolves a named entry to a concrete source (no-op for plain paths).
 ModelSource resolve_model_source(const ModelSource& source);

@@ -19,6 +19,14 @@ VERSION=0.3.36
 DEPS=("diskcache==5.6.3" "jinja2==3.1.6" "markupsafe==3.0.3" "typing_extensions==4.12.2")
 DEST=.cache/peer
 PY_RUN=${SPECLAB_PYTHON:-/usr/bin/python3}
+# pip itself: the first of the running Python, python3 on PATH and Debian's that has it, as
+# scripts/setup.sh picks (plain `python3 -m pip` failed where python3 on PATH, a venv's, had no pip
+# and /usr/bin/python3 had; until 2026-12-07). llama-cpp-python loads its library through ctypes,
+# so any of them builds what PY_RUN imports.
+PIP_PY=""
+for cand in "$PY_RUN" python3 /usr/bin/python3; do
+  if command -v "$cand" >/dev/null 2>&1 && "$cand" -m pip --version >/dev/null 2>&1; then PIP_PY="$cand"; break; fi
+done
 
 flags=$(grep -m1 '^flags' /proc/cpuinfo)
 on() { if echo "$flags" | grep -qw "$1"; then echo ON; else echo OFF; fi; }
@@ -40,7 +48,11 @@ rm -rf "$tmp"
 mkdir -p "$(dirname "$DEST")"
 log=.cache/peer-install.log
 # --no-cache-dir and no ccache: neither a wheel nor objects built for another CPU may be reused.
-if ! CMAKE_ARGS="$(echo $GGML_ARGS) ${CMAKE_ARGS:-}" python3 -m pip install --no-cache-dir --target "$tmp" --no-deps \
+if [ -z "$PIP_PY" ]; then
+  echo "peer: error: no Python with pip among $PY_RUN, python3 and /usr/bin/python3 (make setup installs Debian's python3-pip)" >&2
+  exit 2
+fi
+if ! CMAKE_ARGS="$(echo $GGML_ARGS) ${CMAKE_ARGS:-}" "$PIP_PY" -m pip install --no-cache-dir --target "$tmp" --no-deps \
     "llama-cpp-python==$VERSION" "${DEPS[@]}" > "$log" 2>&1; then
   tail -n 20 "$log" >&2
   echo "peer: error: pip could not build llama-cpp-python $VERSION (whole log: $log)" >&2

@@ -580,7 +580,7 @@ void compare_float32(const ModelArgs& margs, const LoadedTarget& m, const nlohma
   key_hash.add(canonical.string());
   key_hash.add(std::to_string(size) + "|" + std::to_string(mtime));
   const std::string f32_path =
-      std::string(SPECLAB_SOURCE_DIR) + "/.cache/models/" + base + "." + key_hash.hex() + ".f32.gguf";
+      models_data_dir() + "/" + base + "." + key_hash.hex() + ".f32.gguf";  // $SPECLAB_MODELS_DIR, as named models
   if (std::FILE* probe = std::fopen(f32_path.c_str(), "rb")) {
     std::fclose(probe);
   } else {
@@ -1059,7 +1059,15 @@ int cmd_bench(const std::vector<std::string>& args) {
                              {"attention_int8", att_int8}};
       if (verify_one_row8_s > 0) {
         const auto [roof8, att8_int8] = roof_for("int8");
-        print_roof(roof8, att8_int8, verify_one_row8_s, "an int8 K/V cache", roof_cost8, "verify_cost_roof_kv_int8");
+        const PassRoof used8 =
+            print_roof(roof8, att8_int8, verify_one_row8_s, "an int8 K/V cache", roof_cost8, "verify_cost_roof_kv_int8");
+        // Its own pass figures, as pass_roof's (docs/performance.md names the _kv_int8 twin; the JSON
+        // had none, so verify_cost_roof_kv_int8 could not be recomputed from it; until 2026-12-07).
+        report["pass_roof_kv_int8"] = {{"context", verify_ctx},
+                                       {"row_ms", used8.row_seconds() * 1e3},
+                                       {"memory_ms", used8.memory_seconds() * 1e3},
+                                       {"one_row_ms", verify_one_row8_s * 1e3},
+                                       {"attention_int8", att8_int8}};
       }
     }
   } else if (!on_device && llama_model != nullptr) {
@@ -1096,7 +1104,15 @@ int cmd_bench(const std::vector<std::string>& args) {
       throw Error(ErrorKind::kConfig,
                   "llama-cpp-python is not usable by " + python_interpreter() + " (make peer installs it in .cache/peer)",
                   "--llama-cpp");
-    if (lc.is_null()) say("\nllama.cpp: not usable by %s (make peer installs it in .cache/peer)\n", python_interpreter().c_str());
+    if (lc.is_null()) {
+      say("\nllama.cpp: not usable by %s (make peer installs it in .cache/peer)\n", python_interpreter().c_str());
+      // --json prints nothing else: a script could not tell a broken peer from a model that is no GGUF.
+      report["llama_cpp_unavailable"] =
+          "llama-cpp-python is not usable by " + python_interpreter() + " (make peer installs it in .cache/peer)";
+    }
+  } else if (llama_cpp != "off") {
+    report["llama_cpp_unavailable"] = on_device ? "the model runs on a GPU: llama.cpp's side is CPU-only here"
+                                                : "the model is not a GGUF file, which llama.cpp's side runs";
   }
   report["llama_cpp"] = lc;
   // llama.cpp runs the GGUF as stored (its matrices quantized, int8 activations, a float16 cache):

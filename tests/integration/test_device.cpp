@@ -291,6 +291,15 @@ TEST_CASE("speclab bench on synthetic shapes: decode, verification and the specu
             Approx(std::max(reads, n * row) / std::max(reads, row)));
     }
     CHECK(j.contains("verify_cost_roof_kv_int8"));
+    // ... recomputable from its own pass figures, as the model cache's are.
+    const nlohmann::json& roof8 = j.at("pass_roof_kv_int8");
+    const double row8 = roof8.at("row_ms").get<double>(), one8 = roof8.at("one_row_ms").get<double>();
+    const double reads8 = roof8.at("memory_ms").get<double>();
+    for (const int n : {5, 9, 17}) {
+      INFO("int8 cache, n = " << n);
+      CHECK(j.at("verify_cost_roof_kv_int8").at(std::to_string(n)).get<double>() ==
+            Approx(std::max(reads8, n * row8) / one8));
+    }
   }
   // --ab: every pass size timed with the switch at 0 and at 1 (framework/core/ab_variant.h), an
   // even number of rounds (5 asked: 6).

