@@ -25,6 +25,7 @@
 #include "framework/engine/spec_decode.h"
 #include "framework/core/rng.h"
 #include "framework/core/file_fingerprint.h"
+#include "framework/io/config_util.h"
 #include "framework/io/hdf5_journal.h"
 #include "framework/io/hdf5_recorder.h"
 #include "experiments/app/draft_training.h"
@@ -98,6 +99,8 @@ YAML::Node run_files(const std::vector<SweepPoint>& points) {
       const DrafterOptions& o = d.options;
       const std::string role = "drafters." + d.label;
       add(role + ".plugin", pt.index, o.plugin);
+      for (const auto& [key, value] : o.params)  // a plugin's file parameters (medusa_ext's params.file)
+        if (!o.plugin.empty() && config::is_path_parameter(key)) add(role + ".params." + key, pt.index, value);
       if (o.plugin.empty() && (o.name == "eagle" || o.name == "medusa" || o.name == "retrieval")) {
         add(role + ".draft_model", pt.index, o.draft_model.empty() ? default_draft_path(target.path, o.name) : o.draft_model);
       } else if (!o.draft_model.empty()) {

@@ -126,6 +126,10 @@ void DrafterArgs::check_used(const po::variables_map& vm) const {
   if (given("drafter") && drafter.empty())
     throw Error(ErrorKind::kConfig, "expected a drafter name (without --drafter, AR decoding), found an empty one",
                 "command line", "--drafter");
+  // --plugin "" was taken as no plugin, and the plugin's drafter name as an unknown built-in.
+  if (given("plugin") && plugin.empty())
+    throw Error(ErrorKind::kConfig, "expected the path of a drafter plugin (a .so file), found an empty one",
+                "command line", "--plugin");
   if (drafter.empty()) {
     for (const std::string& n : names_)
       if (n != "drafter" && given(n))

@@ -257,6 +257,11 @@ class PluginDrafter final : public Drafter {
   // 2026-12-06 the threshold was left to the plugin, and one that ignored it ran as if unset.
   void apply_confidence_threshold(const DraftContext& ctx, DraftBlock& block) const {
     if (ctx.min_confidence <= 0.0 || block.tokens.empty()) return;
+    // Confidences are needed only where the threshold gates a position of this block: a block
+    // that ends before confidence_from_token was refused without them (until 2026-12-07).
+    bool gated = false;
+    for (size_t i = 0; i < block.tokens.size() && !gated; ++i) gated = ctx.confidence_applies(i);
+    if (!gated) return;
     if (block.confidence.empty())
       throw Error(ErrorKind::kBadInput,
                   plugin_name_ + ".propose() returned no confidences, and confidence_threshold " +

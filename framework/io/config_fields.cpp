@@ -241,7 +241,7 @@ Codec<std::vector<int64_t>> layer_list() {
 
 Codec<std::map<std::string, std::string>> parameter_map() {
   return {Shape::kFreeMap, nullptr,
-          [](const YamlValue& x, const Ctx&, std::map<std::string, std::string>& m) {
+          [](const YamlValue& x, const Ctx& ctx, std::map<std::string, std::string>& m) {
             if (x.is_null()) return;
             if (!x.node.IsMap()) x.fail("expected a map of parameter names to values, found " + describe(x.node));
             for (auto it = x.node.begin(); it != x.node.end(); ++it) {
@@ -251,11 +251,15 @@ Codec<std::map<std::string, std::string>> parameter_map() {
               // As MapReader refuses a repeated key: here the last value won without a word (until 2026-12-06).
               if (m.count(name)) k.fail("expected each parameter once, found " + squote(name) + " again");
               m[name] = val.as_scalar_text("a single value (plugin parameters are passed as text)");
+              // A file parameter is an input path of the config: relative to the YAML file, as every
+              // other (it was the working directory's, so one config read another file from
+              // elsewhere; until 2026-12-07), and fingerprinted with the run's files.
+              if (is_path_parameter(name) && !m[name].empty()) m[name] = resolve_path(ctx.base_dir, m[name]);
             }
           },
           [](const std::map<std::string, std::string>& m, const Ctx&) {
             YAML::Node n(YAML::NodeType::Map);
-            for (const auto& [k, v] : m) n[k] = v;
+            for (const auto& [k, v] : m) n[k] = is_path_parameter(k) && !v.empty() ? absolute_path(v) : v;
             return n;
           }};
 }

@@ -269,6 +269,30 @@ void check_sweep(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ct
   expand_points(cfg, &locate_point);
 }
 
+// An entry that writes `plugin:` names the drafter the plugin exports in `name:` (or a drafter.name
+// sweep does): without one, the error named the default, "found 'prompt_lookup'", which the user
+// never wrote; an empty `plugin: ''` was taken as none, and the plugin's name as an unknown
+// built-in (until 2026-12-07).
+void refuse_plugin_entries_without_name(const YAML::Node& root, const YamlOrigin& origin, const ExperimentConfig& cfg) {
+  bool name_swept = false;
+  for (const SweepAxis& a : cfg.sweep) name_swept = name_swept || a.key == "drafter.name" || a.key == "drafter.method";
+  for (size_t i = 0; i < cfg.drafters.size(); ++i) {
+    const std::string entry = "drafters[" + std::to_string(i) + "]";
+    const std::optional<YamlValue> plugin = find_written(root, origin, entry + ".plugin");
+    if (!plugin) continue;
+    if (cfg.drafters[i].options.plugin.empty())
+      throw Error(ErrorKind::kConfig,
+                  "expected the path of a drafter plugin (a .so file), found an empty one; leave plugin: out for a "
+                  "built-in drafter",
+                  plugin->where(), plugin->path);
+    if (!name_swept && !find_written(root, origin, entry + ".name"))
+      throw Error(ErrorKind::kConfig,
+                  "expected name: beside plugin: (the drafter " + cfg.drafters[i].options.plugin +
+                      " exports, e.g. name: my_drafter), found none",
+                  plugin->where(), plugin->path);
+  }
+}
+
 // A drafter key its entry's drafter does not read (drafter_key_readers: prompt_lookup_max on a
 // layer_skip entry, a confidence threshold on prompt_lookup, which copies tokens with no
 // probability to gate on) would be ignored, and a `drafter.<key>` sweep that no entry reads gives
@@ -582,6 +606,7 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
   // or draft_model swept), so its error waits for check_sweep, which validates every point (an
   // error in a key no axis sets fails there too, located at that key). It was refused until
   // 2026-12-05.
+  refuse_plugin_entries_without_name(root, origin, cfg);
   try {
     cfg.validate();
   } catch (const Error& e) {

@@ -17,6 +17,7 @@
 
 #include "framework/core/error.h"
 #include "framework/io/experiment_config.h"
+#include "framework/io/config_util.h"
 #include "framework/io/experiment_records.h"
 #include "framework/io/train_config.h"
 
@@ -1298,4 +1299,34 @@ TEST_CASE("equivalence: top_k 1 is refused as temperature 0 is, and a negative t
   CHECK_THAT(negative, Catch::Contains("expected finite temperatures > 0, found -1"));
   CHECK_THAT(negative, !Catch::Contains("at temperature 0"));
   CHECK_THAT(config_error(kBase + "equivalence: {temperatures: [0]}\n"), Catch::Contains("at temperature 0"));
+}
+
+TEST_CASE("a plugin's file parameters are relative to the YAML file", "[config][plugins]") {
+  // params.file (medusa_ext's heads) was opened relative to the working directory: the same config
+  // run from elsewhere failed, or read another file; and the run did not fingerprint it.
+  const std::string yaml = kBase + "drafters:\n  - {plugin: /abs/x.so, name: x, params: {file: h.bin, heads_path: "
+                                   "d/e.bin, model_file: /abs/m.bin, n: h.bin, profile: x}}\n";
+  const ExperimentConfig c = parse_experiment_config(yaml, "/tmp/cfgdir/c.yaml");
+  const auto& p = c.drafters[0].options.params;
+  CHECK(p.at("file") == "/tmp/cfgdir/h.bin");
+  CHECK(p.at("heads_path") == "/tmp/cfgdir/d/e.bin");
+  CHECK(p.at("model_file") == "/abs/m.bin");  // absolute: as written
+  CHECK(p.at("n") == "h.bin");                // not a file parameter: text as written
+  CHECK(p.at("profile") == "x");
+  CHECK(config::is_path_parameter("file"));
+  CHECK_FALSE(config::is_path_parameter("_file"));
+  CHECK_FALSE(config::is_path_parameter("filed"));
+}
+
+TEST_CASE("a plugin entry names its drafter, and an empty plugin path is refused", "[config][plugins]") {
+  // Without name: the error came when the plugin loaded, saying "found 'prompt_lookup'" (the
+  // default, which the user never wrote); plugin: '' was taken as none.
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {plugin: /abs/x.so}\n"),
+             Catch::Contains("bad.yaml:6:") && Catch::Contains("drafters[0].plugin: expected name: beside plugin:"));
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {plugin: '', name: evil}\n"),
+             Catch::Contains("drafters[0].plugin: expected the path of a drafter plugin (a .so file), found an empty one"));
+  // Named, or named by a sweep (the controls).
+  CHECK(parse_experiment_config(kBase + "drafters:\n  - {plugin: /abs/x.so, method: x}\n", "ok.yaml").drafters.size() == 1);
+  CHECK(parse_experiment_config(kBase + "drafters:\n  - {plugin: /abs/x.so}\nsweep:\n  drafter.name: [x, y]\n", "ok.yaml")
+            .sweep.size() == 1);
 }

@@ -535,6 +535,7 @@ TEST_CASE("confidence_threshold gates a plugin's drafts by the confidences it re
   std::unique_ptr<Drafter> plain = make_plugin_drafter(p, DrafterOptions{}, env);
   plain->begin(0, tokens);
   ctx.min_confidence = 0.5;
+  ctx.confidence_from_token = 1;
   try {
     (void)plain->propose(ctx, 2);
     FAIL("proposed");
@@ -542,6 +543,11 @@ TEST_CASE("confidence_threshold gates a plugin's drafts by the confidences it re
     CHECK(e.file() == fixtures().fixture);
     CHECK_THAT(e.message(), Catch::Contains("fixture.propose() returned no confidences, and confidence_threshold"));
   }
+  // ... but a block that ends before confidence_from_token has nothing to gate: it goes as it is
+  // (it was refused, so a plugin without confidences could not run beside such a setting).
+  ctx.confidence_from_token = 3;
+  CHECK(plain->propose(ctx, 2).tokens.size() == 2);
+  CHECK_THROWS_WITH(plain->propose(ctx, 3), Catch::Contains("returned no confidences"));
 }
 
 TEST_CASE("a plugin that crashes is named on stderr before speclab dies of the signal", "[plugins][cli]") {
