@@ -247,6 +247,8 @@ Codec<std::map<std::string, std::string>> parameter_map() {
             for (auto it = x.node.begin(); it != x.node.end(); ++it) {
               YamlValue k(x.origin, it->first, YAML::Node(), x.path);
               const std::string name = k.as_scalar_text("a parameter name");
+              // An empty name reached the plugin (generate's --param refuses "=x"; until 2026-12-07).
+              if (name.empty()) k.fail("expected a parameter name, found an empty one");
               YamlValue val(x.origin, it->second, it->first, x.path + "." + name);
               // As MapReader refuses a repeated key: here the last value won without a word (until 2026-12-06).
               if (m.count(name)) k.fail("expected each parameter once, found " + squote(name) + " again");

@@ -269,15 +269,20 @@ void check_sweep(const YAML::Node& root, const YamlOrigin& origin, const Ctx& ct
   expand_points(cfg, &locate_point);
 }
 
-// An entry that writes `plugin:` names the drafter the plugin exports in `name:` (or a drafter.name
+// An empty label is refused. An entry that writes `plugin:` names the drafter the plugin exports in `name:` (or a drafter.name
 // sweep does): without one, the error named the default, "found 'prompt_lookup'", which the user
 // never wrote; an empty `plugin: ''` was taken as none, and the plugin's name as an unknown
 // built-in (until 2026-12-07).
-void refuse_plugin_entries_without_name(const YAML::Node& root, const YamlOrigin& origin, const ExperimentConfig& cfg) {
+void refuse_empty_labels_and_unnamed_plugins(const YAML::Node& root, const YamlOrigin& origin, const ExperimentConfig& cfg) {
   bool name_swept = false;
   for (const SweepAxis& a : cfg.sweep) name_swept = name_swept || a.key == "drafter.name" || a.key == "drafter.method";
   for (size_t i = 0; i < cfg.drafters.size(); ++i) {
     const std::string entry = "drafters[" + std::to_string(i) + "]";
+    // label: "" became the default label without a word (finalize fills in empty labels).
+    if (const std::optional<YamlValue> label = find_written(root, origin, entry + ".label");
+        label && label->node.IsScalar() && label->node.Scalar().empty())
+      throw Error(ErrorKind::kConfig, "expected a non-empty label (or none: the drafter's name), found an empty one",
+                  label->where(), label->path);
     const std::optional<YamlValue> plugin = find_written(root, origin, entry + ".plugin");
     if (!plugin) continue;
     if (cfg.drafters[i].options.plugin.empty())
@@ -606,7 +611,7 @@ ExperimentConfig parse_experiment_config(const std::string& yaml_text, const std
   // or draft_model swept), so its error waits for check_sweep, which validates every point (an
   // error in a key no axis sets fails there too, located at that key). It was refused until
   // 2026-12-05.
-  refuse_plugin_entries_without_name(root, origin, cfg);
+  refuse_empty_labels_and_unnamed_plugins(root, origin, cfg);
   try {
     cfg.validate();
   } catch (const Error& e) {

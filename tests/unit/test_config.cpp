@@ -1330,3 +1330,13 @@ TEST_CASE("a plugin entry names its drafter, and an empty plugin path is refused
   CHECK(parse_experiment_config(kBase + "drafters:\n  - {plugin: /abs/x.so}\nsweep:\n  drafter.name: [x, y]\n", "ok.yaml")
             .sweep.size() == 1);
 }
+
+TEST_CASE("an empty label and an empty plugin parameter name are refused", "[config]") {
+  // label: "" became the drafter's name without a word; params: {'': 1} reached the plugin.
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {name: prompt_lookup, label: ''}\n"),
+             Catch::Contains("drafters[0].label: expected a non-empty label"));
+  CHECK_THAT(config_error(kBase + "drafters:\n  - {plugin: /abs/x.so, name: x, params: {'': 1}}\n"),
+             Catch::Contains("expected a parameter name, found an empty one"));
+  CHECK(parse_experiment_config(kBase + "drafters:\n  - {name: prompt_lookup}\n", "ok.yaml").drafters[0].label ==
+        "prompt_lookup");
+}
