@@ -301,19 +301,35 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
     std::streamoff good = 0;  // bytes of whole, parsed lines
     bool cut = false;
     int64_t line_no = 0;
+    // Damage is refused, not recomputed: only the last line can be cut by an interruption (a line's
+    // newline is written last). A bad line mid-file discarded every answer after it, and an id out
+    // of range, a second answer for one prompt or an answer longer than answer_tokens was trained
+    // on (until 2026-12-07).
+    const auto damaged = [&](const std::string& what) {
+      throw Error(ErrorKind::kBadInput,
+                  "line " + std::to_string(line_no) + ": " + what +
+                      ": the answer cache is damaged; delete the file (the answers are recomputed)",
+                  path);
+    };
     while (std::getline(in, line)) {
       ++line_no;
       TokenList answer;
-      try {
-        if (in.eof()) throw std::runtime_error("no newline");  // the last line is cut short
-        const nlohmann::json j = nlohmann::json::parse(line);
-        answer = j.at("answer").get<TokenList>();
-        cached[j.at("i").get<int64_t>()] = answer;
-        good += static_cast<std::streamoff>(line.size()) + 1;
-      } catch (const std::exception&) {
-        cut = true;  // a line cut short by an interruption: it and the rest are recomputed
+      int64_t i = -1;
+      if (in.eof()) {  // no newline: the last line, cut short by an interruption; it is recomputed
+        cut = true;
         break;
       }
+      try {
+        const nlohmann::json j = nlohmann::json::parse(line);
+        answer = j.at("answer").get<TokenList>();
+        i = j.at("i").get<int64_t>();
+      } catch (const std::exception& e) {
+        damaged(std::string("expected {\"i\": <prompt>, \"answer\": [<tokens>]}, found a line that is not (") +
+                e.what() + ")");
+      }
+      if (i < 0 || i >= static_cast<int64_t>(prompts.size()))
+        damaged("expected a prompt index in [0, " + std::to_string(prompts.size()) + "), found " + std::to_string(i));
+      good += static_cast<std::streamoff>(line.size()) + 1;
       // A whole line with a token the target does not have is damage, not an interruption: it
       // reached the model as an internal check failure.
       for (const int64_t t : answer)
@@ -323,6 +339,10 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
                           " is outside the target's vocabulary of " + std::to_string(target.info.config.vocab_size) +
                           ": the answer cache is damaged; delete the file (the answers are recomputed)",
                       path);
+      if (static_cast<int64_t>(answer.size()) > c.data.answer_tokens)
+        damaged("expected at most data.answer_tokens = " + std::to_string(c.data.answer_tokens) + " tokens, found " +
+                std::to_string(answer.size()));
+      if (!cached.emplace(i, answer).second) damaged("a second answer for prompt " + std::to_string(i));
     }
     // Appending after a cut line would glue the next answer to it, and every later run would stop
     // reading there again: the cut is removed first.
@@ -789,13 +809,19 @@ void check_train_request(const TrainDraftConfig& c, bool resume, int64_t stop_af
   ModelSource resolved;
   try {
     resolved = resolve_model_source(c.target);
-  } catch (const Error&) {
-    return;  // a named model that is not installed: the load says how to get it
+  } catch (const Error& e) {
+    // A named model that is not installed (the message says how to get it), or a name that is
+    // none: named by its key, as `run` names models.target.path (the load named neither).
+    throw Error(e.kind(), (e.file().empty() ? std::string() : e.file() + ": ") + e.message(), c.source_path,
+                "target.path");
   }
   std::error_code ec;
   if (resolved.format != "random" && !fs::exists(resolved.path, ec))
     throw Error(ErrorKind::kConfig, "expected an existing model file or directory, found none at " + resolved.path,
                 c.source_path, "target.path");
+  if (!resolved.tokenizer.empty() && !fs::exists(resolved.tokenizer, ec))
+    throw Error(ErrorKind::kConfig, "expected the tokenizer file, found none at " + resolved.tokenizer, c.source_path,
+                "target.tokenizer");
 }
 
 TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const TrainDraftProgress& progress,

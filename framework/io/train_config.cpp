@@ -273,6 +273,12 @@ TrainDraftConfig load_train_config(const std::string& path, const std::vector<st
   // Without output.path, the draft goes where its drafter looks by default: it went to
   // ./.cache/drafts/eagle.safetensors under the working directory, for every architecture and target.
   const YAML::Node& const_root = root;
+  // Without data.cache_dir, the checkout's .cache/draft_data, beside the default draft: it was
+  // ".cache/draft_data" of the working directory, while the same value written in the file was the
+  // YAML file's directory's (until 2026-12-07).
+  const YAML::Node data = const_root["data"];
+  if (!(data.IsDefined() && data.IsMap() && data["cache_dir"].IsDefined()))
+    cfg.data.cache_dir = std::string(SPECLAB_SOURCE_DIR) + "/.cache/draft_data";
   const YAML::Node output = const_root["output"];  // invalid (not an error) when absent
   if (!(output.IsDefined() && output.IsMap() && output["path"].IsDefined()))
     cfg.output.path = default_train_output(cfg.target, cfg.architecture);
@@ -300,6 +306,14 @@ TrainDraftConfig load_train_config(const std::string& path, const std::vector<st
                       std::string("expected a file of its own, found the path of ") + files[j].first + " (" +
                           *files[j].second + ")",
                       "", files[i].first);
+    // Fine-tuning a draft in place: --overwrite moves output.path aside before the init is read,
+    // which then failed as "cannot open: No such file or directory" (until 2026-12-07).
+    for (const auto& [key, file] : files)
+      if (!cfg.train.init.empty() && !file->empty() && same(cfg.train.init, *file))
+        throw Error(ErrorKind::kConfig,
+                    std::string("expected a draft other than ") + key + ", which this run replaces, found " +
+                        cfg.train.init + "; copy it elsewhere and name the copy",
+                    "", "train.init");
     cfg.validate();
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kConfig) throw;

@@ -30,7 +30,9 @@ struct DraftDataOptions {
   int64_t answer_batch = 16;
   int64_t max_prompt_tokens = 256;   // longer prompts (chat template included) are skipped
   double validation_fraction = 0.1;  // (0, 0.5]: every round(1 / it)-th prompt is held apart (a text seen again goes with its first copy)
-  std::string cache_dir = ".cache/draft_data";  // answers and features, keyed by target + data
+  // Answers and features, keyed by target + data. Not written: <checkout>/.cache/draft_data
+  // (load_train_config); written: relative to the YAML file, as every path of the config.
+  std::string cache_dir = ".cache/draft_data";
 
   // Error(kConfig, ..., "data.<key>"); also when a prompt file is an evaluation set (MT-bench,
   // HumanEval, GSM8K test).

@@ -562,6 +562,46 @@ TEST_CASE("train-draft data: a cut answers line is repaired, repeated prompts st
   CHECK(token.kind() == ErrorKind::kBadInput);
   CHECK(token.file() == answers);
   CHECK_THAT(token.message(), Catch::Contains("line 3: answer token 99999999 is outside the target's vocabulary of 512"));
+  // Other damage a whole line can carry: each was cut back or trained on without a word (a bad
+  // line mid-file discarded every answer after it). Only a last line without its newline is an
+  // interruption.
+  std::vector<std::string> lines_of;
+  {
+    std::istringstream in(again);
+    for (std::string l; std::getline(in, l);) lines_of.push_back(l);
+  }
+  REQUIRE(lines_of.size() == 10);
+  const auto with_line = [&](size_t k, const std::string& text) {
+    std::string out;
+    for (size_t j = 0; j < lines_of.size(); ++j) out += (j == k ? text : lines_of[j]) + "\n";
+    return out;
+  };
+  nlohmann::json second = nlohmann::json::parse(lines_of[1]);
+  nlohmann::json long_answer = second;
+  long_answer["answer"] = std::vector<int64_t>(c.data.answer_tokens + 1, 5);
+  nlohmann::json out_of_range = second;
+  out_of_range["i"] = 999;
+  nlohmann::json duplicate = second;
+  duplicate["i"] = nlohmann::json::parse(lines_of[0]).at("i");
+  const std::vector<std::pair<std::string, std::string>> damages = {
+      {with_line(2, "{\"answer\": [1, 2,"), "line 3: expected {\"i\": <prompt>, \"answer\": [<tokens>]}"},
+      {with_line(1, out_of_range.dump()), "line 2: expected a prompt index in [0, 10), found 999"},
+      {with_line(1, duplicate.dump()), "line 2: a second answer for prompt"},
+      {with_line(1, long_answer.dump()), "line 2: expected at most data.answer_tokens"},
+  };
+  for (const auto& [text, says] : damages) {
+    INFO(says);
+    {
+      std::ofstream f(answers, std::ios::trunc | std::ios::binary);
+      f << text;
+    }
+    fs::remove(features);
+    const Error e = test::catch_error([&] { train_draft(c, false); });
+    CHECK(e.kind() == ErrorKind::kBadInput);
+    CHECK(e.file() == answers);
+    CHECK_THAT(e.message(), Catch::Contains(says) && Catch::Contains("the answer cache is damaged"));
+    CHECK(read_bytes(answers) == text);  // refused, not cut back
+  }
   {
     std::ofstream f(answers, std::ios::trunc | std::ios::binary);
     f << again;

@@ -1340,3 +1340,21 @@ TEST_CASE("an empty label and an empty plugin parameter name are refused", "[con
   CHECK(parse_experiment_config(kBase + "drafters:\n  - {name: prompt_lookup}\n", "ok.yaml").drafters[0].label ==
         "prompt_lookup");
 }
+
+TEST_CASE("a training config: train.init naming the draft it writes is refused; data.cache_dir defaults to the checkout",
+          "[config][train]") {
+  const std::string dir = std::string(SPECLAB_BINARY_DIR) + "/test_config_train";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/init.yaml") << "target: {path: stories260K}\ndata: {prompts: {inline: [{text: hi}]}}\n"
+                                       "train: {init: d.safetensors}\noutput: {path: d.safetensors}\n";
+  // --overwrite moved the draft aside before the init was read: "cannot open: No such file".
+  CHECK_THROWS_WITH(load_train_config(dir + "/init.yaml"),
+                    Catch::Contains("init.yaml:3") && Catch::Contains("train.init: expected a draft other than output.path"));
+  // Without data.cache_dir: the checkout's .cache/draft_data (it was the working directory's,
+  // while the same value written in the file was the YAML file's directory's).
+  std::ofstream(dir + "/cache.yaml") << "target: {path: stories260K}\ndata: {prompts: {inline: [{text: hi}]}}\n";
+  CHECK(load_train_config(dir + "/cache.yaml").data.cache_dir == std::string(SPECLAB_SOURCE_DIR) + "/.cache/draft_data");
+  std::ofstream(dir + "/cache2.yaml") << "target: {path: stories260K}\n"
+                                         "data: {prompts: {inline: [{text: hi}]}, cache_dir: .cache/draft_data}\n";
+  CHECK(load_train_config(dir + "/cache2.yaml").data.cache_dir == dir + "/.cache/draft_data");
+}
