@@ -1,26 +1,67 @@
 // replace_file(path, write): a file written whole or not at all. write(tmp) writes the new content
-// to tmp = "<path>.tmp.<pid>" (the process's own name: two writers never share it), which is then
-// renamed onto `path`. A reader never sees a half-written file, and one holding the old file open
-// keeps reading it. On any exception from write() the temporary is removed and the exception
-// passes on unchanged; a failed rename removes it too and throws Error(kIo, path).
+// to tmp = "<path>.tmp.<host>.<pid>" (the process's own name: two writers never share it, on one
+// machine or on two that share a file system), which is then renamed onto `path`. A reader never
+// sees a half-written file, and one holding the old file open keeps reading it. On any exception
+// from write() the temporary is removed and the exception passes on unchanged; a failed rename
+// removes it too and throws Error(kIo, path).
+//
+// A killed writer leaves its temporary behind (a features cache of several GB): before writing,
+// the temporaries of `path` that a process of this host which no longer exists left are removed
+// (they piled up until 2026-12-07). Another host's are left alone: its writer may be alive.
 //
 // Used by the GGUF writer, train-draft's drafts, checkpoints and features, and its training log.
 #pragma once
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "framework/core/error.h"
 
 namespace speclab {
 
+namespace replace_file_detail {
+
+inline std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "host";
+  std::string h(buf);
+  for (char& c : h)
+    if (c == '/' || c == '.') c = '_';  // one path component, and '.' separates the pid
+  return h;
+}
+
+// Removes "<path>.tmp.<host>.<pid>" files of this host whose process is gone.
+inline void remove_stale_temporaries(const std::string& path, const std::string& host) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const std::string prefix = p.filename().string() + ".tmp." + host + ".";
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == -1 && errno == ESRCH) fs::remove(e.path(), ec);
+  }
+}
+
+}  // namespace replace_file_detail
+
 template <class Write>
 void replace_file(const std::string& path, Write&& write) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string host = replace_file_detail::host_name();
+  replace_file_detail::remove_stale_temporaries(path, host);
+  const std::string tmp = path + ".tmp." + host + "." + std::to_string(::getpid());
   try {
     write(tmp);
   } catch (...) {

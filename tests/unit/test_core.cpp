@@ -12,6 +12,7 @@
 //     NextDouble = (next >> 11) * 2^-53), five doubles printed with 16 decimals and then five
 //     raw 64-bit outputs of the same stream.
 #include <catch2/catch.hpp>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
@@ -29,6 +30,7 @@
 #include "framework/core/error.h"
 #include "framework/core/file_fingerprint.h"
 #include "framework/core/fnv.h"
+#include "framework/core/replace_file.h"
 #include "framework/core/rng.h"
 #include "framework/core/utf8_check.h"
 
@@ -285,4 +287,34 @@ TEST_CASE("first_invalid_utf8 agrees with Python's strict UTF-8 decoder", "[core
     INFO("case " << std::string(bytes).size() << " bytes, expected " << static_cast<long long>(want));
     CHECK(speclab::first_invalid_utf8(bytes) == want);
   }
+}
+
+TEST_CASE("replace_file removes the temporaries of this host's dead writers, and only those", "[core][io]") {
+  // A killed writer left "<path>.tmp.<pid>" behind (train-draft's features: GB each), and nothing
+  // removed it.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(SPECLAB_BINARY_DIR) / ("replace_file_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = (dir / "d.bin").string(), host = replace_file_detail::host_name();
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  REQUIRE(dead > 0);
+  ::waitpid(dead, nullptr, 0);  // reaped: no process has this pid now (until the kernel reuses it)
+  const std::string stale = path + ".tmp." + host + "." + std::to_string(dead);
+  const std::string live = path + ".tmp." + host + "." + std::to_string(::getppid());
+  const std::string other_host = path + ".tmp.elsewhere." + std::to_string(dead);
+  const std::string other_file = (dir / "e.bin").string() + ".tmp." + host + "." + std::to_string(dead);
+  for (const std::string& f : {stale, live, other_host, other_file}) std::ofstream(f) << "x";
+  replace_file(path, [](const std::string& tmp) { std::ofstream(tmp) << "new"; });
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(fs::exists(live));        // its writer may still be writing
+  CHECK(fs::exists(other_host));  // another machine's, on a shared file system
+  CHECK(fs::exists(other_file));  // another file's
+  std::ifstream in(path);
+  std::string got;
+  in >> got;
+  CHECK(got == "new");
+  CHECK_FALSE(fs::exists(path + ".tmp." + host + "." + std::to_string(::getpid())));
+  fs::remove_all(dir);
 }

@@ -26,9 +26,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Whether a writer's temporary file ("<path>.tmp.<pid>", this process's) is left beside `path`.
+// Whether a writer's temporary file ("<path>.tmp.<host>.<pid>", framework/core/replace_file.h;
+// any "<path>.tmp*") is left beside `path`.
 bool temp_left_beside(const std::string& path) {
-  return fs::exists(path + ".tmp." + std::to_string(::getpid())) || fs::exists(path + ".tmp");
+  const fs::path p(path);
+  const std::string prefix = p.filename().string() + ".tmp";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(p.has_parent_path() ? p.parent_path() : fs::path("."), ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) return true;
+  return false;
 }
 
 
