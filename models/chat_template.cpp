@@ -56,12 +56,20 @@ std::string find_default_system(const std::string& jinja) {
   return {};
 }
 
-// What a template writes and does, as far as the ChatML check below needs: the string literals
-// inside its {{ }} and {% %} tags, the text outside them, and the tags' own text.
+// What a template writes and does, as far as the ChatML check below needs: each tag ({{ }} or
+// {% %}) with its text and its string literals in order, and the text outside tags.
+struct JinjaLiteral {
+  std::string text;        // escapes resolved
+  bool subscript = false;  // a key in [...] (message['content']), not text written out
+};
+struct JinjaTag {
+  bool statement = false;  // {% %}; else {{ }}
+  std::string text;        // with each literal as '' (empty), 'k' (subscript) or '#' (other text)
+  std::vector<JinjaLiteral> literals;
+};
 struct JinjaPieces {
-  std::vector<std::string> literals;  // string literals in tags, escapes resolved
-  std::vector<std::string> raw;       // text outside tags, emitted as it stands
-  std::string tags;                   // every tag's text, joined by spaces
+  std::vector<JinjaTag> tags;
+  std::vector<std::string> raw;  // text outside tags, emitted as it stands
 };
 
 JinjaPieces split_jinja(const std::string& jinja) {
@@ -80,19 +88,27 @@ JinjaPieces split_jinja(const std::string& jinja) {
     const char kind = jinja[open + 1];
     const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
     size_t j = open + 2;
-    std::string text;
+    JinjaTag tag;
+    tag.statement = kind == '%';
     while (j < jinja.size() && jinja.compare(j, 2, close) != 0) {
       if (kind != '#' && (jinja[j] == '\'' || jinja[j] == '"')) {
         size_t end;
-        p.literals.push_back(read_literal(jinja, j, end));
-        if (end == std::string::npos) return p;  // unclosed: the rest is one literal
-        text += "''";
+        JinjaLiteral lit;
+        lit.text = read_literal(jinja, j, end);
+        size_t before = tag.text.find_last_not_of(' ');
+        lit.subscript = before != std::string::npos && tag.text[before] == '[';
+        tag.text += lit.text.empty() ? "''" : lit.subscript ? "'k'" : "'#'";
+        tag.literals.push_back(std::move(lit));
+        if (end == std::string::npos) {  // unclosed: the rest is one literal
+          p.tags.push_back(std::move(tag));
+          return p;
+        }
         j = end + 1;
         continue;
       }
-      text += jinja[j++];
+      tag.text += jinja[j++];
     }
-    if (kind != '#') p.tags += text + " ";
+    if (kind != '#') p.tags.push_back(std::move(tag));
     raw_start = i = std::min(j + 2, jinja.size());
   }
 }
@@ -102,50 +118,72 @@ JinjaPieces split_jinja(const std::string& jinja) {
 // system turn written as one literal, and "<|im_start|>assistant\n" as the generation prompt), or
 // "" when it would. Every such template was rendered as plain ChatML until 2026-12-07 (found by a
 // probe): Phi-4's <|im_sep|>, a reasoning model's "<think>" generation prompt, Yi's bare system
-// text, a trimmed content, a default system prompt held in a {% set %} variable.
+// text, a trimmed content, a default system prompt held in a {% set %} variable or split over
+// literals, another separator after the role or none after <|im_end|>.
 std::string chatml_variant(const std::string& jinja, const std::string& default_system) {
   const JinjaPieces p = split_jinja(jinja);
-  auto any_has = [](const std::vector<std::string>& v, const std::string& what) {
-    for (const std::string& s : v)
-      if (s.find(what) != std::string::npos) return true;
-    return false;
+  bool role_line = false, generation_prompt = false;
+  const std::string default_turn = "<|im_start|>system\n" + default_system + "<|im_end|>\n";
+  const auto shown = [](const std::string& lit) {
+    std::string out;
+    for (char c : lit) out += c == '\n' ? std::string("\\n") : std::string(1, c);
+    return out.size() > 60 ? out.substr(0, 57) + "..." : out;
   };
-  auto any_is = [](const std::vector<std::string>& v, const std::string& what) {
-    for (const std::string& s : v)
-      if (s == what) return true;
-    return false;
-  };
-  if (any_has(p.literals, "<|im_sep|>") || any_has(p.raw, "<|im_sep|>"))
-    return "it writes <|im_sep|> after the role (Phi-4's format)";
+  for (const std::string& r : p.raw) {
+    if (r.find("<|im_sep|>") != std::string::npos) return "it writes <|im_sep|> after the role (Phi-4's format)";
+    if (r.find("<|im_start|>") != std::string::npos) return "it writes <|im_start|> as text outside its tags";
+  }
   if (jinja.find("<think>") != std::string::npos || jinja.find("</think>") != std::string::npos)
     return "it opens or strips <think> blocks (a reasoning model's format)";
-  if (any_has(p.raw, "<|im_start|>")) return "it writes <|im_start|> as text outside its tags";
-  for (const char* f : {"trim", ".strip(", ".lstrip(", ".rstrip("})
-    if (p.tags.find(f) != std::string::npos) return std::string("it trims text (") + f + ")";
-  // {% set name = '...' %}: text that the template may write into the prompt (a default system
-  // prompt or a metadata block), where only literals in place are read.
-  for (size_t at = p.tags.find("set "); at != std::string::npos; at = p.tags.find("set ", at + 4)) {
-    if (at > 0 && p.tags[at - 1] != ' ' && p.tags[at - 1] != '-') continue;
-    const size_t eq = p.tags.find('=', at);
-    if (eq == std::string::npos) break;
-    size_t v = eq + 1;
-    while (v < p.tags.size() && p.tags[v] == ' ') ++v;
-    if (p.tags.compare(v, 2, "''") == 0) return "it keeps text in a {% set %} variable that it may write into the prompt";
-  }
-  if (!any_is(p.literals, "<|im_start|>")) return "it writes no '<|im_start|>' + role line";
-  if (!any_is(p.literals, "<|im_start|>assistant\n"))
-    return "its generation prompt is not '<|im_start|>assistant\\n'";
-  const std::string default_turn = "<|im_start|>system\n" + default_system + "<|im_end|>\n";
-  for (const std::string& lit : p.literals) {
-    if (lit.find("<|im_start|>") == std::string::npos) continue;
-    if (lit == "<|im_start|>" || lit == "<|im_start|>assistant\n" || lit == "<|im_start|>system\n" ||
-        lit == "<|im_start|>assistant" || lit == "<|im_start|>user" || (!default_system.empty() && lit == default_turn))
+  for (const JinjaTag& t : p.tags) {
+    for (const char* f : {"trim", ".strip(", ".lstrip(", ".rstrip("})
+      if (t.text.find(f) != std::string::npos) return std::string("it trims text (") + f + ")";
+    // {% set name = ... %} with text of its own: a default system prompt or a metadata block the
+    // template may write, where only literals in place are read. An empty literal, a subscript key
+    // and a value without literals (tool_call.function) are no text.
+    if (t.statement) {
+      const size_t set = t.text.find_first_not_of(" -+");
+      if (set != std::string::npos && t.text.compare(set, 4, "set ") == 0 && t.text.find("'#'") != std::string::npos)
+        return "it keeps text in a {% set %} variable that it may write into the prompt";
       continue;
-    std::string shown;
-    for (char c : lit) shown += c == '\n' ? std::string("\\n") : std::string(1, c);
-    if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
-    return "it writes '" + shown + "', which plain ChatML does not";
+    }
+    const std::vector<JinjaLiteral>& lits = t.literals;
+    for (size_t i = 0; i < lits.size(); ++i) {
+      const std::string& lit = lits[i].text;
+      if (lits[i].subscript) continue;
+      if (lit.find("<|im_sep|>") != std::string::npos) return "it writes <|im_sep|> after the role (Phi-4's format)";
+      // The next literal written out in the same expression, if any.
+      const JinjaLiteral* next = nullptr;
+      for (size_t j = i + 1; j < lits.size() && !next; ++j)
+        if (!lits[j].subscript) next = &lits[j];
+      if (lit == "<|im_start|>") {
+        role_line = true;
+        if (next && next->text.compare(0, 1, "\n") != 0)
+          return "it writes '" + shown(next->text) + "' after the role, not a line break";
+        continue;
+      }
+      if (lit == "<|im_end|>" && next && next->text.compare(0, 1, "\n") != 0)
+        return "it writes '" + shown(next->text) + "' after <|im_end|>, not a line break";
+      if (lit.find("<|im_start|>") == std::string::npos) continue;
+      if (lit == "<|im_start|>assistant\n") generation_prompt = true;
+      if (lit == "<|im_start|>user\n" || lit == "<|im_start|>assistant\n" || lit == "<|im_start|>system\n") {
+        role_line = true;
+        // A role header followed by other text written out in the same expression, other than
+        // the turn's end: a system turn (or a default) the check cannot read.
+        for (size_t j = i + 1; j < lits.size(); ++j)
+          if (!lits[j].subscript && !lits[j].text.empty() && lits[j].text != "<|im_end|>" &&
+              lits[j].text != "<|im_end|>\n" && lits[j].text != "\n")
+            return "it writes '" + shown(lits[j].text) + "' into a turn after '" + shown(lit) + "'";
+        continue;
+      }
+      if (lit == "<|im_start|>assistant" || lit == "<|im_start|>user" ||
+          (!default_system.empty() && lit == default_turn))
+        continue;
+      return "it writes '" + shown(lit) + "', which plain ChatML does not";
+    }
   }
+  if (!role_line) return "it writes no '<|im_start|>' + role line";
+  if (!generation_prompt) return "its generation prompt is not '<|im_start|>assistant\\n'";
   return {};
 }
 
@@ -237,6 +275,13 @@ ChatTemplate ChatTemplate::from_jinja(const std::string& jinja, const std::strin
       throw Error(ErrorKind::kUnsupported,
                   "expected a Llama 3.0 chat template, found a Llama 3.1-style one (it writes a \"Cutting Knowledge "
                   "Date\" system block and tool turns), which SpecLab does not render",
+                  source, "chat_template");
+    // 3.0's template trims each message (`| trim`), which render_llama3 does; one that does not kept
+    // the spaces SpecLab stripped (found by a probe on 2026-12-07).
+    if (jinja.find("trim") == std::string::npos && jinja.find(".strip(") == std::string::npos)
+      throw Error(ErrorKind::kUnsupported,
+                  "expected a Llama 3.0 chat template, which trims each message (| trim), found one that does not, "
+                  "which SpecLab does not render",
                   source, "chat_template");
     t.family_ = Family::kLlama3;
   } else if (jinja.find("[INST]") != std::string::npos) {

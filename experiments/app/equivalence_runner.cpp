@@ -408,6 +408,10 @@ EquivalenceReport run_equivalence(const ExperimentConfig& cfg, const Equivalence
             ctl.note = "no draw accepted a whole block at any draft length (no bonus token to draw from the wrong row)";
           }
           const int k = bonus_control ? bonus_k : control_k;
+          for (auto it = rep.verifier.rbegin(); it != rep.verifier.rend() && it->draft == label; ++it)
+            if (it->k == k && it->sampling.temperature == s.temperature && it->sampling.top_k == s.top_k &&
+                it->sampling.top_p == s.top_p)
+              mark_control_for_cell(ctl, *it);
           rep.verifier_controls.push_back(run_verifier_control(pairs, label, s, ctl, k, eq.verifier_samples,
                                                                eq.control_alpha, cfg.sampling.seed ^ stream_id({static_cast<int64_t>(si), k, 8})));
         }

@@ -235,6 +235,13 @@ VerifierCellRow run_verifier_cell(const std::vector<LogitPair>& pairs, const std
   return row;
 }
 
+void mark_control_for_cell(VerifierControl& control, const VerifierCellRow& cell) {
+  if (!control.applicable || cell.verdict.tested > 0) return;
+  control.applicable = false;
+  control.note = "the lossless cell at this setting and draft length tests nothing (no (position, class) test has a "
+                 "draw and a degree of freedom), which fails the check on its own";
+}
+
 VerifierControlRow run_verifier_control(const std::vector<LogitPair>& pairs, const std::string& draft,
                                         const SamplingOptions& sampling, const VerifierControl& control, int k,
                                         int64_t n_max, double control_alpha, uint64_t seed) {
@@ -265,16 +272,7 @@ VerifierControlRow run_verifier_control(const std::vector<LogitPair>& pairs, con
   }
   for (int64_t n = std::min<int64_t>(1000, n_max);; n = std::min(2 * n, n_max)) {
     const VerifierCounts counts = run_verifier_chain(chain, k, n, seed, control.rule);
-    const VerifierVerdict verdict = test_verifier_chain(chain, counts, control_alpha);
-    if (verdict.tested == 0 && n == n_max) {
-      // Nothing to test at this setting (one-hot target rows, or draws spread too thin), which the
-      // cell itself reports as testing nothing: n/a, as the engine controls say in such cells (it
-      // was reported as NOT caught, a power failure; until 2026-12-07).
-      row.applicable = false;
-      row.note = "no (position, class) test has a draw and a degree of freedom at this setting (the cell tests nothing)";
-      return row;
-    }
-    row.p_bonferroni = verdict.p_bonferroni;
+    row.p_bonferroni = test_verifier_chain(chain, counts, control_alpha).p_bonferroni;
     if (row.p_bonferroni < control_alpha) {
       row.caught = true;
       row.caught_n = n;

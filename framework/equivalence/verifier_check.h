@@ -184,6 +184,13 @@ VerifierControlRow run_verifier_control(const std::vector<LogitPair>& pairs, con
                                         const SamplingOptions& sampling, const VerifierControl& control, int k,
                                         int64_t n_max, double control_alpha, uint64_t seed);
 
+// A control whose lossless cell (same draft, setting and draft length) tested nothing has nothing
+// to show power against: n/a, with a note, as the engine controls say in such cells (it was
+// reported as NOT caught, a power failure; until 2026-12-07). Decided by the cell, not by the
+// control's own draws: a faulty rule may move every draw where no test has a degree of freedom,
+// and that must stay a miss.
+void mark_control_for_cell(VerifierControl& control, const VerifierCellRow& cell);
+
 // The lossless cell: chain (positions k + 2, 2 classes), n draws, tests at TV confidence delta.
 VerifierCellRow run_verifier_cell(const std::vector<LogitPair>& pairs, const std::string& draft,
                                   const SamplingOptions& sampling, int k, int64_t n, double delta, uint64_t seed);

@@ -276,30 +276,36 @@ TEST_CASE("verifier check: shapes, counts and the faulty rules' contracts", "[eq
   CHECK(differ_bonus > 50);       // bonus from (0.75, 0.25) instead of (0.1, 0.9)
 }
 
-TEST_CASE("verifier check: a control at a setting with nothing to test is n/a, not missed", "[equivalence][verifier]") {
-  // A (nearly) one-hot target row: every draw emits token 0, so no (position, class) test has a
-  // degree of freedom and replacement_from_p cannot change a token. It was reported as NOT caught
-  // (a power failure) beside the cell's own "tests nothing"; the engine controls said n/a there.
+TEST_CASE("verifier check: a control whose lossless cell tests nothing is n/a, not missed", "[equivalence][verifier]") {
+  // A (nearly) one-hot target row: every draw emits token 0, so the lossless cell has no (position,
+  // class) test with a degree of freedom, and replacement_from_p cannot change a token. It was
+  // reported as NOT caught (a power failure) beside the cell's own "tests nothing".
   const LogitPair lp{{0.0f, -30.0f, -30.0f}, {-1.0f, -1.0f, -1.0f}};
   const SamplingOptions s = setting(0.01, 1.0, 0);
+  const VerifierCellRow cell = run_verifier_cell({lp}, "x", s, 2, 2000, 0.01, 5);
+  REQUIRE(cell.verdict.tested == 0);
   int seen = 0;
-  for (const VerifierControl& c : verifier_controls(s)) {
+  for (VerifierControl c : verifier_controls(s)) {
     if (c.name != "replacement_from_p") continue;
     ++seen;
     REQUIRE(c.applicable);
+    mark_control_for_cell(c, cell);
+    CHECK_FALSE(c.applicable);
+    CHECK_THAT(c.note, Catch::Contains("tests nothing"));
     const VerifierControlRow r = run_verifier_control({lp}, "x", s, c, 2, 2000, kControlAlpha, 5);
     CHECK_FALSE(r.applicable);
-    CHECK_FALSE(r.caught);
-    CHECK_THAT(r.note, Catch::Contains("tests nothing"));
+    CHECK(std::isnan(r.p_bonferroni));
   }
   CHECK(seen == 1);
-  // The control: the same control on a two-token row it can act on is applicable and caught.
+  // Decided by the cell, not by the control's own draws: where the lossless cell tests something,
+  // the control stays applicable, and a miss stays a miss (a faulty rule that moves every draw
+  // where no test has a degree of freedom must not turn into n/a).
   const LogitPair open{{std::log(0.75f), std::log(0.25f)}, {std::log(0.25f), std::log(0.75f)}};
   const SamplingOptions one = setting(1.0, 1.0, 0);
-  for (const VerifierControl& c : verifier_controls(one)) {
-    if (c.name != "replacement_from_p") continue;
-    const VerifierControlRow r = run_verifier_control({open}, "x", one, c, 2, 64000, kControlAlpha, 5);
-    CHECK(r.applicable);
-    CHECK(r.caught);
+  const VerifierCellRow open_cell = run_verifier_cell({open}, "x", one, 2, 4000, 0.01, 5);
+  REQUIRE(open_cell.verdict.tested > 0);
+  for (VerifierControl c : verifier_controls(one)) {
+    mark_control_for_cell(c, open_cell);
+    if (c.name == "replacement_from_p") CHECK(c.applicable);
   }
 }

@@ -114,6 +114,10 @@ TEST_CASE("ChatTemplate: unrecognised templates and roles are errors", "[chat][e
       "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December 2023\\n\" }}"
       "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}{{- system_message }}{{- \"<|eot_id|>\" }}";
   CHECK_THROWS_WITH(ChatTemplate::from_jinja(llama31, "x"), Catch::Contains("Llama 3.1-style"));
+  // A Llama 3 header template that does not trim the messages (SpecLab's renders them trimmed).
+  std::string no_trim = load_reference()["templates"]["llama3"].get<std::string>();
+  no_trim.replace(no_trim.find(" | trim"), 7, "");
+  CHECK_THROWS_WITH(ChatTemplate::from_jinja(no_trim, "x"), Catch::Contains("found one that does not"));
   ChatTemplate none;
   CHECK_FALSE(none.available());
   CHECK_THROWS_AS(none.render({{"user", "Hi"}}, true), Error);
@@ -158,6 +162,24 @@ TEST_CASE("ChatTemplate: ChatML variants are refused and plain ChatML templates 
       {"raw text",
        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
        "{% endfor %}<|im_start|>assistant\n"},
+      // From the review of the first version of the check, which took these for plain ChatML:
+      {"default split over literals",
+       "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n' + 'You are a helpful assistant.' + "
+       "'<|im_end|>\n' }}{% endif %}{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+       "message['content'] + '<|im_end|>\n' }}{% endfor %}{{ '<|im_start|>assistant\n' }}"},
+      {"conditional set",
+       "{%- set system_message = messages[0]['content'] if messages[0]['role'] == 'system' else 'You are helpful.' %}"
+       "{{ '<|im_start|>system\n' + system_message + '<|im_end|>\n' }}{% for message in messages %}{{ '<|im_start|>' + "
+       "message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endfor %}{{ '<|im_start|>assistant\n' }}"},
+      {"namespace",
+       "{% set ns = namespace(sys='You are helpful.') %}{% for message in messages %}{{ '<|im_start|>' + "
+       "message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endfor %}{{ '<|im_start|>assistant\n' }}"},
+      {"colon after the role",
+       "{% for message in messages %}{{ '<|im_start|>' + message['role'] + ': ' + message['content'] + "
+       "'<|im_end|>\n' }}{% endfor %}{{ '<|im_start|>assistant\n' }}"},
+      {"no line break after im_end",
+       "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
+       "' ' }}{% endfor %}{{ '<|im_start|>assistant\n' }}"},
   };
   for (const auto& [name, src] : variants) {
     INFO("template " << name);
@@ -193,4 +215,16 @@ TEST_CASE("ChatTemplate: ChatML variants are refused and plain ChatML templates 
       "'<|im_start|>assistant\\n' }}{%- endif %}";
   CHECK(ChatTemplate::from_jinja(math, "x").default_system() ==
         "Please reason step by step, and put your final answer within \\boxed{}.");
+  // Plain ChatML written per role, and an empty {% set %}, render as plain ChatML: accepted.
+  const std::string per_role =
+      "{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|im_start|>user\n' + message['content'] + "
+      "'<|im_end|>\n' }}{% elif message['role'] == 'assistant' %}{{ '<|im_start|>assistant\n' + message['content'] + "
+      "'<|im_end|>\n' }}{% elif message['role'] == 'system' %}{{ '<|im_start|>system\n' + message['content'] + "
+      "'<|im_end|>\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+  CHECK(ChatTemplate::from_jinja(per_role, "x").family() == ChatTemplate::Family::kChatML);
+  const std::string empty_set =
+      "{%- set system_message = '' -%}{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+      "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' "
+      "}}{% endif %}";
+  CHECK(ChatTemplate::from_jinja(empty_set, "x").family() == ChatTemplate::Family::kChatML);
 }
