@@ -177,7 +177,8 @@ def _open(path: str) -> h5py.File:
     except FileNotFoundError:
         raise
     except OSError as e:
-        if os.path.isfile(path):
+        # A writer's lock on a good file is not damage: its own error passes on (report.py names it).
+        if os.path.isfile(path) and "lock" not in str(e).lower():
             raise SchemaError(f"{path}: expected an HDF5 file written by SpecLab, found one h5py cannot open "
                               f"({' '.join(str(e).split())})") from None
         raise

@@ -104,7 +104,7 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("naive", po::bool_switch(&naive), "no KV cache: recompute the whole sequence every step")
       ("kv-budget", po::value(&kv_budget),
        "K/V bytes over the target's and the drafter's caches (as kv.budget_bytes: 4GiB, 512MiB, bytes); default "
-       "2 GiB, or twice what the target's cache needs for this prompt and -n where that is more")
+       "2 GiB, or what the target's cache needs for this prompt and -n (twice that with a drafter) where that is more")
       ("verbose,v", po::bool_switch(&verbose), "print model memory accounting and timings to stderr")
       ("stats", po::bool_switch(&stats), "speculative: also run AR and print acceptance, mean accepted length, speedup");
   po::variables_map vm;
@@ -141,6 +141,9 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (naive && vm.count("kv-dtype") && !vm["kv-dtype"].defaulted())
     throw Error(ErrorKind::kConfig, "expected no --kv-dtype with --naive, which keeps no K/V cache", "command line",
                 "--kv-dtype");
+  if (naive && vm.count("kv-budget"))
+    throw Error(ErrorKind::kConfig, "expected no --kv-budget with --naive, which keeps no K/V cache", "command line",
+                "--kv-budget");
   if (stats && dargs.drafter.empty()) throw Error(ErrorKind::kConfig, "--stats needs --drafter", "command line", "--stats");
   // An empty --system would render as no system message (the template's default system prompt,
   // e.g. Qwen's "You are Qwen..."), not as the empty system turn HF and llama.cpp render for it.
@@ -191,12 +194,14 @@ int cmd_generate(const std::vector<std::string>& args) {
     config::byte_count().read(yaml_util::YamlValue(&origin, YAML::Node(kv_budget), YAML::Node(), "--kv-budget"), config::Ctx{},
                               kv.budget_bytes);
   } else {
-    // The target's positions at most (prompt, -n, a verification pass's rows), twice: room for a
-    // draft model's or head's cache, which is smaller than the target's for the pairs SpecLab runs.
+    // The target's positions at most (prompt, -n, a verification pass's rows); with a drafter
+    // twice that: room for a draft model's or head's cache, which is smaller than the target's for
+    // the pairs SpecLab runs. (Each pool may take the whole budget: no more than needed is asked.)
     const int64_t room = dargs.drafter.empty() ? 0 : dopts.longest_draft() + 1;
     const int64_t positions =
         std::min<int64_t>(static_cast<int64_t>(ids.size()) + std::min<int64_t>(gen.max_new_tokens, ctx) + room, ctx);
-    kv.budget_bytes = std::max(kv.budget_bytes, 2 * kv_options_for(mc, positions).budget_bytes);
+    kv.budget_bytes =
+        std::max(kv.budget_bytes, (dargs.drafter.empty() ? 1 : 2) * kv_options_for(mc, positions).budget_bytes);
   }
   const auto budget_flag = [&](const Error& e) {
     if (e.field() != "kv.budget_bytes" && !(e.file() == "kv" && e.field() == "budget_bytes")) return e;

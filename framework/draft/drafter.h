@@ -2,7 +2,8 @@
 // common/speculative.h init/draft/accept/free).
 //
 // Lifecycle for one sequence:
-//   begin(seq, prompt)        once, after the target prefilled `prompt`
+//   begin(seq, prompt)        once, after the target prefilled `prompt` (not when the prefill's
+//                             token ends the run: then neither begin nor end is called)
 //   propose(ctx, max_k)       each step: up to max_k draft tokens continuing ctx.tokens
 //   accept(seq, n_accepted)   each step: how many of the proposed tokens the target kept
 //   end(seq)                  once, when the sequence finishes (release drafter state)

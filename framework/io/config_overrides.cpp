@@ -5,6 +5,7 @@
 // is YAML text. Errors are Error(kConfig) located at "--set key=value".
 #include <yaml-cpp/yaml.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,10 +34,16 @@ struct SetOp {
 }
 
 // Every node that appears at two or more paths of `n` (a YAML anchor and its aliases: yaml-cpp
-// gives them one node, and writing through either path changes both), with its paths.
-void collect_shared(const YAML::Node& n, const std::string& path, std::vector<std::pair<YAML::Node, std::string>>& seen,
+// gives them one node, and writing through either path changes both), with its paths. Nodes are
+// compared only with those of the same mark (an alias is its anchor's node, mark and all), so the
+// walk stays linear in the config (comparing each with every other took 30 s per --set on a config
+// of 20,000 inline prompts).
+void collect_shared(const YAML::Node& n, const std::string& path,
+                    std::map<std::pair<int, int>, std::vector<std::pair<YAML::Node, std::string>>>& seen,
                     std::vector<std::pair<YAML::Node, std::vector<std::string>>>& shared) {
-  for (const auto& [node, first] : seen) {
+  const YAML::Mark m = n.Mark();
+  auto& bucket = seen[{m.line, m.column}];
+  for (const auto& [node, first] : bucket) {
     if (!node.is(n)) continue;
     for (auto& [s, paths] : shared) {
       if (s.is(n)) {
@@ -47,7 +54,7 @@ void collect_shared(const YAML::Node& n, const std::string& path, std::vector<st
     shared.push_back({n, {first, path}});
     return;  // its subtree is the one already walked
   }
-  seen.push_back({n, path});
+  bucket.push_back({n, path});
   if (n.IsMap()) {
     for (auto it = n.begin(); it != n.end(); ++it)
       collect_shared(it->second, join_path(path, it->first.IsScalar() ? it->first.Scalar() : "?"), seen, shared);
@@ -213,7 +220,7 @@ void apply_override(YAML::Node root, const std::string& arg, YamlOrigin& origin,
   op.value = documents.empty() ? YAML::Node() : documents.front();
   origin.add_override(op.value, label);
   op.origin = &origin;
-  std::vector<std::pair<YAML::Node, std::string>> seen;
+  std::map<std::pair<int, int>, std::vector<std::pair<YAML::Node, std::string>>> seen;
   std::vector<std::pair<YAML::Node, std::vector<std::string>>> shared;
   collect_shared(root, "", seen, shared);
   op.shared = &shared;

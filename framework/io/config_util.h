@@ -76,15 +76,12 @@ inline std::string resolve_path(const std::string& base_dir, const std::string& 
   if (p.empty() || p[0] == '/' || base_dir.empty() || base_dir == ".") return p;
   return base_dir + "/" + p;
 }
-// A plugin parameter that names a file (docs/plugins.md): `file`, `path`, or a key ending in
-// `_file` or `_path`. Its value is resolved against the YAML file's directory, as every input path
-// of a config, and the run fingerprints the file with its model and draft files.
+// A plugin parameter that names an input file (docs/plugins.md): `file`, or a key ending in
+// `_file`. Its value is resolved against the YAML file's directory, as every input path of a
+// config, and the run fingerprints the file with its model and draft files (so a file the plugin
+// writes must not be named so: --resume would find it changed).
 inline bool is_path_parameter(const std::string& key) {
-  const auto ends = [&](const char* tail) {
-    const size_t n = std::char_traits<char>::length(tail);
-    return key.size() > n && key.compare(key.size() - n, n, tail) == 0;
-  };
-  return key == "file" || key == "path" || ends("_file") || ends("_path");
+  return key == "file" || (key.size() > 5 && key.compare(key.size() - 5, 5, "_file") == 0);
 }
 inline bool is_named_model(const std::string& p) {
   if (p.empty() || p.find('/') != std::string::npos) return false;

@@ -260,6 +260,31 @@ TEST_CASE("speclab merge and run --shard: bad inputs give one line, exit 2, no f
     CHECK(fs::exists(held_shard));
     fs::remove_all(shards_dir);
   }
+  SECTION("submit with more shards than the cluster's MaxArraySize (a stand-in scontrol)") {
+    // Checked against a real cluster in test_slurm; here a scontrol on PATH that answers
+    // MaxArraySize = 3, so that the parse and the refusal run where no cluster does.
+    const std::string bin = s.path("fake_bin");
+    fs::create_directories(bin);
+    {
+      std::ofstream f(bin + "/scontrol");
+      f << "#!/bin/sh\nprintf 'Configuration data as of today\\nMaxArraySize            = 3\\nMaxJobCount = 10000\\n'\n";
+    }
+    fs::permissions(bin + "/scontrol", fs::perms::owner_all);
+    speclab::testing::RunOptions with_fake;
+    const std::string path = bin + ":" + (std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin");
+    with_fake.in_child = [path] { ::setenv("PATH", path.c_str(), 1); };
+    const auto submit = [&](const char* shards) {
+      return run_cli({"submit", kConfig, "--slurm", "--shards", shards, "--output", s.path("arr.h5"), "--dry-run"},
+                     with_fake);
+    };
+    check_bad_input(submit("4"), {"--shards", "expected at most 3 shards, this cluster's MaxArraySize"});
+    CHECK_FALSE(fs::exists(s.path("arr_shards")));
+    const auto at = submit("3");
+    INFO(describe(at));
+    CHECK(at.exit_code == 0);
+    fs::remove_all(s.path("arr_shards"));
+    fs::remove_all(bin);
+  }
   SECTION("another merge into the same file") {
     // Merges at once shared OUT.merging: all could fail leaving nothing, or two report success.
     const PathLock held = PathLock::acquire(out, "merge", "OUT.h5");

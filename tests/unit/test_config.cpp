@@ -1304,15 +1304,15 @@ TEST_CASE("equivalence: top_k 1 is refused as temperature 0 is, and a negative t
 TEST_CASE("a plugin's file parameters are relative to the YAML file", "[config][plugins]") {
   // params.file (medusa_ext's heads) was opened relative to the working directory: the same config
   // run from elsewhere failed, or read another file; and the run did not fingerprint it.
-  const std::string yaml = kBase + "drafters:\n  - {plugin: /abs/x.so, name: x, params: {file: h.bin, heads_path: "
-                                   "d/e.bin, model_file: /abs/m.bin, n: h.bin, profile: x}}\n";
+  const std::string yaml = kBase + "drafters:\n  - {plugin: /abs/x.so, name: x, params: {file: h.bin, heads_file: "
+                                   "d/e.bin, model_file: /abs/m.bin, n: h.bin, trace_path: t.jsonl}}\n";
   const ExperimentConfig c = parse_experiment_config(yaml, "/tmp/cfgdir/c.yaml");
   const auto& p = c.drafters[0].options.params;
   CHECK(p.at("file") == "/tmp/cfgdir/h.bin");
-  CHECK(p.at("heads_path") == "/tmp/cfgdir/d/e.bin");
+  CHECK(p.at("heads_file") == "/tmp/cfgdir/d/e.bin");
   CHECK(p.at("model_file") == "/abs/m.bin");  // absolute: as written
   CHECK(p.at("n") == "h.bin");                // not a file parameter: text as written
-  CHECK(p.at("profile") == "x");
+  CHECK(p.at("trace_path") == "t.jsonl");     // nor an output's path (the plugin's to resolve)
   CHECK(config::is_path_parameter("file"));
   CHECK_FALSE(config::is_path_parameter("_file"));
   CHECK_FALSE(config::is_path_parameter("filed"));
