@@ -1341,7 +1341,7 @@ TEST_CASE("an empty label and an empty plugin parameter name are refused", "[con
         "prompt_lookup");
 }
 
-TEST_CASE("a training config: train.init naming the draft it writes is refused; data.cache_dir defaults to the checkout",
+TEST_CASE("a training config: train.init naming the draft it writes is refused and data.cache_dir defaults to the checkout",
           "[config][train]") {
   const std::string dir = std::string(SPECLAB_BINARY_DIR) + "/test_config_train";
   std::filesystem::create_directories(dir);
