@@ -394,19 +394,50 @@ fs::path output_dir(const std::string& path) {
 }  // namespace
 
 std::vector<std::string> run_config_warnings(const ExperimentConfig& config) {
-  std::vector<std::string> labels;
+  std::vector<std::string> sampled, greedy;  // labels of cost-schedule entries, by the points' decoding
+  const auto add = [](std::vector<std::string>& v, const std::string& l) {
+    if (std::find(v.begin(), v.end(), l) == v.end()) v.push_back(l);
+  };
+  for (const SweepPoint& p : expand_sweep(config))
+    for (const DrafterEntry& d : p.config.drafters)
+      if (d.options.schedule == "cost") add(p.config.sampling.deterministic() ? greedy : sampled, d.label);
+  const auto list = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const std::string& l : v) out += (out.empty() ? "" : ", ") + l;
+    return out;
+  };
+  std::vector<std::string> out;
+  if (!sampled.empty())
+    out.push_back("drafters " + list(sampled) + ": schedule cost at a sampled point: the output is not reproducible "
+                  "from the seed (each step's gamma follows the measured timings, and with it the verifier's random "
+                  "draws); a rerun, --resume or shard draws other samples");
+  // Greedy tokens are the target's whatever the draft lengths, but the steps are not: alpha, tau and
+  // /steps differ between reruns, shards and a resumed file (said for sampling only until 2026-12-07).
+  if (!greedy.empty())
+    out.push_back("drafters " + list(greedy) + ": schedule cost: the steps follow the measured timings, so alpha, "
+                  "tau and /steps differ between a rerun, --resume or shard (the greedy tokens do not)");
+  // The seed does not depend on the prompt: two prompts of one text draw the same samples, and
+  // alpha's interval counts them as two (said nowhere until 2026-12-07). Files that cannot be read
+  // are left to the plan, which names them.
   for (const SweepPoint& p : expand_sweep(config)) {
     if (p.config.sampling.deterministic()) continue;
-    for (const DrafterEntry& d : p.config.drafters)
-      if (d.options.schedule == "cost" && std::find(labels.begin(), labels.end(), d.label) == labels.end())
-        labels.push_back(d.label);
+    std::vector<Prompt> prompts;
+    try {
+      prompts = load_prompts(p.config);
+    } catch (const Error&) {
+      continue;
+    }
+    std::map<std::string, const Prompt*> first;
+    for (const Prompt& q : prompts) {
+      const auto [it, fresh] = first.emplace(q.text, &q);
+      if (fresh) continue;
+      out.push_back("prompts '" + it->second->id + "' and '" + q.id + "' have the same text: under sampling they " +
+                    "draw the same samples (the seed does not depend on the prompt), and alpha's interval counts " +
+                    "both; drop one, or count them as one");
+      return out;  // once: the first pair says it
+    }
   }
-  if (labels.empty()) return {};
-  std::string list;
-  for (const std::string& l : labels) list += (list.empty() ? "" : ", ") + l;
-  return {"drafters " + list + ": schedule cost at a sampled point: the output is not reproducible from the seed "
-          "(each step's gamma follows the measured timings, and with it the verifier's random draws); a rerun, "
-          "--resume or shard draws other samples"};
+  return out;
 }
 
 void ensure_output_directory(const std::string& path, const std::string& field) {

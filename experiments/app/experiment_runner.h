@@ -117,9 +117,10 @@ struct ExperimentPlan {
 ExperimentPlan plan_experiment(const ExperimentConfig& config);
 
 // What a valid config runs but a researcher may not expect, one line each (`speclab run` prints
-// them as warnings): drafters entries under `schedule: cost` at a point that samples, whose
-// output is not reproducible from the seed (each step's gamma follows the measured timings, and
-// with it which random draws the verifier makes).
+// them as warnings): drafters entries under `schedule: cost` (at a point that samples, the output
+// is not reproducible from the seed: each step's gamma follows the measured timings, and with it
+// which random draws the verifier makes; under greedy decoding the steps, alpha and tau are not),
+// and two prompts of one text at a sampled point (they draw the same samples).
 std::vector<std::string> run_config_warnings(const ExperimentConfig& config);
 
 // Runs the experiment into config.output.path. Throws speclab::Error on bad input (config,

@@ -123,10 +123,13 @@ bool parse_int64(const std::string& text, int64_t& out) {
   if (*b == '+') ++b;
   auto r = std::from_chars(b, e, out);
   if (r.ec == std::errc() && r.ptr == e) return true;
-  // "1e5", "100000.0": accepted when the value is exactly an integer in range.
+  // "1e5", "100000.0": accepted when the value is exactly an integer in range. Beyond 2^53 a double
+  // cannot tell the integer written from its neighbours ("9007199254740993.0" read as ...992): such
+  // a value must be written in digits (it was rounded silently until 2026-12-07).
+  constexpr double kExact = 9007199254740992.0;  // 2^53
   double d;
   if (!parse_double(text, d) || !std::isfinite(d) || d != std::floor(d)) return false;
-  if (d < -9.2e18 || d > 9.2e18) return false;
+  if (d <= -kExact || d >= kExact) return false;
   out = static_cast<int64_t>(d);
   return true;
 }
@@ -138,8 +141,9 @@ bool parse_uint64(const std::string& text, uint64_t& out) {
   if (*b == '+') ++b;
   auto r = std::from_chars(b, e, out);
   if (r.ec == std::errc() && r.ptr == e) return true;
-  double d;
-  if (!parse_double(text, d) || !std::isfinite(d) || d != std::floor(d) || d < 0 || d > 1.8e19) return false;
+  double d;  // as parse_int64: a double form only up to 2^53, where every integer is exact
+  if (!parse_double(text, d) || !std::isfinite(d) || d != std::floor(d) || d < 0 || d >= 9007199254740992.0)
+    return false;
   out = static_cast<uint64_t>(d);
   return true;
 }

@@ -53,7 +53,8 @@ std::vector<YAML::Node> load_all_documents(const std::string& text);
 std::string describe(const YAML::Node& node);
 
 // Strict scalar text parsers: the whole text must be consumed.
-//   int64: optional sign and digits; also an exactly integral float text such as "1e5".
+//   int64: optional sign and digits; also an exactly integral float text such as "1e5", up to
+//          below 2^53 in magnitude (from there on a double cannot tell the integer written: refused).
 //   double: decimal / exponent notation, plus YAML's .inf, -.inf, .nan (and inf, nan).
 //   bool: true/false, yes/no, on/off (any case).
 bool parse_int64(const std::string& text, int64_t& out);

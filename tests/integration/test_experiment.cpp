@@ -872,3 +872,21 @@ TEST_CASE("speclab run: a report of labels with '$' and of very many bars", "[ex
   check_python_script(dir + "/width.py", h5);
   fs::remove_all(dir);
 }
+
+TEST_CASE("run_config_warnings: cost schedules and prompts of one text under sampling", "[experiment][config]") {
+  const std::string base = "models:\n  target: {path: stories260K}\nprompts:\n  inline:\n"
+                           "    - {id: a, text: Once upon a time}\n    - {id: b, text: Once upon a time}\n";
+  const auto warnings = [&](const std::string& extra) {
+    std::string all;
+    for (const std::string& w : run_config_warnings(parse_experiment_config(base + extra, "w.yaml"))) all += w + "\n";
+    return all;
+  };
+  const std::string lookup = "drafters: [{name: prompt_lookup}]\n", cost = "drafters: [{name: prompt_lookup, schedule: cost}]\n";
+  // Two prompts of one text draw the same samples (the seed does not depend on the prompt).
+  CHECK_THAT(warnings(lookup + "sampling: {temperature: 0.7}\n"), Catch::Contains("prompts 'a' and 'b' have the same text"));
+  CHECK(warnings(lookup).empty());  // greedy: the same tokens are expected, and counted once
+  // A cost schedule: under sampling the output is not reproducible; under greedy decoding its steps
+  // (alpha, tau) are not (said for sampling only).
+  CHECK_THAT(warnings(cost + "sampling: {temperature: 0.7}\n"), Catch::Contains("at a sampled point"));
+  CHECK_THAT(warnings(cost), Catch::Contains("schedule cost: the steps follow the measured timings"));
+}

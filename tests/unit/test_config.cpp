@@ -1358,3 +1358,12 @@ TEST_CASE("a training config: train.init naming the draft it writes is refused a
                                          "data: {prompts: {inline: [{text: hi}]}, cache_dir: .cache/draft_data}\n";
   CHECK(load_train_config(dir + "/cache2.yaml").data.cache_dir == dir + "/.cache/draft_data");
 }
+
+TEST_CASE("an integer written as a float beyond 2^53 is refused, not rounded", "[config]") {
+  // sampling.seed 9007199254740993.0 ran as 9007199254740992 (a double cannot tell them apart).
+  CHECK_THAT(config_error(kBase + "sampling: {seed: 9007199254740993.0}\n"), Catch::Contains("sampling.seed"));
+  CHECK_THAT(config_error(kBase + "sampling: {seed: 1.234567890123456789e18}\n"), Catch::Contains("sampling.seed"));
+  CHECK(parse_experiment_config(kBase + "sampling: {seed: 9007199254740993}\n", "ok.yaml").sampling.seed ==
+        9007199254740993ull);  // in digits: exact
+  CHECK(parse_experiment_config(kBase + "sampling: {seed: 1e5}\n", "ok.yaml").sampling.seed == 100000);
+}
