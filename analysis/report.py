@@ -113,16 +113,42 @@ def with_na_note(table: str) -> str:
     return table + ("\n" + NA_NOTE + "\n" if f"| {NA} |" in table else "")
 
 
-def runtime_value(resolved_config: str, key: str) -> str:
-    """`key` from the `runtime:` section of /resolved_config (the first match below it), or ""."""
-    in_runtime = False
+def runtime_value(resolved_config: str, key: str, section: str = "runtime") -> str:
+    """`key` from a top-level section of /resolved_config (`runtime:` by default; the first match
+    below it), or ""."""
+    in_section = False
     for line in resolved_config.splitlines():
         if not line.startswith(" "):
-            in_runtime = line.rstrip() == "runtime:"
+            in_section = line.rstrip() == section + ":"
             continue
-        if in_runtime and line.strip().startswith(key + ":"):
+        if in_section and line.strip().startswith(key + ":"):
             return line.split(":", 1)[1].strip().strip('"')
     return ""
+
+
+def top_value(resolved_config: str, key: str) -> str:
+    """A top-level scalar of /resolved_config (`repeats: 2`), or ""."""
+    for line in resolved_config.splitlines():
+        if line.startswith(key + ":"):
+            return line.split(":", 1)[1].strip().strip('"')
+    return ""
+
+
+def decoding_rows(resolved_config: str, swept: set) -> list[list[str]]:
+    """The settings a sampled result is reproduced from (the report named none of them until
+    2026-12-07): sampling, max_new_tokens and repeats, as /resolved_config has them; a swept one
+    says so (the points' own values are in the sweep table)."""
+    if not resolved_config:
+        return [["decoding", "not recorded (a file from before /resolved_config)"]]
+    def val(section: str, key: str) -> str:
+        v = runtime_value(resolved_config, key, section) if section else top_value(resolved_config, key)
+        return v + (" (swept)" if (f"{section}.{key}" if section else key) in swept else "")
+    t = runtime_value(resolved_config, "temperature", "sampling")
+    greedy = t in ("0", "0.0") and "sampling.temperature" not in swept
+    sampling = "greedy (temperature 0)" if greedy else ", ".join(
+        f"{k} {val('sampling', k)}" for k in ("temperature", "top_p", "top_k", "seed"))
+    return [["sampling", sampling], ["max new tokens", val("generation", "max_new_tokens")],
+            ["repeats", val("", "repeats")]]
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -500,7 +526,9 @@ class Report:
                                   ["libtorch", a.get("torch_version", "")],
                                   ["CPU", f"{a.get('cpu_model', '')} ({a.get('cpu_cores', '')} cores)"],
                                   ["compute threads", runtime_value(self.exp.resolved_config, "threads") or "not recorded"],
-                                  ["target model file", runtime_value(self.exp.resolved_config, "path") or "not recorded"],
+                                  ["target model file", runtime_value(self.exp.resolved_config, "path") or "not recorded"]]
+                                 + decoding_rows(self.exp.resolved_config,
+                                                 {str(k) for k in self.exp.point_values.get("key", [])}) + [
                                   ["memory", fmt(float(a.get("memory_bytes", "nan") or "nan") / 2**30, ".1f") + " GiB"],
                                   ["prompt-runs", str(self.exp.n_runs)],
                                   ["prompts", str(len(self.exp.prompts.get("id", [])))],

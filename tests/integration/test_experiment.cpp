@@ -354,6 +354,10 @@ TEST_CASE("speclab run: a tiny stories260K experiment, its HDF5 file, summary an
   CHECK(md.find("## Where the time goes") != std::string::npos);
   CHECK(md.find("| τ ÷ cost |") != std::string::npos);
   CHECK(md.find("layer_skip") != std::string::npos);
+  // The settings a result is reproduced from (the report named none of them).
+  CHECK(md.find("| sampling | ") != std::string::npos);
+  CHECK(md.find("| max new tokens | ") != std::string::npos);
+  CHECK(md.find("| repeats | ") != std::string::npos);
 
   // A file without a column the report reads: one line naming the dataset, exit 2 (a KeyError
   // traceback and exit 1 before). One column of each table the report reads.
