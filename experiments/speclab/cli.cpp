@@ -214,6 +214,10 @@ DrafterOptions DrafterArgs::options() const {
     if (eq == std::string::npos || eq == 0)
       throw Error(ErrorKind::kConfig, "expected key=value, found '" + kv + "'", "command line", "--param");
     const std::string key = kv.substr(0, eq);
+    // "a =1" passed the key "a " to the plugin (a YAML key cannot end in a blank; until 2026-12-07).
+    if (key.find_first_of(" \t") == 0 || key.find_last_of(" \t") == key.size() - 1)
+      throw Error(ErrorKind::kConfig, "expected a key without surrounding blanks, found '" + key + "' in '" + kv + "'",
+                  "command line", "--param");
     if (o.params.count(key))  // the last value won without a word (until 2026-12-06)
       throw Error(ErrorKind::kConfig, "expected each parameter once, found '" + key + "' again in '" + kv + "'",
                   "command line", "--param");
