@@ -398,9 +398,30 @@ std::vector<std::string> run_config_warnings(const ExperimentConfig& config) {
   const auto add = [](std::vector<std::string>& v, const std::string& l) {
     if (std::find(v.begin(), v.end(), l) == v.end()) v.push_back(l);
   };
-  for (const SweepPoint& p : expand_sweep(config))
+  std::string same_text;  // the first two prompts of one text at a sampled point
+  for (const SweepPoint& p : expand_sweep(config)) {
     for (const DrafterEntry& d : p.config.drafters)
       if (d.options.schedule == "cost") add(p.config.sampling.deterministic() ? greedy : sampled, d.label);
+    // The seed does not depend on the prompt: two prompts of one text draw the same samples, and
+    // alpha's interval counts them as two (said nowhere until 2026-12-07). Files that cannot be
+    // read are left to the plan, which names them.
+    if (!same_text.empty() || p.config.sampling.deterministic()) continue;
+    std::vector<Prompt> prompts;
+    try {
+      prompts = load_prompts(p.config);
+    } catch (const Error&) {
+      continue;
+    }
+    std::map<std::string, const Prompt*> first;
+    for (const Prompt& q : prompts) {
+      const auto [it, fresh] = first.emplace(q.text, &q);
+      if (fresh) continue;
+      same_text = "prompts '" + it->second->id + "' and '" + q.id + "' have the same text: under sampling they " +
+                  "draw the same samples (the seed does not depend on the prompt), and alpha's interval counts " +
+                  "both; drop one, or count them as one";
+      break;
+    }
+  }
   const auto list = [](const std::vector<std::string>& v) {
     std::string out;
     for (const std::string& l : v) out += (out.empty() ? "" : ", ") + l;
@@ -416,27 +437,7 @@ std::vector<std::string> run_config_warnings(const ExperimentConfig& config) {
   if (!greedy.empty())
     out.push_back("drafters " + list(greedy) + ": schedule cost: the steps follow the measured timings, so alpha, "
                   "tau and /steps differ between a rerun, --resume or shard (the greedy tokens do not)");
-  // The seed does not depend on the prompt: two prompts of one text draw the same samples, and
-  // alpha's interval counts them as two (said nowhere until 2026-12-07). Files that cannot be read
-  // are left to the plan, which names them.
-  for (const SweepPoint& p : expand_sweep(config)) {
-    if (p.config.sampling.deterministic()) continue;
-    std::vector<Prompt> prompts;
-    try {
-      prompts = load_prompts(p.config);
-    } catch (const Error&) {
-      continue;
-    }
-    std::map<std::string, const Prompt*> first;
-    for (const Prompt& q : prompts) {
-      const auto [it, fresh] = first.emplace(q.text, &q);
-      if (fresh) continue;
-      out.push_back("prompts '" + it->second->id + "' and '" + q.id + "' have the same text: under sampling they " +
-                    "draw the same samples (the seed does not depend on the prompt), and alpha's interval counts " +
-                    "both; drop one, or count them as one");
-      return out;  // once: the first pair says it
-    }
-  }
+  if (!same_text.empty()) out.push_back(same_text);
   return out;
 }
 
