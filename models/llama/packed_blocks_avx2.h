@@ -30,12 +30,16 @@ constexpr int64_t block_bytes(GgmlType t) {
   return t == GgmlType::Q4_0   ? 18
          : t == GgmlType::Q4_1 ? 20
          : t == GgmlType::Q5_0 ? 22
+         : t == GgmlType::Q5_1 ? 24
          : t == GgmlType::Q8_0 ? 34
          : t == GgmlType::Q4_K ? 144
+         : t == GgmlType::Q5_K ? 176
                                : 210;  // Q6_K
 }
 // Elements per block: 256 for the K-quants, 32 otherwise.
-constexpr int64_t block_elems(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K ? 256 : 32; }
+constexpr int64_t block_elems(GgmlType t) {
+  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K ? 256 : 32;
+}
 
 // Q4_K's twelve bytes of eight 6-bit scales and eight 6-bit mins.
 inline void unpack_q4k_scales(const uint8_t* s, int* sc, int* mn) {
@@ -47,18 +51,22 @@ inline void unpack_q4k_scales(const uint8_t* s, int* sc, int* mn) {
   }
 }
 
-// The stored (unsigned) integers of a Q4_0, Q4_1 or Q5_0 block, element i in byte i: the nibble
-// (0..15), or for Q5_0 the nibble plus its fifth bit (0..31).
+// Whether a 32-element block type stores a fifth bit per element (qh): Q5_0 and Q5_1.
+constexpr bool has_qh32(GgmlType t) { return t == GgmlType::Q5_0 || t == GgmlType::Q5_1; }
+
+// The stored (unsigned) integers of a Q4_0, Q4_1, Q5_0 or Q5_1 block, element i in byte i: the
+// nibble (0..15), or for Q5_0 and Q5_1 the nibble plus its fifth bit (0..31).
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i block_uints32(const uint8_t* blk) {
-  static_assert(T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q5_0, "nibble types only");
-  constexpr int at = T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : 2;
+  static_assert(T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || has_qh32(T), "nibble types only");
+  // Q4_0: d, qs; Q4_1: d, m, qs; Q5_0: d, qh, qs; Q5_1: d, m, qh, qs.
+  constexpr int at = T == GgmlType::Q4_1 ? 4 : T == GgmlType::Q5_0 ? 6 : T == GgmlType::Q5_1 ? 8 : 2;
   const __m128i low4 = _mm_set1_epi8(0x0F);
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at));
   const __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
-  if constexpr (T == GgmlType::Q5_0) {
+  if constexpr (has_qh32(T)) {
     uint32_t qh;
-    std::memcpy(&qh, blk + 2, 4);
+    std::memcpy(&qh, blk + at - 4, 4);
     // Byte i takes byte i / 8 of qh, then keeps bit i % 8 of it as 0x10.
     const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
                                           3, 3, 3, 3, 3, 3, 3);
@@ -71,7 +79,7 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i block_uin
 }
 
 // The 32 integer weights of a 32-element block, element i in byte i: signed for Q4_0 (nibble -
-// 8), Q5_0 (5 bits - 16) and Q8_0; the unsigned nibble (0..15) for Q4_1.
+// 8), Q5_0 (5 bits - 16) and Q8_0; unsigned for Q4_1 (0..15) and Q5_1 (0..31).
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i block_ints32(const uint8_t* blk) {
   if constexpr (T == GgmlType::Q8_0) {
@@ -85,8 +93,8 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i block_int
 }
 
 // A K-quant super-block as integers: eight 32-byte chunks q[t] (elements 32t..32t+31) and the
-// block's scales. Q4_K: q = nibble (0..15), x = (d * sc[t]) * q - dmin * mn[t]. Q6_K: q = 6 bits
-// (0..63), x = (d * sc[e / 16]) * (q - 32).
+// block's scales. Q4_K: q = nibble (0..15), x = (d * sc[t]) * q - dmin * mn[t]; Q5_K the same
+// with q = nibble plus fifth bit (0..31). Q6_K: q = 6 bits (0..63), x = (d * sc[e / 16]) * (q - 32).
 struct KInts {
   __m256i q[8];
   int sc[16];  // Q4_K: 8 sub-block scales; Q6_K: 16 signed scales
@@ -98,11 +106,23 @@ struct KInts {
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_q(const uint8_t* blk, KInts& k) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  if constexpr (T == GgmlType::Q4_K) {
+  if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+    constexpr int qs_at = T == GgmlType::Q5_K ? 48 : 16;  // Q5_K: qh[32] at 16, before qs
     for (int c = 0; c < 4; ++c) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qs_at + 32 * c));
       k.q[2 * c] = _mm256_and_si256(bytes, low4);
       k.q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+    }
+    if constexpr (T == GgmlType::Q5_K) {
+      // Bit t of qh[l] is the fifth bit of element 32t + l: moved to bit 4 of byte l of chunk t.
+      // Within a 16-bit lane a shift by |4 - t| <= 4 brings no bit of the other byte to bit 4.
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+      const __m256i bit4 = _mm256_set1_epi8(0x10);
+      for (int t = 0; t < 8; ++t) {
+        const __m256i s = t <= 4 ? _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - t))
+                                 : _mm256_srl_epi16(qh, _mm_cvtsi32_si128(t - 4));
+        k.q[t] = _mm256_or_si256(k.q[t], _mm256_and_si256(s, bit4));
+      }
     }
     k.d = _cvtsh_ss(load_u16(blk));
     k.dmin = _cvtsh_ss(load_u16(blk + 2));
@@ -128,7 +148,7 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_q(con
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_ints(const uint8_t* blk, KInts& k) {
   kblock_q<T>(blk, k);
-  if constexpr (T == GgmlType::Q4_K) {
+  if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
     unpack_q4k_scales(blk + 4, k.sc, k.mn);
   } else {
     for (int i = 0; i < 16; ++i) k.sc[i] = static_cast<int8_t>(blk[192 + i]);
@@ -137,15 +157,15 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_ints(
 
 // A K-quant super-block's sub-block scales as vpmaddwd multipliers, built in vector registers:
 // - scale[t] (t = 0..7) multiplies the 16 int16 pair sums of chunk t (elements 32t..32t+31).
-//   Q4_K: sc[t] in all 16 lanes. Q6_K: sc[2t] in the low 128 bits, sc[2t+1] in the high.
-// - off16 multiplies the 16 activation sums of 16 elements (xq.bsum16). Q4_K: mn[0], mn[0],
-//   mn[1], mn[1], ..., mn[7], mn[7] (each min covers two sums); Q6_K: sc[0..15].
-// The integers equal unpack_q4k_scales's (Q4_K) and the signed scale bytes (Q6_K).
+//   Q4_K and Q5_K: sc[t] in all 16 lanes. Q6_K: sc[2t] in the low 128 bits, sc[2t+1] in the high.
+// - off16 multiplies the 16 activation sums of 16 elements (xq.bsum16). Q4_K and Q5_K: mn[0],
+//   mn[0], mn[1], mn[1], ..., mn[7], mn[7] (each min covers two sums); Q6_K: sc[0..15].
+// The integers equal unpack_q4k_scales's (Q4_K, Q5_K) and the signed scale bytes (Q6_K).
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_scales16(const uint8_t* blk,
                                                                                    __m256i (&scale)[8],
                                                                                    __m256i& off16) {
-  if constexpr (T == GgmlType::Q4_K) {
+  if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
     // The 12 scale bytes as words w0..w2: bytes 0-3 hold sc[0..3] (low 6 bits) and the top two
     // bits of sc[4..7]; bytes 4-7 the same for mn; bytes 8-11 the low nibbles of sc[4..7] (low)
     // and mn[4..7] (high).

@@ -111,17 +111,18 @@ __attribute__((target("avx2,fma"))) void quantize_row_avx2(const float* x, int64
 // ---- scalar: one weight row against one quantized activation row ----------------------------
 // Integer block sums (exact), then one float term per block, accumulated in block order.
 
-// Weight integer values of a 32-element block (Q4_0, Q5_0, Q8_0 signed; Q4_1 unsigned nibbles).
+// Weight integer values of a 32-element block (Q4_0, Q5_0, Q8_0 signed; Q4_1 and Q5_1 unsigned).
 template <GgmlType T>
 void block_ints32_scalar(const uint8_t* blk, int* v) {
   if constexpr (T == GgmlType::Q8_0) {
     for (int i = 0; i < 32; ++i) v[i] = static_cast<int8_t>(blk[2 + i]);
-  } else if constexpr (T == GgmlType::Q5_0) {
+  } else if constexpr (packed::has_qh32(T)) {
+    constexpr int at = T == GgmlType::Q5_1 ? 4 : 2, off = T == GgmlType::Q5_1 ? 0 : 16;  // qh at `at`, qs after it
     uint32_t qh;
-    std::memcpy(&qh, blk + 2, 4);
+    std::memcpy(&qh, blk + at, 4);
     for (int i = 0; i < 16; ++i) {
-      v[i] = ((blk[6 + i] & 0x0F) | (((qh >> i) & 1) << 4)) - 16;
-      v[i + 16] = ((blk[6 + i] >> 4) | (((qh >> (i + 16)) & 1) << 4)) - 16;
+      v[i] = ((blk[at + 4 + i] & 0x0F) | (((qh >> i) & 1) << 4)) - off;
+      v[i + 16] = ((blk[at + 4 + i] >> 4) | (((qh >> (i + 16)) & 1) << 4)) - off;
     }
   } else {
     constexpr int at = T == GgmlType::Q4_1 ? 4 : 2, off = T == GgmlType::Q4_1 ? 0 : 8;
@@ -145,9 +146,9 @@ float row_dot_scalar(const uint8_t* wrow, const int8_t* xq, const float* xd, con
       int isum = 0;
       for (int i = 0; i < 32; ++i) isum += v[i] * xq[32 * b + i];
       acc += (load_f16(blk) * xd[b]) * static_cast<float>(isum);
-      if constexpr (T == GgmlType::Q4_1) acc += load_f16(blk + 2) * xs[b];
+      if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) acc += load_f16(blk + 2) * xs[b];
     }
-  } else if constexpr (T == GgmlType::Q4_K) {
+  } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
     for (int64_t b = 0; b < in / 256; ++b) {
       const uint8_t* blk = wrow + b * bb;
       const int8_t* x = xq + 256 * b;
@@ -155,10 +156,15 @@ float row_dot_scalar(const uint8_t* wrow, const int8_t* xq, const float* xd, con
       unpack_q4k_scales(blk + 4, sc, mn);
       int isum = 0, imin = 0;
       for (int sb = 0; sb < 8; ++sb) {
-        const uint8_t* qs = blk + 16 + 32 * (sb / 2);
+        // Q5_K: qh[32] at 16 (bit sb of qh[l]: the fifth bit of element 32 sb + l), qs at 48.
+        const uint8_t* qs = blk + (T == GgmlType::Q5_K ? 48 : 16) + 32 * (sb / 2);
         const int shift = 4 * (sb % 2);
         int dot = 0;
-        for (int l = 0; l < 32; ++l) dot += ((qs[l] >> shift) & 0x0F) * x[32 * sb + l];
+        for (int l = 0; l < 32; ++l) {
+          int q = (qs[l] >> shift) & 0x0F;
+          if constexpr (T == GgmlType::Q5_K) q |= ((blk[16 + l] >> sb) & 1) << 4;
+          dot += q * x[32 * sb + l];
+        }
         isum += sc[sb] * dot;
         imin += mn[sb] * (xb16[16 * b + 2 * sb] + xb16[16 * b + 2 * sb + 1]);
       }
@@ -218,8 +224,9 @@ void rows_scalar(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, c
 constexpr int64_t kPrefetchAhead = 1024;
 
 
-// Q4_0, Q4_1 and Q5_0 blocks are multiplied as their stored unsigned integers u (w = d * u + m,
-// with m = -8d, the stored min, -16d), so vpmaddubsw takes them as they are; the offset m times
+// Q4_0, Q4_1, Q5_0 and Q5_1 blocks are multiplied as their stored unsigned integers u (w = d * u
+// + m, with m = -8d, the stored min, -16d, the stored min), so vpmaddubsw takes them as they are
+// (u <= 31: a product pair is at most 7,874, and vpmaddwd sums the pairs); the offset m times
 // the activation block's sum (QuantizedRows::s = dx * sum q) is added per block. Q8_0 uses the
 // sign trick (|w| * sign(x, w)).
 template <GgmlType T>
@@ -228,7 +235,7 @@ constexpr bool kOffsetBlocks = T != GgmlType::Q8_0;
 // Block b's offset m (kOffsetBlocks types).
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline float block_offset(const uint8_t* blk) {
-  if constexpr (T == GgmlType::Q4_1) return _cvtsh_ss(load_u16(blk + 2));
+  if constexpr (T == GgmlType::Q4_1 || T == GgmlType::Q5_1) return _cvtsh_ss(load_u16(blk + 2));
   return (T == GgmlType::Q4_0 ? -8.f : -16.f) * _cvtsh_ss(load_u16(blk));  // exact: a power of two
 }
 
@@ -283,7 +290,8 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rows32_avx2(const uint8_t* w,
   int64_t b = 0;
   if constexpr (kOffsetBlocks<T>) {
     // The offset term m * (dx * sum q) for 8 blocks at a time: acc += m[b..b+8) * s[b..b+8) lane-wise.
-    constexpr int at = T == GgmlType::Q4_1 ? 2 : 0;  // Q4_1: the stored min; else the scale d
+    constexpr bool stored_min = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;
+    constexpr int at = stored_min ? 2 : 0;  // Q4_1, Q5_1: the stored min; else the scale d
     for (; b + 8 <= nb; b += 8) {
       for (int64_t k = 0; k < 8; ++k) int8_block32_avx2<T, R, N>(w, row_bytes, r, xr, b + k, acc);
       for (int rr = 0; rr < R; ++rr) {
@@ -293,7 +301,7 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rows32_avx2(const uint8_t* w,
             static_cast<int16_t>(load_u16(m + 2 * bb)), static_cast<int16_t>(load_u16(m + 3 * bb)),
             static_cast<int16_t>(load_u16(m + 4 * bb)), static_cast<int16_t>(load_u16(m + 5 * bb)),
             static_cast<int16_t>(load_u16(m + 6 * bb)), static_cast<int16_t>(load_u16(m + 7 * bb))));
-        if constexpr (T != GgmlType::Q4_1) mv = _mm256_mul_ps(mv, _mm256_set1_ps(T == GgmlType::Q4_0 ? -8.f : -16.f));
+        if constexpr (!stored_min) mv = _mm256_mul_ps(mv, _mm256_set1_ps(T == GgmlType::Q4_0 ? -8.f : -16.f));
         for (int j = 0; j < N; ++j) acc[rr][j] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xr[j].s + b), acc[rr][j]);
       }
     }
@@ -334,9 +342,9 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rowsk_avx2(const uint8_t* w, 
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(k.q[t], xv), scale[t]));
       }
       const __m256i b16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[j].b16 + 16 * b));
-      const __m256i off = _mm256_madd_epi16(b16, off16);  // Q4_K: min * sum32; Q6_K: scale * sum16
+      const __m256i off = _mm256_madd_epi16(b16, off16);  // Q4_K, Q5_K: min * sum32; Q6_K: scale * sum16
       const float dx = xr[j].d[b];
-      if constexpr (T == GgmlType::Q4_K) {
+      if constexpr (T != GgmlType::Q6_K) {
         acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(k.d * dx), acc[j]);
         acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(off), _mm256_set1_ps(k.dmin * dx), acc[j]);
       } else {
@@ -401,13 +409,15 @@ RangeFn pick(GgmlType t, bool avx2) {
     case GgmlType::Q4_0: return range_fn<GgmlType::Q4_0>(avx2);
     case GgmlType::Q4_1: return range_fn<GgmlType::Q4_1>(avx2);
     case GgmlType::Q5_0: return range_fn<GgmlType::Q5_0>(avx2);
+    case GgmlType::Q5_1: return range_fn<GgmlType::Q5_1>(avx2);
     case GgmlType::Q8_0: return range_fn<GgmlType::Q8_0>(avx2);
     case GgmlType::Q4_K: return range_fn<GgmlType::Q4_K>(avx2);
+    case GgmlType::Q5_K: return range_fn<GgmlType::Q5_K>(avx2);
     case GgmlType::Q6_K: return range_fn<GgmlType::Q6_K>(avx2);
     default: break;
   }
   throw Error(ErrorKind::kUnsupported,
-              "int8-activation matmul supports Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K, not " +
+              "int8-activation matmul supports Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, not " +
                   ggml_type_name(static_cast<uint32_t>(t)));
 }
 
@@ -424,8 +434,8 @@ int64_t checked_row_bytes(uint32_t type_id, const QuantizedRows& xq) {
 
 bool int8_gemm_supports(uint32_t type_id) {
   const auto t = static_cast<GgmlType>(type_id);
-  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
+         t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
 }
 
 void quantize_activations(uint32_t type_id, const float* x, int64_t n, int64_t in, QuantizedRows& out) {

@@ -30,13 +30,16 @@ using packed::load_u16;
 //   Q4_0  d16[8] @0, qs @16 (128)                          144 = 8 x 18
 //   Q4_1  d16[8] @0, m16[8] @16, qs @32 (128)              160 = 8 x 20
 //   Q5_0  d16[8] @0, qh @16 (32), qs @48 (128)             176 = 8 x 22
+//   Q5_1  d16[8] @0, m16[8] @16, qh @32 (32), qs @64 (128) 192 = 8 x 24
 //   Q8_0  d16[8] @0, u @16 (256)                           272 = 8 x 34
 //   Q4_K  d16[8] @0, dmin16[8] @16, sc [8 t][8 r] @32, mn [4 p][8 r][2] @96, qs [8 t][128] @160  1184
+//   Q5_K  as Q4_K up to @160, then per sub-block t: qs (128) @160 + 160t, qh (32) after it  1440
 //   Q6_K  d16[8] @0, sc [8 c][8 r][2] (int8) @16, then per chunk c: qs (128) @144 + 192c, qh (64) after it  1680
 // qs (128 bytes for 32 elements of 8 rows): byte 32v + 4r + i (v, i in 0..3) holds element 4v + i of
 // row r in its low nibble and element 16 + 4v + i in its high nibble. Group g (0..7) of 4
 // elements 4g..4g+3 is therefore the low (g < 4) or high (g >= 4) nibbles of vector g % 4.
-// Q5_0 qh: byte 4r + i, bit g = fifth bit of element 4g + i of row r.
+// Q5_0 and Q5_1 qh, and Q5_K's per sub-block (its 32 elements): byte 4r + i, bit g = fifth bit
+// of element 4g + i of row r.
 // Q6_K qh (64 bytes per 32 elements): vector h (0, 1), byte 4r + i, bits 2v, 2v + 1 = the top two
 // bits of element 4(4h + v) + i. Q8_0 u: byte 32g + 4r + i = element 4g + i of row r, plus 128.
 // Q6_K chunk c (elements 32c..32c+31) holds sub-blocks 2c (groups 0-3) and 2c + 1 (groups 4-7).
@@ -45,15 +48,23 @@ constexpr int64_t x8_block_bytes(GgmlType t) {
   return t == GgmlType::Q4_0   ? 144
          : t == GgmlType::Q4_1 ? 160
          : t == GgmlType::Q5_0 ? 176
+         : t == GgmlType::Q5_1 ? 192
          : t == GgmlType::Q8_0 ? 272
          : t == GgmlType::Q4_K ? 1184
+         : t == GgmlType::Q5_K ? 1440
                                : 1680;  // Q6_K
 }
+
+// Q4_K and Q5_K share a layout up to their sub-blocks' data, which start at 160: 128 bytes of
+// nibbles each, and Q5_K's 32 bytes of fifth bits after them.
+constexpr bool is_q45k(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K; }
+constexpr int64_t k_sub_bytes(GgmlType t) { return t == GgmlType::Q5_K ? 160 : 128; }
 
 GgmlType checked_type(uint32_t type_id) {
   const auto t = static_cast<GgmlType>(type_id);
   if (!int8_gemm_supports(type_id))  // the same types as the row-major int8 kernels
-    throw Error(ErrorKind::kUnsupported, "repacked int8 matmul supports Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K, not " +
+    throw Error(ErrorKind::kUnsupported,
+                "repacked int8 matmul supports Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, not " +
                                              ggml_type_name(type_id));
   return t;
 }
@@ -66,9 +77,9 @@ void store_u16(uint8_t* p, uint16_t v) {
 // One row's block decoded to unsigned integers u (32 or 256 of them) and its scale fields.
 struct RowBlock {
   uint8_t u[256];
-  uint16_t d16 = 0, m16 = 0;  // d; Q4_1's min or Q4_K's dmin
-  int sc[16] = {};            // Q4_K: 8 scales; Q6_K: 16 signed scales
-  int mn[8] = {};             // Q4_K mins
+  uint16_t d16 = 0, m16 = 0;  // d; Q4_1's and Q5_1's min, or Q4_K's and Q5_K's dmin
+  int sc[16] = {};            // Q4_K, Q5_K: 8 scales; Q6_K: 16 signed scales
+  int mn[8] = {};             // Q4_K, Q5_K mins
 };
 
 void decode_row_block(GgmlType t, const uint8_t* blk, RowBlock& rb) {
@@ -84,13 +95,16 @@ void decode_row_block(GgmlType t, const uint8_t* blk, RowBlock& rb) {
       }
       break;
     }
-    case GgmlType::Q5_0: {
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1: {
+      const int at = t == GgmlType::Q5_1 ? 4 : 2;  // qh; qs after it
       rb.d16 = load_u16(blk);
+      if (t == GgmlType::Q5_1) rb.m16 = load_u16(blk + 2);
       uint32_t qh;
-      std::memcpy(&qh, blk + 2, 4);
+      std::memcpy(&qh, blk + at, 4);
       for (int i = 0; i < 16; ++i) {
-        rb.u[i] = static_cast<uint8_t>((blk[6 + i] & 0x0F) | (((qh >> i) & 1) << 4));
-        rb.u[i + 16] = static_cast<uint8_t>((blk[6 + i] >> 4) | (((qh >> (i + 16)) & 1) << 4));
+        rb.u[i] = static_cast<uint8_t>((blk[at + 4 + i] & 0x0F) | (((qh >> i) & 1) << 4));
+        rb.u[i + 16] = static_cast<uint8_t>((blk[at + 4 + i] >> 4) | (((qh >> (i + 16)) & 1) << 4));
       }
       break;
     }
@@ -99,12 +113,19 @@ void decode_row_block(GgmlType t, const uint8_t* blk, RowBlock& rb) {
       for (int i = 0; i < 32; ++i) rb.u[i] = static_cast<uint8_t>(static_cast<int8_t>(blk[2 + i]) + 128);
       break;
     case GgmlType::Q4_K:
+    case GgmlType::Q5_K: {
+      const bool five = t == GgmlType::Q5_K;  // qh[32] at 16 (bit sb of qh[l]: element 32 sb + l), qs at 48
       rb.d16 = load_u16(blk);
       rb.m16 = load_u16(blk + 2);
       packed::unpack_q4k_scales(blk + 4, rb.sc, rb.mn);
       for (int sb = 0; sb < 8; ++sb)
-        for (int l = 0; l < 32; ++l) rb.u[32 * sb + l] = (blk[16 + 32 * (sb / 2) + l] >> (4 * (sb % 2))) & 0x0F;
+        for (int l = 0; l < 32; ++l) {
+          int u = (blk[(five ? 48 : 16) + 32 * (sb / 2) + l] >> (4 * (sb % 2))) & 0x0F;
+          if (five) u |= ((blk[16 + l] >> sb) & 1) << 4;
+          rb.u[32 * sb + l] = static_cast<uint8_t>(u);
+        }
       break;
+    }
     default: {  // Q6_K
       const uint8_t* ql = blk;
       const uint8_t* qh = blk + 128;
@@ -130,6 +151,16 @@ void put_nibbles(const RowBlock* rows, int base, uint8_t* dst) {
                                                        ((rows[r].u[base + 16 + 4 * v + i] & 0x0F) << 4));
 }
 
+// The 32 bytes of fifth bits of elements [base, base + 32) of 8 rows (the qh layout above).
+void put_fifth_bits(const RowBlock* rows, int base, uint8_t* dst) {
+  for (int r = 0; r < 8; ++r)
+    for (int i = 0; i < 4; ++i) {
+      uint8_t bits = 0;
+      for (int g = 0; g < 8; ++g) bits |= static_cast<uint8_t>(((rows[r].u[base + 4 * g + i] >> 4) & 1) << g);
+      dst[4 * r + i] = bits;
+    }
+}
+
 void repack_group_block(GgmlType t, const RowBlock* rows, uint8_t* dst) {
   for (int r = 0; r < 8; ++r) store_u16(dst + 2 * r, rows[r].d16);
   switch (t) {
@@ -139,13 +170,13 @@ void repack_group_block(GgmlType t, const RowBlock* rows, uint8_t* dst) {
       put_nibbles(rows, 0, dst + 32);
       break;
     case GgmlType::Q5_0:
-      for (int r = 0; r < 8; ++r)
-        for (int i = 0; i < 4; ++i) {
-          uint8_t bits = 0;
-          for (int g = 0; g < 8; ++g) bits |= static_cast<uint8_t>(((rows[r].u[4 * g + i] >> 4) & 1) << g);
-          dst[16 + 4 * r + i] = bits;
-        }
+      put_fifth_bits(rows, 0, dst + 16);
       put_nibbles(rows, 0, dst + 48);
+      break;
+    case GgmlType::Q5_1:
+      for (int r = 0; r < 8; ++r) store_u16(dst + 16 + 2 * r, rows[r].m16);
+      put_fifth_bits(rows, 0, dst + 32);
+      put_nibbles(rows, 0, dst + 64);
       break;
     case GgmlType::Q8_0:
       for (int g = 0; g < 8; ++g)
@@ -153,6 +184,7 @@ void repack_group_block(GgmlType t, const RowBlock* rows, uint8_t* dst) {
           for (int i = 0; i < 4; ++i) dst[16 + 32 * g + 4 * r + i] = rows[r].u[4 * g + i];
       break;
     case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
       for (int r = 0; r < 8; ++r) store_u16(dst + 16 + 2 * r, rows[r].m16);
       for (int s = 0; s < 8; ++s)
         for (int r = 0; r < 8; ++r) dst[32 + 8 * s + r] = static_cast<uint8_t>(rows[r].sc[s]);
@@ -161,7 +193,10 @@ void repack_group_block(GgmlType t, const RowBlock* rows, uint8_t* dst) {
           dst[96 + 16 * p + 2 * r] = static_cast<uint8_t>(rows[r].mn[2 * p]);
           dst[96 + 16 * p + 2 * r + 1] = static_cast<uint8_t>(rows[r].mn[2 * p + 1]);
         }
-      for (int s = 0; s < 8; ++s) put_nibbles(rows, 32 * s, dst + 160 + 128 * s);
+      for (int s = 0; s < 8; ++s) {
+        put_nibbles(rows, 32 * s, dst + 160 + k_sub_bytes(t) * s);
+        if (t == GgmlType::Q5_K) put_fifth_bits(rows, 32 * s, dst + 160 + k_sub_bytes(t) * s + 128);
+      }
       break;
     default:  // Q6_K
       for (int c = 0; c < 8; ++c) {
@@ -260,6 +295,19 @@ SPECLAB_X8_AVX2 inline __m256i to_bit4(__m256i v, int bit, __m256i mask) {
   return _mm256_and_si256(s, mask);
 }
 
+// Where a 32-element-block nibble type's qs start in its repacked block (the layout above).
+constexpr int x8_qs_at(GgmlType t) {
+  return t == GgmlType::Q4_0 ? 16 : t == GgmlType::Q4_1 ? 32 : t == GgmlType::Q5_0 ? 48 : 64;
+}
+
+// ORs the fifth bits at qh (32 bytes, the qh layout above) into the nibbles W[0..7].
+template <size_t K>
+SPECLAB_X8_AVX2 inline void add_fifth_bits(const uint8_t* qh, __m256i (&W)[K]) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  for (int g = 0; g < 8; ++g) W[g] = _mm256_or_si256(W[g], to_bit4(h, g, bit4));
+}
+
 // W[0..7] of a 32-element-block type (Q8_0: the stored bytes u = w + 128).
 template <GgmlType T>
 SPECLAB_X8_AVX2 inline void load_weights32(const uint8_t* gb, __m256i (&W)[16]) {
@@ -267,13 +315,9 @@ SPECLAB_X8_AVX2 inline void load_weights32(const uint8_t* gb, __m256i (&W)[16]) 
     for (int g = 0; g < 8; ++g) W[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + 16 + 32 * g));
   } else {
     __m256i V[8];
-    nibbles(gb + (T == GgmlType::Q4_0 ? 16 : T == GgmlType::Q4_1 ? 32 : 48), V);
+    nibbles(gb + x8_qs_at(T), V);
     for (int g = 0; g < 8; ++g) W[g] = V[g];
-    if constexpr (T == GgmlType::Q5_0) {
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + 16));
-      const __m256i bit4 = _mm256_set1_epi8(0x10);
-      for (int g = 0; g < 8; ++g) W[g] = _mm256_or_si256(W[g], to_bit4(qh, g, bit4));
-    }
+    if constexpr (packed::has_qh32(T)) add_fifth_bits(gb + x8_qs_at(T) - 32, W);
   }
 }
 
@@ -317,6 +361,8 @@ X8_INLINE __m256i q4k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i sc) {
   return _mm256_mullo_epi32(dot8_vnni(W, x), sc);
 }
 
+X8_INLINE __m256i q5k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i sc) { return q4k_sdot(W, x, sc); }
+
 X8_INLINE __m256i dpwssd(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
 
 X8_INLINE void q6k_scales(__m256i S, __m256i& s_lo, __m256i& s_hi) {
@@ -346,7 +392,7 @@ X8_INLINE __m256i q6k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i s_lo,
 // AVX2 (also AVX-512 without VNNI): vpmaddubsw (pairs of unsigned-by-signed byte products, as
 // int16) summed in int16 while no sum can overflow, then vpmaddwd against ones or the scales.
 // Bounds, with activations in [-127, 127]: a product pair of u <= 15 is at most 3,810 in
-// magnitude, so 8 of them (30,480) fit int16; u <= 31 (Q5_0): 4 pairs (31,496); u <= 63 (Q6_K):
+// magnitude, so 8 of them (30,480) fit int16; u <= 31 (Q5_0, Q5_1, Q5_K): 4 pairs (31,496); u <= 63 (Q6_K):
 // 2 pairs (32,004). Q8_0's u (<= 255) would saturate vpmaddubsw, so it is split into nibbles,
 // u = 16 h + l. Every sum is exact, so the integers equal vpdpbusd's.
 namespace avx2 {
@@ -384,7 +430,7 @@ X8_INLINE __m256i dot8(const __m256i (&W)[16], const int8_t* x) {
   if constexpr (T == GgmlType::Q8_0) {
     const __m256i lo = _mm256_madd_epi16(sum8_16(W, x), ones);
     return _mm256_add_epi32(lo, _mm256_madd_epi16(sum8_16(W + 8, x), _mm256_set1_epi16(16)));
-  } else if constexpr (T == GgmlType::Q5_0) {
+  } else if constexpr (packed::has_qh32(T)) {  // u <= 31: sums of 4 pairs in int16
     const __m256i a = _mm256_add_epi16(_mm256_add_epi16(mb(W[0], x), mb(W[1], x + 4)),
                                        _mm256_add_epi16(mb(W[2], x + 8), mb(W[3], x + 12)));
     const __m256i b = _mm256_add_epi16(_mm256_add_epi16(mb(W[4], x + 16), mb(W[5], x + 20)),
@@ -403,6 +449,15 @@ X8_INLINE __m256i q4k_scale(const uint8_t* gb, int t) {
 
 X8_INLINE __m256i q4k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i sc) {
   return _mm256_madd_epi16(sum8_16(W, x), sc);
+}
+
+// u <= 31: groups 0-3 and 4-7 summed in int16 separately (4 pairs each), each times sc.
+X8_INLINE __m256i q5k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i sc) {
+  const __m256i a = _mm256_add_epi16(_mm256_add_epi16(mb(W[0], x), mb(W[1], x + 4)),
+                                     _mm256_add_epi16(mb(W[2], x + 8), mb(W[3], x + 12)));
+  const __m256i b = _mm256_add_epi16(_mm256_add_epi16(mb(W[4], x + 16), mb(W[5], x + 20)),
+                                     _mm256_add_epi16(mb(W[6], x + 24), mb(W[7], x + 28)));
+  return _mm256_add_epi32(_mm256_madd_epi16(a, sc), _mm256_madd_epi16(b, sc));
 }
 
 X8_INLINE __m256i dpwssd(__m256i acc, __m256i a, __m256i b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
@@ -472,7 +527,7 @@ bool x8_zmm_for(uint32_t type_id, int64_t n) {
   // 6396-6831, n = 4 10586-10736 vs 8088-8534. Q4_1 and Q8_0 ran as fast or faster on 512 bits at
   // every n (SmolLM2 shapes).
   const GgmlType t = static_cast<GgmlType>(type_id);
-  const bool k_quant = t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+  const bool k_quant = t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
   return !(k_quant && n >= 2 && n <= 6 && cpu_splits_512_bit_ops());
 }
 

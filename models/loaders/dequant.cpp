@@ -498,8 +498,8 @@ float bf16_to_fp32(uint16_t h) {
 
 bool is_packable(uint32_t type_id) {
   const auto t = static_cast<GgmlType>(type_id);
-  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
+         t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
 }
 
 void unpack_to_f32(HostTensor& t, const std::string& what) {

@@ -76,7 +76,7 @@ void dequantize(uint32_t type_id, const uint8_t* src, size_t src_bytes, float* d
 std::vector<uint8_t> quantize(GgmlType type, const float* src, size_t n, const std::string& what);
 
 // Types the model keeps packed (HostTensor::is_packed) and multiplies with fused dequantizing
-// kernels (models/llama/gemv.h, qgemm.h): Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K.
+// kernels (models/llama/gemv.h, qgemm.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
 bool is_packable(uint32_t type_id);
 // Decodes a packed HostTensor to float32 in place (no-op for a float32 one); `what` names it in
 // errors.

@@ -27,8 +27,10 @@ using namespace speclab;
 
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+constexpr int kNumTypes = static_cast<int>(sizeof kTypes / sizeof kTypes[0]);
+bool k_quant(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K; }
 
 uint32_t id(GgmlType t) { return static_cast<uint32_t>(t); }
 
@@ -62,11 +64,13 @@ std::vector<uint8_t> random_weights(GgmlType t, int64_t out, int64_t in, uint32_
     uint8_t* blk = w.data() + at;
     const float d = 0.01f + 0.02f * std::fabs(g.uniform());
     switch (t) {
-      case GgmlType::Q4_1: put_f16(blk + 2, 0.1f * g.uniform()); [[fallthrough]];
+      case GgmlType::Q4_1:
+      case GgmlType::Q5_1: put_f16(blk + 2, 0.1f * g.uniform()); [[fallthrough]];
       case GgmlType::Q4_0:
       case GgmlType::Q5_0:
       case GgmlType::Q8_0: put_f16(blk, d); break;
       case GgmlType::Q4_K:
+      case GgmlType::Q5_K:
         put_f16(blk, d * 0.1f);
         put_f16(blk + 2, d * 0.05f);
         break;
@@ -133,8 +137,8 @@ std::string compare(const std::vector<float>& got, const Expected& want) {
 
 // Row length for a type: 608 (19 blocks: the 8-block groups and a remainder) for the 32-element
 // types, 512 for the K-quants.
-int64_t row_len(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K ? 512 : 608; }
-int64_t packed_block_elems(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K ? 256 : 32; }
+int64_t row_len(GgmlType t) { return k_quant(t) ? 512 : 608; }
+int64_t packed_block_elems(GgmlType t) { return k_quant(t) ? 256 : 32; }
 
 std::vector<KernelIsa> runnable_isas() {
   std::vector<KernelIsa> isas;
@@ -288,12 +292,15 @@ TEST_CASE("the int8 comparison rejects a wrong weight scale and a wrong activati
     quantize_activations(id(t), x.data(), n, in, xq);
     const auto xr = dequantized_acts(xq);
     const Expected want = expected(wf, x, xr, {}, n, out, in, 1e-5);
-    // Row 3's first block scale times 1.25 (f16 scale field of the first block).
-    const size_t rb = ggml_row_bytes(id(t), in, "test");
-    uint8_t* scale = w.data() + 3 * rb + (t == GgmlType::Q6_K ? 208 : 0);
-    uint16_t h;
-    std::memcpy(&h, scale, 2);
-    put_f16(scale, fp16_to_fp32(h) * 1.25f);
+    // Row 3's block scales times 1.25 (the f16 scale field of each of its blocks: one block
+    // alone hid under the int8 rounding bound for Q5_1, whose |w| = |d u + m| makes it wide).
+    const size_t rb = ggml_row_bytes(id(t), in, "test"), bb = ggml_type_traits(id(t))->type_size;
+    for (size_t at = 0; at < rb; at += bb) {
+      uint8_t* scale = w.data() + 3 * rb + at + (t == GgmlType::Q6_K ? 208 : 0);
+      uint16_t h;
+      std::memcpy(&h, scale, 2);
+      put_f16(scale, fp16_to_fp32(h) * 1.25f);
+    }
     CHECK_FALSE(compare(int8_gemm(t, w, x, nullptr, n, out, in), want) == "");
     // The true weights with activation row 0's block scales 25% off.
     w = random_weights(t, out, in, 5);
@@ -340,9 +347,9 @@ TEST_CASE("row i of an n-row call is bit-identical to a 1-row call, n = 1..32, e
   for (auto& v : wf32) v = 0.05f * g.uniform();
   for (KernelIsa isa : runnable_isas()) {
     IsaCap cap(isa);
-    for (int kind = 0; kind < 2 * 6 + 1; ++kind) {
-      const bool int8 = kind < 6, f32w = kind == 12;
-      const GgmlType t = kTypes[kind % 6];
+    for (int kind = 0; kind < 2 * kNumTypes + 1; ++kind) {
+      const bool int8 = kind < kNumTypes, f32w = kind == 2 * kNumTypes;
+      const GgmlType t = kTypes[kind % kNumTypes];
       const int64_t in = f32w ? 608 : row_len(t);
       const auto w = random_weights(t, out, in, 300 + id(t));
       const auto run = [&](const float* xs, int64_t n) {
@@ -447,7 +454,7 @@ TEST_CASE("repacked kernels equal the scalar reference up to float summation ord
 
 // The largest integers each type can hold, against activations of +-127 in every element: the
 // int16 partial sums of the AVX2 kernels are at their bounds (30,480 for 4-bit weights, 31,496 for
-// Q5_0, 32,004 for Q6_K; Q8_0's 255 split into nibbles). A saturated or overflowed sum would be
+// Q5_0, Q5_1 and Q5_K, 32,004 for Q6_K; Q8_0's 255 split into nibbles). A saturated or overflowed sum would be
 // off by thousands of weight steps.
 TEST_CASE("repacked kernels at the integer extremes equal the scalar reference, on each ISA", "[qgemm][x8]") {
   if (!x8_cpu_supported()) {
@@ -468,8 +475,10 @@ TEST_CASE("repacked kernels at the integer extremes equal the scalar reference, 
           case GgmlType::Q4_0: std::fill(blk + 2, blk + 18, 0xFF); break;
           case GgmlType::Q4_1: std::fill(blk + 4, blk + 20, 0xFF); break;
           case GgmlType::Q5_0: std::fill(blk + 2, blk + 22, 0xFF); break;
+          case GgmlType::Q5_1: std::fill(blk + 4, blk + 24, 0xFF); break;
           case GgmlType::Q8_0: std::fill(blk + 2, blk + 34, 0x7F); break;  // w = 127: u = 255
           case GgmlType::Q4_K: std::fill(blk + 4, blk + 144, 0xFF); break;  // scales and mins 63 too
+          case GgmlType::Q5_K: std::fill(blk + 4, blk + 176, 0xFF); break;  // u = 31, scales and mins 63
           default:  // Q6_K: u = 63 everywhere, scales -128
             std::fill(blk, blk + 192, 0xFF);
             std::fill(blk + 192, blk + 208, 0x80);
@@ -552,9 +561,9 @@ TEST_CASE("the repacked-kernel comparison rejects a wrong weight scale, a wrong 
     }
     gemm_x8_int8_q(bad.data(), id(t), xq, nullptr, y.data(), out);
     CHECK_FALSE(compare(y, want) == "");
-    // Row 3's min (Q4_1's m, Q4_K's dmin: float16 at byte 16 + 2 r of each block, qgemm_x8.cpp's
-    // layout table), times 1.25 and shifted, in every block of group 0.
-    if (t == GgmlType::Q4_1 || t == GgmlType::Q4_K) {
+    // Row 3's min (Q4_1's and Q5_1's m, Q4_K's and Q5_K's dmin: float16 at byte 16 + 2 r of each
+    // block, qgemm_x8.cpp's layout table), times 1.25 and shifted, in every block of group 0.
+    if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K) {
       bad = wx8;
       for (int64_t b = 0; b < nb; ++b) {
         uint16_t h;
@@ -571,7 +580,7 @@ TEST_CASE("the repacked-kernel comparison rejects a wrong weight scale, a wrong 
     gemm_x8_int8_q(bad.data(), id(t), xq, nullptr, y.data(), out);
     CHECK_FALSE(compare(y, want) == "");
   }
-  CHECK(mins_corrupted > 0);  // kTypes holds Q4_1 and Q4_K
+  CHECK(mins_corrupted > 0);  // kTypes holds Q4_1, Q5_1, Q4_K and Q5_K
 }
 
 TEST_CASE("repacked kernels: row i of an n-row call equals a 1-row call, n = 1..32, and 1 vs 2 threads, each ISA", "[qgemm][x8]") {
@@ -630,6 +639,7 @@ TEST_CASE("x8_zmm_for: a CPU that splits 512-bit instructions is read as /proc/c
     const char* env = std::getenv("SPECLAB_X8_ZMM");
     const bool narrow = zen4 && n >= 2 && n <= 6 && !(env != nullptr && std::string(env) == "1");
     CHECK(x8_zmm_for(id(GgmlType::Q4_K), n) == (x8_zmm_enabled() && !narrow));
+    CHECK(x8_zmm_for(id(GgmlType::Q5_K), n) == (x8_zmm_enabled() && !narrow));
     CHECK(x8_zmm_for(id(GgmlType::Q6_K), n) == (x8_zmm_enabled() && !narrow));
   }
 }

@@ -1,0 +1,232 @@
+// Q5_1 and Q5_K weights on real models, against the Q4_1 and Q4_K weights they are re-encoded
+// from. Each 4-bit block becomes a 5-bit block of the same values: the scale d halves (exact in
+// binary16 for a normal d) and every integer u doubles (2u <= 30, so the fifth bit is used
+// wherever u >= 8):
+//   Q4_1 d u + m              -> Q5_1 (d / 2)(2u) + m
+//   Q4_K (d sc) u - dmin mn   -> Q5_K (d / 2 sc)(2u) - dmin mn  (scales, mins and dmin as they were)
+// The kernels then compute the same products: the float32 decode gives the same floats, and the
+// int8 kernels' integer sums double while the float scale they meet halves, both exactly. So the
+// logits of a prefill, decode steps and a verification batch must be the same bits as the 4-bit
+// model's, on the float32-activation and the int8-activation paths. A kernel that dropped or
+// misplaced the fifth bit, or read the min or the scales from the wrong bytes, would differ (the
+// negative control drops the fifth bit). test_qgemm checks the kernels against dequantize() on
+// random blocks; this checks them inside the model on SmolLM2's and Qwen2.5-Coder-0.5B's weights.
+#include "tests/torch_catch.h"
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "framework/core/kv_view.h"
+#include "models/llama/gemv.h"
+#include "models/llama/llama_model.h"
+#include "models/loaders/dequant.h"
+#include "models/model_loader.h"
+#include "tests/support/required_resources.h"
+
+using namespace speclab;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kModels = std::string(SPECLAB_SOURCE_DIR) + "/.cache/models";
+
+uint16_t u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+void put_u16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v & 0xFF);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+
+// d / 2 in binary16 when that is exact (d normal, or zero), else nullopt-like false.
+bool half_exact(uint16_t d, uint16_t& half) {
+  half = fp32_to_fp16(fp16_to_fp32(d) * 0.5f);
+  return fp16_to_fp32(half) * 2.0f == fp16_to_fp32(d);
+}
+
+struct Counts {
+  int64_t blocks = 0, doubled = 0;  // (sub-)blocks re-encoded, and of them with u doubled
+};
+
+// One Q4_1 block (20 bytes) as a Q5_1 block (24 bytes) of the same values. keep_fifth = false
+// drops the fifth bits (the negative control).
+void q41_to_q51(const uint8_t* src, uint8_t* dst, bool keep_fifth, Counts& c) {
+  uint16_t half = 0;
+  const bool dbl = half_exact(u16(src), half);
+  put_u16(dst, dbl ? half : u16(src));
+  put_u16(dst + 2, u16(src + 2));  // m
+  uint32_t qh = 0;
+  for (int i = 0; i < 32; ++i) {
+    const int u = i < 16 ? (src[4 + i] & 0x0F) : (src[4 + i - 16] >> 4);
+    const int v = dbl ? 2 * u : u;
+    if (keep_fifth && (v >> 4)) qh |= 1u << i;
+    uint8_t& q = dst[8 + (i % 16)];
+    if (i < 16)
+      q = static_cast<uint8_t>(v & 0x0F);
+    else
+      q = static_cast<uint8_t>(q | ((v & 0x0F) << 4));
+  }
+  std::memcpy(dst + 4, &qh, 4);
+  ++c.blocks;
+  c.doubled += dbl;
+}
+
+// The 12-byte packing of eight 6-bit scales and mins (Q4_K, Q5_K; models/loaders/dequant.cpp).
+void unpack_scales(const uint8_t* s, int* sc, int* mn) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = s[j] & 63;
+    mn[j] = s[j + 4] & 63;
+    sc[j + 4] = (s[j + 8] & 0x0F) | ((s[j] >> 6) << 4);
+    mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+  }
+}
+void pack_scales(const int* sc, const int* mn, uint8_t* s) {
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    s[j + 4] = static_cast<uint8_t>((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0F) | ((mn[j + 4] & 0x0F) << 4));
+  }
+}
+
+// One Q4_K block (144 bytes: d, dmin, scales[12], qs[128]) as a Q5_K block (176 bytes: d, dmin,
+// scales[12], qh[32], qs[128]). Element 32 sb + l: nibble sb % 2 of qs[32 (sb / 2) + l]; its
+// fifth bit is bit sb of qh[l]. Where d / 2 is not exact (Qwen's super-block scales are often
+// subnormal binary16), a sub-block with an even scale halves that scale instead: (d sc / 2)(2u)
+// is d sc u just as exactly, and the int8 kernels' integer sum sc u x is unchanged. Counts
+// sub-blocks.
+void q4k_to_q5k(const uint8_t* src, uint8_t* dst, bool keep_fifth, Counts& c) {
+  uint16_t half = 0;
+  const bool dbl = half_exact(u16(src), half);
+  put_u16(dst, dbl ? half : u16(src));
+  put_u16(dst + 2, u16(src + 2));  // dmin
+  int sc[8], mn[8];
+  unpack_scales(src + 4, sc, mn);
+  bool twice[8];
+  for (int sb = 0; sb < 8; ++sb) {
+    twice[sb] = dbl || (sc[sb] % 2 == 0 && sc[sb] > 0);
+    if (!dbl && twice[sb]) sc[sb] /= 2;
+  }
+  pack_scales(sc, mn, dst + 4);
+  std::memset(dst + 16, 0, 160);
+  for (int sb = 0; sb < 8; ++sb) {
+    for (int l = 0; l < 32; ++l) {
+      const int u = (src[16 + 32 * (sb / 2) + l] >> (4 * (sb % 2))) & 0x0F;
+      const int v = twice[sb] ? 2 * u : u;
+      dst[48 + 32 * (sb / 2) + l] |= static_cast<uint8_t>((v & 0x0F) << (4 * (sb % 2)));
+      if (keep_fifth && (v >> 4)) dst[16 + l] |= static_cast<uint8_t>(1u << sb);
+    }
+    ++c.blocks;
+    c.doubled += twice[sb];
+  }
+}
+
+// Every packed `from` tensor of m re-encoded as `to`.
+Counts reencode(LoadedModel& m, GgmlType from, GgmlType to, bool keep_fifth) {
+  const uint32_t from_bytes = ggml_type_traits(static_cast<uint32_t>(from))->type_size;
+  const uint32_t to_bytes = ggml_type_traits(static_cast<uint32_t>(to))->type_size;
+  Counts c;
+  for (auto& [name, t] : m.weights) {
+    if (t.storage_type != static_cast<uint32_t>(from)) continue;
+    const size_t blocks = t.packed.size() / from_bytes;
+    std::vector<uint8_t> out(blocks * to_bytes);
+    for (size_t b = 0; b < blocks; ++b) {
+      if (to == GgmlType::Q5_1)
+        q41_to_q51(t.packed.data() + b * from_bytes, out.data() + b * to_bytes, keep_fifth, c);
+      else
+        q4k_to_q5k(t.packed.data() + b * from_bytes, out.data() + b * to_bytes, keep_fifth, c);
+    }
+    t.packed.swap(out);
+    t.storage_type = static_cast<uint32_t>(to);
+  }
+  return c;
+}
+
+// Logits [rows, vocab] of a prefill of `prompt`, two decode steps and a 5-token verification
+// batch, concatenated in that order, over a fresh float32 cache.
+std::vector<at::Tensor> run(const LlamaModel& model, const std::vector<int64_t>& prompt) {
+  const ModelConfig& c = model.config();
+  const std::vector<std::vector<int64_t>> calls = {prompt, {504}, {3458}, {314, 3575, 282, 4649, 314}};
+  int64_t total = 0;
+  for (const auto& v : calls) total += static_cast<int64_t>(v.size());
+  const at::Tensor k = at::zeros({c.num_hidden_layers, total, c.num_key_value_heads, c.head_dim});
+  const at::Tensor v = at::zeros_like(k);
+  std::vector<at::Tensor> out;
+  int64_t pos = 0;
+  for (const auto& toks : calls) {
+    const int64_t n = static_cast<int64_t>(toks.size());
+    KvView kv;
+    kv.k_cache = k;
+    kv.v_cache = v;
+    kv.write_slots = at::arange(pos, pos + n, at::kLong);
+    kv.ctx_len = pos + n;
+    kv.read_base = 0;
+    out.push_back(model.forward(at::tensor(toks, at::kLong), at::arange(pos, pos + n, at::kLong), kv));
+    pos += n;
+  }
+  return out;
+}
+
+bool same_bits(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!at::equal(a[i], b[i])) return false;
+  return true;
+}
+
+// The 4-bit model and its 5-bit re-encoding on both activation paths: same bits; and the
+// re-encoding without its fifth bits: different logits (the comparison can fail). The int8 path
+// runs at the CPU's best ISA (the VNNI kernels on this project's machines); the float32 path
+// under the AVX2 cap, since on AVX-512 CPUs Q4_1's float32-activation kernels are 16-lane and
+// Q5_1's 8-lane (gemv.h), another summation order, while at AVX2 both run the same 8-lane sums.
+void check_reencoded(const std::string& path, GgmlType from, GgmlType to) {
+  struct Restore {
+    ~Restore() { set_kernel_isa_cap(kKernelIsaMax); }
+  } restore;
+  ModelSource src;
+  src.path = path;
+  src.weights = "native";
+  const std::vector<int64_t> prompt = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 2, 198, 1, 4093, 198};
+  for (Activations act : {Activations::kF32, Activations::kInt8}) {
+    set_kernel_isa_cap(act == Activations::kF32 ? KernelIsa::kAvx2 : kKernelIsaMax);
+    INFO(ggml_type_name(static_cast<uint32_t>(to)) << ", activations " << activations_name(act) << ", kernels "
+                                                    << kernel_isa_name(kernel_isa()));
+    LoadedModel four = load_model(src), five = load_model(src), broken = load_model(src);
+    const Counts c = reencode(five, from, to, true);
+    reencode(broken, from, to, false);
+    INFO(c.blocks << " (sub-)blocks re-encoded, " << c.doubled << " of them with their integers doubled");
+    REQUIRE(c.blocks > 0);
+    CHECK(c.doubled * 3 >= c.blocks * 2);  // the fifth bit is exercised in most blocks
+    const LlamaModel m4(four, act), m5(five, act), mb(broken, act);
+    CHECK(m5.weight_storage().find(ggml_type_name(static_cast<uint32_t>(to))) != std::string::npos);
+    CHECK(m5.weight_storage().find(ggml_type_name(static_cast<uint32_t>(from))) == std::string::npos);
+    const auto y4 = run(m4, prompt), y5 = run(m5, prompt);
+    CHECK(same_bits(y4, y5));
+    CHECK_FALSE(same_bits(y4, run(mb, prompt)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Q5_1 weights: SmolLM2's Q4_1 matrices re-encoded as Q5_1 give the same logits bit for bit",
+          "[model][q5][smollm2]") {
+  const std::string path = kModels + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(path)) FAIL("the default model is missing: expected " + path + " (scripts/setup.sh installs it)");
+  check_reencoded(path, GgmlType::Q4_1, GgmlType::Q5_1);
+}
+
+TEST_CASE("Q5_K weights: Qwen2.5-Coder-0.5B's Q4_K matrices re-encoded as Q5_K give the same logits bit for bit",
+          "[model][q5][qwen]") {
+  const std::string path = kModels + "/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+  if (!fs::exists(path)) {
+    if (testing::qwen_opted_out()) {
+      WARN("SPECLAB_QWEN=0 and the Qwen pair is not installed: skipped");
+      return;
+    }
+    FAIL("the Qwen pair is missing: expected " + path + " (scripts/setup.sh installs it)");
+  }
+  check_reencoded(path, GgmlType::Q4_K, GgmlType::Q5_K);
+}
