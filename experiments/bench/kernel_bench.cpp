@@ -61,7 +61,8 @@ std::vector<uint8_t> random_matrix(GgmlType t, int64_t out, int64_t in) {
       put_f16(blk + 208, 0.001f);
     } else {
       put_f16(blk, 0.01f);
-      if (t == GgmlType::Q4_1 || t == GgmlType::Q4_K) put_f16(blk + 2, 0.005f);
+      if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K)
+        put_f16(blk + 2, 0.005f);
     }
   }
   return w;
@@ -215,7 +216,8 @@ int main(int argc, char** argv) {
                                      : shape_set == "qwen1.5b" ? qwen
                                      : shape_set == "cached"   ? cached
                                                                : qwen_small;
-  const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
+  const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1,
+                            GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
   // Row counts: --n picks any of these; without it the usual five (1, 5, 9, 17, 32).
   const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 32};
   const auto usual = [](int64_t n) { return n == 1 || n == 5 || n == 9 || n == 17 || n == 32; };
@@ -245,7 +247,7 @@ int main(int argc, char** argv) {
     const uint32_t id = static_cast<uint32_t>(t);
     if (!only_type.empty() && ggml_type_name(id) != only_type) continue;
     for (const Shape& s : shapes) {
-      const bool k = t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+      const bool k = ggml_type_traits(id)->block_size == 256;
       const int64_t in = k && s.in % 256 != 0 ? 768 : s.in;
       const size_t bytes = ggml_row_bytes(id, static_cast<uint64_t>(in), "bench") * s.out;
       const int copies = s.cached ? 1 : static_cast<int>(std::max<size_t>(2, (size_t(96) << 20) / bytes + 1));
