@@ -29,7 +29,7 @@ namespace speclab {
 double expected_tokens_per_step(double alpha, int gamma);
 
 // The gamma in [0, max_gamma] that maximises expected_tokens_per_step(alpha, gamma) /
-// (verify_cost[gamma] + gamma * draft_cost): Leviathan et al. section 3.4's choice of gamma,
+// (verify_cost[gamma] + gamma * draft_cost): Leviathan et al. section 3.5's choice of gamma,
 // with the verification pass's measured cost in place of their assumption that it costs one
 // step (as in hardware-aware tree sizing, Chen et al. 2024, "Sequoia"). verify_cost[g]: the time
 // of one target forward of g + 1 rows in decode steps (verify_cost[0] = 1); size > max_gamma.

@@ -5,8 +5,8 @@
 // token a verification step emits with one draft token x ~ q is obtained by enumerating x
 // (first_token_distribution in framework/verify/acceptance.h, with the verifier's own
 // acceptance_probability and residual_weight; Leviathan et al. 2023, arXiv:2211.17192,
-// Theorem 1). Lossless means it equals p; the error is the largest
-// |P(out = y) − p(y)| over the vocabulary. The same enumeration under the two faulty rules of
+// appendix A.1; Chen et al. 2023, arXiv:2302.01318, Theorem 1). Lossless means it equals p; the
+// error is the largest |P(out = y) − p(y)| over the vocabulary. The same enumeration under the two faulty rules of
 // framework/verify/faulty_acceptance.h (always-accept: the output is q; top-p applied to p but
 // not to q) shows how large the error of a real bug is on the same p and q.
 //

@@ -57,7 +57,8 @@ double residual_weight(double p_y, double q_y);
 // argmax(row i) (lowest index wins ties); next_token is argmax at the first mismatch, or of
 // row k (bonus). accept_prob holds 1.0 per accepted position and 0.0 for the rejected one.
 // Throws Error(kBadInput) on vocab <= 0, a null pointer with k >= 0, a draft token outside
-// [0, vocab), or a NaN logit.
+// [0, vocab), or a NaN logit in a row it takes the argmax of (rows after the first mismatch are
+// not read; the engine's logits are checked before they get here).
 Verdict verify_greedy(const TokenList& draft, const float* target_logits, int64_t vocab);
 
 // Rejection-sampling verification (Leviathan et al. Algorithm 1; Chen et al. Algorithm 2).
@@ -68,7 +69,9 @@ Verdict verify_greedy(const TokenList& draft, const float* target_logits, int64_
 // n_examined + 1 draws. The recovered token is drawn from norm(max(0, p_i − q_i)); if that
 // residual is all zero (only when p_i == q_i up to rounding) it is drawn from p_i.
 // Throws Error(kBadInput) on row-count or row-length mismatches, empty rows, a draft token
-// outside [0, vocab), negative/NaN probabilities, or q_i(draft[i]) == 0 (the token cannot
+// outside [0, vocab), a negative or NaN probability among the values it reads (p_i and q_i at
+// draft[i] for an accepted position; every entry of the row it draws the recovered or bonus
+// token from; rows after a rejection are not read), or q_i(draft[i]) == 0 (the token cannot
 // have been drawn from q_i).
 Verdict verify_rejection(const TokenList& draft, const std::vector<std::vector<float>>& target_probs,
                          const std::vector<std::vector<float>>& draft_probs, Rng& rng);
