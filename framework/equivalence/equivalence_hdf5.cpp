@@ -2,11 +2,18 @@
 
 #include <H5Cpp.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
+#include <vector>
 
 #include "framework/core/error.h"
+#include "framework/core/replace_file.h"
 #include "framework/io/hdf5_journal.h"
 
 namespace speclab {
@@ -362,6 +369,24 @@ void write_group_provenance(H5::H5File& f, const EquivalenceFileMeta& meta) {
   ds.write(&p, t);
 }
 
+namespace {
+
+// `bytes` written to `tmp` whole, or Error(kIo) naming `path` (the file the user named) and the cause.
+void write_bytes(const std::string& tmp, const std::vector<char>& bytes, const std::string& path) {
+  errno = 0;
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  int err = f != nullptr ? 0 : (errno != 0 ? errno : EIO);
+  if (f != nullptr) {
+    if (std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) err = errno != 0 ? errno : EIO;
+    if (std::fclose(f) != 0 && err == 0) err = errno != 0 ? errno : EIO;  // a full disk shows at the flush
+  }
+  if (err != 0)
+    throw Error(ErrorKind::kIo, std::string("could not write the equivalence results: ") + std::strerror(err), path,
+                "output.path");
+}
+
+}  // namespace
+
 void write_equivalence(const std::string& path, const EquivalenceReport& report, const EquivalenceFileMeta& meta,
                        bool overwrite) {
   namespace fs = std::filesystem;
@@ -371,23 +396,26 @@ void write_equivalence(const std::string& path, const EquivalenceReport& report,
   if (!dir.empty() && !fs::is_directory(dir, ec))
     throw Error(ErrorKind::kIo, "expected an existing directory for the output file, found none", dir.string(),
                 "output.path");
+  // The file is built in memory (HDF5's core driver: an experiment file's image is read in,
+  // its /equivalence replaced there) and written whole to a temporary, then renamed onto `path`:
+  // a failed write (a full disk) or a kill leaves the file as it was. Until 2026-12-07 an
+  // experiment file was changed in place, and a write that failed half way left its /runs
+  // unreadable for good (and HDF5 crashed at exit on the file it could not close).
+  std::vector<char> image;
   try {
     H5::Exception::dontPrint();
-    if (experiment_file) {
-      H5::H5File f(path, H5F_ACC_RDWR);
-      if (exists(f, "equivalence")) H5Ldelete(f.getId(), "equivalence", H5P_DEFAULT);
-      H5::Group root = f.openGroup("/");
-      write_group(root, report);
-      write_group_provenance(f, meta);
-      f.flush(H5F_SCOPE_GLOBAL);
-      return;
-    }
-    H5::H5File f(path, H5F_ACC_TRUNC);
+    // The core driver without a backing store: an existing file is read into memory when it is
+    // opened, and nothing is written back to it.
+    H5::FileAccPropList fapl;
+    fapl.setCore(1 << 20, false);
+    H5::H5File f(path, experiment_file ? H5F_ACC_RDWR : H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, fapl);
     H5::Group root = f.openGroup("/");
-    attr_str(root, "kind", "speclab-equivalence");
-    attr_str(root, "name", report.name);
-    attr_str(root, "git_revision", meta.git_revision);
-    {
+    if (experiment_file) {
+      if (exists(f, "equivalence")) H5Ldelete(f.getId(), "equivalence", H5P_DEFAULT);
+    } else {
+      attr_str(root, "kind", "speclab-equivalence");
+      attr_str(root, "name", report.name);
+      attr_str(root, "git_revision", meta.git_revision);
       H5::StrType t = utf8_type();
       H5::DataSet ds = f.createDataSet("config_yaml", t, H5::DataSpace(H5S_SCALAR));
       const char* p = meta.config_yaml.c_str();
@@ -396,9 +424,39 @@ void write_equivalence(const std::string& path, const EquivalenceReport& report,
     write_group(root, report);
     write_group_provenance(f, meta);
     f.flush(H5F_SCOPE_GLOBAL);
+    const ssize_t size = H5Fget_file_image(f.getId(), nullptr, 0);
+    if (size <= 0) throw Error(ErrorKind::kIo, "could not write the equivalence results (file image)", path, "output.path");
+    image.resize(static_cast<size_t>(size));
+    if (H5Fget_file_image(f.getId(), image.data(), image.size()) != size)
+      throw Error(ErrorKind::kIo, "could not write the equivalence results (file image)", path, "output.path");
   } catch (const H5::Exception& e) {
     throw Error(ErrorKind::kIo, "could not write the equivalence results: " + e.getDetailMsg(), path, "output.path");
   }
+  if (experiment_file || overwrite) {
+    replace_file(path, [&](const std::string& tmp) { write_bytes(tmp, image, path); });
+    return;
+  }
+  // A new file: its temporary is linked into place, so that of two checks racing for one new path
+  // the second is refused (a rename would silently replace the first one's results).
+  const std::string host = replace_file_detail::host_name();
+  replace_file_detail::remove_stale_temporaries(path, host);
+  const std::string tmp = path + ".tmp." + host + "." + std::to_string(::getpid());
+  try {
+    write_bytes(tmp, image, path);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  const int linked = ::link(tmp.c_str(), path.c_str());
+  const int err = errno;
+  std::remove(tmp.c_str());
+  if (linked == 0) return;
+  if (err == EEXIST)
+    throw Error(ErrorKind::kConfig,
+                "expected no file at the output path, found one written meanwhile (pass --overwrite to replace it)",
+                path, "output.path");
+  throw Error(ErrorKind::kIo, std::string("could not write the equivalence results: ") + std::strerror(err), path,
+              "output.path");
 }
 
 }  // namespace speclab

@@ -16,6 +16,11 @@
 //                                   replaced. A half-copied commit of a killed run is finished
 //                                   first (recover_hdf5_journal), and a file that a running writer
 //                                   holds is Error(kIo).
+// Whole or not at all: the file is built in memory (an experiment file is read in and changed
+// there), written to `<path>.tmp.<host>.<pid>` and renamed onto `path` (a new file is linked, so
+// that a file another check wrote meanwhile is refused, not replaced). A failed write (a full
+// disk) or a kill leaves `path` as it was (until 2026-12-07 an experiment file was changed in
+// place, and a write that failed half way left it unreadable).
 #pragma once
 
 #include <string>

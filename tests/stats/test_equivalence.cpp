@@ -21,9 +21,11 @@
 #include <c10/core/InferenceMode.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cmath>
 #include <limits>
 #include <cstdlib>
@@ -1184,6 +1186,36 @@ TEST_CASE("write_equivalence attaches its group to its own experiment's file onl
     REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
     CHECK_THROWS_WITH(write_equivalence(run_h5, r, {}, true), Contains("running `speclab run`"));
     ::close(fd);
+  }
+  // A write that fails half way (the file size limit, as a full disk would) leaves the experiment
+  // file as it was, and no temporary beside it: until 2026-12-07 the group was written into the
+  // file in place, and a failed write left its /runs unreadable for good.
+  {
+    const auto bytes = [&] {
+      std::ifstream in(run_h5, std::ios::binary);
+      return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    };
+    const std::string before = bytes();
+    rlimit old{};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+    rlimit low = old;
+    low.rlim_cur = before.size() / 2;
+    const auto handler = std::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &low) == 0);
+    std::string message;
+    try {
+      write_equivalence(run_h5, r, {}, true);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, handler);
+    CHECK_THAT(message, Contains("could not write the equivalence results"));
+    CHECK(bytes() == before);
+    int temporaries = 0;
+    for (const auto& e : fs::directory_iterator(dir))
+      temporaries += e.path().filename().string().rfind("attach_run.h5.", 0) == 0;
+    CHECK(temporaries == 0);
   }
   write_equivalence(run_h5, r, {"name: mine\nsampling: {seed: 777}\n", "abc123"}, true);
   H5::H5File f(run_h5, H5F_ACC_RDONLY);
