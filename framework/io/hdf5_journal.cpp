@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <vector>
 
@@ -419,8 +420,14 @@ bool hdf5_writer_holds(const std::string& path) {
   return held;
 }
 
+std::string hdf5_journal_path(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::weakly_canonical(path, ec);
+  return (ec || real.empty() ? path : real.string()) + ".journal";
+}
+
 bool recover_hdf5_journal(const std::string& path) {
-  const std::string jpath = path + ".journal";
+  const std::string jpath = hdf5_journal_path(path);
   struct stat st {};
   if (::stat(jpath.c_str(), &st) != 0) return false;
   std::vector<char> j;

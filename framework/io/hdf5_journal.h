@@ -64,7 +64,14 @@ class Hdf5Journal {
   std::shared_ptr<State> state_;  // shared with the open file: HDF5 may close it later
 };
 
-// Finishes a commit that a killed writer left half-copied: when `<path>.journal` is complete and
+// Where the journal of the experiment file at `path` lives: beside the file itself, `path` with
+// its symbolic links resolved, plus ".journal". A writer and a reader that name the file through
+// different links (a link and its target) find the same journal; until 2026-12-07 it was beside
+// the name given, and a reader through the target's own name ignored the half-copied commit of a
+// writer through a link (the file read as damaged).
+std::string hdf5_journal_path(const std::string& path);
+
+// Finishes a commit that a killed writer left half-copied: when its journal (hdf5_journal_path) is complete and
 // no writer holds `path`, copies it into `path` and removes it. An incomplete journal (the writer
 // died before the copy began) is left alone; the file is consistent without it. Returns whether
 // it copied. Throws Error(kIo, ..., path) when a complete journal cannot be applied (e.g. a

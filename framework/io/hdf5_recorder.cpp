@@ -601,7 +601,7 @@ void Hdf5Recorder::Impl::commit() {
 }
 
 H5::FileAccPropList Hdf5Recorder::Impl::journaled_access() {
-  journal = std::make_unique<Hdf5Journal>(path + ".journal");
+  journal = std::make_unique<Hdf5Journal>(hdf5_journal_path(path));
   const hid_t id = journal->fapl();
   H5::FileAccPropList fapl(id);  // a copy
   H5Pclose(id);
@@ -867,7 +867,7 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetad
     impl->set_read_limit();
   });
   // A journal a killed writer left belongs to the file being replaced.
-  if ((::unlink((path + ".journal").c_str()) != 0 && errno != ENOENT) || std::rename(tmp.c_str(), path.c_str()) != 0)
+  if ((::unlink(hdf5_journal_path(path).c_str()) != 0 && errno != ENOENT) || std::rename(tmp.c_str(), path.c_str()) != 0)
     throw Error(ErrorKind::kIo, "cannot rename " + tmp + " to the output file: " + std::strerror(errno), path,
                 "output.path");
   impl->journal->renamed(path);
@@ -891,8 +891,9 @@ Hdf5Recorder Hdf5Recorder::open_for_append(const std::string& path) {
     throw;
   }
   // Ours now (locked): a journal left is an incomplete one, whose copy never began.
-  if (::unlink((path + ".journal").c_str()) != 0 && errno != ENOENT)
-    throw Error(ErrorKind::kIo, "cannot remove " + path + ".journal: " + std::strerror(errno), path, "output.path");
+  if (::unlink(hdf5_journal_path(path).c_str()) != 0 && errno != ENOENT)
+    throw Error(ErrorKind::kIo, "cannot remove " + hdf5_journal_path(path) + ": " + std::strerror(errno), path,
+                "output.path");
   wrap_h5(path, "opening the experiment file", [&] {
     H5::Group root = impl->file->openGroup("/");
     check_schema_version(root, path);

@@ -15,6 +15,7 @@
 #include "framework/core/error.h"
 #include "framework/io/config_canonical.h"
 #include "framework/io/config_fields.h"
+#include "framework/io/hdf5_journal.h"
 #include "framework/io/hdf5_recorder.h"
 #include "framework/io/shard.h"
 
@@ -256,10 +257,10 @@ void write_experiment_file(const std::string& path, const ExperimentData& data, 
   // A journal a killed writer left belongs to the file being replaced: the next reader would
   // apply it to the merged file and wreck it (found by a probe on 2026-12-06), as run --overwrite
   // already knew (Hdf5Recorder::create).
-  if (::unlink((path + ".journal").c_str()) != 0 && errno != ENOENT) {
+  if (::unlink(hdf5_journal_path(path).c_str()) != 0 && errno != ENOENT) {
     const int err = errno;
     cleanup();
-    throw Error(ErrorKind::kIo, "cannot remove " + path + ".journal, an earlier writer's: " + std::strerror(err), path);
+    throw Error(ErrorKind::kIo, "cannot remove " + hdf5_journal_path(path) + ", an earlier writer's: " + std::strerror(err), path);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;

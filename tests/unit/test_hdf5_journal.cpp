@@ -232,6 +232,47 @@ TEST_CASE("a writer killed while copying its journal: readers finish the copy", 
   }
 }
 
+TEST_CASE("a writer through a symbolic link killed while copying its journal: readers by the target's name finish the copy",
+          "[hdf5][journal][crash]") {
+  const std::string dir = temp_dir(), real = dir + "/a/real.h5", link = dir + "/b/link.h5";
+  fs::create_directories(dir + "/a");
+  fs::create_directories(dir + "/b");
+  {
+    Hdf5Recorder rec = new_file(real);
+    for (int64_t i = 0; i < 5; ++i) {
+      RunRecord r = run(i);
+      rec.append(r);
+    }
+  }
+  fs::create_symlink("../a/real.h5", link);
+  in_child([&] {  // resumed through the link, killed with the journal complete
+    Hdf5Recorder rec = Hdf5Recorder::open_for_append(link);
+    g_die_at = 0;
+    set_hdf5_journal_test_hook(die_at_stage);
+    RunRecord r = run(5);
+    rec.append(r);
+    set_hdf5_journal_test_hook(nullptr);
+  });
+  // The journal is beside the file itself (until 2026-12-07 it was beside the link, and a reader
+  // by the target's name read a damaged file).
+  REQUIRE(fs::exists(real + ".journal"));
+  CHECK_FALSE(fs::exists(link + ".journal"));
+  CHECK(hdf5_journal_path(link) == hdf5_journal_path(real));
+  // The Python reader through another link to a copy, the C++ reader by the target's name.
+  fs::create_directories(dir + "/c");
+  fs::copy_file(real, dir + "/c/py.h5");
+  fs::copy_file(real + ".journal", dir + "/c/py.h5.journal");
+  fs::create_symlink("../c/py.h5", dir + "/b/py_link.h5");
+  const int py = python_runs(dir + "/b/py_link.h5");
+  CHECK(py == 6);
+  CHECK_FALSE(fs::exists(dir + "/c/py.h5.journal"));
+  const ExperimentData d = read_experiment(real);
+  CHECK(d.runs.size() == 6);
+  CHECK(d.runs[5].tokens == run(5).tokens);
+  CHECK_FALSE(fs::exists(real + ".journal"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a journal its writer did not finish is ignored: the file is the last commit", "[hdf5][journal][crash]") {
   const std::string dir = temp_dir(), path = dir + "/t.h5";
   killed_during_commit(path, 0);
