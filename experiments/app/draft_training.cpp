@@ -1351,10 +1351,11 @@ DistilledDraft load_distilled_draft(const std::string& path, const LoadedModel& 
   while (tensors.count("model.layers." + std::to_string(k) + ".input_layernorm.weight")) ++k;
   if (k < 1) throw Error(ErrorKind::kBadInput, "the draft has no layer (model.layers.0.*)", path);
   // The target's shapes with k layers; the trained tensors replace the target's layers and norm.
-  const bool packed = [&] {
-    auto it = m.weights.find("model.layers.0.self_attn.q_proj.weight");
-    return it != m.weights.end() && it->second.is_packed();
-  }();
+  // Whether the target keeps any layer matrix in packed blocks (until 2026-12-07 its layer 0 q
+  // projection alone decided, another type than the rest in llama.cpp's Q2_K and Q3_K_M files).
+  const bool packed = std::any_of(m.weights.begin(), m.weights.end(), [](const auto& kv) {
+    return kv.first.compare(0, 13, "model.layers.") == 0 && kv.second.is_packed();
+  });
   for (auto it = m.weights.begin(); it != m.weights.end();)
     it = it->first.compare(0, 13, "model.layers.") == 0 ? m.weights.erase(it) : std::next(it);
   m.config.num_hidden_layers = k;

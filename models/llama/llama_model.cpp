@@ -85,13 +85,13 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
     w_.lm_head = select_rows(w_.lm_head, head_ids_);
   }
   // kv_dtype auto on the native CPU path over quantized blocks: a binary16 cache, as llama.cpp's
-  // default (half the bytes attention streams; the weights' own rounding is far coarser).
-  if (placement.kv_dtype == "auto" && !placement_.dense && placement_.device.is_cpu() && !w_.layers.empty()) {
-    const WeightMatrix& probe = w_.layers.front().w_down;
-    if (probe.is_packed() || !probe.parts.empty()) {
-      placement_.kv_dtype = at::kHalf;
-      placement_.kv_dtype_name = "float16";
-    }
+  // default (half the bytes attention streams; the weights' own rounding is far coarser). Any
+  // layer matrix kept in its blocks decides: until 2026-12-07 layer 0's down projection alone
+  // did, and llama.cpp's Q3_K_M, Q4_K_S and Q2_K files, whose blk.0.ffn_down is another type than
+  // the rest, got a float32 cache with nearly every matrix packed.
+  if (placement.kv_dtype == "auto" && !placement_.dense && placement_.device.is_cpu() && any_layer_packed(w_)) {
+    placement_.kv_dtype = at::kHalf;
+    placement_.kv_dtype_name = "float16";
   }
   config_.kv_dtype = placement_.kv_dtype_name;
   // The int8 kernels read their own layout (qgemm_x8.h): a second copy of the matrices,

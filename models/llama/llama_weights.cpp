@@ -132,6 +132,22 @@ WeightMatrix stack(std::vector<WeightMatrix> parts) {
   return s;
 }
 
+namespace {
+bool packed_somewhere(const WeightMatrix& m) {
+  if (m.is_packed()) return true;
+  for (const WeightMatrix& p : m.parts)
+    if (packed_somewhere(p)) return true;
+  return false;
+}
+}  // namespace
+
+bool any_layer_packed(const LlamaWeights& w) {
+  for (const LlamaLayer& L : w.layers)
+    for (const WeightMatrix* m : {&L.w_qkv, &L.w_o, &L.w_gate_up, &L.w_down})
+      if (packed_somewhere(*m)) return true;
+  return false;
+}
+
 void add_x8_repack(WeightMatrix& w) {
   for (WeightMatrix& p : w.parts) add_x8_repack(p);
   if (!w.is_packed() || !int8_gemm_supports(w.type) || !x8_cpu_supported()) return;

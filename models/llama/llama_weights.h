@@ -87,4 +87,7 @@ struct LlamaWeights {
   at::Tensor rope_sin;       // [max_pos, head_dim/2]
 };
 
+// Whether any matrix of any layer (or a part of one) is kept in packed ggml blocks.
+bool any_layer_packed(const LlamaWeights& w);
+
 }  // namespace speclab

@@ -32,6 +32,7 @@
 #include "framework/engine/batch_decode.h"
 #include "framework/kv/contiguous_kv.h"
 #include "models/llama/llama_model.h"
+#include "models/loaders/dequant.h"
 #include "models/model_loader.h"
 
 using namespace speclab;
@@ -226,6 +227,26 @@ TEST_CASE("SmolLM2 answers are fluent and on topic", "[smollm2][quality]") {
 TEST_CASE("SmolLM2's quantized GGUF gets a float16 K/V cache by default, as llama.cpp", "[smollm2][kv_dtype]") {
   CHECK(smollm2().model->config().kv_geometry().dtype == "float16");
   CHECK(smollm2().model->config().kv_geometry().element_bytes() == 2);
+}
+
+// Any packed layer matrix makes the weights quantized: llama.cpp's Q3_K_M, Q4_K_S and Q2_K files
+// store blk.0.ffn_down in another type than the rest, and until 2026-12-07 that one matrix
+// decided (a float32 cache beside nearly every matrix packed). Layer 0's down projection
+// dequantized here stands for it; every matrix dequantized (--weights f32) keeps float32.
+TEST_CASE("kv_dtype auto: float16 when any layer matrix is packed, not only layer 0's down projection",
+          "[smollm2][kv_dtype]") {
+  ModelSource src;
+  src.path = "smollm2-135m-instruct";
+  LoadedModel mixed = load_model(src);
+  HostTensor& down0 = mixed.weights.at("model.layers.0.mlp.down_proj.weight");
+  REQUIRE(down0.is_packed());
+  unpack_to_f32(down0, "down_proj");
+  const LlamaModel m(mixed, Activations::kInt8);
+  CHECK(m.config().kv_geometry().dtype == "float16");
+  src.weights = "f32";
+  LoadedModel dense = load_model(src);
+  const LlamaModel f(dense, Activations::kInt8);
+  CHECK(f.config().kv_geometry().dtype == "float32");
 }
 
 // The matmuls' multiply-accumulates per row (`speclab bench`'s arithmetic roof), against the count
