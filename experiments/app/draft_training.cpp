@@ -403,6 +403,14 @@ std::vector<Sample> target_answers(const TrainDraftConfig& c, LoadedTarget& targ
     s.answer = answer.tokens;
     if (keep_rows) set_features(s, answer.hidden, answer.top1, frozen);
     out << nlohmann::json{{"i", prompt_of[todo_sample[t]]}, {"answer", s.answer}}.dump() << "\n" << std::flush;
+    // A failed append (a full disk) lost the answer from the cache without a word until
+    // 2026-12-07: the next run decoded it again, or a retrieval datastore was built on answers the
+    // cache never kept.
+    if (!out)
+      throw Error(ErrorKind::kIo,
+                  "cannot append to the answer cache (" + std::string(std::strerror(errno)) +
+                      "); the answers appended before are kept, and the next run continues after them",
+                  path, "data.cache_dir");
     if (progress.stage && ++done % 10 == 0)
       progress.stage("answers " + std::to_string(done) + "/" + std::to_string(samples.size()));
   });

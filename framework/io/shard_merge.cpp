@@ -250,6 +250,18 @@ void write_experiment_file(const std::string& path, const ExperimentData& data, 
     rec.write_summary(summary);
     rec.set_root_attribute("end_time", end_time);
     rec.set_root_attribute("status", "complete");
+  } catch (const Error& e) {
+    cleanup();
+    if (e.kind() != ErrorKind::kIo) throw;
+    // The recorder's words are a run's: they named the temporary and advised --resume, which
+    // merge has not (until 2026-12-07). Its cause, with the temporary's name put back to OUT.
+    std::string cause = e.message();
+    for (const char* advice : {"; the file keeps", "; no prompt-run was recorded"})
+      if (const size_t at = cause.find(advice); at != std::string::npos) cause.erase(at);
+    for (size_t at = cause.find(tmp); at != std::string::npos; at = cause.find(tmp, at + path.size()))
+      cause.replace(at, tmp.size(), path);
+    throw Error(ErrorKind::kIo, "cannot write the merged file: " + cause + " (nothing was written; merge again once "
+                                "the cause is fixed)", path, "output.path");
   } catch (...) {
     cleanup();
     throw;
