@@ -19,6 +19,7 @@ Exit codes: 0 ok, 2 unreadable or non-SpecLab input, or an --out that cannot be 
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import re
@@ -821,6 +822,26 @@ def make_out_dir(path: str) -> str | None:
     return None
 
 
+# Errors of writing a file (a full disk, a read-only directory), against the others.
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+
+
+def os_error(inp: str, out: str, e: OSError) -> str:
+    """One line for an OSError while the report is written: the output directory and -o when the
+    report's own files could not be written (a full disk gave a traceback and exit status 1 until
+    2026-12-07), else the input file. A file half written is removed."""
+    cause = os.strerror(e.errno) if e.errno else " ".join(str(e).split())
+    if e.errno in _WRITE_ERRNOS:
+        name = e.filename if isinstance(e.filename, str) else None
+        if name and os.path.isfile(name) and os.path.abspath(name).startswith(os.path.abspath(out) + os.sep):
+            try:
+                os.remove(name)
+            except OSError:
+                pass
+        return f"{out}: -o: cannot write the report ({cause})"
+    return f"{inp}: cannot read the file ({cause})"
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description="SpecLab experiment report (plots + report.md)")
     ap.add_argument("input", help="an HDF5 file written by speclab run, speclab check or speclab train-draft (its "
@@ -845,6 +866,9 @@ def main(argv: list[str]) -> int:
             return 2
         try:
             (write_train_report if train_log else write_equivalence_report)(args.input, out)
+        except OSError as e:
+            print(f"error: {os_error(args.input, out, e)}", file=sys.stderr)
+            return 2
         except (KeyError, ValueError, TypeError) as e:  # a crafted or damaged file: one line, not a traceback
             kind = "training log of speclab train-draft" if train_log else "file of speclab check"
             print(f"error: {args.input}: expected a {kind}, found a dataset or attribute missing or of another "
@@ -865,6 +889,9 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         Report(exp, out).write()
+    except OSError as e:
+        print(f"error: {os_error(args.input, out, e)}", file=sys.stderr)
+        return 2
     except SchemaError as e:  # a column the report reads is missing (Table names the dataset)
         print(f"error: {e}", file=sys.stderr)
         return 2
