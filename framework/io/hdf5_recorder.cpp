@@ -787,8 +787,8 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetad
     if (hdf5_writer_holds(held))
       throw Error(ErrorKind::kIo,
                   "expected no process writing the file, found one holding its lock (a running speclab run?); stop it "
-                  "or wait for it before replacing the file",
-                  held);
+                  "or wait for it before writing this file",
+                  path, "output.path");
   try {
   wrap_h5(path, "creating the experiment file", [&] {
     impl->file = std::make_unique<H5::H5File>(tmp, H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT,

@@ -129,7 +129,12 @@ void export_gguf_layers(const std::string& source_path, const std::string& out_p
     t.type = is_matrix ? options.type : GgmlType::F32;
     out.push_back(std::move(t));
   }
-  write_gguf(out_path, meta, out);
+  try {
+    write_gguf(out_path, meta, out);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kIo && e.field().empty()) throw Error(e.kind(), e.message(), e.file(), "--out");
+    throw;
+  }
 }
 
 }  // namespace speclab

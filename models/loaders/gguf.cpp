@@ -1100,7 +1100,9 @@ void write_gguf(const std::string& path, const GgufMetadata& metadata,
       out.close();
     });
   } catch (const Error& e) {
-    if (e.file().empty()) throw Error(e.kind(), e.message(), path, e.field());
+    // Named by the file the caller asked for, not the temporary it was writing (a full disk said
+    // "d.gguf.tmp.<host>.<pid>: write failed" until 2026-12-07).
+    if (e.file().empty() || e.file().rfind(path + ".tmp.", 0) == 0) throw Error(e.kind(), e.message(), path, e.field());
     throw;
   }
 }
