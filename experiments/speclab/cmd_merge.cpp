@@ -3,6 +3,9 @@
 // OUT.h5.merging, renamed at the end) with the summary recomputed from every prompt-run, and
 // prints the summary table. Any problem: one line naming the files and keys, exit 2, nothing
 // written.
+#include <unistd.h>
+
+#include <csignal>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -16,6 +19,22 @@
 #include "framework/io/shard_merge.h"
 
 namespace speclab::cli {
+
+namespace {
+
+// What a merge leaves while it writes: OUT.merging, its .partial and journal, and OUT's lock file.
+// SIGINT, SIGTERM and SIGHUP remove them, then end the process by the signal as before (they
+// stayed until the next merge into OUT until 2026-12-07). Set once, before the handlers.
+std::string g_leftovers[4];
+
+extern "C" void remove_merge_leftovers(int sig) {
+  for (const std::string& p : g_leftovers)
+    if (!p.empty()) ::unlink(p.c_str());  // async-signal-safe; the strings are not changed after set-up
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+}  // namespace
 
 
 int cmd_merge(const std::vector<std::string>& args) {
@@ -56,6 +75,12 @@ int cmd_merge(const std::vector<std::string>& args) {
     if (fs::equivalent(s, out, ec))
       throw Error(ErrorKind::kConfig, "expected an output file other than the shards, found a shard", out, "OUT.h5");
 
+  g_leftovers[0] = out + ".merging";
+  g_leftovers[1] = out + ".merging.partial";
+  g_leftovers[2] = hdf5_journal_path(out + ".merging");
+  g_leftovers[3] = out_lock.lock_path();
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+    if (std::signal(sig, remove_merge_leftovers) == SIG_IGN) std::signal(sig, SIG_IGN);  // kept ignored (`&` jobs)
   const ExperimentData merged = merge_shards(shards, out);
   const ExperimentSummary summary = summarize(merged);
   write_experiment_file(out, merged, summary, iso8601_now());
