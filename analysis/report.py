@@ -822,22 +822,23 @@ def make_out_dir(path: str) -> str | None:
     return None
 
 
-# Errors of writing a file (a full disk, a read-only directory), against the others.
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+# Errors that only writing raises (a full disk, a file size limit, a read-only file system).
+_WRITE_ONLY_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 
 
 def os_error(inp: str, out: str, e: OSError) -> str:
     """One line for an OSError while the report is written: the output directory and -o when the
     report's own files could not be written (a full disk gave a traceback and exit status 1 until
-    2026-12-07), else the input file. A file half written is removed."""
+    2026-12-07), else the input file. Decided by the file the error names where it names one
+    (under the output directory, or not), else by its errno."""
     cause = os.strerror(e.errno) if e.errno else " ".join(str(e).split())
-    if e.errno in _WRITE_ERRNOS:
-        name = e.filename if isinstance(e.filename, str) else None
-        if name and os.path.isfile(name) and os.path.abspath(name).startswith(os.path.abspath(out) + os.sep):
-            try:
-                os.remove(name)
-            except OSError:
-                pass
+    name = e.filename if isinstance(e.filename, str) else None
+    if name is not None:
+        writing = os.path.abspath(name).startswith(os.path.abspath(out) + os.sep) or \
+            os.path.abspath(name) == os.path.abspath(out)
+    else:
+        writing = e.errno in _WRITE_ONLY_ERRNOS
+    if writing:
         return f"{out}: -o: cannot write the report ({cause})"
     return f"{inp}: cannot read the file ({cause})"
 

@@ -69,10 +69,10 @@ def recover_journal(path: str) -> bool:
     the file and removes it. An incomplete journal is left alone (the file is consistent without
     it). Returns whether it copied; the same as speclab's recover_hdf5_journal()."""
     path = os.fsdecode(os.fspath(path))  # a pathlib.Path or bytes, as h5py takes them
-    # Beside the file itself, its symbolic links resolved (hdf5_journal_path in
+    # Beside the file itself, where `path` leads when it is a symbolic link (hdf5_journal_path in
     # framework/io/hdf5_journal.h): a writer through a link and a reader through the target's name
     # find the same journal.
-    jpath = os.path.realpath(path) + ".journal"
+    jpath = (os.path.realpath(path) if os.path.islink(path) else path) + ".journal"
     if not os.path.exists(jpath):
         return False
     with open(jpath, "rb") as f:

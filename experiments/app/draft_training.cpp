@@ -1360,7 +1360,7 @@ DistilledDraft load_distilled_draft(const std::string& path, const LoadedModel& 
   if (k < 1) throw Error(ErrorKind::kBadInput, "the draft has no layer (model.layers.0.*)", path);
   // The target's shapes with k layers; the trained tensors replace the target's layers and norm.
   // Whether the target keeps any layer matrix in packed blocks (until 2026-12-07 its layer 0 q
-  // projection alone decided, another type than the rest in llama.cpp's Q2_K and Q3_K_M files).
+  // projection alone decided, whatever the other matrices were).
   const bool packed = std::any_of(m.weights.begin(), m.weights.end(), [](const auto& kv) {
     return kv.first.compare(0, 13, "model.layers.") == 0 && kv.second.is_packed();
   });

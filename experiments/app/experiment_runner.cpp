@@ -479,7 +479,7 @@ void check_output_path(const std::string& path, OutputMode mode) {
       throw Error(ErrorKind::kIo,
                   "expected no process writing the output file, found one holding its lock (a running speclab run?); "
                   "stop it or wait for it",
-                  held, "output.path");
+                  path, "output.path");  // the file the user named, even where its .partial is held
   // The recorder creates <path>.partial (renamed to <path>) and writes <path>.journal at every
   // commit: probe that the directory takes a new file now, before any model is loaded.
   const std::string probe = path + ".partial";

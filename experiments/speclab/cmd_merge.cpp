@@ -79,8 +79,22 @@ int cmd_merge(const std::vector<std::string>& args) {
   g_leftovers[1] = out + ".merging.partial";
   g_leftovers[2] = hdf5_journal_path(out + ".merging");
   g_leftovers[3] = out_lock.lock_path();
-  for (int sig : {SIGINT, SIGTERM, SIGHUP})
-    if (std::signal(sig, remove_merge_leftovers) == SIG_IGN) std::signal(sig, SIG_IGN);  // kept ignored (`&` jobs)
+  // Installed while the lock is ours, restored before it is released (declared after out_lock,
+  // so destroyed first, on every way out): a signal later must not remove another merge's files.
+  struct Handlers {
+    void (*old[3])(int) = {};
+    Handlers() {
+      const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+      for (int i = 0; i < 3; ++i) {
+        old[i] = std::signal(sigs[i], remove_merge_leftovers);
+        if (old[i] == SIG_IGN) std::signal(sigs[i], SIG_IGN);  // kept ignored (`&` jobs)
+      }
+    }
+    ~Handlers() {
+      const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+      for (int i = 0; i < 3; ++i) std::signal(sigs[i], old[i] == SIG_ERR ? SIG_DFL : old[i]);
+    }
+  } handlers;
   const ExperimentData merged = merge_shards(shards, out);
   const ExperimentSummary summary = summarize(merged);
   write_experiment_file(out, merged, summary, iso8601_now());

@@ -9,7 +9,12 @@
 // the temporaries of `path` that a process of this host which no longer exists left are removed
 // (they piled up until 2026-12-07). Another host's are left alone: its writer may be alive.
 //
-// Used by the GGUF writer, train-draft's drafts, checkpoints and features, and its training log.
+// A `path` that is a symbolic link is written through: the file it leads to is replaced and the
+// link kept (replace_target), as a plain open would do (until 2026-12-07 the rename replaced the
+// link itself with the new file, and the file it led to kept the old content).
+//
+// Used by the GGUF writer, train-draft's drafts, checkpoints and features, its training log and
+// `speclab check`'s results.
 #pragma once
 
 #include <signal.h>
@@ -57,8 +62,20 @@ inline void remove_stale_temporaries(const std::string& path, const std::string&
 
 }  // namespace replace_file_detail
 
+// The file a write to `path` replaces: `path` itself, or, when `path` is a symbolic link, the file
+// it leads to (every link followed; the directories of a plain `path` are left as written, so a
+// relative path stays relative).
+inline std::string replace_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_symlink(path, ec)) return path;
+  const fs::path real = fs::weakly_canonical(path, ec);
+  return ec || real.empty() ? path : real.string();
+}
+
 template <class Write>
-void replace_file(const std::string& path, Write&& write) {
+void replace_file(const std::string& given, Write&& write) {
+  const std::string path = replace_target(given);
   const std::string host = replace_file_detail::host_name();
   replace_file_detail::remove_stale_temporaries(path, host);
   const std::string tmp = path + ".tmp." + host + "." + std::to_string(::getpid());

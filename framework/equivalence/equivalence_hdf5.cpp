@@ -2,6 +2,9 @@
 
 #include <H5Cpp.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -387,27 +390,51 @@ void write_bytes(const std::string& tmp, const std::vector<char>& bytes, const s
 
 }  // namespace
 
-void write_equivalence(const std::string& path, const EquivalenceReport& report, const EquivalenceFileMeta& meta,
+void write_equivalence(const std::string& given, const EquivalenceReport& report, const EquivalenceFileMeta& meta,
                        bool overwrite) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const bool experiment_file = check_equivalence_output(path, report.name, overwrite);
+  const bool experiment_file = check_equivalence_output(given, report.name, overwrite);
+  // Through a symbolic link: the file it leads to gets the results, and the link stays.
+  const std::string path = replace_target(given);
   const fs::path dir = fs::path(path).parent_path();
   if (!dir.empty() && !fs::is_directory(dir, ec))
     throw Error(ErrorKind::kIo, "expected an existing directory for the output file, found none", dir.string(),
                 "output.path");
+  // An experiment file is locked as its writer locks it (hdf5_journal.h) from before it is read
+  // until its replacement is in place: a `speclab run --resume` starting meanwhile is refused,
+  // where it would have committed runs to the file about to be replaced.
+  int lock_fd = -1;
+  struct CloseLock {
+    int& fd;
+    ~CloseLock() {
+      if (fd >= 0) ::close(fd);
+    }
+  } close_lock{lock_fd};
+  if (experiment_file) {
+    lock_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (lock_fd < 0)
+      throw Error(ErrorKind::kIo, std::string("cannot open the existing output file: ") + std::strerror(errno), path,
+                  "output.path");
+    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+      throw Error(ErrorKind::kIo, "expected a file no process is writing, found one a running `speclab run` holds; "
+                                  "wait for it to finish or pick another --out", path, "output.path");
+  }
   // The file is built in memory (HDF5's core driver: an experiment file's image is read in,
   // its /equivalence replaced there) and written whole to a temporary, then renamed onto `path`:
   // a failed write (a full disk) or a kill leaves the file as it was. Until 2026-12-07 an
   // experiment file was changed in place, and a write that failed half way left its /runs
-  // unreadable for good (and HDF5 crashed at exit on the file it could not close).
+  // unreadable for good (and HDF5 crashed at exit on the file it could not close). The costs:
+  // memory for two copies of the file, the whole file written again, and the new file's mode
+  // and owner are the process's defaults.
   std::vector<char> image;
   try {
     H5::Exception::dontPrint();
     // The core driver without a backing store: an existing file is read into memory when it is
-    // opened, and nothing is written back to it.
+    // opened, and nothing is written back to it. HDF5's own lock would collide with ours.
     H5::FileAccPropList fapl;
     fapl.setCore(1 << 20, false);
+    H5Pset_file_locking(fapl.getId(), false, true);
     H5::H5File f(path, experiment_file ? H5F_ACC_RDWR : H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, fapl);
     H5::Group root = f.openGroup("/");
     if (experiment_file) {
@@ -437,7 +464,8 @@ void write_equivalence(const std::string& path, const EquivalenceReport& report,
     return;
   }
   // A new file: its temporary is linked into place, so that of two checks racing for one new path
-  // the second is refused (a rename would silently replace the first one's results).
+  // the second is refused (a rename would silently replace the first one's results). Where the
+  // file system has no hard links (vfat, some FUSE and CIFS mounts) it is renamed instead.
   const std::string host = replace_file_detail::host_name();
   replace_file_detail::remove_stale_temporaries(path, host);
   const std::string tmp = path + ".tmp." + host + "." + std::to_string(::getpid());
@@ -447,10 +475,17 @@ void write_equivalence(const std::string& path, const EquivalenceReport& report,
     std::remove(tmp.c_str());
     throw;
   }
-  const int linked = ::link(tmp.c_str(), path.c_str());
-  const int err = errno;
+  int err = ::link(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
+  if (err == EEXIST) {  // a retransmitted NFS link can say so of its own success: two names then
+    struct stat st {};
+    if (::stat(tmp.c_str(), &st) == 0 && st.st_nlink == 2) err = 0;
+  }
+  if (err == EPERM || err == ENOTSUP || err == EOPNOTSUPP || err == ENOSYS) {
+    if (std::rename(tmp.c_str(), path.c_str()) == 0) return;
+    err = errno;
+  }
   std::remove(tmp.c_str());
-  if (linked == 0) return;
+  if (err == 0) return;
   if (err == EEXIST)
     throw Error(ErrorKind::kConfig,
                 "expected no file at the output path, found one written meanwhile (pass --overwrite to replace it)",

@@ -1,5 +1,7 @@
 #include "framework/io/hdf5_journal.h"
 
+#include "framework/core/replace_file.h"
+
 #include <H5FDpublic.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -278,6 +280,14 @@ H5FD_t* open_file(const char* name, unsigned flags, hid_t fapl, haddr_t /*maxadd
     s.fail("expected no other process to have the file open, found one holding its lock (a running speclab run?)");
     return nullptr;
   }
+  // Replaced by a rename between the open and the lock (`speclab check` installs its results
+  // that way, holding the old file's lock until then): commits to the old file would be lost.
+  struct stat now {};
+  if (::stat(name, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev) {
+    ::close(fd);
+    s.fail("the file was replaced by another process while it was being opened; run the command again");
+    return nullptr;
+  }
   auto* f = static_cast<DriverFile*>(std::calloc(1, sizeof(DriverFile)));
   if (!f) {
     ::close(fd);
@@ -420,11 +430,7 @@ bool hdf5_writer_holds(const std::string& path) {
   return held;
 }
 
-std::string hdf5_journal_path(const std::string& path) {
-  std::error_code ec;
-  const std::filesystem::path real = std::filesystem::weakly_canonical(path, ec);
-  return (ec || real.empty() ? path : real.string()) + ".journal";
-}
+std::string hdf5_journal_path(const std::string& path) { return replace_target(path) + ".journal"; }
 
 bool recover_hdf5_journal(const std::string& path) {
   const std::string jpath = hdf5_journal_path(path);

@@ -64,8 +64,9 @@ class Hdf5Journal {
   std::shared_ptr<State> state_;  // shared with the open file: HDF5 may close it later
 };
 
-// Where the journal of the experiment file at `path` lives: beside the file itself, `path` with
-// its symbolic links resolved, plus ".journal". A writer and a reader that name the file through
+// Where the journal of the experiment file at `path` lives: beside the file itself (`path`, or
+// where it leads when it is a symbolic link: replace_target in framework/core/replace_file.h),
+// plus ".journal". A writer and a reader that name the file through
 // different links (a link and its target) find the same journal; until 2026-12-07 it was beside
 // the name given, and a reader through the target's own name ignored the half-copied commit of a
 // writer through a link (the file read as damaged).

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "framework/core/error.h"
+#include "framework/core/replace_file.h"
 #include "framework/core/utf8_check.h"
 #include "framework/io/hdf5_journal.h"
 
@@ -773,9 +774,12 @@ Hdf5Recorder::Hdf5Recorder(Hdf5Recorder&&) noexcept = default;
 Hdf5Recorder& Hdf5Recorder::operator=(Hdf5Recorder&&) noexcept = default;
 Hdf5Recorder::~Hdf5Recorder() = default;
 
-Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetadata& meta,
+Hdf5Recorder Hdf5Recorder::create(const std::string& given, const ExperimentMetadata& meta,
                                   const std::vector<PointRecord>& points, const std::vector<PromptRecord>& prompts,
                                   const std::vector<std::string>& methods) {
+  // Through a symbolic link: the file it leads to is replaced and the link kept (the rename below
+  // replaced the link itself, with the journal beside the old file, until 2026-12-07).
+  const std::string path = replace_target(given);
   H5::Exception::dontPrint();
   auto impl = std::make_unique<Impl>();
   impl->path = path;
@@ -879,7 +883,8 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& path, const ExperimentMetad
   return Hdf5Recorder(path, std::move(impl));
 }
 
-Hdf5Recorder Hdf5Recorder::open_for_append(const std::string& path) {
+Hdf5Recorder Hdf5Recorder::open_for_append(const std::string& given) {
+  const std::string path = replace_target(given);  // the file a link leads to, as create()
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   recover_hdf5_journal(path);

@@ -13,6 +13,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "framework/core/error.h"
+#include "framework/core/replace_file.h"
 #include "framework/io/config_canonical.h"
 #include "framework/io/config_fields.h"
 #include "framework/io/hdf5_journal.h"
@@ -234,8 +235,9 @@ ExperimentData merge_shards(const std::vector<std::string>& paths, const std::st
   return out;
 }
 
-void write_experiment_file(const std::string& path, const ExperimentData& data, const ExperimentSummary& summary,
+void write_experiment_file(const std::string& given, const ExperimentData& data, const ExperimentSummary& summary,
                            const std::string& end_time) {
+  const std::string path = replace_target(given);  // through a link: the file it leads to
   const std::string tmp = path + ".merging";
   auto cleanup = [&] {
     ::unlink(tmp.c_str());
@@ -254,11 +256,12 @@ void write_experiment_file(const std::string& path, const ExperimentData& data, 
     cleanup();
     if (e.kind() != ErrorKind::kIo) throw;
     // The recorder's words are a run's: they named the temporary and advised --resume, which
-    // merge has not (until 2026-12-07). Its cause, with the temporary's name put back to OUT.
+    // merge has not (until 2026-12-07). Its cause, with "cannot write OUT.merging:" said of OUT
+    // (other names, such as OUT.merging.partial, left as they are).
     std::string cause = e.message();
     for (const char* advice : {"; the file keeps", "; no prompt-run was recorded"})
       if (const size_t at = cause.find(advice); at != std::string::npos) cause.erase(at);
-    for (size_t at = cause.find(tmp); at != std::string::npos; at = cause.find(tmp, at + path.size()))
+    for (size_t at = cause.find(tmp + ":"); at != std::string::npos; at = cause.find(tmp + ":", at + path.size()))
       cause.replace(at, tmp.size(), path);
     throw Error(ErrorKind::kIo, "cannot write the merged file: " + cause + " (nothing was written; merge again once "
                                 "the cause is fixed)", path, "output.path");

@@ -87,8 +87,9 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
   // kv_dtype auto on the native CPU path over quantized blocks: a binary16 cache, as llama.cpp's
   // default (half the bytes attention streams; the weights' own rounding is far coarser). Any
   // layer matrix kept in its blocks decides: until 2026-12-07 layer 0's down projection alone
-  // did, and llama.cpp's Q3_K_M, Q4_K_S and Q2_K files, whose blk.0.ffn_down is another type than
-  // the rest, got a float32 cache with nearly every matrix packed.
+  // did, and a file whose blk.0.ffn_down has a type that loads as float32 while the others stay
+  // packed (llama.cpp's Q4_K_S and Q3_K_M of Qwen2.5-0.5B, before Q5_K was packed) got a float32
+  // cache. A file of unpacked types only (Q2_K, Q3_K throughout) still gets float32.
   if (placement.kv_dtype == "auto" && !placement_.dense && placement_.device.is_cpu() && any_layer_packed(w_)) {
     placement_.kv_dtype = at::kHalf;
     placement_.kv_dtype_name = "float16";

@@ -229,9 +229,9 @@ TEST_CASE("SmolLM2's quantized GGUF gets a float16 K/V cache by default, as llam
   CHECK(smollm2().model->config().kv_geometry().element_bytes() == 2);
 }
 
-// Any packed layer matrix makes the weights quantized: llama.cpp's Q3_K_M, Q4_K_S and Q2_K files
-// store blk.0.ffn_down in another type than the rest, and until 2026-12-07 that one matrix
-// decided (a float32 cache beside nearly every matrix packed). Layer 0's down projection
+// Any packed layer matrix makes the weights quantized: llama.cpp's Q4_K_S file of Qwen2.5-0.5B
+// stores blk.0.ffn_down in another type than the rest (Q5_K, loaded as float32 until Q5_K was
+// packed), and until 2026-12-07 that one matrix decided (a float32 cache beside the packed rest). Layer 0's down projection
 // dequantized here stands for it; every matrix dequantized (--weights f32) keeps float32.
 TEST_CASE("kv_dtype auto: float16 when any layer matrix is packed, not only layer 0's down projection",
           "[smollm2][kv_dtype]") {

@@ -1196,20 +1196,31 @@ TEST_CASE("write_equivalence attaches its group to its own experiment's file onl
       return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     };
     const std::string before = bytes();
-    rlimit old{};
-    REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
-    rlimit low = old;
-    low.rlim_cur = before.size() / 2;
-    const auto handler = std::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
-    REQUIRE(::setrlimit(RLIMIT_FSIZE, &low) == 0);
     std::string message;
-    try {
-      write_equivalence(run_h5, r, {}, true);
-    } catch (const Error& e) {
-      message = e.what();
+    {
+      // The limit and the ignored SIGXFSZ (the write fails with EFBIG instead) last for this block
+      // only, whatever it throws.
+      struct SizeLimit {
+        rlimit old{};
+        void (*handler)(int) = SIG_DFL;
+        explicit SizeLimit(rlim_t bytes) {
+          REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+          rlimit low = old;
+          low.rlim_cur = bytes;
+          handler = std::signal(SIGXFSZ, SIG_IGN);
+          REQUIRE(::setrlimit(RLIMIT_FSIZE, &low) == 0);
+        }
+        ~SizeLimit() {
+          ::setrlimit(RLIMIT_FSIZE, &old);
+          std::signal(SIGXFSZ, handler);
+        }
+      } limit(before.size() / 2);
+      try {
+        write_equivalence(run_h5, r, {}, true);
+      } catch (const Error& e) {
+        message = e.what();
+      }
     }
-    ::setrlimit(RLIMIT_FSIZE, &old);
-    std::signal(SIGXFSZ, handler);
     CHECK_THAT(message, Contains("could not write the equivalence results"));
     CHECK(bytes() == before);
     int temporaries = 0;
@@ -1217,7 +1228,13 @@ TEST_CASE("write_equivalence attaches its group to its own experiment's file onl
       temporaries += e.path().filename().string().rfind("attach_run.h5.", 0) == 0;
     CHECK(temporaries == 0);
   }
-  write_equivalence(run_h5, r, {"name: mine\nsampling: {seed: 777}\n", "abc123"}, true);
+  // Through a symbolic link: the experiment file it leads to gets the group, and the link stays a
+  // link (a rename replaced the link itself with a copy, and the run's file got nothing).
+  const std::string link_h5 = (dir / "attach_link.h5").string();
+  fs::remove(link_h5);
+  fs::create_symlink(fs::path(run_h5).filename(), link_h5);
+  write_equivalence(link_h5, r, {"name: mine\nsampling: {seed: 777}\n", "abc123"}, true);
+  CHECK(fs::is_symlink(link_h5));
   H5::H5File f(run_h5, H5F_ACC_RDONLY);
   CHECK(H5Lexists(f.getId(), "runs", H5P_DEFAULT) > 0);  // the experiment's own data kept
   CHECK(H5Lexists(f.getId(), "equivalence", H5P_DEFAULT) > 0);

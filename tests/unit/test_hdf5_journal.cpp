@@ -273,6 +273,36 @@ TEST_CASE("a writer through a symbolic link killed while copying its journal: re
   fs::remove_all(dir);
 }
 
+TEST_CASE("a new experiment file written through a symbolic link replaces the file it leads to, and the link stays",
+          "[hdf5][journal]") {
+  const std::string dir = temp_dir(), real = dir + "/a/real.h5", link = dir + "/b/link.h5";
+  fs::create_directories(dir + "/a");
+  fs::create_directories(dir + "/b");
+  {
+    Hdf5Recorder rec = new_file(real);
+    for (int64_t i = 0; i < 5; ++i) {
+      RunRecord r = run(i);
+      rec.append(r);
+    }
+  }
+  fs::create_symlink("../a/real.h5", link);
+  {
+    Hdf5Recorder rec = new_file(link);  // as `run --overwrite` through the link
+    for (int64_t i = 0; i < 2; ++i) {
+      RunRecord r = run(i);
+      rec.append(r);
+    }
+  }
+  // Until 2026-12-07 the rename replaced the link with the new file, its journal beside the old one.
+  CHECK(fs::is_symlink(link));
+  CHECK(read_experiment(real).runs.size() == 2);
+  CHECK(read_experiment(link).runs.size() == 2);
+  CHECK_FALSE(fs::exists(real + ".journal"));
+  CHECK_FALSE(fs::exists(link + ".journal"));
+  CHECK_FALSE(fs::exists(link + ".partial"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a journal its writer did not finish is ignored: the file is the last commit", "[hdf5][journal][crash]") {
   const std::string dir = temp_dir(), path = dir + "/t.h5";
   killed_during_commit(path, 0);
