@@ -138,6 +138,21 @@ int python_runs(const std::string& path) {
   return n;
 }
 
+// `real`, an experiment file of 5 prompt-runs, and `link`, a symbolic link to it from another
+// directory (both directories made).
+void file_and_link(const std::string& real, const std::string& link) {
+  fs::create_directories(fs::path(real).parent_path());
+  fs::create_directories(fs::path(link).parent_path());
+  {
+    Hdf5Recorder rec = new_file(real);
+    for (int64_t i = 0; i < 5; ++i) {
+      RunRecord r = run(i);
+      rec.append(r);
+    }
+  }
+  fs::create_symlink(fs::relative(real, fs::path(link).parent_path()), link);
+}
+
 }  // namespace
 
 TEST_CASE("a commit writes what changed: bytes per commit stay bounded while the file grows", "[hdf5][journal]") {
@@ -235,16 +250,7 @@ TEST_CASE("a writer killed while copying its journal: readers finish the copy", 
 TEST_CASE("a writer through a symbolic link killed while copying its journal: readers by the target's name finish the copy",
           "[hdf5][journal][crash]") {
   const std::string dir = temp_dir(), real = dir + "/a/real.h5", link = dir + "/b/link.h5";
-  fs::create_directories(dir + "/a");
-  fs::create_directories(dir + "/b");
-  {
-    Hdf5Recorder rec = new_file(real);
-    for (int64_t i = 0; i < 5; ++i) {
-      RunRecord r = run(i);
-      rec.append(r);
-    }
-  }
-  fs::create_symlink("../a/real.h5", link);
+  file_and_link(real, link);
   in_child([&] {  // resumed through the link, killed with the journal complete
     Hdf5Recorder rec = Hdf5Recorder::open_for_append(link);
     g_die_at = 0;
@@ -276,16 +282,7 @@ TEST_CASE("a writer through a symbolic link killed while copying its journal: re
 TEST_CASE("a new experiment file written through a symbolic link replaces the file it leads to, and the link stays",
           "[hdf5][journal]") {
   const std::string dir = temp_dir(), real = dir + "/a/real.h5", link = dir + "/b/link.h5";
-  fs::create_directories(dir + "/a");
-  fs::create_directories(dir + "/b");
-  {
-    Hdf5Recorder rec = new_file(real);
-    for (int64_t i = 0; i < 5; ++i) {
-      RunRecord r = run(i);
-      rec.append(r);
-    }
-  }
-  fs::create_symlink("../a/real.h5", link);
+  file_and_link(real, link);
   {
     Hdf5Recorder rec = new_file(link);  // as `run --overwrite` through the link
     for (int64_t i = 0; i < 2; ++i) {
