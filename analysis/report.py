@@ -84,6 +84,14 @@ def fmt(v, spec: str = ".3f") -> str:
     return NA if math.isnan(f) else format(f, spec)
 
 
+def fmt_cell(v) -> str:
+    """A value of an /equivalence table or attribute: an integer in full (a seed, a sample count or a
+    token id; ".4g" printed seed 123456789 as 1.235e+08 until 2026-12-07), a float to 4 digits."""
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    return fmt(v, ".4g")
+
+
 # What a table shows for an undefined figure (NaN in the file: a drafter that never drafted has no
 # acceptance, cost or prediction; a run of 1 token has no decode phase). It printed "nan", "nan%".
 NA = "n/a"
@@ -627,7 +635,7 @@ def equivalence_section(path: str, group: str, save) -> str:
         g = f[group]
         attrs = {k: v for k, v in g.attrs.items()}
         if attrs:
-            md.append(md_table(["attribute", "value"], [[k, fmt(v, ".4g") if not isinstance(v, (bytes, str))
+            md.append(md_table(["attribute", "value"], [[k, fmt_cell(v) if not isinstance(v, (bytes, str))
                                                          else _text(v)] for k, v in attrs.items()]))
         for name, title in (("failures", "Failures"), ("notes", "Notes")):
             if name in g and isinstance(g[name], h5py.Group) and "message" in g[name]:
@@ -652,7 +660,7 @@ def equivalence_section(path: str, group: str, save) -> str:
             shown = min(n, 40)
             tables += 1
             md.append(f"### /equivalence/{name}\n")
-            md.append(md_table(names, [[fmt(t[c][i], ".4g") if not isinstance(t[c][i], str) else t[c][i]
+            md.append(md_table(names, [[fmt_cell(t[c][i]) if not isinstance(t[c][i], str) else t[c][i]
                                         for c in names] for i in range(shown)]))
             if shown < n:
                 md.append(f"({n - shown} more rows in the file)\n")
@@ -727,6 +735,11 @@ def write_train_report(path: str, out: str) -> None:
     for key, label in curves.get(architecture, curves["eagle"]):
         ax.plot(t["step"], t[key], label=label, linewidth=1)
     ax.set_yscale("log")
+    # Plain tick labels: math text is off in every plot (text.parse_math above), and the log axis's
+    # default labels are math strings, printed as "$\\mathdefault{10^{0}}$" until 2026-12-07.
+    ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss (nats / smooth-L1 units, log scale)" if architecture == "eagle" else "loss (nats, log scale)")
     ax.set_title(f"Draft training loss per step ({architecture})")
