@@ -282,6 +282,7 @@ class Report:
         if not series:
             ax.text(0.5, 0.5, "no trials recorded" if no_drafts else "no speculative steps recorded", ha="center",
                     transform=ax.transAxes)
+            ax.set_xticks([])  # nothing drawn: no position axis (it read -0.045 to 0.045)
         self.save(fig, "acceptance_by_position.png",
                   "Acceptance rate at each draft position, conditional on reaching it.")
 
@@ -545,15 +546,21 @@ class Report:
                                   ["resumed", a.get("resume_count", "0") + " time(s)"]] + self.shard_rows())]
         if a.get("status") != "complete":
             md.append("\n**The run did not finish: this report covers the complete prompt-runs in the file.**\n")
-            # Each drafter's speedup is over its own prompts (AR's on the same ones), but side by side
-            # the rows may cover different prompts: say which cover how many.
+            # Each drafter's speedup is over its own prompt-runs (AR's on the same ones), but side by
+            # side the rows of one sweep point may cover different ones: say where they differ. (Until
+            # 2026-12-07 distinct prompts were compared across all points, which named points that
+            # differ from each other and missed a drafter one repeat short.)
             runs = self.exp.runs
-            prompts: dict[tuple, set] = {}
-            for p, m, q in zip(runs["point"], runs["method"], runs["prompt"]):
-                prompts.setdefault((int(p), str(m)), set()).add(int(q))
-            if len({len(v) for v in prompts.values()}) > 1:
-                md.append("Prompts recorded per drafter differ, so rows side by side cover different prompts: " +
-                          ", ".join(f"{self.series_label(p, m)} {len(v)}" for (p, m), v in prompts.items()) + ".\n")
+            done: dict[tuple, set] = {}
+            for p, m, q, r in zip(runs["point"], runs["method"], runs["prompt"], runs["repeat"]):
+                done.setdefault((int(p), str(m)), set()).add((int(q), int(r)))
+            uneven = [p for p in sorted({p for p, _ in done})
+                      if len({len(v) for (pp, _), v in done.items() if pp == p}) > 1]
+            if uneven:
+                md.append("Prompt-runs recorded per drafter differ within a sweep point, so rows side by side cover "
+                          "different prompts or repeats: " +
+                          ", ".join(f"{self.series_label(p, m)} {len(v)}" for (p, m), v in done.items() if p in uneven)
+                          + ".\n")
         md.append("\n## Summary\n")
         md.append(f"Source: {self.summary_source}. α: per-token acceptance rate (accepted / examined draft "
                   "positions) with its 95% Wilson interval; τ: tokens per target verification forward; c: draft time "
