@@ -822,6 +822,8 @@ def input_error(path: str) -> str | None:
         recover_journal(path)
         if not h5py.is_hdf5(path):
             return f"{path}: {expected}, found a file that is not HDF5"
+    except SchemaError as e:  # a journal to apply to a read-only file (names both)
+        return str(e)
     except OSError as e:
         return open_error(path, e)
     return None

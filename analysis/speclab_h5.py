@@ -78,7 +78,12 @@ def recover_journal(path: str) -> bool:
     with open(jpath, "rb") as f:
         if _journal_records(f.read()) is None:
             return False
-    fd = os.open(path, os.O_RDWR)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError as e:  # a read-only file: said as a bare PermissionError until 2026-12-07
+        raise SchemaError(f"{path}: a killed writer left {jpath} to be copied into the file before it can be read, "
+                          f"and the file cannot be opened for writing ({os.strerror(e.errno or 0)}); make it "
+                          f"writable, or copy both files to where they are") from e
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
