@@ -18,6 +18,7 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -73,11 +74,13 @@ inline std::string replace_target(const std::string& path) {
   return ec || real.empty() ? path : real.string();
 }
 
+namespace replace_file_detail {
+// Stale temporaries of `path` removed, then write(tmp) into this process's temporary, which is
+// returned; on an exception it is removed and the exception passes on.
 template <class Write>
-void replace_file(const std::string& given, Write&& write) {
-  const std::string path = replace_target(given);
-  const std::string host = replace_file_detail::host_name();
-  replace_file_detail::remove_stale_temporaries(path, host);
+std::string write_temporary(const std::string& path, Write&& write) {
+  const std::string host = host_name();
+  remove_stale_temporaries(path, host);
   const std::string tmp = path + ".tmp." + host + "." + std::to_string(::getpid());
   try {
     write(tmp);
@@ -85,11 +88,41 @@ void replace_file(const std::string& given, Write&& write) {
     std::remove(tmp.c_str());
     throw;
   }
+  return tmp;
+}
+}  // namespace replace_file_detail
+
+template <class Write>
+void replace_file(const std::string& given, Write&& write) {
+  const std::string path = replace_target(given);
+  const std::string tmp = replace_file_detail::write_temporary(path, write);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp.c_str());
     throw Error(ErrorKind::kIo, "cannot rename the temporary file " + tmp + " onto it: " + std::strerror(err), path);
   }
+}
+
+// create_file(path, write): as replace_file, for a file that must not exist yet. The temporary is
+// linked into place, so that of two writers racing for one new path the second learns of the
+// first (a rename would silently replace its file): returns false, nothing changed, when a file
+// is at `path` by then. Where the file system has no hard links (vfat, some FUSE and CIFS mounts)
+// the temporary is renamed instead, without that protection. Other failures: Error(kIo, path).
+template <class Write>
+bool create_file(const std::string& given, Write&& write) {
+  const std::string path = replace_target(given);
+  const std::string tmp = replace_file_detail::write_temporary(path, write);
+  int err = ::link(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
+  if (err == EEXIST) {  // a retransmitted NFS link can say so of its own success: two names then
+    struct stat st {};
+    if (::stat(tmp.c_str(), &st) == 0 && st.st_nlink == 2) err = 0;
+  }
+  if (err == EPERM || err == ENOTSUP || err == EOPNOTSUPP || err == ENOSYS)
+    err = std::rename(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
+  std::remove(tmp.c_str());  // a no-op after the rename
+  if (err == EEXIST) return false;
+  if (err != 0) throw Error(ErrorKind::kIo, "cannot link the temporary file " + tmp + " into place: " + std::strerror(err), path);
+  return true;
 }
 
 }  // namespace speclab

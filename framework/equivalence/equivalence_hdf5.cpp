@@ -4,7 +4,6 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -463,35 +462,11 @@ void write_equivalence(const std::string& given, const EquivalenceReport& report
     replace_file(path, [&](const std::string& tmp) { write_bytes(tmp, image, path); });
     return;
   }
-  // A new file: its temporary is linked into place, so that of two checks racing for one new path
-  // the second is refused (a rename would silently replace the first one's results). Where the
-  // file system has no hard links (vfat, some FUSE and CIFS mounts) it is renamed instead.
-  const std::string host = replace_file_detail::host_name();
-  replace_file_detail::remove_stale_temporaries(path, host);
-  const std::string tmp = path + ".tmp." + host + "." + std::to_string(::getpid());
-  try {
-    write_bytes(tmp, image, path);
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
-  int err = ::link(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
-  if (err == EEXIST) {  // a retransmitted NFS link can say so of its own success: two names then
-    struct stat st {};
-    if (::stat(tmp.c_str(), &st) == 0 && st.st_nlink == 2) err = 0;
-  }
-  if (err == EPERM || err == ENOTSUP || err == EOPNOTSUPP || err == ENOSYS) {
-    if (std::rename(tmp.c_str(), path.c_str()) == 0) return;
-    err = errno;
-  }
-  std::remove(tmp.c_str());
-  if (err == 0) return;
-  if (err == EEXIST)
+  // A new file: of two checks racing for one new path the second is refused (create_file).
+  if (!create_file(path, [&](const std::string& tmp) { write_bytes(tmp, image, path); }))
     throw Error(ErrorKind::kConfig,
                 "expected no file at the output path, found one written meanwhile (pass --overwrite to replace it)",
                 path, "output.path");
-  throw Error(ErrorKind::kIo, std::string("could not write the equivalence results: ") + std::strerror(err), path,
-              "output.path");
 }
 
 }  // namespace speclab
