@@ -59,6 +59,11 @@ std::vector<uint8_t> random_matrix(GgmlType t, int64_t out, int64_t in) {
     uint8_t* blk = w.data() + at;
     if (t == GgmlType::Q6_K) {
       put_f16(blk + 208, 0.001f);
+    } else if (t == GgmlType::Q3_K) {
+      put_f16(blk + 108, 0.001f);
+    } else if (t == GgmlType::Q2_K) {
+      put_f16(blk + 80, 0.01f);
+      put_f16(blk + 82, 0.005f);
     } else {
       put_f16(blk, 0.01f);
       if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K)
@@ -216,8 +221,8 @@ int main(int argc, char** argv) {
                                      : shape_set == "qwen1.5b" ? qwen
                                      : shape_set == "cached"   ? cached
                                                                : qwen_small;
-  const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1,
-                            GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+  const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
   // Row counts: --n picks any of these; without it the usual five (1, 5, 9, 17, 32).
   const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 32};
   const auto usual = [](int64_t n) { return n == 1 || n == 5 || n == 9 || n == 17 || n == 32; };

@@ -370,18 +370,26 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void decode_block
 }
 
 // Chunk t (elements 32t..32t+31) of a K-quant super-block as float32, exactly dequantize()'s
-// values: Q4_K and Q5_K (d * sc) * q - dmin * mn; Q6_K (d * sc) * (q - 32).
+// values: Q4_K and Q5_K (d * sc) * q - dmin * mn; Q2_K the same with a scale and a min per 16
+// elements; Q3_K and Q6_K (d * sc) * (q - 4) and (q - 32).
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kchunk_f32_avx2(const packed::KInts& k, int t,
                                                                                     __m256* w) {
-  const bool q6 = T == GgmlType::Q6_K;
-  const __m256i q = q6 ? _mm256_sub_epi8(k.q[t], _mm256_set1_epi8(32)) : k.q[t];
+  constexpr bool offset = !packed::has_kmins(T);  // Q3_K, Q6_K: signed q - offset
+  const __m256i q = offset ? _mm256_sub_epi8(k.q[t], _mm256_set1_epi8(packed::k_offset(T))) : k.q[t];
   const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
   const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
   if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
     const __m256 d1 = _mm256_set1_ps(k.d * static_cast<float>(k.sc[t]));
     const __m256 m1 = _mm256_set1_ps(k.dmin * static_cast<float>(k.mn[t]));
     for (int i = 0; i < 4; ++i) w[i] = _mm256_sub_ps(_mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i]))), m1);
+  } else if constexpr (T == GgmlType::Q2_K) {
+    const __m256 dl[2] = {_mm256_set1_ps(k.d * static_cast<float>(k.sc[2 * t])),
+                          _mm256_set1_ps(k.d * static_cast<float>(k.sc[2 * t + 1]))};
+    const __m256 ml[2] = {_mm256_set1_ps(k.dmin * static_cast<float>(k.mn[2 * t])),
+                          _mm256_set1_ps(k.dmin * static_cast<float>(k.mn[2 * t + 1]))};
+    for (int i = 0; i < 4; ++i)
+      w[i] = _mm256_sub_ps(_mm256_mul_ps(dl[i / 2], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i]))), ml[i / 2]);
   } else {
     const __m256 dl[2] = {_mm256_set1_ps(k.d * static_cast<float>(k.sc[2 * t])),
                           _mm256_set1_ps(k.d * static_cast<float>(k.sc[2 * t + 1]))};
@@ -432,7 +440,7 @@ __attribute__((target("avx2,fma,f16c"))) void fused_rows_avx2(const uint8_t* w, 
     for (int j = 0; j < N; ++j) y[j * out + r + rr] = packed::hsum8(acc[rr][j]) + (bias ? bias[r + rr] : 0.f);
 }
 
-// A row of a Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K matrix decoded to float32 (dequantize()'s values). GCC 12 at -O3
+// A row of a Q5_0 / Q5_1 matrix or a K-quant one decoded to float32 (dequantize()'s values). GCC 12 at -O3
 // drops this loop's stores for the K-quants unless its loop vectorizer is off here (found by
 // test_qgemm's embedding check; -O2 and -O3 -fno-tree-vectorize are correct).
 template <GgmlType T>
@@ -526,6 +534,8 @@ void fused_gemm(const uint8_t* w, GgmlType type, int64_t row_bytes, const float*
       switch (type) {
         case GgmlType::Q5_0: return fused_range_any_n<K, GgmlType::Q5_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         case GgmlType::Q5_1: return fused_range_any_n<K, GgmlType::Q5_1>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+        case GgmlType::Q2_K: return fused_range_any_n<K, GgmlType::Q2_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+        case GgmlType::Q3_K: return fused_range_any_n<K, GgmlType::Q3_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         case GgmlType::Q4_K: return fused_range_any_n<K, GgmlType::Q4_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         case GgmlType::Q5_K: return fused_range_any_n<K, GgmlType::Q5_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         default: return fused_range_any_n<K, GgmlType::Q6_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
@@ -534,11 +544,8 @@ void fused_gemm(const uint8_t* w, GgmlType type, int64_t row_bytes, const float*
   });
 }
 
-// Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: no AVX-512 kernels; AVX-512 CPUs run the AVX2 ones.
-bool avx2_only_type(GgmlType t) {
-  return t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
-         t == GgmlType::Q6_K;
-}
+// Q5_0, Q5_1 and the K-quants: no AVX-512 kernels; AVX-512 CPUs run the AVX2 ones.
+bool avx2_only_type(GgmlType t) { return t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || packed::is_kquant(t); }
 
 void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes, float* dst) {
   if (avx2_only_type(type) && have_avx2()) {
@@ -550,6 +557,10 @@ void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes
       decode_row_chunks_avx2<GgmlType::Q5_K>(src, in, dst);
     else if (type == GgmlType::Q4_K)
       decode_row_chunks_avx2<GgmlType::Q4_K>(src, in, dst);
+    else if (type == GgmlType::Q2_K)
+      decode_row_chunks_avx2<GgmlType::Q2_K>(src, in, dst);
+    else if (type == GgmlType::Q3_K)
+      decode_row_chunks_avx2<GgmlType::Q3_K>(src, in, dst);
     else
       decode_row_chunks_avx2<GgmlType::Q6_K>(src, in, dst);
   } else if (have_avx512())
@@ -564,8 +575,7 @@ void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes
 int64_t packed_row_bytes(uint32_t type, int64_t in) {
   if (!gemm_packed_supports(type))
     throw Error(ErrorKind::kUnsupported,
-                "packed matmul supports Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, not " +
-                    ggml_type_name(type));
+                "packed matmul supports " + packable_type_names() + ", not " + ggml_type_name(type));
   return static_cast<int64_t>(ggml_row_bytes(type, static_cast<uint64_t>(in), "packed weight row"));
 }
 

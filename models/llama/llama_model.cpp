@@ -89,7 +89,7 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
   // layer matrix kept in its blocks decides: until 2026-12-07 layer 0's down projection alone
   // did, and a file whose blk.0.ffn_down has a type that loads as float32 while the others stay
   // packed (llama.cpp's Q4_K_S and Q3_K_M of Qwen2.5-0.5B, before Q5_K was packed) got a float32
-  // cache. A file of unpacked types only (Q2_K, Q3_K throughout) still gets float32.
+  // cache. A file of unpacked matrices only (F16, BF16) still gets float32.
   if (placement.kv_dtype == "auto" && !placement_.dense && placement_.device.is_cpu() && any_layer_packed(w_)) {
     placement_.kv_dtype = at::kHalf;
     placement_.kv_dtype_name = "float16";

@@ -32,14 +32,25 @@ constexpr int64_t block_bytes(GgmlType t) {
          : t == GgmlType::Q5_0 ? 22
          : t == GgmlType::Q5_1 ? 24
          : t == GgmlType::Q8_0 ? 34
+         : t == GgmlType::Q2_K ? 84
+         : t == GgmlType::Q3_K ? 110
          : t == GgmlType::Q4_K ? 144
          : t == GgmlType::Q5_K ? 176
                                : 210;  // Q6_K
 }
-// Elements per block: 256 for the K-quants, 32 otherwise.
-constexpr int64_t block_elems(GgmlType t) {
-  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K ? 256 : 32;
+// The K-quants: 256-element super-blocks.
+constexpr bool is_kquant(GgmlType t) {
+  return t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
+         t == GgmlType::Q6_K;
 }
+// Elements per block: 256 for the K-quants, 32 otherwise.
+constexpr int64_t block_elems(GgmlType t) { return is_kquant(t) ? 256 : 32; }
+// K-quants whose sub-blocks have a min as well as a scale (x = d sc u - dmin mn): Q2_K (16
+// sub-blocks of 16), Q4_K and Q5_K (8 of 32). The others (Q3_K, Q6_K) have 16 signed scales and
+// a fixed offset: x = d sc (u - k_offset).
+constexpr bool has_kmins(GgmlType t) { return t == GgmlType::Q2_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K; }
+// Q3_K's and Q6_K's offset: 4 and 32.
+constexpr int k_offset(GgmlType t) { return t == GgmlType::Q3_K ? 4 : 32; }
 
 // Q4_K's twelve bytes of eight 6-bit scales and eight 6-bit mins.
 inline void unpack_q4k_scales(const uint8_t* s, int* sc, int* mn) {
@@ -49,6 +60,23 @@ inline void unpack_q4k_scales(const uint8_t* s, int* sc, int* mn) {
     sc[j + 4] = (s[j + 8] & 0x0F) | ((s[j] >> 6) << 4);
     mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
   }
+}
+
+// Q3_K's twelve bytes of sixteen 6-bit scales (offset 32) as signed bytes: scale k takes its low
+// four bits from byte k (k < 8) or the high nibble of byte k - 8, and its top two from bits
+// 2 (k / 4) of byte 8 + k % 4 (models/loaders/dequant.cpp). Word at a time: word j of the
+// result holds scales 4j..4j+3.
+inline void unpack_q3k_scales(const uint8_t* s, int8_t* sc) {
+  uint32_t a[3], r[4];
+  std::memcpy(a, s, 12);
+  const uint32_t m4 = 0x0F0F0F0Fu, m2 = 0x03030303u;
+  r[0] = (a[0] & m4) | ((a[2] & m2) << 4);
+  r[1] = (a[1] & m4) | (((a[2] >> 2) & m2) << 4);
+  r[2] = ((a[0] >> 4) & m4) | (((a[2] >> 4) & m2) << 4);
+  r[3] = ((a[1] >> 4) & m4) | (((a[2] >> 6) & m2) << 4);
+  uint8_t b[16];
+  std::memcpy(b, r, 16);
+  for (int k = 0; k < 16; ++k) sc[k] = static_cast<int8_t>(b[k] - 32);
 }
 
 // Whether a 32-element block type stores a fifth bit per element (qh): Q5_0 and Q5_1.
@@ -95,10 +123,12 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i block_int
 // A K-quant super-block as integers: eight 32-byte chunks q[t] (elements 32t..32t+31) and the
 // block's scales. Q4_K: q = nibble (0..15), x = (d * sc[t]) * q - dmin * mn[t]; Q5_K the same
 // with q = nibble plus fifth bit (0..31). Q6_K: q = 6 bits (0..63), x = (d * sc[e / 16]) * (q - 32).
+// Q3_K: q = 3 bits (0..7), x = (d * sc[e / 16]) * (q - 4). Q2_K: q = 2 bits (0..3),
+// x = (d * sc[e / 16]) * q - dmin * mn[e / 16].
 struct KInts {
   __m256i q[8];
-  int sc[16];  // Q4_K: 8 sub-block scales; Q6_K: 16 signed scales
-  int mn[8];   // Q4_K only
+  int sc[16];  // Q4_K, Q5_K: 8 sub-block scales; Q2_K 16 (0..15); Q3_K, Q6_K: 16 signed scales
+  int mn[16];  // Q4_K, Q5_K: 8 mins; Q2_K 16
   float d, dmin;
 };
 
@@ -126,6 +156,30 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_q(con
     }
     k.d = _cvtsh_ss(load_u16(blk));
     k.dmin = _cvtsh_ss(load_u16(blk + 2));
+  } else if constexpr (T == GgmlType::Q2_K || T == GgmlType::Q3_K) {
+    // Chunk 4h + s takes bits 2s, 2s + 1 of qs[32h + l] (a 16-bit shift by 2s <= 6 brings no bit
+    // of the other byte to bits 0-1); Q3_K adds bit 4h + s of hmask[l] as bit 2.
+    constexpr int qs_at = T == GgmlType::Q3_K ? 32 : 16;  // Q3_K: hmask[32] at 0; Q2_K: scales[16]
+    const __m256i low2 = _mm256_set1_epi8(0x03);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qs_at + 32 * h));
+      for (int s = 0; s < 4; ++s)
+        k.q[4 * h + s] = _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(2 * s)), low2);
+    }
+    if constexpr (T == GgmlType::Q3_K) {
+      const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+      const __m256i bit2 = _mm256_set1_epi8(0x04);
+      for (int t = 0; t < 8; ++t) {
+        const __m256i s = t >= 2 ? _mm256_srl_epi16(hm, _mm_cvtsi32_si128(t - 2))
+                                 : _mm256_sll_epi16(hm, _mm_cvtsi32_si128(2 - t));
+        k.q[t] = _mm256_or_si256(k.q[t], _mm256_and_si256(s, bit2));
+      }
+      k.d = _cvtsh_ss(load_u16(blk + 108));
+      k.dmin = 0.f;
+    } else {
+      k.d = _cvtsh_ss(load_u16(blk + 80));
+      k.dmin = _cvtsh_ss(load_u16(blk + 82));
+    }
   } else {  // Q6_K: chunk 4h + s takes nibble s / 2 of ql[64h + 32(s % 2) + l], bits 2s of qh[32h + l]
     const __m256i hi2 = _mm256_set1_epi8(0x30);
     for (int h = 0; h < 2; ++h) {
@@ -150,6 +204,15 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_ints(
   kblock_q<T>(blk, k);
   if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
     unpack_q4k_scales(blk + 4, k.sc, k.mn);
+  } else if constexpr (T == GgmlType::Q2_K) {
+    for (int i = 0; i < 16; ++i) {
+      k.sc[i] = blk[i] & 0x0F;
+      k.mn[i] = blk[i] >> 4;
+    }
+  } else if constexpr (T == GgmlType::Q3_K) {
+    int8_t sc[16];
+    unpack_q3k_scales(blk + 96, sc);
+    for (int i = 0; i < 16; ++i) k.sc[i] = sc[i];
   } else {
     for (int i = 0; i < 16; ++i) k.sc[i] = static_cast<int8_t>(blk[192 + i]);
   }
@@ -157,10 +220,12 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_ints(
 
 // A K-quant super-block's sub-block scales as vpmaddwd multipliers, built in vector registers:
 // - scale[t] (t = 0..7) multiplies the 16 int16 pair sums of chunk t (elements 32t..32t+31).
-//   Q4_K and Q5_K: sc[t] in all 16 lanes. Q6_K: sc[2t] in the low 128 bits, sc[2t+1] in the high.
+//   Q4_K and Q5_K: sc[t] in all 16 lanes. Q2_K, Q3_K, Q6_K: sc[2t] in the low 128 bits, sc[2t+1]
+//   in the high.
 // - off16 multiplies the 16 activation sums of 16 elements (xq.bsum16). Q4_K and Q5_K: mn[0],
-//   mn[0], mn[1], mn[1], ..., mn[7], mn[7] (each min covers two sums); Q6_K: sc[0..15].
-// The integers equal unpack_q4k_scales's (Q4_K, Q5_K) and the signed scale bytes (Q6_K).
+//   mn[0], mn[1], mn[1], ..., mn[7], mn[7] (each min covers two sums); Q2_K: mn[0..15]; Q3_K and
+//   Q6_K: sc[0..15] (the caller applies the offset).
+// The integers equal kblock_ints's.
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_scales16(const uint8_t* blk,
                                                                                    __m256i (&scale)[8],
@@ -184,8 +249,21 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_scale
     const __m128i mn = _mm256_extracti128_si256(v, 1);
     off16 = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
   } else {
-    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
-    off16 = v;  // sc[0..15]
+    __m256i v;  // sc[0..15] as int16
+    if constexpr (T == GgmlType::Q2_K) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+      const __m128i low4 = _mm_set1_epi8(0x0F);
+      v = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, low4));
+      off16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4));  // mn[0..15]
+    } else {
+      alignas(16) int8_t sc[16];
+      if constexpr (T == GgmlType::Q3_K)
+        unpack_q3k_scales(blk + 96, sc);
+      else
+        std::memcpy(sc, blk + 192, 16);
+      v = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)));
+      off16 = v;
+    }
     const __m256i lo = _mm256_permute2x128_si256(v, v, 0x00), hi = _mm256_permute2x128_si256(v, v, 0x11);
     for (int t = 0; t < 8; ++t) {
       // Within a half of 8 scales, chunk t uses scales 2(t % 4) (low 128 bits) and 2(t % 4) + 1 (high).

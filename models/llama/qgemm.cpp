@@ -171,6 +171,41 @@ float row_dot_scalar(const uint8_t* wrow, const int8_t* xq, const float* xd, con
       acc += (load_f16(blk) * xd[b]) * static_cast<float>(isum);
       acc -= (load_f16(blk + 2) * xd[b]) * static_cast<float>(imin);
     }
+  } else if constexpr (T == GgmlType::Q2_K || T == GgmlType::Q3_K) {
+    // Element e = 128 h + 32 s + l: bits 2s, 2s + 1 of qs[32h + l]; Q3_K: bit 2 from bit e / 32 of
+    // hmask[l], and x = d sc (u - 4), the offset taken through the activation sums of 16.
+    constexpr bool q3 = T == GgmlType::Q3_K;
+    for (int64_t b = 0; b < in / 256; ++b) {
+      const uint8_t* blk = wrow + b * bb;
+      const uint8_t* qs = blk + (q3 ? 32 : 16);
+      const int8_t* x = xq + 256 * b;
+      int sc[16], mn[16];
+      if constexpr (q3) {
+        int8_t s8[16];
+        packed::unpack_q3k_scales(blk + 96, s8);
+        for (int k = 0; k < 16; ++k) sc[k] = s8[k], mn[k] = packed::k_offset(T) * s8[k];
+      } else {
+        for (int k = 0; k < 16; ++k) sc[k] = blk[k] & 0x0F, mn[k] = blk[k] >> 4;
+      }
+      int isum = 0, imin = 0;
+      for (int k = 0; k < 16; ++k) {
+        int dot = 0;
+        for (int e = 16 * k; e < 16 * k + 16; ++e) {
+          const int h = e / 128, s = (e / 32) % 4, l = e % 32;
+          int u = (qs[32 * h + l] >> (2 * s)) & 3;
+          if constexpr (q3) u |= ((blk[l] >> (e / 32)) & 1) << 2;
+          dot += u * x[e];
+        }
+        isum += sc[k] * dot;
+        imin += mn[k] * xb16[16 * b + k];
+      }
+      if constexpr (q3) {
+        acc += (load_f16(blk + 108) * xd[b]) * static_cast<float>(isum - imin);
+      } else {
+        acc += (load_f16(blk + 80) * xd[b]) * static_cast<float>(isum);
+        acc -= (load_f16(blk + 82) * xd[b]) * static_cast<float>(imin);
+      }
+    }
   } else {  // Q6_K
     for (int64_t b = 0; b < in / 256; ++b) {
       const uint8_t* blk = wrow + b * bb;
@@ -342,13 +377,15 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rowsk_avx2(const uint8_t* w, 
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(k.q[t], xv), scale[t]));
       }
       const __m256i b16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[j].b16 + 16 * b));
-      const __m256i off = _mm256_madd_epi16(b16, off16);  // Q4_K, Q5_K: min * sum32; Q6_K: scale * sum16
+      // Q4_K, Q5_K, Q2_K: min * sum of x over the min's elements; Q3_K, Q6_K: scale * sum16.
+      const __m256i off = _mm256_madd_epi16(b16, off16);
       const float dx = xr[j].d[b];
-      if constexpr (T != GgmlType::Q6_K) {
+      if constexpr (packed::has_kmins(T)) {
         acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(k.d * dx), acc[j]);
         acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(off), _mm256_set1_ps(k.dmin * dx), acc[j]);
       } else {
-        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));  // sum of scale * (q - 32) * x
+        // sum of scale * (q - 32) * x (Q6_K), scale * (q - 4) * x (Q3_K)
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, T == GgmlType::Q6_K ? 5 : 2));
         acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(k.d * dx), acc[j]);
       }
     }
@@ -411,14 +448,15 @@ RangeFn pick(GgmlType t, bool avx2) {
     case GgmlType::Q5_0: return range_fn<GgmlType::Q5_0>(avx2);
     case GgmlType::Q5_1: return range_fn<GgmlType::Q5_1>(avx2);
     case GgmlType::Q8_0: return range_fn<GgmlType::Q8_0>(avx2);
+    case GgmlType::Q2_K: return range_fn<GgmlType::Q2_K>(avx2);
+    case GgmlType::Q3_K: return range_fn<GgmlType::Q3_K>(avx2);
     case GgmlType::Q4_K: return range_fn<GgmlType::Q4_K>(avx2);
     case GgmlType::Q5_K: return range_fn<GgmlType::Q5_K>(avx2);
     case GgmlType::Q6_K: return range_fn<GgmlType::Q6_K>(avx2);
     default: break;
   }
-  throw Error(ErrorKind::kUnsupported,
-              "int8-activation matmul supports Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, not " +
-                  ggml_type_name(static_cast<uint32_t>(t)));
+  throw Error(ErrorKind::kUnsupported, "int8-activation matmul supports " + packable_type_names() + ", not " +
+                                           ggml_type_name(static_cast<uint32_t>(t)));
 }
 
 // Checks the arguments and returns the weight row's byte size.
@@ -432,11 +470,7 @@ int64_t checked_row_bytes(uint32_t type_id, const QuantizedRows& xq) {
 
 }  // namespace
 
-bool int8_gemm_supports(uint32_t type_id) {
-  const auto t = static_cast<GgmlType>(type_id);
-  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
-         t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
-}
+bool int8_gemm_supports(uint32_t type_id) { return is_packable(type_id); }
 
 void quantize_activations(uint32_t type_id, const float* x, int64_t n, int64_t in, QuantizedRows& out) {
   if (!int8_gemm_supports(type_id)) pick(static_cast<GgmlType>(type_id), false);  // throws

@@ -6,8 +6,9 @@
 // dx = max|x| / 127 over the block (float32, not rounded to f16), q = x * (1 / dx) rounded to
 // the nearest integer (ties to even). A weight block times an activation block is then an exact integer dot product (int16
 // pair sums, int32 totals: none can overflow for these block layouts), scaled once per block by
-// the float32 product of the two scales. Weight offsets and mins (Q4_1's and Q5_1's m, Q4_K's
-// and Q5_K's dmin * min) multiply the activation block's integer sum, which is kept with the block.
+// the float32 product of the two scales. Weight offsets and mins (Q4_1's and Q5_1's m, Q2_K's,
+// Q4_K's and Q5_K's dmin * min, Q3_K's and Q6_K's fixed offsets) multiply the activation block's
+// integer sums, which are kept with the block.
 //
 // Error added against float32 activations: each activation element moves by at most dx / 2,
 // so with the weights w decoded by dequantize(), |y_int8 - y_f32| <= sum over blocks b of
@@ -38,8 +39,9 @@
 
 namespace speclab {
 
-// Weight types the int8 kernels take: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (32-element blocks), Q4_K,
-// Q5_K and Q6_K (256-element super-blocks).
+// Weight types the int8 kernels take: is_packable's (models/loaders/dequant.h): Q4_0, Q4_1,
+// Q5_0, Q5_1, Q8_0 (32-element blocks), Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (256-element
+// super-blocks).
 bool int8_gemm_supports(uint32_t type_id);
 
 // Activation rows quantized for one weight type's block size. Reusable: quantize_activations

@@ -32,6 +32,9 @@ using packed::load_u16;
 //   Q5_0  d16[8] @0, qh @16 (32), qs @48 (128)             176 = 8 x 22
 //   Q5_1  d16[8] @0, m16[8] @16, qh @32 (32), qs @64 (128) 192 = 8 x 24
 //   Q8_0  d16[8] @0, u @16 (256)                           272 = 8 x 34
+//   Q2_K  d16[8] @0, dmin16[8] @16, scmn [8 c][8 r][2] @32 (scale in the low nibble, min in the
+//         high), then per chunk c: q2 (64) @160 + 64c                                         672 = 8 x 84
+//   Q3_K  d16[8] @0, sc [8 c][8 r][2] (int8) @16, then per chunk c: q2 (64) @144 + 96c, hb (32) after it  912
 //   Q4_K  d16[8] @0, dmin16[8] @16, sc [8 t][8 r] @32, mn [4 p][8 r][2] @96, qs [8 t][128] @160  1184
 //   Q5_K  as Q4_K up to @160, then per sub-block t: qs (128) @160 + 160t, qh (32) after it  1440
 //   Q6_K  d16[8] @0, sc [8 c][8 r][2] (int8) @16, then per chunk c: qs (128) @144 + 192c, qh (64) after it  1680
@@ -41,8 +44,10 @@ using packed::load_u16;
 // Q5_0 and Q5_1 qh, and Q5_K's per sub-block (its 32 elements): byte 4r + i, bit g = fifth bit
 // of element 4g + i of row r.
 // Q6_K qh (64 bytes per 32 elements): vector h (0, 1), byte 4r + i, bits 2v, 2v + 1 = the top two
-// bits of element 4(4h + v) + i. Q8_0 u: byte 32g + 4r + i = element 4g + i of row r, plus 128.
-// Q6_K chunk c (elements 32c..32c+31) holds sub-blocks 2c (groups 0-3) and 2c + 1 (groups 4-7).
+// bits of element 4(4h + v) + i. Q2_K's and Q3_K's q2 are the same with the low two bits, and
+// Q3_K's hb is the fifth-bit layout with bit 2. Q8_0 u: byte 32g + 4r + i = element 4g + i of row r, plus 128.
+// Q2_K, Q3_K and Q6_K chunk c (elements 32c..32c+31) hold sub-blocks 2c (groups 0-3) and 2c + 1
+// (groups 4-7).
 
 constexpr int64_t x8_block_bytes(GgmlType t) {
   return t == GgmlType::Q4_0   ? 144
@@ -50,6 +55,8 @@ constexpr int64_t x8_block_bytes(GgmlType t) {
          : t == GgmlType::Q5_0 ? 176
          : t == GgmlType::Q5_1 ? 192
          : t == GgmlType::Q8_0 ? 272
+         : t == GgmlType::Q2_K ? 672
+         : t == GgmlType::Q3_K ? 912
          : t == GgmlType::Q4_K ? 1184
          : t == GgmlType::Q5_K ? 1440
                                : 1680;  // Q6_K
@@ -60,12 +67,19 @@ constexpr int64_t x8_block_bytes(GgmlType t) {
 constexpr bool is_q45k(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K; }
 constexpr int64_t k_sub_bytes(GgmlType t) { return t == GgmlType::Q5_K ? 160 : 128; }
 
+// Q2_K, Q3_K and Q6_K: 16 sub-blocks of 16 elements, in chunks of 32 (two sub-blocks) after the
+// scales. Where the chunks start and how long each is.
+constexpr bool is_k16(GgmlType t) { return t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q6_K; }
+constexpr int64_t k16_chunks_at(GgmlType t) { return t == GgmlType::Q2_K ? 160 : 144; }
+constexpr int64_t k16_chunk_bytes(GgmlType t) {
+  return t == GgmlType::Q2_K ? 64 : t == GgmlType::Q3_K ? 96 : 192;
+}
+
 GgmlType checked_type(uint32_t type_id) {
   const auto t = static_cast<GgmlType>(type_id);
   if (!int8_gemm_supports(type_id))  // the same types as the row-major int8 kernels
     throw Error(ErrorKind::kUnsupported,
-                "repacked int8 matmul supports Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, not " +
-                                             ggml_type_name(type_id));
+                "repacked int8 matmul supports " + packable_type_names() + ", not " + ggml_type_name(type_id));
   return t;
 }
 
@@ -77,9 +91,9 @@ void store_u16(uint8_t* p, uint16_t v) {
 // One row's block decoded to unsigned integers u (32 or 256 of them) and its scale fields.
 struct RowBlock {
   uint8_t u[256];
-  uint16_t d16 = 0, m16 = 0;  // d; Q4_1's and Q5_1's min, or Q4_K's and Q5_K's dmin
-  int sc[16] = {};            // Q4_K, Q5_K: 8 scales; Q6_K: 16 signed scales
-  int mn[8] = {};             // Q4_K, Q5_K mins
+  uint16_t d16 = 0, m16 = 0;  // d; Q4_1's and Q5_1's min, or Q2_K's, Q4_K's and Q5_K's dmin
+  int sc[16] = {};            // Q4_K, Q5_K: 8 scales; Q2_K: 16 (0..15); Q3_K, Q6_K: 16 signed scales
+  int mn[16] = {};            // Q4_K, Q5_K: 8 mins; Q2_K: 16
 };
 
 void decode_row_block(GgmlType t, const uint8_t* blk, RowBlock& rb) {
@@ -126,6 +140,32 @@ void decode_row_block(GgmlType t, const uint8_t* blk, RowBlock& rb) {
         }
       break;
     }
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K: {
+      // Element e = 128 h + 32 s + l: bits 2s, 2s + 1 of qs[32h + l]; Q3_K: bit 2 from bit e / 32 of hmask[l].
+      const bool q3 = t == GgmlType::Q3_K;
+      const uint8_t* qs = blk + (q3 ? 32 : 16);
+      for (int e = 0; e < 256; ++e) {
+        const int h = e / 128, s = (e / 32) % 4, l = e % 32;
+        int u = (qs[32 * h + l] >> (2 * s)) & 3;
+        if (q3) u |= ((blk[l] >> (e / 32)) & 1) << 2;
+        rb.u[e] = static_cast<uint8_t>(u);
+      }
+      if (q3) {
+        int8_t sc[16];
+        packed::unpack_q3k_scales(blk + 96, sc);
+        for (int k = 0; k < 16; ++k) rb.sc[k] = sc[k];
+        rb.d16 = load_u16(blk + 108);
+      } else {
+        for (int k = 0; k < 16; ++k) {
+          rb.sc[k] = blk[k] & 0x0F;
+          rb.mn[k] = blk[k] >> 4;
+        }
+        rb.d16 = load_u16(blk + 80);
+        rb.m16 = load_u16(blk + 82);
+      }
+      break;
+    }
     default: {  // Q6_K
       const uint8_t* ql = blk;
       const uint8_t* qh = blk + 128;
@@ -151,14 +191,29 @@ void put_nibbles(const RowBlock* rows, int base, uint8_t* dst) {
                                                        ((rows[r].u[base + 16 + 4 * v + i] & 0x0F) << 4));
 }
 
-// The 32 bytes of fifth bits of elements [base, base + 32) of 8 rows (the qh layout above).
-void put_fifth_bits(const RowBlock* rows, int base, uint8_t* dst) {
+// The 32 bytes of bit `bit` of elements [base, base + 32) of 8 rows (the fifth-bit layout above:
+// Q5_0's, Q5_1's and Q5_K's bit 4, Q3_K's bit 2).
+void put_bit(const RowBlock* rows, int base, int bit, uint8_t* dst) {
   for (int r = 0; r < 8; ++r)
     for (int i = 0; i < 4; ++i) {
       uint8_t bits = 0;
-      for (int g = 0; g < 8; ++g) bits |= static_cast<uint8_t>(((rows[r].u[base + 4 * g + i] >> 4) & 1) << g);
+      for (int g = 0; g < 8; ++g) bits |= static_cast<uint8_t>(((rows[r].u[base + 4 * g + i] >> bit) & 1) << g);
       dst[4 * r + i] = bits;
     }
+}
+void put_fifth_bits(const RowBlock* rows, int base, uint8_t* dst) { put_bit(rows, base, 4, dst); }
+
+// The 64 bytes of bits `bit`, `bit` + 1 of elements [base, base + 32) of 8 rows (the qh layout
+// above: Q6_K's bits 4-5, Q2_K's and Q3_K's bits 0-1).
+void put_bit_pairs(const RowBlock* rows, int base, int bit, uint8_t* dst) {
+  for (int h = 0; h < 2; ++h)
+    for (int r = 0; r < 8; ++r)
+      for (int i = 0; i < 4; ++i) {
+        uint8_t bits = 0;
+        for (int v = 0; v < 4; ++v)
+          bits |= static_cast<uint8_t>(((rows[r].u[base + 4 * (4 * h + v) + i] >> bit) & 3) << (2 * v));
+        dst[32 * h + 4 * r + i] = bits;
+      }
 }
 
 void repack_group_block(GgmlType t, const RowBlock* rows, uint8_t* dst) {
@@ -198,22 +253,29 @@ void repack_group_block(GgmlType t, const RowBlock* rows, uint8_t* dst) {
         if (t == GgmlType::Q5_K) put_fifth_bits(rows, 32 * s, dst + 160 + k_sub_bytes(t) * s + 128);
       }
       break;
-    default:  // Q6_K
+    case GgmlType::Q2_K:
+      for (int r = 0; r < 8; ++r) store_u16(dst + 16 + 2 * r, rows[r].m16);
+      for (int c = 0; c < 8; ++c) {
+        for (int r = 0; r < 8; ++r)
+          for (int k = 0; k < 2; ++k)
+            dst[32 + 16 * c + 2 * r + k] = static_cast<uint8_t>(rows[r].sc[2 * c + k] | (rows[r].mn[2 * c + k] << 4));
+        put_bit_pairs(rows, 32 * c, 0, dst + 160 + 64 * c);
+      }
+      break;
+    default:  // Q3_K, Q6_K
       for (int c = 0; c < 8; ++c) {
         for (int r = 0; r < 8; ++r) {
           dst[16 + 16 * c + 2 * r] = static_cast<uint8_t>(static_cast<int8_t>(rows[r].sc[2 * c]));
           dst[16 + 16 * c + 2 * r + 1] = static_cast<uint8_t>(static_cast<int8_t>(rows[r].sc[2 * c + 1]));
         }
-        put_nibbles(rows, 32 * c, dst + 144 + 192 * c);
-        uint8_t* qh = dst + 144 + 192 * c + 128;
-        for (int h = 0; h < 2; ++h)
-          for (int r = 0; r < 8; ++r)
-            for (int i = 0; i < 4; ++i) {
-              uint8_t bits = 0;
-              for (int v = 0; v < 4; ++v)
-                bits |= static_cast<uint8_t>(((rows[r].u[32 * c + 4 * (4 * h + v) + i] >> 4) & 3) << (2 * v));
-              qh[32 * h + 4 * r + i] = bits;
-            }
+        uint8_t* chunk = dst + k16_chunks_at(t) + k16_chunk_bytes(t) * c;
+        if (t == GgmlType::Q3_K) {
+          put_bit_pairs(rows, 32 * c, 0, chunk);
+          put_bit(rows, 32 * c, 2, chunk + 64);
+        } else {
+          put_nibbles(rows, 32 * c, chunk);
+          put_bit_pairs(rows, 32 * c, 4, chunk + 128);
+        }
       }
       break;
   }
@@ -288,11 +350,37 @@ SPECLAB_X8_AVX2 inline void nibbles(const uint8_t* qs, __m256i (&W)[8]) {
   }
 }
 
-// Bits [bit, bit + width) of every byte of v moved to bit 4 (masked by `mask`), for shifts whose
-// 16-bit lanes do not carry another byte's bits into bits 4..5 (|4 - bit| <= 4).
-SPECLAB_X8_AVX2 inline __m256i to_bit4(__m256i v, int bit, __m256i mask) {
-  const __m256i s = bit <= 4 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(4 - bit)) : _mm256_srl_epi16(v, _mm_cvtsi32_si128(bit - 4));
+// Bits [bit, bit + width) of every byte of v moved to bit `to` (masked by `mask`, which keeps
+// bits [to, to + width)). Within a byte (bit + width <= 8, to + width <= 8) a 16-bit shift
+// carries no bit of the other byte into the mask.
+SPECLAB_X8_AVX2 inline __m256i move_bits(__m256i v, int bit, int to, __m256i mask) {
+  const __m256i s = bit <= to ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(to - bit)) : _mm256_srl_epi16(v, _mm_cvtsi32_si128(bit - to));
   return _mm256_and_si256(s, mask);
+}
+SPECLAB_X8_AVX2 inline __m256i to_bit4(__m256i v, int bit, __m256i mask) { return move_bits(v, bit, 4, mask); }
+
+// The 8 group vectors of chunk c of a Q2_K, Q3_K or Q6_K block (u: 2, 3 or 6 bits).
+template <GgmlType T>
+SPECLAB_X8_AVX2 inline void k16_weights(const uint8_t* chunk, __m256i (&W)[8]) {
+  if constexpr (T == GgmlType::Q6_K) {
+    const __m256i top2 = _mm256_set1_epi8(0x30);
+    nibbles(chunk, W);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 128 + 32 * h));
+      for (int v = 0; v < 4; ++v) W[4 * h + v] = _mm256_or_si256(W[4 * h + v], to_bit4(hv, 2 * v, top2));
+    }
+  } else {
+    const __m256i low2 = _mm256_set1_epi8(0x03);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i lv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32 * h));
+      for (int v = 0; v < 4; ++v) W[4 * h + v] = move_bits(lv, 2 * v, 0, low2);
+    }
+    if constexpr (T == GgmlType::Q3_K) {
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 64));
+      const __m256i bit2 = _mm256_set1_epi8(0x04);
+      for (int g = 0; g < 8; ++g) W[g] = _mm256_or_si256(W[g], move_bits(hb, g, 2, bit2));
+    }
+  }
 }
 
 // Where a 32-element-block nibble type's qs start in its repacked block (the layout above).
@@ -519,6 +607,10 @@ bool cpu_splits_512_bit_ops() {
 
 bool x8_zmm_for(uint32_t type_id, int64_t n) {
   if (!x8_zmm_enabled()) return false;
+  // Q2_K and Q3_K have no 512-bit kernels (they were written on a CPU without AVX-512, where
+  // 512-bit code could not be tested).
+  if (static_cast<GgmlType>(type_id) == GgmlType::Q2_K || static_cast<GgmlType>(type_id) == GgmlType::Q3_K)
+    return false;
   const char* e = x8_zmm_env();
   if (e && std::string(e) == "1") return true;
   // Zen 4, kernel_bench --shapes qwen1.5b --best, two alternated rounds per n, us (512 vs 256 bits):

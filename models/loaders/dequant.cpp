@@ -499,7 +499,15 @@ float bf16_to_fp32(uint16_t h) {
 bool is_packable(uint32_t type_id) {
   const auto t = static_cast<GgmlType>(type_id);
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
-         t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+         t == GgmlType::Q8_0 || t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K ||
+         t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+}
+
+std::string packable_type_names() {
+  std::string s;
+  for (uint32_t id = 0; id < 64; ++id)
+    if (is_packable(id)) s += (s.empty() ? "" : ", ") + ggml_type_name(id);
+  return s;
 }
 
 void unpack_to_f32(HostTensor& t, const std::string& what) {

@@ -76,8 +76,11 @@ void dequantize(uint32_t type_id, const uint8_t* src, size_t src_bytes, float* d
 std::vector<uint8_t> quantize(GgmlType type, const float* src, size_t n, const std::string& what);
 
 // Types the model keeps packed (HostTensor::is_packed) and multiplies with fused dequantizing
-// kernels (models/llama/gemv.h, qgemm.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
+// kernels (models/llama/gemv.h, qgemm.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K,
+// Q6_K. Every kernel file takes exactly these (gemm_packed_supports, int8_gemm_supports).
 bool is_packable(uint32_t type_id);
+// Their names, "Q4_0, Q4_1, ..., Q6_K", for error messages.
+std::string packable_type_names();
 // Decodes a packed HostTensor to float32 in place (no-op for a float32 one); `what` names it in
 // errors.
 void unpack_to_f32(HostTensor& t, const std::string& what);

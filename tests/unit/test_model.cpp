@@ -85,8 +85,8 @@ TEST_CASE("gemm_small_packed equals dequantize() then linear for Q4_0, Q4_1, Q8_
   // A type without a packed kernel is refused by name.
   std::vector<uint8_t> dummy(1024);
   float x[32] = {}, y[1] = {};
-  CHECK_THROWS_WITH(gemm_small_packed(dummy.data(), static_cast<uint32_t>(GgmlType::Q2_K), x, nullptr, y, 1, 1, 256),
-                    Catch::Contains("Q2_K"));
+  CHECK_THROWS_WITH(gemm_small_packed(dummy.data(), static_cast<uint32_t>(GgmlType::Q8_K), x, nullptr, y, 1, 1, 256),
+                    Catch::Contains("Q8_K"));
 }
 
 TEST_CASE("gemm_small_packed rows of an n-row call are bit-identical to 1-row calls (n <= 16)", "[model][kernel]") {

@@ -27,10 +27,10 @@ using namespace speclab;
 
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                           GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 constexpr int kNumTypes = static_cast<int>(sizeof kTypes / sizeof kTypes[0]);
-bool k_quant(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K; }
+bool k_quant(GgmlType t) { return ggml_type_traits(static_cast<uint32_t>(t))->block_size == 256; }
 
 uint32_t id(GgmlType t) { return static_cast<uint32_t>(t); }
 
@@ -74,6 +74,11 @@ std::vector<uint8_t> random_weights(GgmlType t, int64_t out, int64_t in, uint32_
         put_f16(blk, d * 0.1f);
         put_f16(blk + 2, d * 0.05f);
         break;
+      case GgmlType::Q2_K:
+        put_f16(blk + 80, d * 0.2f);
+        put_f16(blk + 82, d * 0.1f);
+        break;
+      case GgmlType::Q3_K: put_f16(blk + 108, d * 0.1f); break;
       default: put_f16(blk + 208, d * 0.05f); break;  // Q6_K
     }
   }
@@ -246,7 +251,7 @@ TEST_CASE("int8 activation quantization: error at most half a step, block sums e
     }
   QuantizedRows xq;
   CHECK_THROWS_AS(quantize_activations(id(GgmlType::Q4_K), x.data(), 1, 96, xq), Error);
-  CHECK_THROWS_WITH(quantize_activations(id(GgmlType::Q2_K), x.data(), 1, 256, xq), Catch::Contains("Q2_K"));
+  CHECK_THROWS_WITH(quantize_activations(id(GgmlType::Q8_K), x.data(), 1, 256, xq), Catch::Contains("Q8_K"));
   // Activations quantized for 32-blocks do not fit K-quant weights.
   quantize_activations(id(GgmlType::Q8_0), x.data(), 1, 256, xq);
   const auto w = random_weights(GgmlType::Q6_K, 2, 256, 1);
@@ -292,11 +297,12 @@ TEST_CASE("the int8 comparison rejects a wrong weight scale and a wrong activati
     quantize_activations(id(t), x.data(), n, in, xq);
     const auto xr = dequantized_acts(xq);
     const Expected want = expected(wf, x, xr, {}, n, out, in, 1e-5);
-    // Row 3's block scales times 1.25 (the f16 scale field of each of its blocks: one block
-    // alone hid under the int8 rounding bound for Q5_1, whose |w| = |d u + m| makes it wide).
-    const size_t rb = ggml_row_bytes(id(t), in, "test"), bb = ggml_type_traits(id(t))->type_size;
-    for (size_t at = 0; at < rb; at += bb) {
-      uint8_t* scale = w.data() + 3 * rb + at + (t == GgmlType::Q6_K ? 208 : 0);
+    // Every block's scale times 1.25 (the f16 scale field: one block alone hid under the int8
+    // rounding bound for Q5_1, whose |w| = |d u + m| makes it wide, and row 3's one super-block
+    // for Q3_K, whose 3-bit products of random sign nearly cancel in that row).
+    const size_t bb = ggml_type_traits(id(t))->type_size;
+    for (size_t at = 0; at < w.size(); at += bb) {
+      uint8_t* scale = w.data() + at + (t == GgmlType::Q6_K ? 208 : t == GgmlType::Q3_K ? 108 : t == GgmlType::Q2_K ? 80 : 0);
       uint16_t h;
       std::memcpy(&h, scale, 2);
       put_f16(scale, fp16_to_fp32(h) * 1.25f);
@@ -443,7 +449,7 @@ TEST_CASE("repacked kernels equal the scalar reference up to float summation ord
     }
   // Another type, or the ISA capped to scalar, is refused rather than computed wrong.
   std::vector<uint8_t> wx8(static_cast<size_t>(x8_bytes(id(GgmlType::Q4_1), 8, 64)));
-  CHECK_THROWS_WITH(x8_bytes(id(GgmlType::Q2_K), 8, 256), Catch::Contains("Q2_K"));
+  CHECK_THROWS_WITH(x8_bytes(id(GgmlType::Q8_K), 8, 256), Catch::Contains("Q8_K"));
   QuantizedRows xq;
   const auto x = activations(1, 64, 1);
   quantize_activations(id(GgmlType::Q4_1), x.data(), 1, 64, xq);
@@ -479,6 +485,11 @@ TEST_CASE("repacked kernels at the integer extremes equal the scalar reference, 
           case GgmlType::Q8_0: std::fill(blk + 2, blk + 34, 0x7F); break;  // w = 127: u = 255
           case GgmlType::Q4_K: std::fill(blk + 4, blk + 144, 0xFF); break;  // scales and mins 63 too
           case GgmlType::Q5_K: std::fill(blk + 4, blk + 176, 0xFF); break;  // u = 31, scales and mins 63
+          case GgmlType::Q2_K: std::fill(blk, blk + 80, 0xFF); break;       // u = 3, scales and mins 15
+          case GgmlType::Q3_K:  // u = 7 everywhere, scales -32 (the low bits 0, the top two 0)
+            std::fill(blk, blk + 96, 0xFF);
+            std::fill(blk + 96, blk + 108, 0x00);
+            break;
           default:  // Q6_K: u = 63 everywhere, scales -128
             std::fill(blk, blk + 192, 0xFF);
             std::fill(blk + 192, blk + 208, 0x80);
@@ -561,9 +572,10 @@ TEST_CASE("the repacked-kernel comparison rejects a wrong weight scale, a wrong 
     }
     gemm_x8_int8_q(bad.data(), id(t), xq, nullptr, y.data(), out);
     CHECK_FALSE(compare(y, want) == "");
-    // Row 3's min (Q4_1's and Q5_1's m, Q4_K's and Q5_K's dmin: float16 at byte 16 + 2 r of each
-    // block, qgemm_x8.cpp's layout table), times 1.25 and shifted, in every block of group 0.
-    if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K) {
+    // Row 3's min (Q4_1's and Q5_1's m, Q2_K's, Q4_K's and Q5_K's dmin: float16 at byte 16 + 2 r
+    // of each block, qgemm_x8.cpp's layout table), times 1.25 and shifted, in every block of group 0.
+    if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q2_K || t == GgmlType::Q4_K ||
+        t == GgmlType::Q5_K) {
       bad = wx8;
       for (int64_t b = 0; b < nb; ++b) {
         uint16_t h;
@@ -580,7 +592,7 @@ TEST_CASE("the repacked-kernel comparison rejects a wrong weight scale, a wrong 
     gemm_x8_int8_q(bad.data(), id(t), xq, nullptr, y.data(), out);
     CHECK_FALSE(compare(y, want) == "");
   }
-  CHECK(mins_corrupted > 0);  // kTypes holds Q4_1, Q5_1, Q4_K and Q5_K
+  CHECK(mins_corrupted > 0);  // kTypes holds Q4_1, Q5_1, Q2_K, Q4_K and Q5_K
 }
 
 TEST_CASE("repacked kernels: row i of an n-row call equals a 1-row call, n = 1..32, and 1 vs 2 threads, each ISA", "[qgemm][x8]") {
@@ -641,5 +653,7 @@ TEST_CASE("x8_zmm_for: a CPU that splits 512-bit instructions is read as /proc/c
     CHECK(x8_zmm_for(id(GgmlType::Q4_K), n) == (x8_zmm_enabled() && !narrow));
     CHECK(x8_zmm_for(id(GgmlType::Q5_K), n) == (x8_zmm_enabled() && !narrow));
     CHECK(x8_zmm_for(id(GgmlType::Q6_K), n) == (x8_zmm_enabled() && !narrow));
+    CHECK_FALSE(x8_zmm_for(id(GgmlType::Q2_K), n));  // no 512-bit kernels
+    CHECK_FALSE(x8_zmm_for(id(GgmlType::Q3_K), n));
   }
 }

@@ -1,4 +1,7 @@
-// Q5_1 and Q5_K weights on real models, against the Q4_1 and Q4_K weights they are re-encoded
+// Weight types checked inside the model on real weights, each against a type of the same
+// values that the kernels already handle.
+//
+// Q5_1 and Q5_K, against the Q4_1 and Q4_K weights they are re-encoded
 // from. Each 4-bit block becomes a 5-bit block of the same values: the scale d halves (exact in
 // binary16 for a normal d) and every integer u doubles (2u <= 30, so the fifth bit is used
 // wherever u >= 8):
@@ -11,6 +14,18 @@
 // misplaced the fifth bit, or read the min or the scales from the wrong bytes, would differ (the
 // negative control drops the fifth bit). test_qgemm checks the kernels against dequantize() on
 // random blocks; this checks them inside the model on SmolLM2's and Qwen2.5-Coder-0.5B's weights.
+//
+// Q2_K and Q3_K: no shipped file has them, and no 4-bit block re-encodes into them exactly. So
+// SmolLM2's down projections (the matrices whose rows are whole 256-element super-blocks;
+// llama.cpp's K-quant files of SmolLM2 have the others in 32-element types too) are quantized
+// here to 2 and 3 bits, and the same integers are written in two formats each:
+//   2 bits, a scale and a min (0..15) per 32 elements: Q4_K (d sc) u - dmin mn with u <= 3, and
+//     Q2_K with each pair of its 16-element sub-blocks sharing the scale and the min;
+//   3 bits, a signed scale (-32..31) per 16 elements: Q6_K (d sc)(q - 32) with q = u + 28, and
+//     Q3_K (d sc)(u - 4).
+// The two models' logits must be the same bits on both activation paths (the float32 decode and
+// the integer sums agree exactly, and the kernels share their float steps); the negative control
+// drops u's top bit from the Q2_K / Q3_K blocks.
 #include "tests/torch_catch.h"
 
 #include <ATen/ops/arange.h>
@@ -18,6 +33,8 @@
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -125,6 +142,141 @@ void q4k_to_q5k(const uint8_t* src, uint8_t* dst, bool keep_fifth, Counts& c) {
   }
 }
 
+// ---- 2 and 3 bits, two formats each --------------------------------------------------------
+
+// One super-block's integers: u[256], sc[16] and mn[16] per 16 elements, d and dmin in binary16.
+struct LowBits {
+  uint16_t d = 0, dmin = 0;
+  int sc[16] = {}, mn[16] = {};
+  int u[256] = {};
+};
+
+int clampi(long v, int lo, int hi) { return static_cast<int>(std::min<long>(hi, std::max<long>(lo, v))); }
+
+// 2 bits: per 32 elements x ~ (d sc) u - dmin mn, u in 0..3, sc and mn in 0..15 (sub-blocks 2t
+// and 2t + 1 alike).
+LowBits two_bits(const float* x) {
+  LowBits q;
+  float scale[8], mins[8], smax = 0.f, mmax = 0.f;
+  for (int t = 0; t < 8; ++t) {
+    float lo = 0.f, hi = 0.f;
+    for (int l = 0; l < 32; ++l) lo = std::min(lo, x[32 * t + l]), hi = std::max(hi, x[32 * t + l]);
+    scale[t] = (hi - lo) / 3.f;
+    mins[t] = -lo;
+    smax = std::max(smax, scale[t]);
+    mmax = std::max(mmax, mins[t]);
+  }
+  q.d = fp32_to_fp16(smax / 15.f);
+  q.dmin = fp32_to_fp16(mmax / 15.f);
+  const float d = fp16_to_fp32(q.d), dmin = fp16_to_fp32(q.dmin);
+  for (int t = 0; t < 8; ++t) {
+    const int sc = d > 0.f ? clampi(std::lround(scale[t] / d), 0, 15) : 0;
+    const int mn = dmin > 0.f ? clampi(std::lround(mins[t] / dmin), 0, 15) : 0;
+    q.sc[2 * t] = q.sc[2 * t + 1] = sc;
+    q.mn[2 * t] = q.mn[2 * t + 1] = mn;
+    for (int l = 0; l < 32; ++l)
+      q.u[32 * t + l] = sc ? clampi(std::lround((x[32 * t + l] + dmin * mn) / (d * sc)), 0, 3) : 0;
+  }
+  return q;
+}
+
+// 3 bits: per 16 elements x ~ (d sc)(u - 4), u in 0..7, sc in -32..31 (signed so that the
+// element of largest magnitude lands on -4, as llama.cpp's Q3_K does).
+LowBits three_bits(const float* x) {
+  LowBits q;
+  float scale[16], smax = 0.f;
+  for (int k = 0; k < 16; ++k) {
+    float big = 0.f;
+    for (int l = 0; l < 16; ++l)
+      if (std::fabs(x[16 * k + l]) > std::fabs(big)) big = x[16 * k + l];
+    scale[k] = -big / 4.f;
+    smax = std::max(smax, std::fabs(scale[k]));
+  }
+  q.d = fp32_to_fp16(smax / 31.f);
+  const float d = fp16_to_fp32(q.d);
+  for (int k = 0; k < 16; ++k) {
+    q.sc[k] = d > 0.f ? clampi(std::lround(scale[k] / d), -32, 31) : 0;
+    for (int l = 0; l < 16; ++l)
+      q.u[16 * k + l] = q.sc[k] ? clampi(std::lround(x[16 * k + l] / (d * q.sc[k])), -4, 3) + 4 : 4;
+  }
+  return q;
+}
+
+// The 2-bit integers as Q4_K (144 bytes) and as Q2_K (84 bytes): scales[16], qs[64] (element
+// 128 h + 32 s + l in bits 2s of qs[32h + l]), d, dmin.
+void put_q4k(const LowBits& q, uint8_t* dst) {
+  put_u16(dst, q.d);
+  put_u16(dst + 2, q.dmin);
+  int sc[8], mn[8];
+  for (int t = 0; t < 8; ++t) sc[t] = q.sc[2 * t], mn[t] = q.mn[2 * t];
+  pack_scales(sc, mn, dst + 4);
+  std::memset(dst + 16, 0, 128);
+  for (int e = 0; e < 256; ++e) dst[16 + 32 * (e / 64) + e % 32] |= static_cast<uint8_t>(q.u[e] << (4 * ((e / 32) % 2)));
+}
+void put_q2k(const LowBits& q, uint8_t* dst, bool keep_top_bit) {
+  for (int k = 0; k < 16; ++k) dst[k] = static_cast<uint8_t>(q.sc[k] | (q.mn[k] << 4));
+  std::memset(dst + 16, 0, 64);
+  for (int e = 0; e < 256; ++e) {
+    const int u = keep_top_bit ? q.u[e] : q.u[e] & 1;
+    dst[16 + 32 * (e / 128) + e % 32] |= static_cast<uint8_t>(u << (2 * ((e / 32) % 4)));
+  }
+  put_u16(dst + 80, q.d);
+  put_u16(dst + 82, q.dmin);
+}
+
+// The 3-bit integers as Q6_K (210 bytes: ql[128], qh[64], scales[16], d; element 128 h + 32 s + l
+// has nibble s / 2 of ql[64h + 32 (s % 2) + l] and bits 2s of qh[32h + l]) with q = u + 28, and
+// as Q3_K (110 bytes: hmask[32] (bit e / 32 of hmask[e % 32] = bit 2 of u), qs[64] (the low two
+// bits, as Q2_K's), scales[12] (models/loaders/dequant.cpp's packing of sc + 32), d).
+void put_q6k(const LowBits& q, uint8_t* dst) {
+  std::memset(dst, 0, 192);
+  for (int e = 0; e < 256; ++e) {
+    const int v = q.u[e] + 28, h = e / 128, s = (e / 32) % 4, l = e % 32;
+    dst[64 * h + 32 * (s % 2) + l] |= static_cast<uint8_t>((v & 0x0F) << (4 * (s / 2)));
+    dst[128 + 32 * h + l] |= static_cast<uint8_t>((v >> 4) << (2 * s));
+  }
+  for (int k = 0; k < 16; ++k) dst[192 + k] = static_cast<uint8_t>(static_cast<int8_t>(q.sc[k]));
+  put_u16(dst + 208, q.d);
+}
+void put_q3k(const LowBits& q, uint8_t* dst, bool keep_top_bit) {
+  std::memset(dst, 0, 108);
+  for (int e = 0; e < 256; ++e) {
+    const int l = e % 32;
+    if (keep_top_bit) dst[l] |= static_cast<uint8_t>(((q.u[e] >> 2) & 1) << (e / 32));
+    dst[32 + 32 * (e / 128) + l] |= static_cast<uint8_t>((q.u[e] & 3) << (2 * ((e / 32) % 4)));
+  }
+  for (int k = 0; k < 16; ++k) {
+    const int v = q.sc[k] + 32;
+    dst[96 + k % 8] |= static_cast<uint8_t>((v & 0x0F) << (k < 8 ? 0 : 4));
+    dst[96 + 8 + k % 4] |= static_cast<uint8_t>((v >> 4) << (2 * (k / 4)));
+  }
+  put_u16(dst + 108, q.d);
+}
+
+// Every down projection of m (float32 after dequantize) quantized to `bits` and written as
+// `type`; returns the super-blocks written. keep_top_bit = false drops u's top bit (Q2_K, Q3_K).
+int64_t low_bit_downs(LoadedModel& m, int bits, GgmlType type, bool keep_top_bit) {
+  const uint32_t id = static_cast<uint32_t>(type), bytes = ggml_type_traits(id)->type_size;
+  int64_t blocks = 0;
+  for (auto& [name, t] : m.weights) {
+    if (name.find("down_proj") == std::string::npos || !t.is_packed()) continue;
+    std::vector<float> x(static_cast<size_t>(t.numel()));
+    dequantize(t.storage_type, t.packed.data(), t.packed.size(), x.data(), x.size(), name);
+    std::vector<uint8_t> out(x.size() / 256 * bytes);
+    for (size_t b = 0; b < x.size() / 256; ++b, ++blocks) {
+      const LowBits q = bits == 2 ? two_bits(x.data() + 256 * b) : three_bits(x.data() + 256 * b);
+      uint8_t* dst = out.data() + b * bytes;
+      if (type == GgmlType::Q4_K) put_q4k(q, dst);
+      else if (type == GgmlType::Q2_K) put_q2k(q, dst, keep_top_bit);
+      else if (type == GgmlType::Q6_K) put_q6k(q, dst);
+      else put_q3k(q, dst, keep_top_bit);
+    }
+    t.packed.swap(out);
+    t.storage_type = id;
+  }
+  return blocks;
+}
+
 // Every packed `from` tensor of m re-encoded as `to`.
 Counts reencode(LoadedModel& m, GgmlType from, GgmlType to, bool keep_fifth) {
   const uint32_t from_bytes = ggml_type_traits(static_cast<uint32_t>(from))->type_size;
@@ -209,6 +361,34 @@ void check_reencoded(const std::string& path, GgmlType from, GgmlType to) {
   }
 }
 
+
+// SmolLM2 with its down projections at `bits` bits, as `ref` (a type whose kernels the tests
+// above and test_qgemm cover) and as `type`: the same logits bit for bit, on both activation
+// paths (each at the CPU's best ISA: both types run the same 8-lane float32 decode, and the same
+// repacked int8 kernels' float steps); without u's top bit, different ones.
+void check_low_bits(int bits, GgmlType ref, GgmlType type) {
+  const std::string path = kModels + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(path)) FAIL("the default model is missing: expected " + path + " (scripts/setup.sh installs it)");
+  ModelSource src;
+  src.path = path;
+  src.weights = "native";
+  const std::vector<int64_t> prompt = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 2, 198, 1, 4093, 198};
+  for (Activations act : {Activations::kF32, Activations::kInt8}) {
+    INFO(bits << " bits as " << ggml_type_name(static_cast<uint32_t>(type)) << " vs "
+              << ggml_type_name(static_cast<uint32_t>(ref)) << ", activations " << activations_name(act) << ", kernels "
+              << kernel_isa_name(kernel_isa()));
+    LoadedModel a = load_model(src), b = load_model(src), broken = load_model(src);
+    const int64_t blocks = low_bit_downs(a, bits, ref, true);
+    REQUIRE(blocks == 30 * 576 * 1536 / 256);  // every layer's down projection
+    REQUIRE(low_bit_downs(b, bits, type, true) == blocks);
+    low_bit_downs(broken, bits, type, false);
+    const LlamaModel ma(a, act), mb(b, act), mx(broken, act);
+    CHECK(mb.weight_storage().find(ggml_type_name(static_cast<uint32_t>(type))) != std::string::npos);
+    const auto ya = run(ma, prompt);
+    CHECK(same_bits(ya, run(mb, prompt)));
+    CHECK_FALSE(same_bits(ya, run(mx, prompt)));
+  }
+}
 }  // namespace
 
 TEST_CASE("Q5_1 weights: SmolLM2's Q4_1 matrices re-encoded as Q5_1 give the same logits bit for bit",
@@ -229,4 +409,14 @@ TEST_CASE("Q5_K weights: Qwen2.5-Coder-0.5B's Q4_K matrices re-encoded as Q5_K g
     FAIL("the Qwen pair is missing: expected " + path + " (scripts/setup.sh installs it)");
   }
   check_reencoded(path, GgmlType::Q4_K, GgmlType::Q5_K);
+}
+
+TEST_CASE("Q2_K weights: SmolLM2's down projections at 2 bits give the same logits as Q4_K of the same integers",
+          "[model][k23][smollm2]") {
+  check_low_bits(2, GgmlType::Q4_K, GgmlType::Q2_K);
+}
+
+TEST_CASE("Q3_K weights: SmolLM2's down projections at 3 bits give the same logits as Q6_K of the same integers",
+          "[model][k23][smollm2]") {
+  check_low_bits(3, GgmlType::Q6_K, GgmlType::Q3_K);
 }
