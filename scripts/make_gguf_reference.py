@@ -16,7 +16,7 @@ checked against these files, so that the tests compare with an outside implement
       gguf.quants.quantize), each quantized tensor followed by "<name>.dequant" (F32, what
       gguf.quants.dequantize makes of it). SpecLab's writer must reproduce it byte for byte.
   tests/fixtures/gguf/python_dequant.gguf
-      Random blocks of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q5_0, Q5_1, BF16 and F16 (scale fields set
+      Random blocks of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q5_0, Q5_1, IQ4_NL, IQ4_XS, BF16 and F16 (scale fields set
       to finite values), each followed by "<name>.expected" (F32, gguf.quants.dequantize), plus
       one IQ2_XXS block that SpecLab must refuse to decode.
 
@@ -120,6 +120,8 @@ F16_FIELDS = {
     T.Q6_K: [208],
     T.Q5_0: [0],
     T.Q5_1: [0, 2],
+    T.IQ4_NL: [0],
+    T.IQ4_XS: [0],
 }
 
 
@@ -135,7 +137,7 @@ def random_blocks(rng: np.random.Generator, qtype: T, n_blocks: int) -> np.ndarr
 def write_python_dequant_file(path: str) -> None:
     rng = np.random.default_rng(20240607)
     w = gguf.GGUFWriter(path, "speclabtest")
-    for qtype in [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q5_0, T.Q5_1]:
+    for qtype in [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q5_0, T.Q5_1, T.IQ4_NL, T.IQ4_XS]:
         block_size, _ = gguf.GGML_QUANT_SIZES[qtype]
         n_blocks = 3 if block_size == 256 else 8
         rows = 1 if block_size == 256 else 2

@@ -481,7 +481,7 @@ X8_INLINE __m256i q6k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i s_lo,
 // int16) summed in int16 while no sum can overflow, then vpmaddwd against ones or the scales.
 // Bounds, with activations in [-127, 127]: a product pair of u <= 15 is at most 3,810 in
 // magnitude, so 8 of them (30,480) fit int16; u <= 31 (Q5_0, Q5_1, Q5_K): 4 pairs (31,496); u <= 63 (Q6_K):
-// 2 pairs (32,004). Q8_0's u (<= 255) would saturate vpmaddubsw, so it is split into nibbles,
+// 2 pairs (32,004), which Q2_K (u <= 3) and Q3_K (u <= 7) share, far inside the bound. Q8_0's u (<= 255) would saturate vpmaddubsw, so it is split into nibbles,
 // u = 16 h + l. Every sum is exact, so the integers equal vpdpbusd's.
 namespace avx2 {
 #define X8_TARGET __attribute__((target("avx2,fma,f16c")))

@@ -44,10 +44,10 @@ constexpr TypeEntry kTypes[] = {
     {17, {"IQ2_XS", kQK_K, 2 + 64 + 8, false}},
     {18, {"IQ3_XXS", kQK_K, 2 + 64 + 32, false}},
     {19, {"IQ1_S", kQK_K, 2 + 32 + 16, false}},
-    {20, {"IQ4_NL", kQK, 2 + 16, false}},
+    {20, {"IQ4_NL", kQK, 2 + 16, true}},
     {21, {"IQ3_S", kQK_K, 2 + 64 + 32 + 8 + 4, false}},
     {22, {"IQ2_S", kQK_K, 2 + 64 + 16, false}},
-    {23, {"IQ4_XS", kQK_K, 2 + 2 + 128 + 4, false}},
+    {23, {"IQ4_XS", kQK_K, 2 + 2 + 4 + 128, true}},
     {24, {"I8", 1, 1, false}},
     {25, {"I16", 1, 2, false}},
     {26, {"I32", 1, 4, false}},
@@ -236,6 +236,38 @@ void dequant_q6_k(const uint8_t* b, float* y) {
   }
 }
 
+// IQ4_NL and IQ4_XS map each 4-bit index through one fixed non-uniform table of 16 int8 values
+// (ggml's kvalues_iq4nl), denser near zero where weights are: x = scale * table[index].
+constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// IQ4_NL: f16 d; u8 qs[16] (element j < 16: low nibble of qs[j]; 16 + j: its high nibble).
+void dequant_iq4_nl(const uint8_t* b, float* y) {
+  const float d = load_f16(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kIq4nlValues[qs[j] & 0x0F]);
+    y[j + 16] = d * static_cast<float>(kIq4nlValues[qs[j] >> 4]);
+  }
+}
+
+// IQ4_XS: f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]. Eight 32-element sub-blocks; sub-block
+// s has the 6-bit scale ls = nibble s % 2 of scales_l[s / 2] | bits 2s..2s+1 of scales_h << 4,
+// and its elements as IQ4_NL's in qs[16s..16s+15]; x = (d·(ls − 32))·table[index].
+void dequant_iq4_xs(const uint8_t* b, float* y) {
+  const float d = load_f16(b);
+  const int scales_h = b[2] | (b[3] << 8);
+  const uint8_t* scales_l = b + 4;
+  const uint8_t* qs = b + 8;
+  for (int s = 0; s < 8; ++s) {
+    const int ls = ((scales_l[s / 2] >> (4 * (s % 2))) & 0x0F) | (((scales_h >> (2 * s)) & 3) << 4);
+    const float dl = d * static_cast<float>(ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      y[32 * s + j] = dl * static_cast<float>(kIq4nlValues[qs[16 * s + j] & 0x0F]);
+      y[32 * s + j + 16] = dl * static_cast<float>(kIq4nlValues[qs[16 * s + j] >> 4]);
+    }
+  }
+}
+
 // Q8_K: f32 d; i8 qs[256]; i16 bsums[16] (block sums, only used by dot products).
 void dequant_q8_k(const uint8_t* b, float* y) {
   const float d = load_f32(b);
@@ -269,6 +301,10 @@ BlockFn block_decoder(uint32_t id) {
       return dequant_q6_k;
     case GgmlType::Q8_K:
       return dequant_q8_k;
+    case GgmlType::IQ4_NL:
+      return dequant_iq4_nl;
+    case GgmlType::IQ4_XS:
+      return dequant_iq4_xs;
     default:
       return nullptr;
   }
@@ -374,8 +410,7 @@ void dequantize(uint32_t type_id, const uint8_t* src, size_t src_bytes, float* d
   if (!t || !t->can_dequantize)
     throw Error(ErrorKind::kUnsupported,
                 "tensor type " + ggml_type_name(type_id) +
-                    " is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
-                    "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K)",
+                    " is not supported (supported: " + decodable_type_names() + ")",
                 {}, what);
   const uint64_t need = ggml_row_bytes(type_id, n, what);
   if (need != src_bytes)
@@ -501,6 +536,13 @@ bool is_packable(uint32_t type_id) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
          t == GgmlType::Q8_0 || t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K ||
          t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+}
+
+std::string decodable_type_names() {
+  std::string s;
+  for (const auto& e : kTypes)
+    if (e.traits.can_dequantize) s += (s.empty() ? "" : ", ") + std::string(e.traits.name);
+  return s;
 }
 
 std::string packable_type_names() {

@@ -16,7 +16,9 @@
 //   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K           256-element super-blocks with 6/8-bit sub-block
 //                                          scales (layouts in dequant.cpp)
 //   Q8_K   f32 d; i8 qs[256]; i16 bsums[16]  x[i] = d·qs[i]
-// Every other ggml type (IQ*, TQ*, MXFP4, I8.., F64, ...) is recognised by name and size so
+//   IQ4_NL f16 d; u8 qs[16]                x[i] = d·table[nibble_i] (a fixed table of 16 int8)
+//   IQ4_XS 256-element super-blocks of eight IQ4_NL-like sub-blocks with 6-bit scales
+// Every other ggml type (IQ2/IQ3/IQ1, TQ*, MXFP4, I8.., F64, ...) is recognised by name and size so
 // that a file holding it parses, but dequantize() throws Error(kUnsupported) naming it.
 //
 // Encoders (quantize) follow ggml's reference round-to-nearest quantize_row_*_ref, so their
@@ -81,6 +83,8 @@ std::vector<uint8_t> quantize(GgmlType type, const float* src, size_t n, const s
 bool is_packable(uint32_t type_id);
 // Their names, "Q4_0, Q4_1, ..., Q6_K", for error messages.
 std::string packable_type_names();
+// The names of every type dequantize() decodes, in type-id order, for error messages.
+std::string decodable_type_names();
 // Decodes a packed HostTensor to float32 in place (no-op for a float32 one); `what` names it in
 // errors.
 void unpack_to_f32(HostTensor& t, const std::string& what);

@@ -801,8 +801,7 @@ HostTensor GgufFile::load_tensor(const GgufTensorInfo& info) const {
   if (!traits || !traits->can_dequantize)
     throw Error(ErrorKind::kUnsupported,
                 "tensor type " + info.type_name() +
-                    " is not supported by SpecLab's dequantizer (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
-                    "Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K)",
+                    " is not supported by SpecLab's dequantizer (supported: " + decodable_type_names() + ")",
                 path, "tensor " + info.name);
   if (info.n_elements == 0) return t;  // a zero-sized dimension: nothing to decode
   try {

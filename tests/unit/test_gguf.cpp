@@ -473,7 +473,7 @@ TEST_CASE("write_gguf reproduces gguf.GGUFWriter byte for byte", "[gguf]") {
   CHECK_FALSE(temp_left_beside(out));
 }
 
-TEST_CASE("k-quants, Q5_0/Q5_1, BF16 and F16 decode like gguf.quants.dequantize", "[gguf]") {
+TEST_CASE("k-quants, Q5_0/Q5_1, IQ4_NL/IQ4_XS, BF16 and F16 decode like gguf.quants.dequantize", "[gguf]") {
   const GgufFile f = read_gguf(kFixtures + "python_dequant.gguf");
   int compared = 0;
   for (const auto& info : f.tensors) {
@@ -496,7 +496,7 @@ TEST_CASE("k-quants, Q5_0/Q5_1, BF16 and F16 decode like gguf.quants.dequantize"
     CHECK(nonzero > got.data.size() / 2);
     ++compared;
   }
-  CHECK(compared == 9);
+  CHECK(compared == 11);
   const GgufTensorInfo* iq = f.find_tensor("r.iq2_xxs");
   REQUIRE(iq != nullptr);
   CHECK(iq->type_name() == "IQ2_XXS");
