@@ -331,7 +331,7 @@ void fused_range_avx512(const uint8_t* w, int64_t row_bytes, const float* x, con
 // as decode_row_avx2 stores them.
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void decode_block_avx2(const uint8_t* blk, __m256* w) {
-  if constexpr (T == GgmlType::Q5_0) {  // float(q - 16) * d, as dequantize()
+  if constexpr (T == GgmlType::Q5_0 || T == GgmlType::IQ4_NL) {  // float(q - 16) * d, d * float(table[i]): as dequantize()
     const __m256i q = packed::block_ints32<T>(blk);
     const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
     const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
@@ -440,7 +440,7 @@ __attribute__((target("avx2,fma,f16c"))) void fused_rows_avx2(const uint8_t* w, 
     for (int j = 0; j < N; ++j) y[j * out + r + rr] = packed::hsum8(acc[rr][j]) + (bias ? bias[r + rr] : 0.f);
 }
 
-// A row of a Q5_0 / Q5_1 matrix or a K-quant one decoded to float32 (dequantize()'s values). GCC 12 at -O3
+// A row of a Q5_0 / Q5_1 / IQ4_NL matrix or a K-quant one decoded to float32 (dequantize()'s values). GCC 12 at -O3
 // drops this loop's stores for the K-quants unless its loop vectorizer is off here (found by
 // test_qgemm's embedding check; -O2 and -O3 -fno-tree-vectorize are correct).
 template <GgmlType T>
@@ -534,6 +534,7 @@ void fused_gemm(const uint8_t* w, GgmlType type, int64_t row_bytes, const float*
       switch (type) {
         case GgmlType::Q5_0: return fused_range_any_n<K, GgmlType::Q5_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         case GgmlType::Q5_1: return fused_range_any_n<K, GgmlType::Q5_1>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+        case GgmlType::IQ4_NL: return fused_range_any_n<K, GgmlType::IQ4_NL>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         case GgmlType::Q2_K: return fused_range_any_n<K, GgmlType::Q2_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         case GgmlType::Q3_K: return fused_range_any_n<K, GgmlType::Q3_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         case GgmlType::Q4_K: return fused_range_any_n<K, GgmlType::Q4_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
@@ -544,8 +545,10 @@ void fused_gemm(const uint8_t* w, GgmlType type, int64_t row_bytes, const float*
   });
 }
 
-// Q5_0, Q5_1 and the K-quants: no AVX-512 kernels; AVX-512 CPUs run the AVX2 ones.
-bool avx2_only_type(GgmlType t) { return t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || packed::is_kquant(t); }
+// Q5_0, Q5_1, IQ4_NL and the K-quants: no AVX-512 kernels; AVX-512 CPUs run the AVX2 ones.
+bool avx2_only_type(GgmlType t) {
+  return t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL || packed::is_kquant(t);
+}
 
 void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes, float* dst) {
   if (avx2_only_type(type) && have_avx2()) {
@@ -553,6 +556,8 @@ void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes
       decode_row_chunks_avx2<GgmlType::Q5_0>(src, in, dst);
     else if (type == GgmlType::Q5_1)
       decode_row_chunks_avx2<GgmlType::Q5_1>(src, in, dst);
+    else if (type == GgmlType::IQ4_NL)
+      decode_row_chunks_avx2<GgmlType::IQ4_NL>(src, in, dst);
     else if (type == GgmlType::Q5_K)
       decode_row_chunks_avx2<GgmlType::Q5_K>(src, in, dst);
     else if (type == GgmlType::Q4_K)

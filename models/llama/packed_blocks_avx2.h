@@ -32,6 +32,7 @@ constexpr int64_t block_bytes(GgmlType t) {
          : t == GgmlType::Q5_0 ? 22
          : t == GgmlType::Q5_1 ? 24
          : t == GgmlType::Q8_0 ? 34
+         : t == GgmlType::IQ4_NL ? 18
          : t == GgmlType::Q2_K ? 84
          : t == GgmlType::Q3_K ? 110
          : t == GgmlType::Q4_K ? 144
@@ -106,12 +107,22 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i block_uin
   return v;
 }
 
+// IQ4_NL's table (kIq4nlValues) plus `add` in each byte, in both 128-bit lanes, for vpshufb
+// lookups of 4-bit indices.
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i iq4nl_lut(int add) {
+  const __m128i t = _mm_add_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), _mm_set1_epi8(static_cast<char>(add)));
+  return _mm256_set_m128i(t, t);
+}
+
 // The 32 integer weights of a 32-element block, element i in byte i: signed for Q4_0 (nibble -
-// 8), Q5_0 (5 bits - 16) and Q8_0; unsigned for Q4_1 (0..15) and Q5_1 (0..31).
+// 8), Q5_0 (5 bits - 16), Q8_0 and IQ4_NL (its table's values); unsigned for Q4_1 (0..15) and
+// Q5_1 (0..31).
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i block_ints32(const uint8_t* blk) {
   if constexpr (T == GgmlType::Q8_0) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+  } else if constexpr (T == GgmlType::IQ4_NL) {  // the indices are Q4_0's nibbles
+    return _mm256_shuffle_epi8(iq4nl_lut(0), block_uints32<GgmlType::Q4_0>(blk));
   } else {
     const __m256i v = block_uints32<T>(blk);
     if constexpr (T == GgmlType::Q4_0) return _mm256_sub_epi8(v, _mm256_set1_epi8(8));

@@ -111,11 +111,16 @@ __attribute__((target("avx2,fma"))) void quantize_row_avx2(const float* x, int64
 // ---- scalar: one weight row against one quantized activation row ----------------------------
 // Integer block sums (exact), then one float term per block, accumulated in block order.
 
-// Weight integer values of a 32-element block (Q4_0, Q5_0, Q8_0 signed; Q4_1 and Q5_1 unsigned).
+// Weight integer values of a 32-element block (Q4_0, Q5_0, Q8_0, IQ4_NL signed; Q4_1 and Q5_1 unsigned).
 template <GgmlType T>
 void block_ints32_scalar(const uint8_t* blk, int* v) {
   if constexpr (T == GgmlType::Q8_0) {
     for (int i = 0; i < 32; ++i) v[i] = static_cast<int8_t>(blk[2 + i]);
+  } else if constexpr (T == GgmlType::IQ4_NL) {
+    for (int i = 0; i < 16; ++i) {
+      v[i] = kIq4nlValues[blk[2 + i] & 0x0F];
+      v[i + 16] = kIq4nlValues[blk[2 + i] >> 4];
+    }
   } else if constexpr (packed::has_qh32(T)) {
     constexpr int at = T == GgmlType::Q5_1 ? 4 : 2, off = T == GgmlType::Q5_1 ? 0 : 16;  // qh at `at`, qs after it
     uint32_t qh;
@@ -262,10 +267,10 @@ constexpr int64_t kPrefetchAhead = 1024;
 // Q4_0, Q4_1, Q5_0 and Q5_1 blocks are multiplied as their stored unsigned integers u (w = d * u
 // + m, with m = -8d, the stored min, -16d, the stored min), so vpmaddubsw takes them as they are
 // (u <= 31: a product pair is at most 7,874, and vpmaddwd sums the pairs); the offset m times
-// the activation block's sum (QuantizedRows::s = dx * sum q) is added per block. Q8_0 uses the
-// sign trick (|w| * sign(x, w)).
+// the activation block's sum (QuantizedRows::s = dx * sum q) is added per block. Q8_0 and IQ4_NL
+// (its table's values, |w| <= 127) use the sign trick (|w| * sign(x, w)).
 template <GgmlType T>
-constexpr bool kOffsetBlocks = T != GgmlType::Q8_0;
+constexpr bool kOffsetBlocks = T != GgmlType::Q8_0 && T != GgmlType::IQ4_NL;
 
 // Block b's offset m (kOffsetBlocks types).
 template <GgmlType T>
@@ -448,6 +453,7 @@ RangeFn pick(GgmlType t, bool avx2) {
     case GgmlType::Q5_0: return range_fn<GgmlType::Q5_0>(avx2);
     case GgmlType::Q5_1: return range_fn<GgmlType::Q5_1>(avx2);
     case GgmlType::Q8_0: return range_fn<GgmlType::Q8_0>(avx2);
+    case GgmlType::IQ4_NL: return range_fn<GgmlType::IQ4_NL>(avx2);
     case GgmlType::Q2_K: return range_fn<GgmlType::Q2_K>(avx2);
     case GgmlType::Q3_K: return range_fn<GgmlType::Q3_K>(avx2);
     case GgmlType::Q4_K: return range_fn<GgmlType::Q4_K>(avx2);

@@ -32,6 +32,7 @@ using packed::load_u16;
 //   Q5_0  d16[8] @0, qh @16 (32), qs @48 (128)             176 = 8 x 22
 //   Q5_1  d16[8] @0, m16[8] @16, qh @32 (32), qs @64 (128) 192 = 8 x 24
 //   Q8_0  d16[8] @0, u @16 (256)                           272 = 8 x 34
+//   IQ4_NL as Q4_0, the nibbles being indices into kIq4nlValues 144 = 8 x 18
 //   Q2_K  d16[8] @0, dmin16[8] @16, scmn [8 c][8 r][2] @32 (scale in the low nibble, min in the
 //         high), then per chunk c: q2 (64) @160 + 64c                                         672 = 8 x 84
 //   Q3_K  d16[8] @0, sc [8 c][8 r][2] (int8) @16, then per chunk c: q2 (64) @144 + 96c, hb (32) after it  912
@@ -55,6 +56,7 @@ constexpr int64_t x8_block_bytes(GgmlType t) {
          : t == GgmlType::Q5_0 ? 176
          : t == GgmlType::Q5_1 ? 192
          : t == GgmlType::Q8_0 ? 272
+         : t == GgmlType::IQ4_NL ? 144
          : t == GgmlType::Q2_K ? 672
          : t == GgmlType::Q3_K ? 912
          : t == GgmlType::Q4_K ? 1184
@@ -99,6 +101,7 @@ struct RowBlock {
 void decode_row_block(GgmlType t, const uint8_t* blk, RowBlock& rb) {
   switch (t) {
     case GgmlType::Q4_0:
+    case GgmlType::IQ4_NL:  // u: the table index (qgemm_x8's kernels look the value up)
     case GgmlType::Q4_1: {
       const int at = t == GgmlType::Q4_1 ? 4 : 2;
       rb.d16 = load_u16(blk);
@@ -219,7 +222,8 @@ void put_bit_pairs(const RowBlock* rows, int base, int bit, uint8_t* dst) {
 void repack_group_block(GgmlType t, const RowBlock* rows, uint8_t* dst) {
   for (int r = 0; r < 8; ++r) store_u16(dst + 2 * r, rows[r].d16);
   switch (t) {
-    case GgmlType::Q4_0: put_nibbles(rows, 0, dst + 16); break;
+    case GgmlType::Q4_0:
+    case GgmlType::IQ4_NL: put_nibbles(rows, 0, dst + 16); break;
     case GgmlType::Q4_1:
       for (int r = 0; r < 8; ++r) store_u16(dst + 16 + 2 * r, rows[r].m16);
       put_nibbles(rows, 0, dst + 32);
@@ -385,8 +389,11 @@ SPECLAB_X8_AVX2 inline void k16_weights(const uint8_t* chunk, __m256i (&W)[8]) {
 
 // Where a 32-element-block nibble type's qs start in its repacked block (the layout above).
 constexpr int x8_qs_at(GgmlType t) {
-  return t == GgmlType::Q4_0 ? 16 : t == GgmlType::Q4_1 ? 32 : t == GgmlType::Q5_0 ? 48 : 64;
+  return t == GgmlType::Q4_0 || t == GgmlType::IQ4_NL ? 16 : t == GgmlType::Q4_1 ? 32 : t == GgmlType::Q5_0 ? 48 : 64;
 }
+
+// Q8_0 and IQ4_NL: signed weights w stored (Q8_0) or looked up (IQ4_NL) as u = w + 128.
+constexpr bool u_plus_128(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::IQ4_NL; }
 
 // ORs the fifth bits at qh (32 bytes, the qh layout above) into the nibbles W[0..7].
 template <size_t K>
@@ -396,11 +403,17 @@ SPECLAB_X8_AVX2 inline void add_fifth_bits(const uint8_t* qh, __m256i (&W)[K]) {
   for (int g = 0; g < 8; ++g) W[g] = _mm256_or_si256(W[g], to_bit4(h, g, bit4));
 }
 
-// W[0..7] of a 32-element-block type (Q8_0: the stored bytes u = w + 128).
+// W[0..7] of a 32-element-block type (Q8_0: the stored bytes u = w + 128; IQ4_NL: the table's
+// value for each index, plus 128).
 template <GgmlType T>
 SPECLAB_X8_AVX2 inline void load_weights32(const uint8_t* gb, __m256i (&W)[16]) {
   if constexpr (T == GgmlType::Q8_0) {
     for (int g = 0; g < 8; ++g) W[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + 16 + 32 * g));
+  } else if constexpr (T == GgmlType::IQ4_NL) {
+    __m256i V[8];
+    nibbles(gb + x8_qs_at(T), V);
+    const __m256i lut = packed::iq4nl_lut(128);
+    for (int g = 0; g < 8; ++g) W[g] = _mm256_shuffle_epi8(lut, V[g]);
   } else {
     __m256i V[8];
     nibbles(gb + x8_qs_at(T), V);
@@ -488,11 +501,11 @@ namespace avx2 {
 #define X8_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
 
 
-// Q8_0: W[0..7] the low nibbles of u, W[8..15] the high ones.
+// Q8_0 and IQ4_NL: W[0..7] the low nibbles of u, W[8..15] the high ones.
 template <GgmlType T>
 X8_INLINE void weights32(const uint8_t* gb, __m256i (&W)[16]) {
   load_weights32<T>(gb, W);
-  if constexpr (T == GgmlType::Q8_0) {
+  if constexpr (u_plus_128(T)) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     for (int g = 0; g < 8; ++g) {
       W[8 + g] = _mm256_and_si256(_mm256_srli_epi16(W[g], 4), low4);
@@ -515,7 +528,7 @@ X8_INLINE __m256i sum8_16(const __m256i* W, const int8_t* x) {
 template <GgmlType T>
 X8_INLINE __m256i dot8(const __m256i (&W)[16], const int8_t* x) {
   const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (T == GgmlType::Q8_0) {
+  if constexpr (u_plus_128(T)) {
     const __m256i lo = _mm256_madd_epi16(sum8_16(W, x), ones);
     return _mm256_add_epi32(lo, _mm256_madd_epi16(sum8_16(W + 8, x), _mm256_set1_epi16(16)));
   } else if constexpr (packed::has_qh32(T)) {  // u <= 31: sums of 4 pairs in int16
@@ -607,10 +620,10 @@ bool cpu_splits_512_bit_ops() {
 
 bool x8_zmm_for(uint32_t type_id, int64_t n) {
   if (!x8_zmm_enabled()) return false;
-  // Q2_K and Q3_K have no 512-bit kernels (they were written on a CPU without AVX-512, where
-  // 512-bit code could not be tested).
-  if (static_cast<GgmlType>(type_id) == GgmlType::Q2_K || static_cast<GgmlType>(type_id) == GgmlType::Q3_K)
-    return false;
+  // IQ4_NL, Q2_K and Q3_K have no 512-bit kernels (they were written on a CPU without AVX-512,
+  // where 512-bit code could not be tested).
+  const GgmlType ty = static_cast<GgmlType>(type_id);
+  if (ty == GgmlType::IQ4_NL || ty == GgmlType::Q2_K || ty == GgmlType::Q3_K) return false;
   const char* e = x8_zmm_env();
   if (e && std::string(e) == "1") return true;
   // Zen 4, kernel_bench --shapes qwen1.5b --best, two alternated rounds per n, us (512 vs 256 bits):

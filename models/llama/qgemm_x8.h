@@ -53,7 +53,7 @@ bool x8_zmm_enabled();
 // x8_zmm_enabled(), except on a CPU that executes 512-bit instructions as two 256-bit halves
 // (AMD Zen 4) for K-quant weights at 2 to 6 rows, where the 256-bit kernels ran faster
 // (docs/performance.md, "On an AMD Zen 4"). SPECLAB_X8_ZMM=1 takes 512 bits everywhere else.
-// Q2_K and Q3_K: never (no 512-bit kernels; the 256-bit VNNI ones run). Either way the bits are
+// IQ4_NL, Q2_K and Q3_K: never (no 512-bit kernels; the 256-bit VNNI ones run). Either way the bits are
 // the same.
 bool x8_zmm_for(uint32_t type_id, int64_t n);
 // AMD family 0x19 with AVX-512 (Zen 4), whose AVX-512 units are 256 bits wide. Read once.

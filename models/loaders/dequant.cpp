@@ -236,9 +236,8 @@ void dequant_q6_k(const uint8_t* b, float* y) {
   }
 }
 
-// IQ4_NL and IQ4_XS map each 4-bit index through one fixed non-uniform table of 16 int8 values
-// (ggml's kvalues_iq4nl), denser near zero where weights are: x = scale * table[index].
-constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// IQ4_NL and IQ4_XS map each 4-bit index through one fixed table (kIq4nlValues, dequant.h):
+// x = scale * table[index].
 
 // IQ4_NL: f16 d; u8 qs[16] (element j < 16: low nibble of qs[j]; 16 + j: its high nibble).
 void dequant_iq4_nl(const uint8_t* b, float* y) {
@@ -534,8 +533,8 @@ float bf16_to_fp32(uint16_t h) {
 bool is_packable(uint32_t type_id) {
   const auto t = static_cast<GgmlType>(type_id);
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
-         t == GgmlType::Q8_0 || t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K ||
-         t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+         t == GgmlType::Q8_0 || t == GgmlType::IQ4_NL || t == GgmlType::Q2_K || t == GgmlType::Q3_K ||
+         t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
 }
 
 std::string decodable_type_names() {

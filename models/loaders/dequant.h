@@ -77,9 +77,13 @@ void dequantize(uint32_t type_id, const uint8_t* src, size_t src_bytes, float* d
 // Q4_0 or Q4_1 (else Error(kUnsupported)).
 std::vector<uint8_t> quantize(GgmlType type, const float* src, size_t n, const std::string& what);
 
+// IQ4_NL's and IQ4_XS's 16 values (ggml's kvalues_iq4nl): a 4-bit index i stands for
+// scale * kIq4nlValues[i], a grid denser near zero, where weights are.
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 // Types the model keeps packed (HostTensor::is_packed) and multiplies with fused dequantizing
-// kernels (models/llama/gemv.h, qgemm.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K,
-// Q6_K. Every kernel file takes exactly these (gemm_packed_supports, int8_gemm_supports).
+// kernels (models/llama/gemv.h, qgemm.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K,
+// Q5_K, Q6_K. Every kernel file takes exactly these (gemm_packed_supports, int8_gemm_supports).
 bool is_packable(uint32_t type_id);
 // Their names, "Q4_0, Q4_1, ..., Q6_K", for error messages.
 std::string packable_type_names();

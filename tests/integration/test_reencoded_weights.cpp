@@ -277,6 +277,44 @@ int64_t low_bit_downs(LoadedModel& m, int bits, GgmlType type, bool keep_top_bit
   return blocks;
 }
 
+// Every layer matrix of m (float32 after dequantize) at IQ4_NL's 16 levels, each 32-element
+// block's scale d = its largest magnitude / -127 (that element on the table's first value, as
+// llama.cpp's IQ4_NL does), each element on the nearest table value. Written as IQ4_NL (f16 d, 16
+// bytes of indices) or as Q8_0 (f16 d, the table's values as int8): the same values d * v.
+// scrambled = true writes IQ4_NL indices xor 1 (a neighbouring level). Returns the blocks written.
+int64_t iq4nl_layers(LoadedModel& m, GgmlType type, bool scrambled) {
+  const uint32_t id = static_cast<uint32_t>(type), bytes = ggml_type_traits(id)->type_size;
+  int64_t blocks = 0;
+  for (auto& [name, t] : m.weights) {
+    if (name.find("layers.") == std::string::npos || !t.is_packed()) continue;
+    std::vector<float> x(static_cast<size_t>(t.numel()));
+    dequantize(t.storage_type, t.packed.data(), t.packed.size(), x.data(), x.size(), name);
+    std::vector<uint8_t> out(x.size() / 32 * bytes, 0);
+    for (size_t b = 0; b < x.size() / 32; ++b, ++blocks) {
+      const float* xb = x.data() + 32 * b;
+      float big = 0.f;
+      for (int i = 0; i < 32; ++i)
+        if (std::fabs(xb[i]) > std::fabs(big)) big = xb[i];
+      const uint16_t d16 = fp32_to_fp16(big / -127.f);
+      const float d = fp16_to_fp32(d16);
+      uint8_t* dst = out.data() + b * bytes;
+      put_u16(dst, d16);
+      for (int i = 0; i < 32; ++i) {
+        int idx = 0;
+        for (int k = 1; k < 16; ++k)
+          if (std::fabs(d * kIq4nlValues[k] - xb[i]) < std::fabs(d * kIq4nlValues[idx] - xb[i])) idx = k;
+        if (type == GgmlType::Q8_0)
+          dst[2 + i] = static_cast<uint8_t>(kIq4nlValues[idx]);
+        else
+          dst[2 + i % 16] |= static_cast<uint8_t>((scrambled ? idx ^ 1 : idx) << (i < 16 ? 0 : 4));
+      }
+    }
+    t.packed.swap(out);
+    t.storage_type = id;
+  }
+  return blocks;
+}
+
 // Every packed `from` tensor of m re-encoded as `to`.
 Counts reencode(LoadedModel& m, GgmlType from, GgmlType to, bool keep_fifth) {
   const uint32_t from_bytes = ggml_type_traits(static_cast<uint32_t>(from))->type_size;
@@ -362,11 +400,17 @@ void check_reencoded(const std::string& path, GgmlType from, GgmlType to) {
 }
 
 
-// SmolLM2 with its down projections at `bits` bits, as `ref` (a type whose kernels the tests
-// above and test_qgemm cover) and as `type`: the same logits bit for bit, on both activation
-// paths (each at the CPU's best ISA: both types run the same 8-lane float32 decode, and the same
-// repacked int8 kernels' float steps); without u's top bit, different ones.
-void check_low_bits(int bits, GgmlType ref, GgmlType type) {
+// SmolLM2 with matrices re-quantized by encode(model, type, broken) -> blocks, as `ref` (a type
+// whose kernels the tests above and test_qgemm cover) and as `type`: the same logits bit for bit,
+// on both activation paths; with broken = true, different ones. The int8 path runs at the CPU's
+// best ISA (the two types share the repacked kernels' float steps), the float32 one at `f32_cap`
+// (both types' fused kernels 8 lanes wide).
+template <class Encode>
+void check_same_values(const std::string& what, Encode encode, GgmlType ref, GgmlType type, int64_t blocks,
+                       KernelIsa f32_cap) {
+  struct Restore {
+    ~Restore() { set_kernel_isa_cap(kKernelIsaMax); }
+  } restore;
   const std::string path = kModels + "/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!fs::exists(path)) FAIL("the default model is missing: expected " + path + " (scripts/setup.sh installs it)");
   ModelSource src;
@@ -374,14 +418,14 @@ void check_low_bits(int bits, GgmlType ref, GgmlType type) {
   src.weights = "native";
   const std::vector<int64_t> prompt = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 2, 198, 1, 4093, 198};
   for (Activations act : {Activations::kF32, Activations::kInt8}) {
-    INFO(bits << " bits as " << ggml_type_name(static_cast<uint32_t>(type)) << " vs "
+    set_kernel_isa_cap(act == Activations::kF32 ? f32_cap : kKernelIsaMax);
+    INFO(what << " as " << ggml_type_name(static_cast<uint32_t>(type)) << " vs "
               << ggml_type_name(static_cast<uint32_t>(ref)) << ", activations " << activations_name(act) << ", kernels "
               << kernel_isa_name(kernel_isa()));
     LoadedModel a = load_model(src), b = load_model(src), broken = load_model(src);
-    const int64_t blocks = low_bit_downs(a, bits, ref, true);
-    REQUIRE(blocks == 30 * 576 * 1536 / 256);  // every layer's down projection
-    REQUIRE(low_bit_downs(b, bits, type, true) == blocks);
-    low_bit_downs(broken, bits, type, false);
+    REQUIRE(encode(a, ref, false) == blocks);
+    REQUIRE(encode(b, type, false) == blocks);
+    encode(broken, type, true);
     const LlamaModel ma(a, act), mb(b, act), mx(broken, act);
     CHECK(mb.weight_storage().find(ggml_type_name(static_cast<uint32_t>(type))) != std::string::npos);
     const auto ya = run(ma, prompt);
@@ -413,10 +457,25 @@ TEST_CASE("Q5_K weights: Qwen2.5-Coder-0.5B's Q4_K matrices re-encoded as Q5_K g
 
 TEST_CASE("Q2_K weights: SmolLM2's down projections at 2 bits give the same logits as Q4_K of the same integers",
           "[model][k23][smollm2]") {
-  check_low_bits(2, GgmlType::Q4_K, GgmlType::Q2_K);
+  check_same_values(
+      "down projections at 2 bits",
+      [](LoadedModel& m, GgmlType t, bool broken) { return low_bit_downs(m, 2, t, !broken); }, GgmlType::Q4_K,
+      GgmlType::Q2_K, 30 * 576 * 1536 / 256, kKernelIsaMax);
 }
 
 TEST_CASE("Q3_K weights: SmolLM2's down projections at 3 bits give the same logits as Q6_K of the same integers",
           "[model][k23][smollm2]") {
-  check_low_bits(3, GgmlType::Q6_K, GgmlType::Q3_K);
+  check_same_values(
+      "down projections at 3 bits",
+      [](LoadedModel& m, GgmlType t, bool broken) { return low_bit_downs(m, 3, t, !broken); }, GgmlType::Q6_K,
+      GgmlType::Q3_K, 30 * 576 * 1536 / 256, kKernelIsaMax);
+}
+
+// Under the AVX2 cap for the float32 path: on AVX-512 CPUs Q8_0's fused kernels are 16 lanes
+// wide and IQ4_NL's 8 (gemv.h), another summation order.
+TEST_CASE("IQ4_NL weights: SmolLM2's layer matrices at IQ4_NL's levels give the same logits as Q8_0 of the same values",
+          "[model][iq4nl][smollm2]") {
+  // q/k/v/o, gate/up/down: 30 layers x (576 x (576 + 192 + 192 + 576) + 2 x 1536 x 576 + 576 x 1536) / 32
+  check_same_values("layer matrices at IQ4_NL's levels", iq4nl_layers, GgmlType::Q8_0, GgmlType::IQ4_NL,
+                    int64_t(30) * (576 * 1536 + 3 * 1536 * 576) / 32, KernelIsa::kAvx2);
 }

@@ -28,7 +28,7 @@ using namespace speclab;
 namespace {
 
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                           GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                           GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 constexpr int kNumTypes = static_cast<int>(sizeof kTypes / sizeof kTypes[0]);
 bool k_quant(GgmlType t) { return ggml_type_traits(static_cast<uint32_t>(t))->block_size == 256; }
 
@@ -68,6 +68,7 @@ std::vector<uint8_t> random_weights(GgmlType t, int64_t out, int64_t in, uint32_
       case GgmlType::Q5_1: put_f16(blk + 2, 0.1f * g.uniform()); [[fallthrough]];
       case GgmlType::Q4_0:
       case GgmlType::Q5_0:
+      case GgmlType::IQ4_NL:
       case GgmlType::Q8_0: put_f16(blk, d); break;
       case GgmlType::Q4_K:
       case GgmlType::Q5_K:
@@ -460,7 +461,7 @@ TEST_CASE("repacked kernels equal the scalar reference up to float summation ord
 
 // The largest integers each type can hold, against activations of +-127 in every element: the
 // int16 partial sums of the AVX2 kernels are at their bounds (30,480 for 4-bit weights, 31,496 for
-// Q5_0, Q5_1 and Q5_K, 32,004 for Q6_K; Q8_0's 255 split into nibbles). A saturated or overflowed sum would be
+// Q5_0, Q5_1 and Q5_K, 32,004 for Q6_K; Q8_0's 255 and IQ4_NL's 241 split into nibbles). A saturated or overflowed sum would be
 // off by thousands of weight steps.
 TEST_CASE("repacked kernels at the integer extremes equal the scalar reference, on each ISA", "[qgemm][x8]") {
   if (!x8_cpu_supported()) {
@@ -483,6 +484,7 @@ TEST_CASE("repacked kernels at the integer extremes equal the scalar reference, 
           case GgmlType::Q5_0: std::fill(blk + 2, blk + 22, 0xFF); break;
           case GgmlType::Q5_1: std::fill(blk + 4, blk + 24, 0xFF); break;
           case GgmlType::Q8_0: std::fill(blk + 2, blk + 34, 0x7F); break;  // w = 127: u = 255
+          case GgmlType::IQ4_NL: std::fill(blk + 2, blk + 18, 0xFF); break;  // w = 113: u = 241
           case GgmlType::Q4_K: std::fill(blk + 4, blk + 144, 0xFF); break;  // scales and mins 63 too
           case GgmlType::Q5_K: std::fill(blk + 4, blk + 176, 0xFF); break;  // u = 31, scales and mins 63
           case GgmlType::Q2_K: std::fill(blk, blk + 80, 0xFF); break;       // u = 3, scales and mins 15
