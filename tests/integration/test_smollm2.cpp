@@ -341,7 +341,10 @@ namespace {
 
 // Greedy AR on every reference prompt with `s`: returns how many prompts reproduce every llama.cpp
 // token, and a summary line. Requires every divergence to be a near-tie for llama.cpp (margin
-// below kMarginTolerance) after at least `min_matched` tokens.
+// below kMarginTolerance) after at least `min_matched` tokens, or at the prompt's first near-tie
+// where that comes sooner (the colors prompt has one at its 7th token, margin 0.034, where the
+// int8 K/V cache on AVX2-only kernels diverged; until 2026-12-07 that failed the test although
+// it is the same near-tie the margin check accepts anywhere later).
 std::pair<int, std::string> follow_reference(SmolLM2& s, size_t min_matched) {
   int all = 0;
   std::string summary;
@@ -365,7 +368,10 @@ std::pair<int, std::string> follow_reference(SmolLM2& s, size_t min_matched) {
     summary += " " + name + ": " + std::to_string(matched) + "/" + std::to_string(expected.size()) + " (margin " +
                std::to_string(margin).substr(0, 5) + ");";
     CHECK(margin < kMarginTolerance);
-    CHECK(matched >= std::min(min_matched, expected.size()));
+    size_t first_tie = 0;
+    while (first_tie < expected.size() && rec.at("steps").at(first_tie).at("margin").get<double>() >= kMarginTolerance)
+      ++first_tie;
+    CHECK(matched >= std::min({min_matched, first_tie, expected.size()}));
   }
   return {all, summary};
 }
