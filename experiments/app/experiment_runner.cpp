@@ -141,7 +141,8 @@ YAML::Node run_files(const std::vector<SweepPoint>& points) {
 
 // effective_config_yaml plus what only the run knows: the `runtime` section of /resolved_config,
 // for the first sweep point (`target` is its loaded target, null when none was): the model file,
-// and the placement the model resolved "auto" to (dtype, kv_dtype, device); the CPU kernels' ISA;
+// the placement the model resolved "auto" to (dtype, kv_dtype, device) and how its matrices are
+// held (weight_storage); the CPU kernels' ISA;
 // and, for every point, the fingerprints of the files the run reads (run_files).
 std::string resolved_config(const ExperimentConfig& config, const std::vector<SweepPoint>& points,
                             const LoadedTarget* target) {
@@ -169,6 +170,9 @@ std::string resolved_config(const ExperimentConfig& config, const std::vector<Sw
     rt["target_model"]["device"] = mc.device;
     rt["target_model"]["dtype"] = mc.dtype;
     rt["target_model"]["kv_dtype"] = mc.kv_dtype.empty() ? mc.dtype : mc.kv_dtype;
+    // What each matrix is held as: `activations` applies to the packed types only, float32 (or
+    // float16 / bfloat16) matrices multiply float32 activations whatever it says.
+    rt["target_model"]["weight_storage"] = target->model->weight_storage();
   }
   std::error_code ec;
   rt["working_directory"] = fs::current_path(ec).string();

@@ -808,6 +808,10 @@ TEST_CASE("speclab run --resume refuses a file written under another kernel ISA"
   REQUIRE(cli("run '" + dir + "/a.yaml' --no-report --output '" + h5_default + "'", dir).code == 0);
   const bool native_scalar =
       read_experiment(h5_default).resolved_config_yaml.find("kernel_isa: scalar") != std::string::npos;
+  // How the model held its matrices (stories260K: float32, which multiplies float32 activations
+  // whatever `activations` says; the record did not show it until 2026-12-07).
+  CHECK_THAT(read_experiment(h5_default).resolved_config_yaml,
+             Catch::Matchers::Contains("weight_storage: float32 x ") && Catch::Matchers::Contains(" matrices, float32 norms"));
   ::setenv("SPECLAB_KERNEL_ISA", "scalar", 1);  // the child processes inherit it
   const Result first = cli("run '" + dir + "/a.yaml' --no-report", dir);
   const Result again = cli("run '" + dir + "/a.yaml' --no-report --resume", dir);
