@@ -222,7 +222,8 @@ int main(int argc, char** argv) {
                                      : shape_set == "cached"   ? cached
                                                                : qwen_small;
   const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                            GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
+                            GgmlType::Q6_K, GgmlType::IQ4_XS};
   // Row counts: --n picks any of these; without it the usual five (1, 5, 9, 17, 32).
   const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 32};
   const auto usual = [](int64_t n) { return n == 1 || n == 5 || n == 9 || n == 17 || n == 32; };

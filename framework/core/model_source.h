@@ -12,7 +12,7 @@ struct ModelSource {
   std::string path;
   std::string format = "auto";  // auto | gguf | safetensors | llama2c | random (path random:<shape>)
   std::string tokenizer;  // llama2.c only: tokenizer.bin (default: tokenizer.bin beside the model)
-  // "native": GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL and Q2_K..Q6_K matrices stay in their quantized blocks and the model computes
+  // "native": GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL, Q2_K..Q6_K and IQ4_XS matrices stay in their quantized blocks and the model computes
   // with them directly (llama.cpp's precision for weights); "f32": every tensor is dequantized to
   // float32 at load. Other formats are float32 either way.
   std::string weights = "native";

@@ -371,11 +371,11 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void decode_block
 
 // Chunk t (elements 32t..32t+31) of a K-quant super-block as float32, exactly dequantize()'s
 // values: Q4_K and Q5_K (d * sc) * q - dmin * mn; Q2_K the same with a scale and a min per 16
-// elements; Q3_K and Q6_K (d * sc) * (q - 4) and (q - 32).
+// elements; Q3_K and Q6_K (d * sc) * (q - 4) and (q - 32); IQ4_XS (d * sc) * table value.
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kchunk_f32_avx2(const packed::KInts& k, int t,
                                                                                     __m256* w) {
-  constexpr bool offset = !packed::has_kmins(T);  // Q3_K, Q6_K: signed q - offset
+  constexpr bool offset = packed::has_k_offset(T);  // Q3_K, Q6_K: signed q - offset
   const __m256i q = offset ? _mm256_sub_epi8(k.q[t], _mm256_set1_epi8(packed::k_offset(T))) : k.q[t];
   const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
   const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
@@ -383,6 +383,9 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kchunk_f32_a
     const __m256 d1 = _mm256_set1_ps(k.d * static_cast<float>(k.sc[t]));
     const __m256 m1 = _mm256_set1_ps(k.dmin * static_cast<float>(k.mn[t]));
     for (int i = 0; i < 4; ++i) w[i] = _mm256_sub_ps(_mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i]))), m1);
+  } else if constexpr (T == GgmlType::IQ4_XS) {
+    const __m256 dl = _mm256_set1_ps(k.d * static_cast<float>(k.sc[t]));
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_mul_ps(dl, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[i])));
   } else if constexpr (T == GgmlType::Q2_K) {
     const __m256 dl[2] = {_mm256_set1_ps(k.d * static_cast<float>(k.sc[2 * t])),
                           _mm256_set1_ps(k.d * static_cast<float>(k.sc[2 * t + 1]))};
@@ -440,7 +443,7 @@ __attribute__((target("avx2,fma,f16c"))) void fused_rows_avx2(const uint8_t* w, 
     for (int j = 0; j < N; ++j) y[j * out + r + rr] = packed::hsum8(acc[rr][j]) + (bias ? bias[r + rr] : 0.f);
 }
 
-// A row of a Q5_0 / Q5_1 / IQ4_NL matrix or a K-quant one decoded to float32 (dequantize()'s values). GCC 12 at -O3
+// A row of a Q5_0 / Q5_1 / IQ4_NL matrix or a K-quant or IQ4_XS one decoded to float32 (dequantize()'s values). GCC 12 at -O3
 // drops this loop's stores for the K-quants unless its loop vectorizer is off here (found by
 // test_qgemm's embedding check; -O2 and -O3 -fno-tree-vectorize are correct).
 template <GgmlType T>
@@ -539,15 +542,16 @@ void fused_gemm(const uint8_t* w, GgmlType type, int64_t row_bytes, const float*
         case GgmlType::Q3_K: return fused_range_any_n<K, GgmlType::Q3_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         case GgmlType::Q4_K: return fused_range_any_n<K, GgmlType::Q4_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         case GgmlType::Q5_K: return fused_range_any_n<K, GgmlType::Q5_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+        case GgmlType::IQ4_XS: return fused_range_any_n<K, GgmlType::IQ4_XS>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         default: return fused_range_any_n<K, GgmlType::Q6_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
       }
     }
   });
 }
 
-// Q5_0, Q5_1, IQ4_NL and the K-quants: no AVX-512 kernels; AVX-512 CPUs run the AVX2 ones.
+// Q5_0, Q5_1, IQ4_NL, the K-quants and IQ4_XS: no AVX-512 kernels; AVX-512 CPUs run the AVX2 ones.
 bool avx2_only_type(GgmlType t) {
-  return t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL || packed::is_kquant(t);
+  return t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL || packed::is_super256(t);
 }
 
 void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes, float* dst) {
@@ -566,6 +570,8 @@ void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes
       decode_row_chunks_avx2<GgmlType::Q2_K>(src, in, dst);
     else if (type == GgmlType::Q3_K)
       decode_row_chunks_avx2<GgmlType::Q3_K>(src, in, dst);
+    else if (type == GgmlType::IQ4_XS)
+      decode_row_chunks_avx2<GgmlType::IQ4_XS>(src, in, dst);
     else
       decode_row_chunks_avx2<GgmlType::Q6_K>(src, in, dst);
   } else if (have_avx512())

@@ -202,7 +202,7 @@ void linear(const WeightMatrix& w, const float* x, const float* bias, float* y, 
     scratch.resize(static_cast<size_t>(n * p.out));
     const float* b = bias ? bias + offset : nullptr;
     if (act == Activations::kInt8 && p.is_packed() && int8_gemm_supports(p.type)) {
-      const bool k256 = ggml_type_traits(p.type)->block_size == 256;  // Q8_K-style 256-blocks (the K-quants)
+      const bool k256 = ggml_type_traits(p.type)->block_size == 256;  // Q8_K-style 256-blocks (the K-quants, IQ4_XS)
       QuantizedRows& xq = k256 ? xq256 : xq32;
       bool& have = k256 ? have256 : have32;
       if (!have) quantize_activations(p.type, x, n, w.in, xq);

@@ -2,7 +2,7 @@
 // and `linear`, the one matrix product over them.
 //
 // A WeightMatrix [out, in] is held either as float32 or as packed ggml blocks (its on-disk
-// quantization: is_packable's types, Q4_0 to Q8_0, IQ4_NL and Q2_K to Q6_K; dequant.h). Stacked matrices
+// quantization: is_packable's types, Q4_0 to Q8_0, IQ4_NL, Q2_K to Q6_K and IQ4_XS; dequant.h). Stacked matrices
 // (q/k/v, gate/up) whose parts have different packed types keep their parts: a part covers the
 // output columns [offset, offset + part.out) of the stacked product.
 #pragma once

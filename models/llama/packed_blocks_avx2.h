@@ -37,6 +37,7 @@ constexpr int64_t block_bytes(GgmlType t) {
          : t == GgmlType::Q3_K ? 110
          : t == GgmlType::Q4_K ? 144
          : t == GgmlType::Q5_K ? 176
+         : t == GgmlType::IQ4_XS ? 136
                                : 210;  // Q6_K
 }
 // The K-quants: 256-element super-blocks.
@@ -44,14 +45,30 @@ constexpr bool is_kquant(GgmlType t) {
   return t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
          t == GgmlType::Q6_K;
 }
-// Elements per block: 256 for the K-quants, 32 otherwise.
-constexpr int64_t block_elems(GgmlType t) { return is_kquant(t) ? 256 : 32; }
+// Types of 256-element super-blocks: the K-quants and IQ4_XS (eight 32-element sub-blocks, each
+// IQ4_NL's table under a 6-bit signed scale). They multiply 256-element (Q8_K-style) activation
+// blocks.
+constexpr bool is_super256(GgmlType t) { return is_kquant(t) || t == GgmlType::IQ4_XS; }
+// Elements per block: 256 for the K-quants and IQ4_XS, 32 otherwise.
+constexpr int64_t block_elems(GgmlType t) { return is_super256(t) ? 256 : 32; }
 // K-quants whose sub-blocks have a min as well as a scale (x = d sc u - dmin mn): Q2_K (16
 // sub-blocks of 16), Q4_K and Q5_K (8 of 32). The others (Q3_K, Q6_K) have 16 signed scales and
 // a fixed offset: x = d sc (u - k_offset).
 constexpr bool has_kmins(GgmlType t) { return t == GgmlType::Q2_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K; }
+// Q3_K and Q6_K store u = q + offset (x = d sc (u - k_offset)); IQ4_XS's integers are its
+// table's signed values, with no offset.
+constexpr bool has_k_offset(GgmlType t) { return t == GgmlType::Q3_K || t == GgmlType::Q6_K; }
 // Q3_K's and Q6_K's offset: 4 and 32.
 constexpr int k_offset(GgmlType t) { return t == GgmlType::Q3_K ? 4 : 32; }
+
+// IQ4_XS's eight 6-bit sub-block scales as signed integers ls - 32 (-32..31): the low four bits
+// of sub-block s are nibble s % 2 of scales_l[s / 2] (byte 4 + s / 2), the top two bits 2s, 2s + 1
+// of the u16 scales_h (bytes 2-3).
+inline void unpack_iq4xs_scales(const uint8_t* blk, int* sc) {
+  const int scales_h = blk[2] | (blk[3] << 8);
+  for (int s = 0; s < 8; ++s)
+    sc[s] = (((blk[4 + s / 2] >> (4 * (s % 2))) & 0x0F) | (((scales_h >> (2 * s)) & 3) << 4)) - 32;
+}
 
 // Q4_K's twelve bytes of eight 6-bit scales and eight 6-bit mins.
 inline void unpack_q4k_scales(const uint8_t* s, int* sc, int* mn) {
@@ -135,10 +152,11 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256i block_int
 // block's scales. Q4_K: q = nibble (0..15), x = (d * sc[t]) * q - dmin * mn[t]; Q5_K the same
 // with q = nibble plus fifth bit (0..31). Q6_K: q = 6 bits (0..63), x = (d * sc[e / 16]) * (q - 32).
 // Q3_K: q = 3 bits (0..7), x = (d * sc[e / 16]) * (q - 4). Q2_K: q = 2 bits (0..3),
-// x = (d * sc[e / 16]) * q - dmin * mn[e / 16].
+// x = (d * sc[e / 16]) * q - dmin * mn[e / 16]. IQ4_XS: q = the table's value (signed, -127..113),
+// x = (d * sc[t]) * q.
 struct KInts {
   __m256i q[8];
-  int sc[16];  // Q4_K, Q5_K: 8 sub-block scales; Q2_K 16 (0..15); Q3_K, Q6_K: 16 signed scales
+  int sc[16];  // Q4_K, Q5_K: 8 sub-block scales; Q2_K 16 (0..15); Q3_K, Q6_K: 16 signed scales; IQ4_XS 8 signed
   int mn[16];  // Q4_K, Q5_K: 8 mins; Q2_K 16
   float d, dmin;
 };
@@ -147,7 +165,20 @@ struct KInts {
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_q(const uint8_t* blk, KInts& k) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+  if constexpr (T == GgmlType::IQ4_XS) {
+    // Sub-block t's 16 bytes at 8 + 16t: low nibbles are its elements 0..15, high 16..31 (IQ4_NL's
+    // order), looked up in the table.
+    const __m256i lut = iq4nl_lut(0);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 8 + 32 * c));
+      const __m256i lo = _mm256_and_si256(bytes, low4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+      // Sub-block 2c: the low 128 bits' low then high nibbles; 2c + 1: the high 128 bits'.
+      k.q[2 * c] = _mm256_shuffle_epi8(lut, _mm256_permute2x128_si256(lo, hi, 0x20));
+      k.q[2 * c + 1] = _mm256_shuffle_epi8(lut, _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+    k.d = _cvtsh_ss(load_u16(blk));
+    k.dmin = 0.f;
+  } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
     constexpr int qs_at = T == GgmlType::Q5_K ? 48 : 16;  // Q5_K: qh[32] at 16, before qs
     for (int c = 0; c < 4; ++c) {
       const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + qs_at + 32 * c));
@@ -213,7 +244,9 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_q(con
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_ints(const uint8_t* blk, KInts& k) {
   kblock_q<T>(blk, k);
-  if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+  if constexpr (T == GgmlType::IQ4_XS) {
+    unpack_iq4xs_scales(blk, k.sc);
+  } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
     unpack_q4k_scales(blk + 4, k.sc, k.mn);
   } else if constexpr (T == GgmlType::Q2_K) {
     for (int i = 0; i < 16; ++i) {
@@ -231,17 +264,22 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_ints(
 
 // A K-quant super-block's sub-block scales as vpmaddwd multipliers, built in vector registers:
 // - scale[t] (t = 0..7) multiplies the 16 int16 pair sums of chunk t (elements 32t..32t+31).
-//   Q4_K and Q5_K: sc[t] in all 16 lanes. Q2_K, Q3_K, Q6_K: sc[2t] in the low 128 bits, sc[2t+1]
+//   Q4_K, Q5_K and IQ4_XS: sc[t] in all 16 lanes. Q2_K, Q3_K, Q6_K: sc[2t] in the low 128 bits, sc[2t+1]
 //   in the high.
 // - off16 multiplies the 16 activation sums of 16 elements (xq.bsum16). Q4_K and Q5_K: mn[0],
 //   mn[0], mn[1], mn[1], ..., mn[7], mn[7] (each min covers two sums); Q2_K: mn[0..15]; Q3_K and
-//   Q6_K: sc[0..15] (the caller applies the offset).
+//   Q6_K: sc[0..15] (the caller applies the offset); IQ4_XS: zero (no offset).
 // The integers equal kblock_ints's.
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void kblock_scales16(const uint8_t* blk,
                                                                                    __m256i (&scale)[8],
                                                                                    __m256i& off16) {
-  if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+  if constexpr (T == GgmlType::IQ4_XS) {
+    int sc[8];
+    unpack_iq4xs_scales(blk, sc);
+    for (int t = 0; t < 8; ++t) scale[t] = _mm256_set1_epi16(static_cast<int16_t>(sc[t]));
+    off16 = _mm256_setzero_si256();
+  } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
     // The 12 scale bytes as words w0..w2: bytes 0-3 hold sc[0..3] (low 6 bits) and the top two
     // bits of sc[4..7]; bytes 4-7 the same for mn; bytes 8-11 the low nibbles of sc[4..7] (low)
     // and mn[4..7] (high).

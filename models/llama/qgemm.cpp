@@ -211,6 +211,25 @@ float row_dot_scalar(const uint8_t* wrow, const int8_t* xq, const float* xd, con
         acc -= (load_f16(blk + 82) * xd[b]) * static_cast<float>(imin);
       }
     }
+  } else if constexpr (T == GgmlType::IQ4_XS) {
+    // Sub-block s: qs[16s + j] at 8 holds its elements j (low nibble) and j + 16 (high), table indices.
+    for (int64_t b = 0; b < in / 256; ++b) {
+      const uint8_t* blk = wrow + b * bb;
+      const uint8_t* qs = blk + 8;
+      const int8_t* x = xq + 256 * b;
+      int sc[8];
+      packed::unpack_iq4xs_scales(blk, sc);
+      int isum = 0;
+      for (int s = 0; s < 8; ++s) {
+        int dot = 0;
+        for (int j = 0; j < 16; ++j) {
+          dot += kIq4nlValues[qs[16 * s + j] & 0x0F] * x[32 * s + j];
+          dot += kIq4nlValues[qs[16 * s + j] >> 4] * x[32 * s + j + 16];
+        }
+        isum += sc[s] * dot;
+      }
+      acc += (load_f16(blk) * xd[b]) * static_cast<float>(isum);
+    }
   } else {  // Q6_K
     for (int64_t b = 0; b < in / 256; ++b) {
       const uint8_t* blk = wrow + b * bb;
@@ -357,7 +376,7 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rows32_avx2(const uint8_t* w,
       y[(j0 + j) * out + r + rr] = (packed::hsum8(acc[rr][j]) + macc[rr][j]) + (bias ? bias[r + rr] : 0.f);
 }
 
-// One weight row x N activation rows of a K-quant type.
+// One weight row x N activation rows of a K-quant or IQ4_XS type.
 // xr: the N activation rows j0..j0+N-1 (x_row), nb: super-blocks per row.
 template <GgmlType T, int N>
 __attribute__((target("avx2,fma,f16c"))) void int8_rowsk_avx2(const uint8_t* w, int64_t row_bytes, const XRow* xr,
@@ -374,12 +393,17 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rowsk_avx2(const uint8_t* w, 
     for (int c = 0; c < bb; c += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchAhead + c), _MM_HINT_T0);
     packed::kblock_q<T>(blk, k);
     packed::kblock_scales16<T>(blk, scale, off16);
+    // IQ4_XS's integers are signed (the table's values): |w| against sign(x, w), as Q8_0 does.
+    constexpr bool signed_q = T == GgmlType::IQ4_XS;
+    __m256i qa[8];
+    for (int t = 0; t < 8; ++t) qa[t] = signed_q ? _mm256_abs_epi8(k.q[t]) : k.q[t];
     for (int j = 0; j < N; ++j) {
       const int8_t* x = xr[j].q + 256 * b;
       __m256i isum = _mm256_setzero_si256();
       for (int t = 0; t < 8; ++t) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * t));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(k.q[t], xv), scale[t]));
+        __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * t));
+        if constexpr (signed_q) xv = _mm256_sign_epi8(xv, k.q[t]);
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(qa[t], xv), scale[t]));
       }
       const __m256i b16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[j].b16 + 16 * b));
       // Q4_K, Q5_K, Q2_K: min * sum of x over the min's elements; Q3_K, Q6_K: scale * sum16.
@@ -388,6 +412,8 @@ __attribute__((target("avx2,fma,f16c"))) void int8_rowsk_avx2(const uint8_t* w, 
       if constexpr (packed::has_kmins(T)) {
         acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(k.d * dx), acc[j]);
         acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(off), _mm256_set1_ps(k.dmin * dx), acc[j]);
+      } else if constexpr (!packed::has_k_offset(T)) {  // IQ4_XS: no offset
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(k.d * dx), acc[j]);
       } else {
         // sum of scale * (q - 32) * x (Q6_K), scale * (q - 4) * x (Q3_K)
         isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, T == GgmlType::Q6_K ? 5 : 2));
@@ -459,6 +485,7 @@ RangeFn pick(GgmlType t, bool avx2) {
     case GgmlType::Q4_K: return range_fn<GgmlType::Q4_K>(avx2);
     case GgmlType::Q5_K: return range_fn<GgmlType::Q5_K>(avx2);
     case GgmlType::Q6_K: return range_fn<GgmlType::Q6_K>(avx2);
+    case GgmlType::IQ4_XS: return range_fn<GgmlType::IQ4_XS>(avx2);
     default: break;
   }
   throw Error(ErrorKind::kUnsupported, "int8-activation matmul supports " + packable_type_names() + ", not " +

@@ -1,6 +1,6 @@
 // Matrix products of packed ggml weights with int8-quantized activations (llama.cpp's scheme:
 // Q8_0/Q8_1-style activation blocks for the 32-element weight types, Q8_K-style 256-element
-// blocks for the K-quants; the code is our own).
+// blocks for the K-quants and IQ4_XS; the code is our own).
 //
 // Each activation row is quantized block by block: x[i] ~= dx * q[i] with q in [-127, 127],
 // dx = max|x| / 127 over the block (float32, not rounded to f16), q = x * (1 / dx) rounded to
@@ -14,7 +14,7 @@
 // so with the weights w decoded by dequantize(), |y_int8 - y_f32| <= sum over blocks b of
 // (dx_b / 2) * sum_{i in b} |w_i| (exactly: sum |w_i| |x_i - dx q_i|), plus float32 summation
 // rounding (about 1e-6 relative to sum |w_i x_i|); test_qgemm checks this bound. A 32-block
-// shares one dx; a K-quant block shares one dx over 256 elements (a coarser grid, as llama.cpp's
+// shares one dx; a K-quant or IQ4_XS block shares one dx over 256 elements (a coarser grid, as llama.cpp's
 // Q8_K). Results therefore differ from the float32-activation kernels (gemv.h): greedy tokens
 // may change on near ties, but decode and verification still agree bit for bit (below).
 //
@@ -40,8 +40,8 @@
 namespace speclab {
 
 // Weight types the int8 kernels take: is_packable's (models/loaders/dequant.h): Q4_0, Q4_1,
-// Q5_0, Q5_1, Q8_0, IQ4_NL (32-element blocks), Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (256-element
-// super-blocks).
+// Q5_0, Q5_1, Q8_0, IQ4_NL (32-element blocks), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
+// (256-element super-blocks).
 bool int8_gemm_supports(uint32_t type_id);
 
 // Activation rows quantized for one weight type's block size. Reusable: quantize_activations

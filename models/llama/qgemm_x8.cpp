@@ -39,6 +39,8 @@ using packed::load_u16;
 //   Q4_K  d16[8] @0, dmin16[8] @16, sc [8 t][8 r] @32, mn [4 p][8 r][2] @96, qs [8 t][128] @160  1184
 //   Q5_K  as Q4_K up to @160, then per sub-block t: qs (128) @160 + 160t, qh (32) after it  1440
 //   Q6_K  d16[8] @0, sc [8 c][8 r][2] (int8) @16, then per chunk c: qs (128) @144 + 192c, qh (64) after it  1680
+//   IQ4_XS d16[8] @0, sc [4 p][8 r][2] (int8, ls - 32: sub-blocks 2p, 2p + 1) @16, qs [8 t][128] @80
+//         (table indices)                                                              1104 = 8 x 138
 // qs (128 bytes for 32 elements of 8 rows): byte 32v + 4r + i (v, i in 0..3) holds element 4v + i of
 // row r in its low nibble and element 16 + 4v + i in its high nibble. Group g (0..7) of 4
 // elements 4g..4g+3 is therefore the low (g < 4) or high (g >= 4) nibbles of vector g % 4.
@@ -61,6 +63,7 @@ constexpr int64_t x8_block_bytes(GgmlType t) {
          : t == GgmlType::Q3_K ? 912
          : t == GgmlType::Q4_K ? 1184
          : t == GgmlType::Q5_K ? 1440
+         : t == GgmlType::IQ4_XS ? 1104
                                : 1680;  // Q6_K
 }
 
@@ -94,7 +97,7 @@ void store_u16(uint8_t* p, uint16_t v) {
 struct RowBlock {
   uint8_t u[256];
   uint16_t d16 = 0, m16 = 0;  // d; Q4_1's and Q5_1's min, or Q2_K's, Q4_K's and Q5_K's dmin
-  int sc[16] = {};            // Q4_K, Q5_K: 8 scales; Q2_K: 16 (0..15); Q3_K, Q6_K: 16 signed scales
+  int sc[16] = {};            // Q4_K, Q5_K: 8 scales; Q2_K: 16 (0..15); Q3_K, Q6_K: 16 signed scales; IQ4_XS 8 signed
   int mn[16] = {};            // Q4_K, Q5_K: 8 mins; Q2_K: 16
 };
 
@@ -128,6 +131,15 @@ void decode_row_block(GgmlType t, const uint8_t* blk, RowBlock& rb) {
     case GgmlType::Q8_0:
       rb.d16 = load_u16(blk);
       for (int i = 0; i < 32; ++i) rb.u[i] = static_cast<uint8_t>(static_cast<int8_t>(blk[2 + i]) + 128);
+      break;
+    case GgmlType::IQ4_XS:  // u: the table index of each element (sub-block s: qs[16s + j] at 8)
+      rb.d16 = load_u16(blk);
+      packed::unpack_iq4xs_scales(blk, rb.sc);
+      for (int sb = 0; sb < 8; ++sb)
+        for (int j = 0; j < 16; ++j) {
+          rb.u[32 * sb + j] = blk[8 + 16 * sb + j] & 0x0F;
+          rb.u[32 * sb + j + 16] = blk[8 + 16 * sb + j] >> 4;
+        }
       break;
     case GgmlType::Q4_K:
     case GgmlType::Q5_K: {
@@ -256,6 +268,13 @@ void repack_group_block(GgmlType t, const RowBlock* rows, uint8_t* dst) {
         put_nibbles(rows, 32 * s, dst + 160 + k_sub_bytes(t) * s);
         if (t == GgmlType::Q5_K) put_fifth_bits(rows, 32 * s, dst + 160 + k_sub_bytes(t) * s + 128);
       }
+      break;
+    case GgmlType::IQ4_XS:
+      for (int p = 0; p < 4; ++p)
+        for (int r = 0; r < 8; ++r)
+          for (int k = 0; k < 2; ++k)
+            dst[16 + 16 * p + 2 * r + k] = static_cast<uint8_t>(static_cast<int8_t>(rows[r].sc[2 * p + k]));
+      for (int sb = 0; sb < 8; ++sb) put_nibbles(rows, 32 * sb, dst + 80 + 128 * sb);
       break;
     case GgmlType::Q2_K:
       for (int r = 0; r < 8; ++r) store_u16(dst + 16 + 2 * r, rows[r].m16);
@@ -403,6 +422,16 @@ SPECLAB_X8_AVX2 inline void add_fifth_bits(const uint8_t* qh, __m256i (&W)[K]) {
   for (int g = 0; g < 8; ++g) W[g] = _mm256_or_si256(W[g], to_bit4(h, g, bit4));
 }
 
+// W[0..7] of a 128-byte nibble interleave of table indices (IQ4_NL, IQ4_XS): the table's value
+// for each index, plus 128.
+template <size_t K>
+SPECLAB_X8_AVX2 inline void iq4_lookup(const uint8_t* qs, __m256i (&W)[K]) {
+  __m256i V[8];
+  nibbles(qs, V);
+  const __m256i lut = packed::iq4nl_lut(128);
+  for (int g = 0; g < 8; ++g) W[g] = _mm256_shuffle_epi8(lut, V[g]);
+}
+
 // W[0..7] of a 32-element-block type (Q8_0: the stored bytes u = w + 128; IQ4_NL: the table's
 // value for each index, plus 128).
 template <GgmlType T>
@@ -410,10 +439,7 @@ SPECLAB_X8_AVX2 inline void load_weights32(const uint8_t* gb, __m256i (&W)[16]) 
   if constexpr (T == GgmlType::Q8_0) {
     for (int g = 0; g < 8; ++g) W[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + 16 + 32 * g));
   } else if constexpr (T == GgmlType::IQ4_NL) {
-    __m256i V[8];
-    nibbles(gb + x8_qs_at(T), V);
-    const __m256i lut = packed::iq4nl_lut(128);
-    for (int g = 0; g < 8; ++g) W[g] = _mm256_shuffle_epi8(lut, V[g]);
+    iq4_lookup(gb + x8_qs_at(T), W);
   } else {
     __m256i V[8];
     nibbles(gb + x8_qs_at(T), V);
@@ -471,6 +497,14 @@ X8_INLINE void q6k_scales(__m256i S, __m256i& s_lo, __m256i& s_hi) {
   s_hi = _mm256_srai_epi32(S, 16);
 }
 
+// IQ4_XS: W[0..7] = u = table value + 128 (vpdpbusd takes u up to 255 as it is).
+X8_INLINE void iq4_weights(const uint8_t* qs, __m256i (&W)[16]) { iq4_lookup(qs, W); }
+
+// sc (int32 per row lane, q6k_scales's form) * (u . x)
+X8_INLINE __m256i iq4xs_sdot(const __m256i (&W)[16], const int8_t* x, __m256i sc) {
+  return _mm256_mullo_epi32(dot8_vnni(W, x), sc);
+}
+
 X8_INLINE __m256i q6k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i s_lo, __m256i s_hi) {
   __m256i lo = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W[0], bcast4(x));
   __m256i hi = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W[4], bcast4(x + 16));
@@ -501,17 +535,26 @@ namespace avx2 {
 #define X8_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
 
 
+// u (<= 255) in W[0..7] split into its low nibbles (W[0..7]) and high ones (W[8..15]).
+X8_INLINE void split_nibbles(__m256i (&W)[16]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int g = 0; g < 8; ++g) {
+    W[8 + g] = _mm256_and_si256(_mm256_srli_epi16(W[g], 4), low4);
+    W[g] = _mm256_and_si256(W[g], low4);
+  }
+}
+
 // Q8_0 and IQ4_NL: W[0..7] the low nibbles of u, W[8..15] the high ones.
 template <GgmlType T>
 X8_INLINE void weights32(const uint8_t* gb, __m256i (&W)[16]) {
   load_weights32<T>(gb, W);
-  if constexpr (u_plus_128(T)) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    for (int g = 0; g < 8; ++g) {
-      W[8 + g] = _mm256_and_si256(_mm256_srli_epi16(W[g], 4), low4);
-      W[g] = _mm256_and_si256(W[g], low4);
-    }
-  }
+  if constexpr (u_plus_128(T)) split_nibbles(W);
+}
+
+// IQ4_XS: u = table value + 128 as nibbles, like IQ4_NL's.
+X8_INLINE void iq4_weights(const uint8_t* qs, __m256i (&W)[16]) {
+  iq4_lookup(qs, W);
+  split_nibbles(W);
 }
 
 X8_INLINE __m256i mb(__m256i w, const int8_t* x) { return _mm256_maddubs_epi16(w, bcast4(x)); }
@@ -569,6 +612,14 @@ X8_INLINE void q6k_scales(__m256i S, __m256i& s_lo, __m256i& s_hi) {
   s_hi = _mm256_blend_epi16(_mm256_srli_epi32(S, 16), S, 0xAA);
 }
 
+// sc (q6k_scales's form: the signed scale in both int16 halves of each row's lane) * (u . x), u's
+// nibbles summed apart (30,480 at most each) and the high ones' times 16 folded into the scale
+// (|16 sc| <= 512 fits int16).
+X8_INLINE __m256i iq4xs_sdot(const __m256i (&W)[16], const int8_t* x, __m256i sc) {
+  return _mm256_add_epi32(_mm256_madd_epi16(sum8_16(W, x), sc),
+                          _mm256_madd_epi16(sum8_16(W + 8, x), _mm256_slli_epi16(sc, 4)));
+}
+
 X8_INLINE __m256i q6k_sdot(const __m256i (&W)[8], const int8_t* x, __m256i s_lo, __m256i s_hi) {
   const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(mb(W[0], x), mb(W[1], x + 4)), s_lo),
                                       _mm256_madd_epi16(_mm256_add_epi16(mb(W[2], x + 8), mb(W[3], x + 12)), s_lo));
@@ -620,10 +671,10 @@ bool cpu_splits_512_bit_ops() {
 
 bool x8_zmm_for(uint32_t type_id, int64_t n) {
   if (!x8_zmm_enabled()) return false;
-  // IQ4_NL, Q2_K and Q3_K have no 512-bit kernels (they were written on a CPU without AVX-512,
+  // IQ4_NL, Q2_K, Q3_K and IQ4_XS have no 512-bit kernels (they were written on a CPU without AVX-512,
   // where 512-bit code could not be tested).
   const GgmlType ty = static_cast<GgmlType>(type_id);
-  if (ty == GgmlType::IQ4_NL || ty == GgmlType::Q2_K || ty == GgmlType::Q3_K) return false;
+  if (ty == GgmlType::IQ4_NL || ty == GgmlType::Q2_K || ty == GgmlType::Q3_K || ty == GgmlType::IQ4_XS) return false;
   const char* e = x8_zmm_env();
   if (e && std::string(e) == "1") return true;
   // Zen 4, kernel_bench --shapes qwen1.5b --best, two alternated rounds per n, us (512 vs 256 bits):

@@ -19,9 +19,10 @@
 // Layout: ceil(out / 8) groups of 8 consecutive rows (missing rows of the last group are zero),
 // each group the row's blocks in order, each block holding its 8 rows' data interleaved. The
 // bytes per group and block equal 8 ggml blocks (Q3_K, Q4_K, Q5_K: +32 bytes per 8 super-blocks
-// of unpacked scales), so a decode step reads the same amount of memory. Weights are stored as their
+// of unpacked scales, IQ4_XS +16), so a decode step reads about the same amount of memory. Weights are stored as their
 // unsigned integers u with w = s * u + m per block (or sub-block): the offsets (-8d, -16d,
-// -128d for Q8_0, Q4_1's min, the K-quants' dmin * min, Q3_K's -4 and Q6_K's -32) multiply the activation block sums,
+// -128d for Q8_0, Q4_1's min, the K-quants' dmin * min, Q3_K's -4 and Q6_K's -32; IQ4_NL's and
+// IQ4_XS's table values are looked up as u = value + 128, offset -128 d) multiply the activation block sums,
 // exactly as qgemm.cpp does, so the integer sums equal gemm_packed_int8_reference's.
 //
 // Arithmetic and row identity: each output (weight row r, activation row j) is the lane r % 8 of
@@ -53,7 +54,7 @@ bool x8_zmm_enabled();
 // x8_zmm_enabled(), except on a CPU that executes 512-bit instructions as two 256-bit halves
 // (AMD Zen 4) for K-quant weights at 2 to 6 rows, where the 256-bit kernels ran faster
 // (docs/performance.md, "On an AMD Zen 4"). SPECLAB_X8_ZMM=1 takes 512 bits everywhere else.
-// IQ4_NL, Q2_K and Q3_K: never (no 512-bit kernels; the 256-bit VNNI ones run). Either way the bits are
+// IQ4_NL, Q2_K, Q3_K and IQ4_XS: never (no 512-bit kernels; the 256-bit VNNI ones run). Either way the bits are
 // the same.
 bool x8_zmm_for(uint32_t type_id, int64_t n);
 // AMD family 0x19 with AVX-512 (Zen 4), whose AVX-512 units are 256 bits wide. Read once.

@@ -534,7 +534,7 @@ bool is_packable(uint32_t type_id) {
   const auto t = static_cast<GgmlType>(type_id);
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
          t == GgmlType::Q8_0 || t == GgmlType::IQ4_NL || t == GgmlType::Q2_K || t == GgmlType::Q3_K ||
-         t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+         t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::IQ4_XS;
 }
 
 std::string decodable_type_names() {

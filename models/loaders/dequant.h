@@ -83,7 +83,7 @@ inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22,
 
 // Types the model keeps packed (HostTensor::is_packed) and multiplies with fused dequantizing
 // kernels (models/llama/gemv.h, qgemm.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K,
-// Q5_K, Q6_K. Every kernel file takes exactly these (gemm_packed_supports, int8_gemm_supports).
+// Q5_K, Q6_K, IQ4_XS. Every kernel file takes exactly these (gemm_packed_supports, int8_gemm_supports).
 bool is_packable(uint32_t type_id);
 // Their names, "Q4_0, Q4_1, ..., Q6_K", for error messages.
 std::string packable_type_names();

@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,14 @@ struct LowBits {
 
 int clampi(long v, int lo, int hi) { return static_cast<int>(std::min<long>(hi, std::max<long>(lo, v))); }
 
+// The element of x[0..n) of largest magnitude (the first of them), with its sign.
+float largest(const float* x, int n) {
+  float big = 0.f;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > std::fabs(big)) big = x[i];
+  return big;
+}
+
 // 2 bits: per 32 elements x ~ (d sc) u - dmin mn, u in 0..3, sc and mn in 0..15 (sub-blocks 2t
 // and 2t + 1 alike).
 LowBits two_bits(const float* x) {
@@ -186,10 +195,7 @@ LowBits three_bits(const float* x) {
   LowBits q;
   float scale[16], smax = 0.f;
   for (int k = 0; k < 16; ++k) {
-    float big = 0.f;
-    for (int l = 0; l < 16; ++l)
-      if (std::fabs(x[16 * k + l]) > std::fabs(big)) big = x[16 * k + l];
-    scale[k] = -big / 4.f;
+    scale[k] = -largest(x + 16 * k, 16) / 4.f;
     smax = std::max(smax, std::fabs(scale[k]));
   }
   q.d = fp32_to_fp16(smax / 31.f);
@@ -292,10 +298,7 @@ int64_t iq4nl_layers(LoadedModel& m, GgmlType type, bool scrambled) {
     std::vector<uint8_t> out(x.size() / 32 * bytes, 0);
     for (size_t b = 0; b < x.size() / 32; ++b, ++blocks) {
       const float* xb = x.data() + 32 * b;
-      float big = 0.f;
-      for (int i = 0; i < 32; ++i)
-        if (std::fabs(xb[i]) > std::fabs(big)) big = xb[i];
-      const uint16_t d16 = fp32_to_fp16(big / -127.f);
+      const uint16_t d16 = fp32_to_fp16(largest(xb, 32) / -127.f);
       const float d = fp16_to_fp32(d16);
       uint8_t* dst = out.data() + b * bytes;
       put_u16(dst, d16);
@@ -308,6 +311,104 @@ int64_t iq4nl_layers(LoadedModel& m, GgmlType type, bool scrambled) {
         else
           dst[2 + i % 16] |= static_cast<uint8_t>((scrambled ? idx ^ 1 : idx) << (i < 16 ? 0 : 4));
       }
+    }
+    t.packed.swap(out);
+    t.storage_type = id;
+  }
+  return blocks;
+}
+
+// A 256-element super-block at IQ4_XS's levels: a power-of-two d, per 32-element sub-block a
+// signed scale sc in -32..31, and per element a table index in [lo, hi] (kIq4nlValues); x =
+// (d sc) table[index]. d sc is exact in binary16.
+struct Iq4Levels {
+  float d = 0.f;
+  int sc[8] = {};
+  int idx[256] = {};
+};
+
+// x's super-block on the levels table[lo..hi]: each sub-block's element of largest magnitude on
+// the level of largest magnitude (of its sign), the others on the nearest level.
+Iq4Levels iq4_levels(const float* x, int lo, int hi) {
+  Iq4Levels q;
+  float s[8], smax = 0.f;
+  for (int k = 0; k < 8; ++k) {
+    s[k] = largest(x + 32 * k, 32) / static_cast<float>(std::abs(kIq4nlValues[lo]) > std::abs(kIq4nlValues[hi]) ? kIq4nlValues[lo]
+                                                                                             : kIq4nlValues[hi]);
+    smax = std::max(smax, std::fabs(s[k]));
+  }
+  q.d = smax > 0.f ? std::ldexp(1.f, static_cast<int>(std::ceil(std::log2(smax / 31.f)))) : 0.f;
+  for (int k = 0; k < 8; ++k) {
+    q.sc[k] = q.d > 0.f ? clampi(std::lround(s[k] / q.d), -32, 31) : 0;
+    const float dl = q.d * static_cast<float>(q.sc[k]);
+    for (int i = 0; i < 32; ++i) {
+      int best = lo;
+      for (int v = lo + 1; v <= hi; ++v)
+        if (std::fabs(dl * kIq4nlValues[v] - x[32 * k + i]) < std::fabs(dl * kIq4nlValues[best] - x[32 * k + i]))
+          best = v;
+      q.idx[32 * k + i] = best;
+    }
+  }
+  return q;
+}
+
+// The levels as one IQ4_XS block (136 bytes: d, scales_h, scales_l[4], qs[128]; sub-block k's
+// element i in nibble i / 16 of qs[16k + i % 16]); scrambled = true writes each ls = sc + 32 xor 1.
+void put_iq4xs(const Iq4Levels& q, uint8_t* dst, bool scrambled) {
+  std::memset(dst, 0, 136);
+  put_u16(dst, fp32_to_fp16(q.d));
+  for (int k = 0; k < 8; ++k) {
+    const int ls = (q.sc[k] + 32) ^ (scrambled ? 1 : 0);
+    dst[4 + k / 2] |= static_cast<uint8_t>((ls & 0x0F) << (4 * (k % 2)));
+    const int h = (ls >> 4) << (2 * k);
+    dst[2] |= static_cast<uint8_t>(h & 0xFF);
+    dst[3] |= static_cast<uint8_t>(h >> 8);
+    for (int i = 0; i < 32; ++i) dst[8 + 16 * k + i % 16] |= static_cast<uint8_t>(q.idx[32 * k + i] << (i < 16 ? 0 : 4));
+  }
+}
+// As eight IQ4_NL blocks (18 bytes each: d = d sc, 16 bytes of indices).
+void put_iq4nl8(const Iq4Levels& q, uint8_t* dst) {
+  std::memset(dst, 0, 8 * 18);
+  for (int k = 0; k < 8; ++k) {
+    const float dl = q.d * static_cast<float>(q.sc[k]);
+    if (fp16_to_fp32(fp32_to_fp16(dl)) != dl) throw std::runtime_error("d sc is not exact in binary16");
+    put_u16(dst + 18 * k, fp32_to_fp16(dl));
+    for (int i = 0; i < 32; ++i) dst[18 * k + 2 + i % 16] |= static_cast<uint8_t>(q.idx[32 * k + i] << (i < 16 ? 0 : 4));
+  }
+}
+// As one Q6_K block (put_q6k's layout) with q = table value + 32, which must lie in 0..63, and
+// 16-element scale 2k and 2k + 1 both sc[k].
+void put_q6k_levels(const Iq4Levels& q, uint8_t* dst) {
+  std::memset(dst, 0, 192);
+  for (int e = 0; e < 256; ++e) {
+    const int v = kIq4nlValues[q.idx[e]] + 32, h = e / 128, s = (e / 32) % 4, l = e % 32;
+    if (v < 0 || v >= 64) throw std::runtime_error("a level outside Q6_K's range");
+    dst[64 * h + 32 * (s % 2) + l] |= static_cast<uint8_t>((v & 0x0F) << (4 * (s / 2)));
+    dst[128 + 32 * h + l] |= static_cast<uint8_t>((v >> 4) << (2 * s));
+  }
+  for (int k = 0; k < 16; ++k) dst[192 + k] = static_cast<uint8_t>(static_cast<int8_t>(q.sc[k / 2]));
+  put_u16(dst + 208, fp32_to_fp16(q.d));
+}
+
+// Every down projection of m (float32 after dequantize; the matrices whose rows are whole
+// 256-element super-blocks) on IQ4_XS's levels table[lo..hi] (iq4_levels), written as IQ4_XS,
+// IQ4_NL (eight blocks per super-block) or Q6_K: the same values. scrambled: put_iq4xs's. Returns
+// the super-blocks written.
+int64_t iq4_level_downs(LoadedModel& m, GgmlType type, bool scrambled, int lo, int hi) {
+  const uint32_t id = static_cast<uint32_t>(type);
+  const int64_t bytes = type == GgmlType::IQ4_NL ? 8 * 18 : ggml_type_traits(id)->type_size;
+  int64_t blocks = 0;
+  for (auto& [name, t] : m.weights) {
+    if (name.find("down_proj") == std::string::npos || !t.is_packed()) continue;
+    std::vector<float> x(static_cast<size_t>(t.numel()));
+    dequantize(t.storage_type, t.packed.data(), t.packed.size(), x.data(), x.size(), name);
+    std::vector<uint8_t> out(x.size() / 256 * static_cast<size_t>(bytes));
+    for (size_t b = 0; b < x.size() / 256; ++b, ++blocks) {
+      const Iq4Levels q = iq4_levels(x.data() + 256 * b, lo, hi);
+      uint8_t* dst = out.data() + b * bytes;
+      if (type == GgmlType::IQ4_XS) put_iq4xs(q, dst, scrambled);
+      else if (type == GgmlType::IQ4_NL) put_iq4nl8(q, dst);
+      else put_q6k_levels(q, dst);
     }
     t.packed.swap(out);
     t.storage_type = id;
@@ -402,12 +503,13 @@ void check_reencoded(const std::string& path, GgmlType from, GgmlType to) {
 
 // SmolLM2 with matrices re-quantized by encode(model, type, broken) -> blocks, as `ref` (a type
 // whose kernels the tests above and test_qgemm cover) and as `type`: the same logits bit for bit,
-// on both activation paths; with broken = true, different ones. The int8 path runs at the CPU's
+// on both activation paths (or those of `paths`); with broken = true, different ones. The int8 path runs at the CPU's
 // best ISA (the two types share the repacked kernels' float steps), the float32 one at `f32_cap`
 // (both types' fused kernels 8 lanes wide).
 template <class Encode>
 void check_same_values(const std::string& what, Encode encode, GgmlType ref, GgmlType type, int64_t blocks,
-                       KernelIsa f32_cap) {
+                       KernelIsa f32_cap,
+                       const std::vector<Activations>& paths = {Activations::kF32, Activations::kInt8}) {
   struct Restore {
     ~Restore() { set_kernel_isa_cap(kKernelIsaMax); }
   } restore;
@@ -417,7 +519,7 @@ void check_same_values(const std::string& what, Encode encode, GgmlType ref, Ggm
   src.path = path;
   src.weights = "native";
   const std::vector<int64_t> prompt = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 2, 198, 1, 4093, 198};
-  for (Activations act : {Activations::kF32, Activations::kInt8}) {
+  for (Activations act : paths) {
     set_kernel_isa_cap(act == Activations::kF32 ? f32_cap : kKernelIsaMax);
     INFO(what << " as " << ggml_type_name(static_cast<uint32_t>(type)) << " vs "
               << ggml_type_name(static_cast<uint32_t>(ref)) << ", activations " << activations_name(act) << ", kernels "
@@ -478,4 +580,23 @@ TEST_CASE("IQ4_NL weights: SmolLM2's layer matrices at IQ4_NL's levels give the 
   // q/k/v/o, gate/up/down: 30 layers x (576 x (576 + 192 + 192 + 576) + 2 x 1536 x 576 + 576 x 1536) / 32
   check_same_values("layer matrices at IQ4_NL's levels", iq4nl_layers, GgmlType::Q8_0, GgmlType::IQ4_NL,
                     int64_t(30) * (576 * 1536 + 3 * 1536 * 576) / 32, KernelIsa::kAvx2);
+}
+
+// IQ4_XS on its five table values -22..25 (indices 6..10) against Q6_K of the same values (q =
+// value + 32, each 16-element scale its sub-block's): the integer sums and every float step agree,
+// on both activation paths (both types take 256-element activation blocks). And on all 16 of its
+// values against IQ4_NL blocks with d sc as their d: the same floats in the same order with float32
+// activations (with int8 ones IQ4_NL quantizes the activations per 32 elements, IQ4_XS per 256).
+// The negative controls write IQ4_XS's scales one step off.
+TEST_CASE("IQ4_XS weights: SmolLM2's down projections at IQ4_XS's levels give the same logits as Q6_K and IQ4_NL of the same values",
+          "[model][iq4xs][smollm2]") {
+  const int64_t blocks = int64_t(30) * 576 * 1536 / 256;
+  check_same_values(
+      "down projections on IQ4_XS's levels -22..25",
+      [](LoadedModel& m, GgmlType t, bool broken) { return iq4_level_downs(m, t, broken, 6, 10); }, GgmlType::Q6_K,
+      GgmlType::IQ4_XS, blocks, kKernelIsaMax);
+  check_same_values(
+      "down projections on IQ4_XS's 16 levels",
+      [](LoadedModel& m, GgmlType t, bool broken) { return iq4_level_downs(m, t, broken, 0, 15); }, GgmlType::IQ4_NL,
+      GgmlType::IQ4_XS, blocks, kKernelIsaMax, {Activations::kF32});
 }

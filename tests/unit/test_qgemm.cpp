@@ -28,7 +28,8 @@ using namespace speclab;
 namespace {
 
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                           GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                           GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                           GgmlType::IQ4_XS};
 constexpr int kNumTypes = static_cast<int>(sizeof kTypes / sizeof kTypes[0]);
 bool k_quant(GgmlType t) { return ggml_type_traits(static_cast<uint32_t>(t))->block_size == 256; }
 
@@ -80,6 +81,7 @@ std::vector<uint8_t> random_weights(GgmlType t, int64_t out, int64_t in, uint32_
         put_f16(blk + 82, d * 0.1f);
         break;
       case GgmlType::Q3_K: put_f16(blk + 108, d * 0.1f); break;
+      case GgmlType::IQ4_XS: put_f16(blk, d * 0.01f); break;  // |w| <= 32 * 127 d
       default: put_f16(blk + 208, d * 0.05f); break;  // Q6_K
     }
   }
@@ -142,7 +144,7 @@ std::string compare(const std::vector<float>& got, const Expected& want) {
 }
 
 // Row length for a type: 608 (19 blocks: the 8-block groups and a remainder) for the 32-element
-// types, 512 for the K-quants.
+// types, 512 for the K-quants and IQ4_XS.
 int64_t row_len(GgmlType t) { return k_quant(t) ? 512 : 608; }
 int64_t packed_block_elems(GgmlType t) { return k_quant(t) ? 256 : 32; }
 
@@ -461,7 +463,7 @@ TEST_CASE("repacked kernels equal the scalar reference up to float summation ord
 
 // The largest integers each type can hold, against activations of +-127 in every element: the
 // int16 partial sums of the AVX2 kernels are at their bounds (30,480 for 4-bit weights, 31,496 for
-// Q5_0, Q5_1 and Q5_K, 32,004 for Q6_K; Q8_0's 255 and IQ4_NL's 241 split into nibbles). A saturated or overflowed sum would be
+// Q5_0, Q5_1 and Q5_K, 32,004 for Q6_K; Q8_0's 255 and IQ4_NL's and IQ4_XS's 241 split into nibbles). A saturated or overflowed sum would be
 // off by thousands of weight steps.
 TEST_CASE("repacked kernels at the integer extremes equal the scalar reference, on each ISA", "[qgemm][x8]") {
   if (!x8_cpu_supported()) {
@@ -491,6 +493,14 @@ TEST_CASE("repacked kernels at the integer extremes equal the scalar reference, 
           case GgmlType::Q3_K:  // u = 7 everywhere, scales -32 (the low bits 0, the top two 0)
             std::fill(blk, blk + 96, 0xFF);
             std::fill(blk + 96, blk + 108, 0x00);
+            break;
+          case GgmlType::IQ4_XS:
+            // Sub-blocks 0-3: index 15 (w = 113: u = 241) under scale -32 (ls = 0); sub-blocks
+            // 4-7: index 0 (w = -127, the row-major kernels' |w| bound) under scale 31 (ls = 63).
+            std::fill(blk + 2, blk + 8, 0x00);
+            blk[3] = blk[6] = blk[7] = 0xFF;  // scales_h bits 8-15, scales_l[2..3]
+            std::fill(blk + 8, blk + 72, 0xFF);
+            std::fill(blk + 72, blk + 136, 0x00);
             break;
           default:  // Q6_K: u = 63 everywhere, scales -128
             std::fill(blk, blk + 192, 0xFF);
@@ -657,5 +667,6 @@ TEST_CASE("x8_zmm_for: a CPU that splits 512-bit instructions is read as /proc/c
     CHECK(x8_zmm_for(id(GgmlType::Q6_K), n) == (x8_zmm_enabled() && !narrow));
     CHECK_FALSE(x8_zmm_for(id(GgmlType::Q2_K), n));  // no 512-bit kernels
     CHECK_FALSE(x8_zmm_for(id(GgmlType::Q3_K), n));
+    CHECK_FALSE(x8_zmm_for(id(GgmlType::IQ4_XS), n));
   }
 }
