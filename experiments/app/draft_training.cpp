@@ -1359,10 +1359,12 @@ DistilledDraft load_distilled_draft(const std::string& path, const LoadedModel& 
   while (tensors.count("model.layers." + std::to_string(k) + ".input_layernorm.weight")) ++k;
   if (k < 1) throw Error(ErrorKind::kBadInput, "the draft has no layer (model.layers.0.*)", path);
   // The target's shapes with k layers; the trained tensors replace the target's layers and norm.
-  // Whether the target keeps any layer matrix in packed blocks (until 2026-12-07 its layer 0 q
-  // projection alone decided, whatever the other matrices were).
+  // Whether the target keeps any layer matrix in quantized blocks (until 2026-12-07 its layer 0 q
+  // projection alone decided, whatever the other matrices were; F16 and BF16 matrices, packed
+  // since then too, meet float32 activations and do not count).
   const bool packed = std::any_of(m.weights.begin(), m.weights.end(), [](const auto& kv) {
-    return kv.first.compare(0, 13, "model.layers.") == 0 && kv.second.is_packed();
+    return kv.first.compare(0, 13, "model.layers.") == 0 && kv.second.is_packed() &&
+           is_int8_packable(kv.second.storage_type);
   });
   for (auto it = m.weights.begin(); it != m.weights.end();)
     it = it->first.compare(0, 13, "model.layers.") == 0 ? m.weights.erase(it) : std::next(it);

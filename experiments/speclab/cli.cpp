@@ -27,7 +27,7 @@ void ModelArgs::add_to(po::options_description& desc) {
       ("format", po::value(&format)->default_value(format), "auto | gguf | safetensors | llama2c")
       ("tokenizer", po::value(&tokenizer), "llama2.c tokenizer.bin (default: beside the model)")
       ("weights", po::value(&weights)->default_value(weights),
-       "native (GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL, Q2_K..Q6_K and IQ4_XS matrices stay quantized) | f32 (dequantize everything at load)")
+       "native (GGUF F16/BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL, Q2_K..Q6_K and IQ4_XS matrices stay in their blocks) | f32 (dequantize everything at load)")
       ("activations", po::value(&activations)->default_value(activations),
        "auto | int8 (activation rows quantized to int8 against packed weights, the default) | f32")
       ("device", po::value(&device)->default_value(device), "cpu | cuda | cuda:N (weights, K/V and activations live there)")

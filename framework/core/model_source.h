@@ -12,13 +12,13 @@ struct ModelSource {
   std::string path;
   std::string format = "auto";  // auto | gguf | safetensors | llama2c | random (path random:<shape>)
   std::string tokenizer;  // llama2.c only: tokenizer.bin (default: tokenizer.bin beside the model)
-  // "native": GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL, Q2_K..Q6_K and IQ4_XS matrices stay in their quantized blocks and the model computes
+  // "native": GGUF F16/BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL, Q2_K..Q6_K and IQ4_XS matrices stay in their blocks and the model computes
   // with them directly (llama.cpp's precision for weights); "f32": every tensor is dequantized to
   // float32 at load. Other formats are float32 either way.
   std::string weights = "native";
   // How activations meet packed weights: "int8" (each activation row quantized per block to int8,
   // integer dot products, as llama.cpp), "f32" (float32 rows against the decoded blocks), or
-  // "auto" (int8; float32 weights always compute in float32).
+  // "auto" (int8; float32, F16 and BF16 weights always compute in float32).
   std::string activations = "auto";
   // Where the model runs: "cpu", "cuda" or "cuda:N" (weights, K/V and activations live there).
   std::string device = "cpu";

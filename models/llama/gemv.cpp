@@ -331,7 +331,13 @@ void fused_range_avx512(const uint8_t* w, int64_t row_bytes, const float* x, con
 // as decode_row_avx2 stores them.
 template <GgmlType T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline void decode_block_avx2(const uint8_t* blk, __m256* w) {
-  if constexpr (T == GgmlType::Q5_0 || T == GgmlType::IQ4_NL) {  // float(q - 16) * d, d * float(table[i]): as dequantize()
+  if constexpr (T == GgmlType::F16) {  // exact: every binary16 value is a float32 one
+    for (int k = 0; k < 4; ++k) w[k] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * k)));
+  } else if constexpr (T == GgmlType::BF16) {  // a bfloat16 is the top half of its float32
+    for (int k = 0; k < 4; ++k)
+      w[k] = _mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * k))), 16));
+  } else if constexpr (T == GgmlType::Q5_0 || T == GgmlType::IQ4_NL) {  // float(q - 16) * d, d * float(table[i]): as dequantize()
     const __m256i q = packed::block_ints32<T>(blk);
     const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
     const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
@@ -543,15 +549,19 @@ void fused_gemm(const uint8_t* w, GgmlType type, int64_t row_bytes, const float*
         case GgmlType::Q4_K: return fused_range_any_n<K, GgmlType::Q4_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         case GgmlType::Q5_K: return fused_range_any_n<K, GgmlType::Q5_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         case GgmlType::IQ4_XS: return fused_range_any_n<K, GgmlType::IQ4_XS>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+        case GgmlType::F16: return fused_range_any_n<K, GgmlType::F16>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+        case GgmlType::BF16: return fused_range_any_n<K, GgmlType::BF16>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
         default: return fused_range_any_n<K, GgmlType::Q6_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
       }
     }
   });
 }
 
-// Q5_0, Q5_1, IQ4_NL, the K-quants and IQ4_XS: no AVX-512 kernels; AVX-512 CPUs run the AVX2 ones.
+// Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS, F16 and BF16: no AVX-512 kernels; AVX-512 CPUs run the
+// AVX2 ones.
 bool avx2_only_type(GgmlType t) {
-  return t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL || packed::is_super256(t);
+  return t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL || packed::is_super256(t) ||
+         t == GgmlType::F16 || t == GgmlType::BF16;
 }
 
 void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes, float* dst) {
@@ -572,6 +582,10 @@ void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes
       decode_row_chunks_avx2<GgmlType::Q3_K>(src, in, dst);
     else if (type == GgmlType::IQ4_XS)
       decode_row_chunks_avx2<GgmlType::IQ4_XS>(src, in, dst);
+    else if (type == GgmlType::F16)
+      decode_row_chunks_avx2<GgmlType::F16>(src, in, dst);
+    else if (type == GgmlType::BF16)
+      decode_row_chunks_avx2<GgmlType::BF16>(src, in, dst);
     else
       decode_row_chunks_avx2<GgmlType::Q6_K>(src, in, dst);
   } else if (have_avx512())
@@ -587,6 +601,10 @@ int64_t packed_row_bytes(uint32_t type, int64_t in) {
   if (!gemm_packed_supports(type))
     throw Error(ErrorKind::kUnsupported,
                 "packed matmul supports " + packable_type_names() + ", not " + ggml_type_name(type));
+  if (in % packed::block_elems(static_cast<GgmlType>(type)) != 0)
+    throw Error(ErrorKind::kBadInput, "packed " + ggml_type_name(type) + " matmul: row length " + std::to_string(in) +
+                                          " is not a multiple of " +
+                                          std::to_string(packed::block_elems(static_cast<GgmlType>(type))));
   return static_cast<int64_t>(ggml_row_bytes(type, static_cast<uint64_t>(in), "packed weight row"));
 }
 

@@ -36,18 +36,19 @@ KernelIsa kernel_isa();                 // the one in effect: min(best, cap)
 void set_kernel_isa_cap(KernelIsa cap);  // process-wide; call between forward passes only
 const char* kernel_isa_name(KernelIsa isa);
 
-// Weight types gemm_small_packed and dequantize_packed_rows take: is_packable's (Q4_0, Q4_1,
-// Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS).
+// Weight types gemm_small_packed and dequantize_packed_rows take: is_packable's (F16, BF16, Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS).
 bool gemm_packed_supports(uint32_t type_id);
 
 // y = x W^T (+ b) with W kept as ggml blocks (layouts in models/loaders/dequant.h) and float32
 // activations. w: [out rows of ggml_row_bytes(type, in) bytes]; x: [n, in]; bias: [out] or
-// nullptr; y: [n, out]; in a multiple of the block size (32; 256 for the K-quants and IQ4_XS).
+// nullptr; y: [n, out]; in a multiple of the block size (32, F16 and BF16 included; 256 for the
+// K-quants and IQ4_XS).
 // With n <= kMaxRowExact and AVX2 (or AVX-512), each block is decoded in registers, 32 weights
 // at a time, and applied to up to 12 (AVX-512: 8) activation rows at once; more rows take further
 // passes over the same weight rows from L1. Each output is summed in an order that depends only
 // on its own row, so row i of an n-row call is bit-identical to a 1-row call on x[i]. Q5_0, Q5_1,
-// IQ4_NL, the K-quants and IQ4_XS have AVX2 kernels only (AVX-512 CPUs run them). Otherwise (prefill, or the scalar ISA)
+// IQ4_NL, the K-quants, IQ4_XS, F16 and BF16 have AVX2 kernels only (AVX-512 CPUs run them). Otherwise (prefill, or the scalar ISA)
 // each tile of 8 weight rows is decoded once into an L1-resident float32 buffer and applied to all
 // n rows with the float32 kernels above. Either way the weights cross the memory bus in their
 // packed size (Q4_1: 5 bits per weight). The decoded values are exactly dequantize()'s, so results

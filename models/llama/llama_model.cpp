@@ -17,6 +17,7 @@
 #include "models/llama/gemv.h"
 #include "models/loaders/dequant.h"
 #include "models/llama/placement.h"
+#include "models/llama/qgemm.h"
 #include "models/tokenizers/sentencepiece_bpe.h"
 #include "models/tokenizers/special_tokens.h"
 
@@ -89,8 +90,9 @@ LlamaModel::LlamaModel(LoadedModel& loaded, Activations activations, int64_t hea
   // layer matrix kept in its blocks decides: until 2026-12-07 layer 0's down projection alone
   // did, and a file whose blk.0.ffn_down has a type that loads as float32 while the others stay
   // packed (llama.cpp's Q4_K_S and Q3_K_M of Qwen2.5-0.5B, before Q5_K was packed) got a float32
-  // cache. A file of unpacked matrices only (F16, BF16) still gets float32.
-  if (placement.kv_dtype == "auto" && !placement_.dense && placement_.device.is_cpu() && any_layer_packed(w_)) {
+  // cache. A file of unquantized matrices only (F16, BF16: packed since 2026-12-07, but not
+  // quantized) still gets float32.
+  if (placement.kv_dtype == "auto" && !placement_.dense && placement_.device.is_cpu() && any_layer_quantized(w_)) {
     placement_.kv_dtype = at::kHalf;
     placement_.kv_dtype_name = "float16";
   }
@@ -184,7 +186,8 @@ LlamaModel::RowMacs LlamaModel::matmul_macs_per_row() const {
       for (const WeightMatrix& part : m.parts) add(part);
       return;
     }
-    (int8 && m.is_packed() ? r.int8 : r.f32) += static_cast<double>(m.out) * static_cast<double>(m.in);
+    (int8 && m.is_packed() && int8_gemm_supports(m.type) ? r.int8 : r.f32) +=
+        static_cast<double>(m.out) * static_cast<double>(m.in);
   };
   add(w_.lm_head);
   for (const LlamaLayer& L : w_.layers)

@@ -133,18 +133,18 @@ WeightMatrix stack(std::vector<WeightMatrix> parts) {
 }
 
 namespace {
-bool packed_somewhere(const WeightMatrix& m) {
-  if (m.is_packed()) return true;
+bool quantized_somewhere(const WeightMatrix& m) {
+  if (m.is_packed() && int8_gemm_supports(m.type)) return true;
   for (const WeightMatrix& p : m.parts)
-    if (packed_somewhere(p)) return true;
+    if (quantized_somewhere(p)) return true;
   return false;
 }
 }  // namespace
 
-bool any_layer_packed(const LlamaWeights& w) {
+bool any_layer_quantized(const LlamaWeights& w) {
   for (const LlamaLayer& L : w.layers)
     for (const WeightMatrix* m : {&L.w_qkv, &L.w_o, &L.w_gate_up, &L.w_down})
-      if (packed_somewhere(*m)) return true;
+      if (quantized_somewhere(*m)) return true;
   return false;
 }
 

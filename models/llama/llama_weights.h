@@ -2,7 +2,7 @@
 // and `linear`, the one matrix product over them.
 //
 // A WeightMatrix [out, in] is held either as float32 or as packed ggml blocks (its on-disk
-// quantization: is_packable's types, Q4_0 to Q8_0, IQ4_NL, Q2_K to Q6_K and IQ4_XS; dequant.h). Stacked matrices
+// quantization: is_packable's types, F16, BF16, Q4_0 to Q8_0, IQ4_NL, Q2_K to Q6_K and IQ4_XS; dequant.h). Stacked matrices
 // (q/k/v, gate/up) whose parts have different packed types keep their parts: a part covers the
 // output columns [offset, offset + part.out) of the stacked product.
 #pragma once
@@ -87,7 +87,8 @@ struct LlamaWeights {
   at::Tensor rope_sin;       // [max_pos, head_dim/2]
 };
 
-// Whether any matrix of any layer (or a part of one) is kept in packed ggml blocks.
-bool any_layer_packed(const LlamaWeights& w);
+// Whether any matrix of any layer (or a part of one) is kept in quantized ggml blocks (packed, of a
+// type int8 activations multiply: not F16 or BF16).
+bool any_layer_quantized(const LlamaWeights& w);
 
 }  // namespace speclab

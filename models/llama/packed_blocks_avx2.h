@@ -27,7 +27,8 @@ inline uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] |
 
 // Bytes per block of the packed types.
 constexpr int64_t block_bytes(GgmlType t) {
-  return t == GgmlType::Q4_0   ? 18
+  return t == GgmlType::F16 || t == GgmlType::BF16 ? 64  // 32 elements: the kernels' block
+         : t == GgmlType::Q4_0 ? 18
          : t == GgmlType::Q4_1 ? 20
          : t == GgmlType::Q5_0 ? 22
          : t == GgmlType::Q5_1 ? 24
@@ -49,7 +50,8 @@ constexpr bool is_kquant(GgmlType t) {
 // IQ4_NL's table under a 6-bit signed scale). They multiply 256-element (Q8_K-style) activation
 // blocks.
 constexpr bool is_super256(GgmlType t) { return is_kquant(t) || t == GgmlType::IQ4_XS; }
-// Elements per block: 256 for the K-quants and IQ4_XS, 32 otherwise.
+// Elements per block: 256 for the K-quants and IQ4_XS, 32 otherwise (F16 and BF16, whose ggml
+// block is one element, are taken 32 at a time: packed only where a row is a multiple of 32).
 constexpr int64_t block_elems(GgmlType t) { return is_super256(t) ? 256 : 32; }
 // K-quants whose sub-blocks have a min as well as a scale (x = d sc u - dmin mn): Q2_K (16
 // sub-blocks of 16), Q4_K and Q5_K (8 of 32). The others (Q3_K, Q6_K) have 16 signed scales and

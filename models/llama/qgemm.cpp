@@ -488,7 +488,7 @@ RangeFn pick(GgmlType t, bool avx2) {
     case GgmlType::IQ4_XS: return range_fn<GgmlType::IQ4_XS>(avx2);
     default: break;
   }
-  throw Error(ErrorKind::kUnsupported, "int8-activation matmul supports " + packable_type_names() + ", not " +
+  throw Error(ErrorKind::kUnsupported, "int8-activation matmul supports " + int8_packable_type_names() + ", not " +
                                            ggml_type_name(static_cast<uint32_t>(t)));
 }
 
@@ -503,7 +503,7 @@ int64_t checked_row_bytes(uint32_t type_id, const QuantizedRows& xq) {
 
 }  // namespace
 
-bool int8_gemm_supports(uint32_t type_id) { return is_packable(type_id); }
+bool int8_gemm_supports(uint32_t type_id) { return is_int8_packable(type_id); }
 
 void quantize_activations(uint32_t type_id, const float* x, int64_t n, int64_t in, QuantizedRows& out) {
   if (!int8_gemm_supports(type_id)) pick(static_cast<GgmlType>(type_id), false);  // throws

@@ -39,7 +39,7 @@
 
 namespace speclab {
 
-// Weight types the int8 kernels take: is_packable's (models/loaders/dequant.h): Q4_0, Q4_1,
+// Weight types the int8 kernels take: is_int8_packable's (models/loaders/dequant.h): Q4_0, Q4_1,
 // Q5_0, Q5_1, Q8_0, IQ4_NL (32-element blocks), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
 // (256-element super-blocks).
 bool int8_gemm_supports(uint32_t type_id);

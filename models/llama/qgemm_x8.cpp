@@ -84,7 +84,7 @@ GgmlType checked_type(uint32_t type_id) {
   const auto t = static_cast<GgmlType>(type_id);
   if (!int8_gemm_supports(type_id))  // the same types as the row-major int8 kernels
     throw Error(ErrorKind::kUnsupported,
-                "repacked int8 matmul supports " + packable_type_names() + ", not " + ggml_type_name(type_id));
+                "repacked int8 matmul supports " + int8_packable_type_names() + ", not " + ggml_type_name(type_id));
   return t;
 }
 

@@ -534,7 +534,19 @@ bool is_packable(uint32_t type_id) {
   const auto t = static_cast<GgmlType>(type_id);
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
          t == GgmlType::Q8_0 || t == GgmlType::IQ4_NL || t == GgmlType::Q2_K || t == GgmlType::Q3_K ||
-         t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::IQ4_XS;
+         t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::IQ4_XS ||
+         t == GgmlType::F16 || t == GgmlType::BF16;
+}
+
+bool is_int8_packable(uint32_t type_id) {
+  const auto t = static_cast<GgmlType>(type_id);
+  return is_packable(type_id) && t != GgmlType::F16 && t != GgmlType::BF16;
+}
+
+bool packable_row(uint32_t type_id, int64_t row_length) {
+  const auto t = static_cast<GgmlType>(type_id);
+  if (!is_packable(type_id) || row_length <= 0) return false;
+  return (t != GgmlType::F16 && t != GgmlType::BF16) || row_length % 32 == 0;
 }
 
 std::string decodable_type_names() {
@@ -548,6 +560,13 @@ std::string packable_type_names() {
   std::string s;
   for (uint32_t id = 0; id < 64; ++id)
     if (is_packable(id)) s += (s.empty() ? "" : ", ") + ggml_type_name(id);
+  return s;
+}
+
+std::string int8_packable_type_names() {
+  std::string s;
+  for (uint32_t id = 0; id < 64; ++id)
+    if (is_int8_packable(id)) s += (s.empty() ? "" : ", ") + ggml_type_name(id);
   return s;
 }
 

@@ -81,12 +81,21 @@ std::vector<uint8_t> quantize(GgmlType type, const float* src, size_t n, const s
 // scale * kIq4nlValues[i], a grid denser near zero, where weights are.
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-// Types the model keeps packed (HostTensor::is_packed) and multiplies with fused dequantizing
-// kernels (models/llama/gemv.h, qgemm.h): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K,
-// Q5_K, Q6_K, IQ4_XS. Every kernel file takes exactly these (gemm_packed_supports, int8_gemm_supports).
+// Types the model keeps packed (HostTensor::is_packed) and multiplies with fused decoding
+// kernels on float32 activations (models/llama/gemv.h: gemm_packed_supports takes exactly these):
+// F16, BF16 (where a row is a multiple of 32 elements: packable_row), Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS.
 bool is_packable(uint32_t type_id);
-// Their names, "Q4_0, Q4_1, ..., Q6_K", for error messages.
+// The quantized ones among them, which int8 activations multiply (models/llama/qgemm.h,
+// qgemm_x8.h: int8_gemm_supports takes exactly these): all but F16 and BF16, whose matrices
+// always meet float32 activations.
+bool is_int8_packable(uint32_t type_id);
+// Whether a matrix of `type_id` with rows of `row_length` elements is kept packed: is_packable,
+// and for F16 and BF16 a row length that is a multiple of 32 (the kernels' block).
+bool packable_row(uint32_t type_id, int64_t row_length);
+// Their names, "F16, Q4_0, ..., BF16", and the int8 ones', for error messages.
 std::string packable_type_names();
+std::string int8_packable_type_names();
 // The names of every type dequantize() decodes, in type-id order, for error messages.
 std::string decodable_type_names();
 // Decodes a packed HostTensor to float32 in place (no-op for a float32 one); `what` names it in

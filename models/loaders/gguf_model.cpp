@@ -249,7 +249,7 @@ LoadedModel load_gguf(const std::string& path, const GgufLoadOptions& options) {
       throw Error(ErrorKind::kUnsupported,
                   "unexpected tensor: not part of a " + c.architecture + " decoder", path, field);
     SPECLAB_CHECK(!m.weights.count(hf), "two GGUF names map to " + hf);
-    if (options.keep_packed && is_packable(info.type) && info.dims.size() == 2) {
+    if (options.keep_packed && info.dims.size() == 2 && packable_row(info.type, static_cast<int64_t>(info.dims[0]))) {
       HostTensor t;
       t.shape = info.shape();
       t.storage_type = info.type;

@@ -416,6 +416,46 @@ int64_t iq4_level_downs(LoadedModel& m, GgmlType type, bool scrambled, int lo, i
   return blocks;
 }
 
+// Every layer matrix of m (float32 after dequantize) rounded to `half` (F16: to nearest even; BF16:
+// to nearest even in the top 16 bits) and written as `type`: `half` itself, or F32 holding the
+// same values. broken = true flips the lowest bit of every 61st element written as `half`.
+// Returns the elements written / 32.
+int64_t half_layers(LoadedModel& m, GgmlType type, GgmlType half, bool broken) {
+  int64_t elements = 0;
+  for (auto& [name, t] : m.weights) {
+    if (name.find("layers.") == std::string::npos || !t.is_packed()) continue;
+    std::vector<float> x(static_cast<size_t>(t.numel()));
+    dequantize(t.storage_type, t.packed.data(), t.packed.size(), x.data(), x.size(), name);
+    std::vector<uint8_t> out(type == GgmlType::F32 ? 0 : 2 * x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint16_t h;
+      if (half == GgmlType::F16) {
+        h = fp32_to_fp16(x[i]);
+      } else {
+        uint32_t b;
+        std::memcpy(&b, &x[i], 4);
+        h = static_cast<uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+      }
+      if (type == GgmlType::F32) {
+        x[i] = half == GgmlType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+      } else {
+        if (broken && i % 61 == 0) h ^= 1;
+        put_u16(out.data() + 2 * i, h);
+      }
+    }
+    elements += static_cast<int64_t>(x.size());
+    if (type == GgmlType::F32) {
+      t.data.swap(x);
+      t.packed.clear();
+      t.storage_type = 0;
+    } else {
+      t.packed.swap(out);
+      t.storage_type = static_cast<uint32_t>(type);
+    }
+  }
+  return elements / 32;
+}
+
 // Every packed `from` tensor of m re-encoded as `to`.
 Counts reencode(LoadedModel& m, GgmlType from, GgmlType to, bool keep_fifth) {
   const uint32_t from_bytes = ggml_type_traits(static_cast<uint32_t>(from))->type_size;
@@ -599,4 +639,20 @@ TEST_CASE("IQ4_XS weights: SmolLM2's down projections at IQ4_XS's levels give th
       "down projections on IQ4_XS's 16 levels",
       [](LoadedModel& m, GgmlType t, bool broken) { return iq4_level_downs(m, t, broken, 0, 15); }, GgmlType::IQ4_NL,
       GgmlType::IQ4_XS, blocks, kKernelIsaMax, {Activations::kF32});
+}
+
+// F16 and BF16 matrices stay packed (since 2026-12-07) and meet float32 activations whatever
+// `activations` says, as float32 matrices do; for n <= 32 rows their fused kernels sum each output
+// in the order gemm_small_f32 does (8-lane FMAs along the row, one horizontal sum), so SmolLM2 with
+// its layer matrices in either half type gives the logits of the same values held as float32, bit
+// for bit, on both settings of `activations`. The negative control flips a low bit in every 61st
+// weight.
+TEST_CASE("F16 and BF16 weights: SmolLM2's layer matrices as F16 and BF16 give the logits of the same values in float32",
+          "[model][f16][smollm2]") {
+  const int64_t blocks = int64_t(30) * (576 * 1536 + 3 * 1536 * 576) / 32;
+  for (GgmlType half : {GgmlType::F16, GgmlType::BF16})
+    check_same_values(
+        std::string("layer matrices rounded to ") + ggml_type_name(static_cast<uint32_t>(half)),
+        [half](LoadedModel& m, GgmlType t, bool broken) { return half_layers(m, t, half, broken); }, GgmlType::F32,
+        half, blocks, kKernelIsaMax);
 }

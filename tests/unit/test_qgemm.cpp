@@ -31,6 +31,13 @@ const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlT
                            GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
                            GgmlType::IQ4_XS};
 constexpr int kNumTypes = static_cast<int>(sizeof kTypes / sizeof kTypes[0]);
+// The packed types that only the float32-activation kernels take: kTypes plus these.
+const GgmlType kF32OnlyTypes[] = {GgmlType::F16, GgmlType::BF16};
+std::vector<GgmlType> f32_kernel_types() {
+  std::vector<GgmlType> v(std::begin(kTypes), std::end(kTypes));
+  v.insert(v.end(), std::begin(kF32OnlyTypes), std::end(kF32OnlyTypes));
+  return v;
+}
 bool k_quant(GgmlType t) { return ggml_type_traits(static_cast<uint32_t>(t))->block_size == 256; }
 
 uint32_t id(GgmlType t) { return static_cast<uint32_t>(t); }
@@ -54,12 +61,23 @@ void put_f16(uint8_t* p, float v) {
   std::memcpy(p, &h, 2);
 }
 
-// Random blocks: random bytes, then every f16 scale field set to a finite value.
+// Random blocks: random bytes, then every f16 scale field set to a finite value. F16 and BF16:
+// values uniform in [-0.1, 0.1) (bfloat16 by truncation), every 53rd zero or subnormal-small.
 std::vector<uint8_t> random_weights(GgmlType t, int64_t out, int64_t in, uint32_t seed) {
   const GgmlTypeTraits* tr = ggml_type_traits(id(t));
   const size_t bytes = ggml_row_bytes(id(t), static_cast<uint64_t>(in), "test") * static_cast<size_t>(out);
   Lcg g{seed};
   std::vector<uint8_t> w(bytes);
+  if (t == GgmlType::F16 || t == GgmlType::BF16) {
+    for (size_t i = 0; i < bytes / 2; ++i) {
+      const float v = i % 53 == 0 ? 1e-6f * g.uniform() : 0.1f * g.uniform();
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      const uint16_t h = t == GgmlType::F16 ? fp32_to_fp16(v) : static_cast<uint16_t>(bits >> 16);
+      std::memcpy(w.data() + 2 * i, &h, 2);
+    }
+    return w;
+  }
   for (auto& b : w) b = static_cast<uint8_t>(g.next() >> 24);
   for (size_t at = 0; at < bytes; at += tr->type_size) {
     uint8_t* blk = w.data() + at;
@@ -254,6 +272,21 @@ TEST_CASE("int8 activation quantization: error at most half a step, block sums e
     }
   QuantizedRows xq;
   CHECK_THROWS_AS(quantize_activations(id(GgmlType::Q4_K), x.data(), 1, 96, xq), Error);
+  // F16 and BF16 matrices are packed for the float32 kernels only; the refusal lists the int8 types.
+  for (GgmlType t : kF32OnlyTypes) {
+    CHECK(gemm_packed_supports(id(t)));
+    CHECK_FALSE(int8_gemm_supports(id(t)));
+    CHECK_THROWS_WITH(quantize_activations(id(t), x.data(), 1, 256, xq),
+                      Catch::Contains("int8-activation matmul supports Q4_0, Q4_1, Q5_0") &&
+                          Catch::EndsWith("IQ4_XS, not " + ggml_type_name(id(t))));
+    const auto w16 = random_weights(t, 2, 48, 1);  // rows of 48: not a multiple of the kernels' 32
+    float y16[2];
+    CHECK_THROWS_WITH(gemm_small_packed(w16.data(), id(t), x.data(), nullptr, y16, 1, 2, 48),
+                      Catch::Contains("not a multiple of 32"));
+  }
+  CHECK(packable_row(id(GgmlType::F16), 576));
+  CHECK_FALSE(packable_row(id(GgmlType::F16), 48));
+  CHECK(packable_row(id(GgmlType::Q4_1), 64));
   CHECK_THROWS_WITH(quantize_activations(id(GgmlType::Q8_K), x.data(), 1, 256, xq), Catch::Contains("Q8_K"));
   // Activations quantized for 32-blocks do not fit K-quant weights.
   quantize_activations(id(GgmlType::Q8_0), x.data(), 1, 256, xq);
@@ -329,7 +362,7 @@ TEST_CASE("float32-activation packed kernels equal dequantize() then a double ma
   const int64_t out = 37;
   for (KernelIsa isa : runnable_isas()) {
     IsaCap cap(isa);
-    for (GgmlType t : kTypes)
+    for (GgmlType t : f32_kernel_types())
       for (int64_t n : {1, 5, 17, 40}) {
         const int64_t in = row_len(t);
         INFO(kernel_isa_name(isa) << " " << ggml_type_name(id(t)) << " n=" << n);
@@ -356,9 +389,11 @@ TEST_CASE("row i of an n-row call is bit-identical to a 1-row call, n = 1..32, e
   for (auto& v : wf32) v = 0.05f * g.uniform();
   for (KernelIsa isa : runnable_isas()) {
     IsaCap cap(isa);
-    for (int kind = 0; kind < 2 * kNumTypes + 1; ++kind) {
-      const bool int8 = kind < kNumTypes, f32w = kind == 2 * kNumTypes;
-      const GgmlType t = kTypes[kind % kNumTypes];
+    const std::vector<GgmlType> f32_types = f32_kernel_types();
+    const int n_f32 = static_cast<int>(f32_types.size());
+    for (int kind = 0; kind < kNumTypes + n_f32 + 1; ++kind) {
+      const bool int8 = kind < kNumTypes, f32w = kind == kNumTypes + n_f32;
+      const GgmlType t = int8 ? kTypes[kind] : f32_types[(kind - kNumTypes) % n_f32];
       const int64_t in = f32w ? 608 : row_len(t);
       const auto w = random_weights(t, out, in, 300 + id(t));
       const auto run = [&](const float* xs, int64_t n) {
