@@ -333,14 +333,18 @@ SPECLAB_X8_AVX2 inline __m256i bcast4(const void* p) {
 
 // Prefetches the `bytes` bytes at p (one hint per 64-byte line): the kernels call it for the
 // block x8_prefetch_ahead(block bytes) bytes ahead of the one they decode, in passes of N >= 2
-// activation rows and, for the 32-element-block types (kOneRowToo), in one-row passes too.
+// activation rows and, for the 32-element-block types, Q2_K, Q3_K and IQ4_XS (kOneRowToo), in
+// one-row passes too.
 // Each block is read front to back (the layout keeps every block's data in reading order: a
 // Q6_K layout that read its low and high bits as two streams 1 KiB apart ran at a third of the
-// memory bandwidth). The K-quants' one-row passes (decode) are left to the hardware
+// memory bandwidth). Q4_K's, Q5_K's and Q6_K's one-row passes (decode) are left to the hardware
 // prefetchers: their arithmetic per block is short, and the burst of hints per block (19 for a
 // Q4_K block of 8 rows) cost Qwen2.5-Coder-1.5B decode 8-15% (`speclab bench -m
 // qwen2.5-coder-1.5b-instruct`, alternated runs: 29.4 -> 31.9 tok/s at context 64, 28.4 -> 32.4
-// at 512), while passes of 3 to 9 rows ran up to 20% slower without the hints.
+// at 512), while passes of 3 to 9 rows ran up to 20% slower without the hints. Q2_K's, Q3_K's and
+// IQ4_XS's one-row passes, whose unpacking takes longer per byte, ran faster with them (2-core
+// AMD EPYC, AVX2 only; `speclab bench --ab`, the one-row pass at context 512 with the hints over
+// without, 12-20 rounds: Qwen2.5-Coder-1.5B Q3_K_M 0.94 and 0.93, Q2_K 0.87, IQ4_XS 0.92).
 //
 // How far ahead: at least 2 blocks and about 2.5 KiB. Two blocks were 320 bytes for Q4_1, too
 // close to cover the memory latency once a pass's rows make each block take longer: on the
