@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 #include <vector>
 
 #include "framework/core/error.h"
@@ -529,6 +530,33 @@ void fused_range_any_n(const uint8_t* w, int64_t row_bytes, const float* x, cons
   fused_range_any_n<K, T>(w, row_bytes, x + max_n * in, bias, y + max_n * out, n - max_n, out, r0, r1, in);
 }
 
+// Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS, F16 and BF16: no AVX-512 kernels; AVX-512 CPUs run the
+// AVX2 ones.
+bool avx2_only_type(GgmlType t) {
+  return t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL || packed::is_super256(t) ||
+         t == GgmlType::F16 || t == GgmlType::BF16;
+}
+
+// f(std::integral_constant<GgmlType, T>{}) for the type T == t: the one place that maps an
+// avx2_only_type to its kernels' template argument (t must be one of them).
+template <class F>
+void with_avx2_only_type(GgmlType t, F&& f) {
+  using G = GgmlType;
+  switch (t) {
+    case G::Q5_0: return f(std::integral_constant<G, G::Q5_0>{});
+    case G::Q5_1: return f(std::integral_constant<G, G::Q5_1>{});
+    case G::IQ4_NL: return f(std::integral_constant<G, G::IQ4_NL>{});
+    case G::Q2_K: return f(std::integral_constant<G, G::Q2_K>{});
+    case G::Q3_K: return f(std::integral_constant<G, G::Q3_K>{});
+    case G::Q4_K: return f(std::integral_constant<G, G::Q4_K>{});
+    case G::Q5_K: return f(std::integral_constant<G, G::Q5_K>{});
+    case G::IQ4_XS: return f(std::integral_constant<G, G::IQ4_XS>{});
+    case G::F16: return f(std::integral_constant<G, G::F16>{});
+    case G::BF16: return f(std::integral_constant<G, G::BF16>{});
+    default: return f(std::integral_constant<G, G::Q6_K>{});
+  }
+}
+
 template <template <GgmlType, int> class K>
 void fused_gemm(const uint8_t* w, GgmlType type, int64_t row_bytes, const float* x, const float* bias, float* y,
                 int64_t n, int64_t out, int64_t in, int64_t grain) {
@@ -539,56 +567,17 @@ void fused_gemm(const uint8_t* w, GgmlType type, int64_t row_bytes, const float*
       case GgmlType::Q8_0: return fused_range_any_n<K, GgmlType::Q8_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
       default: break;
     }
-    if constexpr (K<GgmlType::Q4_0, 1>::kAllTypes) {
-      switch (type) {
-        case GgmlType::Q5_0: return fused_range_any_n<K, GgmlType::Q5_0>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-        case GgmlType::Q5_1: return fused_range_any_n<K, GgmlType::Q5_1>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-        case GgmlType::IQ4_NL: return fused_range_any_n<K, GgmlType::IQ4_NL>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-        case GgmlType::Q2_K: return fused_range_any_n<K, GgmlType::Q2_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-        case GgmlType::Q3_K: return fused_range_any_n<K, GgmlType::Q3_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-        case GgmlType::Q4_K: return fused_range_any_n<K, GgmlType::Q4_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-        case GgmlType::Q5_K: return fused_range_any_n<K, GgmlType::Q5_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-        case GgmlType::IQ4_XS: return fused_range_any_n<K, GgmlType::IQ4_XS>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-        case GgmlType::F16: return fused_range_any_n<K, GgmlType::F16>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-        case GgmlType::BF16: return fused_range_any_n<K, GgmlType::BF16>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-        default: return fused_range_any_n<K, GgmlType::Q6_K>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
-      }
-    }
+    if constexpr (K<GgmlType::Q4_0, 1>::kAllTypes)
+      with_avx2_only_type(type, [&](auto t) {
+        fused_range_any_n<K, decltype(t)::value>(w, row_bytes, x, bias, y, n, out, r0, r1, in);
+      });
   });
 }
 
-// Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS, F16 and BF16: no AVX-512 kernels; AVX-512 CPUs run the
-// AVX2 ones.
-bool avx2_only_type(GgmlType t) {
-  return t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL || packed::is_super256(t) ||
-         t == GgmlType::F16 || t == GgmlType::BF16;
-}
-
 void decode_row(const uint8_t* src, GgmlType type, int64_t in, int64_t row_bytes, float* dst) {
-  if (avx2_only_type(type) && have_avx2()) {
-    if (type == GgmlType::Q5_0)
-      decode_row_chunks_avx2<GgmlType::Q5_0>(src, in, dst);
-    else if (type == GgmlType::Q5_1)
-      decode_row_chunks_avx2<GgmlType::Q5_1>(src, in, dst);
-    else if (type == GgmlType::IQ4_NL)
-      decode_row_chunks_avx2<GgmlType::IQ4_NL>(src, in, dst);
-    else if (type == GgmlType::Q5_K)
-      decode_row_chunks_avx2<GgmlType::Q5_K>(src, in, dst);
-    else if (type == GgmlType::Q4_K)
-      decode_row_chunks_avx2<GgmlType::Q4_K>(src, in, dst);
-    else if (type == GgmlType::Q2_K)
-      decode_row_chunks_avx2<GgmlType::Q2_K>(src, in, dst);
-    else if (type == GgmlType::Q3_K)
-      decode_row_chunks_avx2<GgmlType::Q3_K>(src, in, dst);
-    else if (type == GgmlType::IQ4_XS)
-      decode_row_chunks_avx2<GgmlType::IQ4_XS>(src, in, dst);
-    else if (type == GgmlType::F16)
-      decode_row_chunks_avx2<GgmlType::F16>(src, in, dst);
-    else if (type == GgmlType::BF16)
-      decode_row_chunks_avx2<GgmlType::BF16>(src, in, dst);
-    else
-      decode_row_chunks_avx2<GgmlType::Q6_K>(src, in, dst);
-  } else if (have_avx512())
+  if (avx2_only_type(type) && have_avx2())
+    with_avx2_only_type(type, [&](auto t) { decode_row_chunks_avx2<decltype(t)::value>(src, in, dst); });
+  else if (have_avx512())
     decode_row_avx512(src, type, in, dst);
   else if (have_avx2())
     decode_row_avx2(src, type, in, dst);
