@@ -53,6 +53,40 @@ PART_LABELS = {"draft": "draft (propose)", "verify": "verify (target forward)", 
 GAMMA_KEYS = ("gamma", "num_speculative_tokens")
 
 
+def write_whole(path: str, write) -> None:
+    """write(tmp) writes the content of `path` to a temporary beside it, which is then renamed onto
+    `path`: a failed write (a full disk) leaves no half-written file under the report's names, and
+    an earlier report's file of that name stays as it was. On any exception the temporary is
+    removed and the exception passes on. (Until 2026-12-07 a full disk left a truncated PNG that an
+    image viewer showed as a cut-off plot.)"""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def save_png(fig, path: str, **kwargs) -> None:
+    """fig as a PNG at `path`, written whole or not at all (write_whole), and closed either way."""
+    try:
+        write_whole(path, lambda tmp: fig.savefig(tmp, format="png", **kwargs))
+    finally:
+        plt.close(fig)
+
+
+def write_text(path: str, text: str) -> None:
+    """A text file (report.md) written whole or not at all (write_whole)."""
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+    write_whole(path, write)
+
+
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
 HATCHES = ("", "//", "..", "xx", "\\\\", "oo")
 
@@ -220,8 +254,7 @@ class Report:
         # "tight" fits the image to everything drawn (legends right of the axes, long rotated tick
         # labels), so nothing is cut at the edges. No tight_layout(): it would shrink the axes to
         # make room for an outside legend inside the fixed figure size.
-        fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.1)
-        plt.close(fig)
+        save_png(fig, path, dpi=110, bbox_inches="tight", pad_inches=0.1)
         self.figures.append((name, caption))
 
     @staticmethod
@@ -299,12 +332,21 @@ class Report:
             g = [int(r["gamma"]) for r in rs]
             label = method + ("" if not rest else " (" + ", ".join(f"{k}={v}" for k, v in rest) + ")")
             style = line_style(i, len(groups))
-            ax.plot(g, [float(r["speedup"]) for r in rs], "-", label=f"{label}: measured", **style)
+            measured = [float(r["speedup"]) for r in rs]
+            # A series with no finite point draws nothing; its legend entry says so in words (it
+            # showed a line and marker as if drawn until 2026-12-07). The measured speedup is NaN
+            # where no decode phase was timed (max_new_tokens 1) or no AR run matches.
+            has_measured = not all(math.isnan(v) for v in measured)
+            ax.plot(g, measured, "-", label=f"{label}: measured" if has_measured else "_", **style)
             drafted = not all(math.isnan(float(r["alpha"])) for r in rs)
             why = "no drafts" if all(int(r["drafted"]) == 0 for r in rs) else "no trials (greedy repeats > 0 only)"
-            ax.plot(g, [float(r["predicted_speedup"]) for r in rs], "--", color=style["color"], alpha=0.7,
-                    marker=style["marker"], fillstyle="none",
-                    label=f"{label}: " + ("predicted" if drafted else why + ", no prediction"))
+            predicted = [float(r["predicted_speedup"]) for r in rs]
+            no_measured = "" if has_measured else ", no measured speedup (no decode phase timed, or no AR run)"
+            if not all(math.isnan(v) for v in predicted):
+                ax.plot(g, predicted, "--", color=style["color"], alpha=0.7, marker=style["marker"],
+                        fillstyle="none", label=f"{label}: predicted{no_measured}")
+            else:  # nothing drawn: an entry of words only
+                ax.plot([], [], " ", label=f"{label}: " + ("" if drafted else why + ", ") + "no prediction" + no_measured)
         ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
         ax.set_title("Speedup over AR vs draft length γ\nmeasured and predicted (Leviathan et al. 2023)")
         ax.set_xlabel("γ (num_speculative_tokens, draft tokens per step)")
@@ -600,8 +642,7 @@ class Report:
             md.append(f"![{name}]({name})\n\n{caption}\n")
         for note in self.plot_notes:
             md.append(f"Note: {note}.\n")
-        with open(os.path.join(self.out, "report.md"), "w", encoding="utf-8") as f:
-            f.write("\n".join(md))
+        write_text(os.path.join(self.out, "report.md"), "\n".join(md))
 
 
 def _text(v) -> str:
@@ -705,8 +746,7 @@ def write_equivalence_report(path: str, out: str) -> None:
     figures: list[tuple[str, str]] = []
 
     def save(fig, name, caption):
-        fig.savefig(os.path.join(out, name), dpi=110, bbox_inches="tight", pad_inches=0.1)
-        plt.close(fig)
+        save_png(fig, os.path.join(out, name), dpi=110, bbox_inches="tight", pad_inches=0.1)
         figures.append((name, caption))
 
     md = [f"# SpecLab equivalence report: {os.path.basename(path)}\n",
@@ -715,8 +755,7 @@ def write_equivalence_report(path: str, out: str) -> None:
           equivalence_section(path, "equivalence", save)]
     for name, caption in figures:
         md.append(f"![{name}]({name})\n\n{caption}\n")
-    with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(md))
+    write_text(os.path.join(out, "report.md"), "\n".join(md))
 
 
 def is_train_log(path: str) -> bool:
@@ -752,8 +791,7 @@ def write_train_report(path: str, out: str) -> None:
     ax.set_title(f"Draft training loss per step ({architecture})")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "training_loss.png"), dpi=110)
-    plt.close(fig)
+    save_png(fig, os.path.join(out, "training_loss.png"), dpi=110)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     ax.plot(v["step"], v["agreement"], marker="o")
     if not len(v["step"]):  # stopped before the first evaluation: an empty axis read as a curve
@@ -763,8 +801,7 @@ def write_train_report(path: str, out: str) -> None:
     ax.set_ylabel("top-1 agreement with the target (fraction)")
     ax.set_title("Validation top-1 agreement (held-out prompts, teacher-forced)")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "validation_agreement.png"), dpi=110)
-    plt.close(fig)
+    save_png(fig, os.path.join(out, "validation_agreement.png"), dpi=110)
     n = len(t["step"])
     # A run stopped (--stop-after, or interrupted) before train.steps: said in the table (it read as
     # a finished run until 2026-12-06).
@@ -790,8 +827,7 @@ def write_train_report(path: str, out: str) -> None:
           "![training_loss.png](training_loss.png)\n\nLoss per optimizer step (log scale).\n",
           "![validation_agreement.png](validation_agreement.png)\n\nTop-1 agreement on the held-out prompts.\n",
           "\n## Config\n", "```yaml", str(attrs.get("config_yaml", "")).rstrip(), "```\n"]
-    with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(md))
+    write_text(os.path.join(out, "report.md"), "\n".join(md))
 
 
 def open_error(path: str, e: Exception) -> str:

@@ -13,6 +13,11 @@
 // link kept (replace_target), as a plain open would do (until 2026-12-07 the rename replaced the
 // link itself with the new file, and the file it led to kept the old content).
 //
+// A file that is replaced keeps its permission bits, and its owner and group where the process may
+// set them (root, or a group the writer belongs to): the temporary takes them before the rename.
+// Until 2026-12-07 the new file had the process's defaults (umask), so a results file shared
+// through its group mode became unreadable to the group after `speclab check --overwrite`.
+//
 // Used by the GGUF writer, train-draft's drafts, checkpoints and features, its training log and
 // `speclab check`'s results.
 #pragma once
@@ -92,10 +97,32 @@ std::string write_temporary(const std::string& path, Write&& write) {
 }
 }  // namespace replace_file_detail
 
+namespace replace_file_detail {
+// tmp takes path's permission bits, owner and group, where path exists (best effort for the owner
+// and group: a process that may not set them leaves its own). A failed chmod throws Error(kIo, path).
+inline void keep_mode_and_owner(const std::string& path, const std::string& tmp) {
+  struct stat old {};
+  if (::stat(path.c_str(), &old) != 0) return;  // a new file: the process's defaults
+  struct stat now {};
+  if (::stat(tmp.c_str(), &now) == 0 && (now.st_uid != old.st_uid || now.st_gid != old.st_gid)) {
+    if (::chown(tmp.c_str(), old.st_uid, old.st_gid) != 0)
+      (void)::chown(tmp.c_str(), static_cast<uid_t>(-1), old.st_gid);  // not root: the group, where a member
+  }
+  // After chown, which clears the set-id bits.
+  if (::chmod(tmp.c_str(), old.st_mode & 07777) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw Error(ErrorKind::kIo, "cannot give the temporary file " + tmp + " the file's mode: " + std::strerror(err),
+                path);
+  }
+}
+}  // namespace replace_file_detail
+
 template <class Write>
 void replace_file(const std::string& given, Write&& write) {
   const std::string path = replace_target(given);
   const std::string tmp = replace_file_detail::write_temporary(path, write);
+  replace_file_detail::keep_mode_and_owner(path, tmp);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp.c_str());

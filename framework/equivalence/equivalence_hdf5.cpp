@@ -424,8 +424,8 @@ void write_equivalence(const std::string& given, const EquivalenceReport& report
   // a failed write (a full disk) or a kill leaves the file as it was. Until 2026-12-07 an
   // experiment file was changed in place, and a write that failed half way left its /runs
   // unreadable for good (and HDF5 crashed at exit on the file it could not close). The costs:
-  // memory for two copies of the file, the whole file written again, and the new file's mode
-  // and owner are the process's defaults.
+  // memory for two copies of the file and the whole file written again. The new file keeps the
+  // old one's mode and owner (replace_file; they were the process's defaults until 2026-12-07).
   std::vector<char> image;
   try {
     H5::Exception::dontPrint();

@@ -881,6 +881,72 @@ TEST_CASE("speclab run: a report of labels with '$' and of very many bars", "[ex
   fs::remove_all(dir);
 }
 
+// The report's legends and its writes. A series with nothing to draw (every measured speedup NaN:
+// a run of one token has no decode phase) was listed with a line and marker as if drawn, until
+// 2026-12-07; now its entry is words only. A full disk (a file-size limit) cut a PNG short, over
+// an earlier report's file of that name; now each file is written whole beside it and renamed, so
+// the earlier report stays as it was and no temporary is left.
+TEST_CASE("speclab report: legends list only what is drawn, and a full disk leaves the files whole", "[experiment][report]") {
+  const std::string dir = temp_dir(), h5 = dir + "/one.h5";
+  write_file(dir + "/one.yaml",
+             "models: {target: {path: stories260K}}\n"
+             "drafters: [{name: prompt_lookup}]\n"
+             "generation: {max_new_tokens: 1}\n"
+             "prompts:\n  chat: off\n  inline:\n    - {id: a, text: \"Once upon a time\"}\n"
+             "output: {path: " + h5 + "}\n");
+  const Result r = cli("run '" + dir + "/one.yaml' --no-report", dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  write_file(dir + "/legend.py",
+             "import math, os, sys\n"
+             "sys.path.insert(0, '" SPECLAB_SOURCE_DIR "/analysis')\n"
+             "import report\n"
+             "from speclab_h5 import Experiment\n"
+             "seen = {}\n"
+             "orig = report.Report.save\n"
+             "def save(self, fig, name, caption):\n"
+             "    ax = fig.axes[0]\n"
+             "    leg = ax.get_legend()\n"
+             "    lines = {l.get_label(): l for l in ax.get_lines()}\n"
+             "    for t in (leg.get_texts() if leg is not None else []):\n"
+             "        seen.setdefault(name, []).append(t.get_text())\n"
+             "        if t.get_text() not in lines: continue  # a bar's entry\n"
+             "        line = lines[t.get_text()]\n"
+             "        ys = [float(y) for y in line.get_ydata()]\n"
+             "        words_only = line.get_linestyle() in ('None', ' ', '') and line.get_marker() in ('None', None, '', ' ')\n"
+             "        assert (len(ys) == 0) == words_only, t.get_text()\n"
+             "        assert len(ys) == 0 or any(math.isfinite(y) for y in ys), ('an entry for nothing drawn', t.get_text())\n"
+             "    orig(self, fig, name, caption)\n"
+             "report.Report.save = save\n"
+             "out = sys.argv[1] + '_legend'\n"
+             "os.makedirs(out)\n"
+             "report.Report(Experiment(sys.argv[1]), out).write()\n"
+             "texts = seen['speedup_vs_gamma.png']\n"
+             "assert any('no measured speedup' in t for t in texts), texts\n"
+             "assert not any(t.endswith(': measured') for t in texts), texts\n");
+  check_python_script(dir + "/legend.py", h5);
+  write_file(dir + "/full.py",
+             "import os, resource, signal, subprocess, sys\n"
+             "out = sys.argv[1] + '_full'\n"
+             "cmd = ['/usr/bin/python3', '" SPECLAB_SOURCE_DIR "/analysis/report.py', sys.argv[1], '--out', out]\n"
+             "assert subprocess.run(cmd, capture_output=True).returncode == 0\n"
+             "before = {n: open(os.path.join(out, n), 'rb').read() for n in os.listdir(out)}\n"
+             "assert 'report.md' in before and any(n.endswith('.png') for n in before), sorted(before)\n"
+             "def limit():  # a full disk after 4 KB: the first PNG's write fails part way\n"
+             "    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+             "    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+             "r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=limit)\n"
+             "lines = r.stderr.strip().splitlines()\n"
+             "assert r.returncode == 2 and len(lines) == 1, (r.returncode, r.stderr)\n"
+             "assert lines[0].startswith('error: ' + out + ': -o: cannot write the report'), lines\n"
+             "after = {n: open(os.path.join(out, n), 'rb').read() for n in os.listdir(out)}\n"
+             "assert sorted(after) == sorted(before), (sorted(before), sorted(after))  # no temporary left\n"
+             "for n in before:\n"
+             "    assert after[n] == before[n], n + ' was cut short'\n");
+  check_python_script(dir + "/full.py", h5);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("run_config_warnings: cost schedules and prompts of one text under sampling", "[experiment][config]") {
   const std::string base = "models:\n  target: {path: stories260K}\nprompts:\n  inline:\n"
                            "    - {id: a, text: Once upon a time}\n    - {id: b, text: Once upon a time}\n";

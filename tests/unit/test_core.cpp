@@ -12,6 +12,7 @@
 //     NextDouble = (next >> 11) * 2^-53), five doubles printed with 16 decimals and then five
 //     raw 64-bit outputs of the same stream.
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -316,5 +317,48 @@ TEST_CASE("replace_file removes the temporaries of this host's dead writers, and
   in >> got;
   CHECK(got == "new");
   CHECK_FALSE(fs::exists(path + ".tmp." + host + "." + std::to_string(::getpid())));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("replace_file keeps the replaced file's mode, owner and group; a new file gets the defaults", "[core][io]") {
+  // The new file had the process's defaults (umask 022: 0644, the writer's owner) until
+  // 2026-12-07, so `speclab check --overwrite` turned a group-writable results file read-only to
+  // its group.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(SPECLAB_BINARY_DIR) / ("replace_mode_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = (dir / "r.h5").string();
+  const auto write = [](const std::string& text) {
+    return [text](const std::string& tmp) { std::ofstream(tmp) << text; };
+  };
+  const auto mode_of = [](const std::string& p) {
+    struct stat st {};
+    REQUIRE(::stat(p.c_str(), &st) == 0);
+    return st;
+  };
+  const mode_t old_mask = ::umask(022);
+  replace_file(path, write("first"));
+  CHECK((mode_of(path).st_mode & 07777) == 0644);  // a new file: the umask's
+  for (const mode_t m : {mode_t{0660}, mode_t{0600}, mode_t{0755}, mode_t{0444}}) {
+    INFO("mode " << std::oct << m);
+    REQUIRE(::chmod(path.c_str(), m) == 0);
+    replace_file(path, write("again"));
+    CHECK((mode_of(path).st_mode & 07777) == m);
+  }
+  if (::geteuid() == 0) {  // only root may give a file away
+    REQUIRE(::chown(path.c_str(), 65534, 65534) == 0);
+    REQUIRE(::chmod(path.c_str(), 0640) == 0);
+    replace_file(path, write("theirs"));
+    const struct stat st = mode_of(path);
+    CHECK(st.st_uid == 65534u);
+    CHECK(st.st_gid == 65534u);
+    CHECK((st.st_mode & 07777) == 0640);
+  }
+  std::ifstream in(path);
+  std::string got;
+  in >> got;
+  CHECK(got == (::geteuid() == 0 ? "theirs" : "again"));
+  ::umask(old_mask);
   fs::remove_all(dir);
 }
