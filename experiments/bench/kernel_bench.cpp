@@ -8,7 +8,9 @@
 // traffic in GB/s (packed weight bytes / time). The weights are random blocks with finite
 // scales; several copies of each matrix (>= 96 MiB in all) are used in turn, so that every call
 // streams its weights from memory as a decode step does. K-quant rows must be a multiple of 256
-// elements: their 576-wide matrices are benchmarked 768 wide (marked *).
+// elements: their 576-wide matrices are benchmarked 768 wide (marked *). F16 and BF16 matrices
+// run the float32-activation kernels only (they are not int8 types: gemv.h): their int8 and x8
+// columns print "-".
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,6 +57,16 @@ std::vector<uint8_t> random_matrix(GgmlType t, int64_t out, int64_t in) {
   const size_t bytes = ggml_row_bytes(static_cast<uint32_t>(t), static_cast<uint64_t>(in), "bench") * out;
   std::vector<uint8_t> w(bytes);
   for (auto& b : w) b = static_cast<uint8_t>(next_u32() >> 24);
+  if (t == GgmlType::F16 || t == GgmlType::BF16) {  // finite values (random bits hold NaNs and infinities)
+    for (size_t at = 0; at < bytes; at += 2) {
+      const float v = 0.1f * uniform();
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      const uint16_t h = t == GgmlType::F16 ? fp32_to_fp16(v) : static_cast<uint16_t>(bits >> 16);
+      std::memcpy(w.data() + at, &h, 2);
+    }
+    return w;
+  }
   for (size_t at = 0; at < bytes; at += tr->type_size) {
     uint8_t* blk = w.data() + at;
     if (t == GgmlType::Q6_K) {
@@ -223,7 +235,7 @@ int main(int argc, char** argv) {
                                                                : qwen_small;
   const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
                             GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
-                            GgmlType::Q6_K, GgmlType::IQ4_XS};
+                            GgmlType::Q6_K, GgmlType::IQ4_XS, GgmlType::F16, GgmlType::BF16};
   // Row counts: --n picks any of these; without it the usual five (1, 5, 9, 17, 32).
   const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 32};
   const auto usual = [](int64_t n) { return n == 1 || n == 5 || n == 9 || n == 17 || n == 32; };
@@ -259,7 +271,8 @@ int main(int argc, char** argv) {
       const int copies = s.cached ? 1 : static_cast<int>(std::max<size_t>(2, (size_t(96) << 20) / bytes + 1));
       std::vector<std::vector<uint8_t>> w(static_cast<size_t>(copies), random_matrix(t, s.out, in));
       std::vector<std::vector<uint8_t>> wx8;
-      if (x8)
+      const bool int8 = is_int8_packable(id);  // F16 and BF16 meet float32 activations only
+      if (x8 && int8)
         for (const auto& m : w) {
           wx8.emplace_back(static_cast<size_t>(x8_bytes(id, s.out, in)));
           repack_x8(m.data(), id, s.out, in, wx8.back().data());
@@ -271,12 +284,17 @@ int main(int argc, char** argv) {
         const double f32 = time_per_call(
             [&](int c) { gemm_small_packed(w[c].data(), id, x.data(), nullptr, y.data(), n, s.out, in); }, copies,
             seconds, best);
+        std::printf("%-5s %-20s%s %3lld | %10.1f %7.2f | ", ggml_type_name(id).c_str(), s.name, in != s.in ? "*" : " ",
+                    static_cast<long long>(n), f32 * 1e6, bytes / f32 / 1e9);
+        if (!int8) {
+          std::printf("%10s %7s | %5s%s\n", "-", "-", "-", x8 ? " |        -      - |     -" : "");
+          std::fflush(stdout);
+          continue;
+        }
         const double i8 = time_per_call(
             [&](int c) { gemm_packed_int8(w[c].data(), id, x.data(), nullptr, y.data(), n, s.out, in); }, copies,
             seconds, best);
-        std::printf("%-5s %-20s%s %3lld | %10.1f %7.2f | %10.1f %7.2f | %.2fx", ggml_type_name(id).c_str(), s.name,
-                    in != s.in ? "*" : " ", static_cast<long long>(n), f32 * 1e6, bytes / f32 / 1e9, i8 * 1e6,
-                    bytes / i8 / 1e9, f32 / i8);
+        std::printf("%10.1f %7.2f | %.2fx", i8 * 1e6, bytes / i8 / 1e9, f32 / i8);
         if (x8) {
           const double tx8 = time_per_call(
               [&](int c) { gemm_x8_int8(wx8[c].data(), id, x.data(), nullptr, y.data(), n, s.out, in); }, copies,

@@ -14,7 +14,8 @@
 // link itself with the new file, and the file it led to kept the old content).
 //
 // A file that is replaced keeps its permission bits, and its owner and group where the process may
-// set them (root, or a group the writer belongs to): the temporary takes them before the rename.
+// set them (root, or a group the writer belongs to): the temporary takes them before the rename
+// (keep_mode_and_owner, which `speclab run --overwrite` and `speclab merge` use too).
 // Until 2026-12-07 the new file had the process's defaults (umask), so a results file shared
 // through its group mode became unreadable to the group after `speclab check --overwrite`.
 //
@@ -97,32 +98,35 @@ std::string write_temporary(const std::string& path, Write&& write) {
 }
 }  // namespace replace_file_detail
 
-namespace replace_file_detail {
-// tmp takes path's permission bits, owner and group, where path exists (best effort for the owner
-// and group: a process that may not set them leaves its own). A failed chmod throws Error(kIo, path).
+// tmp, a file about to be renamed onto `path`, takes path's permission bits and its owner and
+// group, where `path` exists (the owner and group as far as the process may set them: root sets
+// both, another user the group where a member, else keeps its own). A new `path`: nothing is
+// changed (the process's defaults). A failed chmod throws Error(kIo, path); tmp is left to the
+// caller.
 inline void keep_mode_and_owner(const std::string& path, const std::string& tmp) {
   struct stat old {};
-  if (::stat(path.c_str(), &old) != 0) return;  // a new file: the process's defaults
+  if (::stat(path.c_str(), &old) != 0) return;
   struct stat now {};
   if (::stat(tmp.c_str(), &now) == 0 && (now.st_uid != old.st_uid || now.st_gid != old.st_gid)) {
     if (::chown(tmp.c_str(), old.st_uid, old.st_gid) != 0)
-      (void)::chown(tmp.c_str(), static_cast<uid_t>(-1), old.st_gid);  // not root: the group, where a member
+      (void)::chown(tmp.c_str(), static_cast<uid_t>(-1), old.st_gid);
   }
   // After chown, which clears the set-id bits.
-  if (::chmod(tmp.c_str(), old.st_mode & 07777) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw Error(ErrorKind::kIo, "cannot give the temporary file " + tmp + " the file's mode: " + std::strerror(err),
-                path);
-  }
+  if (::chmod(tmp.c_str(), old.st_mode & 07777) != 0)
+    throw Error(ErrorKind::kIo, "cannot give the new file " + tmp + " the mode of the file it replaces: " +
+                                    std::strerror(errno), path);
 }
-}  // namespace replace_file_detail
 
 template <class Write>
 void replace_file(const std::string& given, Write&& write) {
   const std::string path = replace_target(given);
   const std::string tmp = replace_file_detail::write_temporary(path, write);
-  replace_file_detail::keep_mode_and_owner(path, tmp);
+  try {
+    keep_mode_and_owner(path, tmp);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp.c_str());

@@ -870,6 +870,9 @@ Hdf5Recorder Hdf5Recorder::create(const std::string& given, const ExperimentMeta
     impl->commit();
     impl->set_read_limit();
   });
+  // A file replaced (--overwrite) keeps its mode, owner and group (until 2026-12-07 the new one had
+  // the process's defaults).
+  keep_mode_and_owner(path, tmp);
   // A journal a killed writer left belongs to the file being replaced.
   if ((::unlink(hdf5_journal_path(path).c_str()) != 0 && errno != ENOENT) || std::rename(tmp.c_str(), path.c_str()) != 0)
     throw Error(ErrorKind::kIo, "cannot rename " + tmp + " to the output file: " + std::strerror(errno), path,

@@ -277,6 +277,12 @@ void write_experiment_file(const std::string& given, const ExperimentData& data,
     cleanup();
     throw Error(ErrorKind::kIo, "cannot remove " + hdf5_journal_path(path) + ", an earlier writer's: " + std::strerror(err), path);
   }
+  try {
+    keep_mode_and_owner(path, tmp);  // a merged file written over an earlier one keeps its mode
+  } catch (...) {
+    cleanup();
+    throw;
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     cleanup();

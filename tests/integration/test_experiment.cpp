@@ -537,11 +537,15 @@ TEST_CASE("speclab run --overwrite replaces an existing experiment file", "[expe
   const std::string dir = temp_dir(), h5 = dir + "/out.h5";
   write_file(dir + "/ok.yaml", config_yaml(h5, "{max_new_tokens: 4}"));
   REQUIRE(cli("run '" + dir + "/ok.yaml' --no-report", dir).code == 0);
+  // The replaced file's mode stays (the new file had the umask's 0644 until 2026-12-07).
+  fs::permissions(h5, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::group_write);
   const Result o = cli("run '" + dir + "/ok.yaml' --no-report --overwrite --set repeats=2", dir);
   INFO(o.err);
   CHECK(o.code == 0);
   CHECK(read_experiment(h5).runs.size() == 36);
   CHECK(!fs::exists(h5 + ".partial"));
+  CHECK(fs::status(h5).permissions() ==
+        (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::group_write));
   fs::remove_all(dir);
 }
 

@@ -86,6 +86,15 @@ TEST_CASE("speclab merge of 4 shards equals the unsharded run of tiny_stories", 
   INFO(describe(m));
   REQUIRE(m.exit_code == 0);
   CHECK(m.out.find("merged 4 shards (18 prompt-runs)") != std::string::npos);
+  {  // merged again over it: the file keeps its mode (the umask's 0644 until 2026-12-07)
+    const fs::perms mode = fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read;
+    fs::permissions(s.path("merged.h5"), mode);
+    const auto again = run_cli({"merge", s.path("merged.h5"), s.shard(2), s.shard(0), s.shard(3), s.shard(1),
+                                "--overwrite"});
+    INFO(describe(again));
+    REQUIRE(again.exit_code == 0);
+    CHECK(fs::status(s.path("merged.h5")).permissions() == mode);
+  }
 
   const ExperimentData full = read_experiment(s.path("full.h5"));
   const ExperimentData merged = read_experiment(s.path("merged.h5"));
