@@ -320,7 +320,7 @@ TEST_CASE("replace_file removes the temporaries of this host's dead writers, and
   fs::remove_all(dir);
 }
 
-TEST_CASE("replace_file keeps the replaced file's mode, owner and group; a new file gets the defaults", "[core][io]") {
+TEST_CASE("replace_file keeps the replaced file's mode, owner and group, and a new file gets the defaults", "[core][io]") {
   // The new file had the process's defaults (umask 022: 0644, the writer's owner) until
   // 2026-12-07, so `speclab check --overwrite` turned a group-writable results file read-only to
   // its group.
