@@ -355,6 +355,8 @@ class Report:
             self.legend(ax)
             all_g = sorted({int(r["gamma"]) for r in rows})
             ax.set_xticks(all_g)
+            if len(all_g) == 1:  # one gamma: its tick in the middle (matplotlib put it at the right edge)
+                ax.set_xlim(all_g[0] - 1, all_g[0] + 1)
         else:  # e.g. a file whose runs stopped before a speculative one (its axes were left blank)
             ax.text(0.5, 0.5, "no speculative runs recorded", ha="center", transform=ax.transAxes)
         self.save(fig, "speedup_vs_gamma.png",

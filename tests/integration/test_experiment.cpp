@@ -887,7 +887,8 @@ TEST_CASE("speclab run: a report of labels with '$' and of very many bars", "[ex
 
 // The report's legends and its writes. A series with nothing to draw (every measured speedup NaN:
 // a run of one token has no decode phase) was listed with a line and marker as if drawn, until
-// 2026-12-07; now its entry is words only. A full disk (a file-size limit) cut a PNG short, over
+// 2026-12-07; now its entry is words only (and a lone gamma's tick sat on the axes' right edge).
+// A full disk (a file-size limit) cut a PNG short, over
 // an earlier report's file of that name; now each file is written whole beside it and renamed, so
 // the earlier report stays as it was and no temporary is left.
 TEST_CASE("speclab report: legends list only what is drawn, and a full disk leaves the files whole", "[experiment][report]") {
@@ -920,6 +921,9 @@ TEST_CASE("speclab report: legends list only what is drawn, and a full disk leav
              "        words_only = line.get_linestyle() in ('None', ' ', '') and line.get_marker() in ('None', None, '', ' ')\n"
              "        assert (len(ys) == 0) == words_only, t.get_text()\n"
              "        assert len(ys) == 0 or any(math.isfinite(y) for y in ys), ('an entry for nothing drawn', t.get_text())\n"
+             "    if name == 'speedup_vs_gamma.png':  # the one gamma's tick inside the axes, not on an edge\n"
+             "        lo, hi = ax.get_xlim()\n"
+             "        assert all(lo < t < hi for t in ax.get_xticks()), (lo, hi, list(ax.get_xticks()))\n"
              "    orig(self, fig, name, caption)\n"
              "report.Report.save = save\n"
              "out = sys.argv[1] + '_legend'\n"
