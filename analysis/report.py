@@ -23,6 +23,7 @@ import errno
 import math
 import os
 import re
+import stat
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -57,11 +58,15 @@ def write_whole(path: str, write) -> None:
     """write(tmp) writes the content of `path` to a temporary beside it, which is then renamed onto
     `path`: a failed write (a full disk) leaves no half-written file under the report's names, and
     an earlier report's file of that name stays as it was. On any exception the temporary is
-    removed and the exception passes on. (Until 2026-12-07 a full disk left a truncated PNG that an
+    removed and the exception passes on. A file replaced keeps its permission bits. (Until 2026-12-07 a full disk left a truncated PNG that an
     image viewer showed as a cut-off plot.)"""
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
         write(tmp)
+        try:  # a file replaced keeps its mode, as replace_file's do (framework/core/replace_file.h)
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+        except FileNotFoundError:
+            pass
         os.replace(tmp, path)
     except BaseException:
         try:

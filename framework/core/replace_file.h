@@ -16,8 +16,8 @@
 // A file that is replaced keeps its permission bits, and its owner and group where the process may
 // set them (root, or a group the writer belongs to): the temporary takes them before the rename
 // (keep_mode_and_owner, which `speclab run --overwrite` and `speclab merge` use too).
-// Until 2026-12-07 the new file had the process's defaults (umask), so a results file shared
-// through its group mode became unreadable to the group after `speclab check --overwrite`.
+// Until 2026-12-07 the new file had the process's defaults (umask), so `speclab check --overwrite`
+// made a 0600 results file world-readable and a 0660 one read-only to its group.
 //
 // Used by the GGUF writer, train-draft's drafts, checkpoints and features, its training log and
 // `speclab check`'s results.
