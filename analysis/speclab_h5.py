@@ -113,7 +113,14 @@ def _column(ds: h5py.Dataset, n: int) -> np.ndarray:
 # Columns added after a table's first version (hdf5_recorder.cpp, ColumnSpec::optional): a file
 # may lack them, or hold them shorter than the table (a file continued by an older build). Their
 # missing tail reads as the default (""), and they never shorten the table, as in SpecLab's reader.
-OPTIONAL_COLUMNS = {"steps": {"source": ""}}
+# /runs/turns: a conversation's turns (one record, each turn's first token from its own prefill);
+# 0 where a file predates it, read as one turn (_turns).
+OPTIONAL_COLUMNS = {"steps": {"source": ""}, "runs": {"turns": 0}}
+
+
+def _turns(runs: dict, i: int) -> int:
+    """The turns of run i: each one's first token came from a prefill, not a decode step."""
+    return max(1, int(runs["turns"][i]))
 
 
 def committed_rows(group: h5py.Group) -> int:
@@ -371,9 +378,9 @@ def compute_summary(exp: Experiment) -> dict:
                         spec_wall += float(runs["wall_seconds"][i]) - float(runs["prefill_seconds"][i])
                         ar_wall += float(runs["wall_seconds"][a]) - float(runs["prefill_seconds"][a])
                         ar_decode += float(runs["decode_seconds"][a])
-                        ar_fw += max(0, int(runs["target_forwards"][a]) - 1)
-                        spec_tok += max(0, int(runs["n_generated"][i]) - 1)
-                        ar_tok += max(0, int(runs["n_generated"][a]) - 1)
+                        ar_fw += max(0, int(runs["target_forwards"][a]) - _turns(runs, a))
+                        spec_tok += max(0, int(runs["n_generated"][i]) - _turns(runs, i))
+                        ar_tok += max(0, int(runs["n_generated"][a]) - _turns(runs, a))
                 gamma = int(runs["gamma"][sub[0]])
                 alpha = wilson(ci_accepted, ci_examined)
                 c = _ratio(_ratio(draft_time, drafted), _ratio(ar_decode, ar_fw))
@@ -449,7 +456,7 @@ def efficiency_decomposition(exp: Experiment, by_category: bool = False) -> list
                 draft += float(steps["draft_seconds"][s])
             wall += float(runs["wall_seconds"][i]) - float(runs["prefill_seconds"][i])
             ar_decode += float(runs["decode_seconds"][a])
-            ar_tokens += max(0, int(runs["target_forwards"][a]) - 1)
+            ar_tokens += max(0, int(runs["target_forwards"][a]) - _turns(runs, a))
         per_tok = _ratio(ar_decode, ar_tokens)
         unit = n_steps * per_tok if n_steps > 0 else math.nan
         alpha, gamma, c = float(summary["alpha"][j]), int(summary["gamma"][j]), float(summary["cost_ratio"][j])

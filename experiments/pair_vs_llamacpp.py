@@ -119,6 +119,10 @@ def main():
         prompts = exp.prompts
         rows = {}
         for i in range(exp.n_runs):
+            # one prompt per run: llama.cpp below decodes the first turn's rendering only
+            if int(runs["turns"][i]) > 1:
+                fail(f"prompt {runs['prompt_id'][i]}: a conversation of {runs['turns'][i]} turns; "
+                     "this comparison takes one-message prompts (prompts.field: turns.0)")
             rows[(int(runs["prompt"][i]), runs["method"][i])] = i
 
     print(f"[2/2] llama.cpp {llama_cpp.__version__} (flash attention {args.flash_attn}): AR greedy on the same prompts",

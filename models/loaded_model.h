@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "models/chat_template.h"
 #include "framework/core/model_config.h"
@@ -48,5 +49,12 @@ void check_chat_renders(const LoadedModel& m, const std::string& chat, const std
 // Throws Error(kConfig, file = m.source, field "chat_template") when use_chat and the model
 // ships no template; callers that can name their own option check chat_template.available().
 TokenList encode_prompt(const LoadedModel& m, const std::string& text, bool use_chat, const std::string& system = "");
+
+// The token ids of a conversation in the chat template: `system` (when not empty), then
+// `messages` (user and assistant turns, in order), then the assistant header; BOS when the model
+// wants one. encode_prompt(m, text, true, system) is encode_conversation(m, {{"user", text}},
+// system). Throws as encode_prompt does when the model ships no template.
+TokenList encode_conversation(const LoadedModel& m, const std::vector<ChatMessage>& messages,
+                              const std::string& system = "");
 
 }  // namespace speclab

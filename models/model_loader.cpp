@@ -35,11 +35,15 @@ void check_chat_renders(const LoadedModel& m, const std::string& chat, const std
 
 TokenList encode_prompt(const LoadedModel& m, const std::string& text, bool use_chat, const std::string& system) {
   if (!use_chat) return m.tokenizer->encode(text, m.add_bos);
+  return encode_conversation(m, {{"user", text}}, system);
+}
+
+TokenList encode_conversation(const LoadedModel& m, const std::vector<ChatMessage>& messages, const std::string& system) {
   if (!m.chat_template.available())
     throw Error(ErrorKind::kConfig, "expected a model with a chat template, found none", m.source, "chat_template");
   std::vector<ChatMessage> msgs;
   if (!system.empty()) msgs.push_back({"system", system});
-  msgs.push_back({"user", text});
+  msgs.insert(msgs.end(), messages.begin(), messages.end());
   return m.tokenizer->encode(m.chat_template.render(msgs, true), m.add_bos);
 }
 

@@ -221,7 +221,8 @@ struct PointContext {
   const SweepPoint* point = nullptr;
   LoadedTarget* target = nullptr;
   std::unique_ptr<SessionParts> parts;  // KV manager + pool + drafters ([drafters.size()], config order)
-  std::vector<TokenList> prompts;        // [n_prompts] rendered ids
+  std::vector<TokenList> prompts;        // [n_prompts] rendered ids (a conversation's first turn)
+  std::vector<Prompt> sources;           // [n_prompts] what they were rendered from (later turns)
 };
 
 std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::vector<Prompt>& prompts,
@@ -239,20 +240,34 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
     throw Error(named.kind(), named.message() + at, named.file(), named.field());
   }
   const ModelConfig& mc = ctx->target->model->config();
+  std::vector<TokenList> longest;  // per prompt, its longest turn's tokens (as many as the check needs)
   for (const Prompt& p : prompts) {
-    TokenList ids;
+    TokenList ids, last;
     try {
       ids = render_config_prompt(ctx->target->info, cfg, p);
+      last = ids;
+      if (!p.turns.empty()) {
+        // The last turn's prompt for the KV budget: every earlier answer counted at max_new_tokens
+        // (they are not known yet; EOS may stop them sooner). check_budget_holds_ar_runs caps it
+        // at the context.
+        const std::vector<std::string> empty(p.turns.size() - 1);
+        last = render_config_turn(ctx->target->info, cfg, p, empty);
+        const int64_t cap = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : int64_t(1) << 24;
+        const int64_t answers = std::min(cfg.generation.max_new_tokens, cap) * static_cast<int64_t>(empty.size());
+        last.resize(static_cast<size_t>(std::min(static_cast<int64_t>(last.size()) + answers, cap)), 0);
+      }
     } catch (const Error& e) {
       throw Error(e.kind(), e.message() + at, e.file(), e.field());
     }
     try {
-      check_prompt_fits(ids, mc);
+      check_prompt_fits(ids, mc);  // a later turn that does not fit ends its conversation (decode_once)
     } catch (const Error& e) {
       throw Error(ErrorKind::kBadInput, "prompt '" + p.id + "': " + e.message() + at, cfg.source_path, "prompts");
     }
     ctx->prompts.push_back(std::move(ids));
+    longest.push_back(std::move(last));
   }
+  ctx->sources = prompts;
   // Settings that only the loaded model can check (the KV budget against its block size, a
   // layer range against its depth) fail here: the error names the config and the key path.
   try {
@@ -260,7 +275,7 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
   } catch (const Error& e) {
     throw in_config(e, "kv", "kv", cfg.source_path, at);
   }
-  check_budget_holds_ar_runs(*ctx->parts, ctx->prompts, cfg.generation.max_new_tokens, mc.max_position_embeddings,
+  check_budget_holds_ar_runs(*ctx->parts, longest, cfg.generation.max_new_tokens, mc.max_position_embeddings,
                              cfg.source_path, at);
   for (size_t i = 0; i < cfg.drafters.size(); ++i) {
     try {
@@ -272,9 +287,30 @@ std::unique_ptr<PointContext> prepare_point(const SweepPoint& point, const std::
   return ctx;
 }
 
-// Decodes one prompt with one method (-1: AR, else the drafter of that index); fills the
-// measurements of `rec` (not the key fields).
-void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, int64_t repeat, RunRecord& rec) {
+// Adds a conversation's turn to the result of the turns before it: tokens and steps appended,
+// seconds and forwards added, KV peaks the largest, the stop reason the turn's.
+void add_turn(SpecResult& sum, SpecResult&& turn) {
+  sum.tokens.insert(sum.tokens.end(), turn.tokens.begin(), turn.tokens.end());
+  sum.steps.insert(sum.steps.end(), std::make_move_iterator(turn.steps.begin()), std::make_move_iterator(turn.steps.end()));
+  sum.stop_reason = turn.stop_reason;
+  sum.prefill_seconds += turn.prefill_seconds;
+  sum.draft_prefill_seconds += turn.draft_prefill_seconds;
+  sum.decode_seconds += turn.decode_seconds;
+  sum.forward_calls += turn.forward_calls;
+  sum.kv_peak_bytes = std::max(sum.kv_peak_bytes, turn.kv_peak_bytes);
+  sum.kv_seq_peak_bytes = std::max(sum.kv_seq_peak_bytes, turn.kv_seq_peak_bytes);
+  sum.draft_seconds += turn.draft_seconds;
+  sum.verify_seconds += turn.verify_seconds;
+  sum.accept_seconds += turn.accept_seconds;
+  sum.kv_seconds += turn.kv_seconds;
+}
+
+// Decodes prompt `j` of the point with one method (-1: AR, else the drafter of that index); fills
+// the measurements of `rec` (not the key fields). A conversation runs turn by turn, each turn a
+// sequence of its own over the whole conversation so far (its earlier answers as this method
+// generated them), and its record adds the turns up; a turn whose prompt does not fit the
+// context ends the conversation (stop reason "context").
+void decode_once(PointContext& ctx, int64_t method_index, size_t j, int64_t repeat, RunRecord& rec) {
   const ExperimentConfig& cfg = ctx.point->config;
   // Each repeat samples from its own seed (repeat 0 from sampling.seed itself): repeats of a
   // sampled run are independent draws, counted as such by the summary (independent_trials()).
@@ -290,11 +326,31 @@ void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, 
   ProbabilityLog log;
   session.add_observer(timer);
   session.add_observer(log);
-  const auto t0 = Clock::now();
-  session.begin({ids, method, cfg.generation, sampling});
-  SpecResult s = run_to_end(session);
-  rec.wall_seconds = since(t0);
-  rec.n_prompt_tokens = static_cast<int64_t>(ids.size());
+  const Prompt& prompt = ctx.sources.at(j);
+  const size_t turns = std::max<size_t>(1, prompt.turns.size());
+  std::vector<std::string> answers;
+  SpecResult s;
+  rec.wall_seconds = 0.0;
+  rec.n_prompt_tokens = 0;
+  rec.turns = 0;
+  for (size_t t = 0; t < turns; ++t) {
+    TokenList ids = t == 0 ? ctx.prompts.at(j) : render_config_turn(ctx.target->info, cfg, prompt, answers);
+    if (t > 0 && static_cast<int64_t>(ids.size()) >= ctx.target->model->config().max_position_embeddings &&
+        ctx.target->model->config().max_position_embeddings > 0) {
+      s.stop_reason = StopReason::kContext;
+      break;
+    }
+    // Each turn samples from its own seed (turn 0 from the repeat's).
+    if (t > 0) sampling.seed = derived_seed(sampling.seed, static_cast<uint64_t>(t));
+    const auto t0 = Clock::now();
+    session.begin({ids, method, cfg.generation, sampling});
+    SpecResult turn = run_to_end(session);
+    rec.wall_seconds += since(t0);
+    rec.n_prompt_tokens += static_cast<int64_t>(ids.size());
+    ++rec.turns;
+    answers.push_back(turn.text);
+    add_turn(s, std::move(turn));
+  }
   // Deterministic decoding (temperature 0, or top_k 1): repeats are the same trials again, and
   // the speculative tokens must equal AR's (the lossless check below).
   rec.greedy = cfg.sampling.deterministic() ? 1 : 0;
@@ -302,7 +358,7 @@ void decode_once(PointContext& ctx, int64_t method_index, const TokenList& ids, 
   rec.prefill_seconds = s.prefill_seconds + s.draft_prefill_seconds;
   rec.decode_seconds = s.decode_seconds;
   rec.tokens = std::move(s.tokens);
-  rec.text = std::move(s.text);
+  rec.text = prompt.turns.empty() ? answers.front() : conversation_text(answers);
   rec.target_forwards = s.forward_calls;
   rec.kv_peak_bytes = s.kv_peak_bytes;
   rec.kv_seq_peak_bytes = s.kv_seq_peak_bytes;
@@ -772,7 +828,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
       rec.gamma = o.num_speculative_tokens;
     }
     try {
-      decode_once(*ctx, m, ctx->prompts[static_cast<size_t>(j)], r, rec);
+      decode_once(*ctx, m, static_cast<size_t>(j), r, rec);
     } catch (const Error& e) {
       throw Error(e.kind(),
                   "point #" + std::to_string(pi) + ", prompt '" + prompt.id + "', method '" + rec.key.method +
@@ -821,7 +877,7 @@ ExperimentOutcome run_experiment(const ExperimentConfig& config, const RunnerOpt
           for (int64_t m = -1; m < static_cast<int64_t>(point.config.drafters.size()); ++m) {
             if (stop()) return false;
             RunRecord scratch;
-            decode_once(*ctx, m, ctx->prompts.front(), 0, scratch);
+            decode_once(*ctx, m, 0, 0, scratch);
           }
       }
       const int64_t n_own = static_cast<int64_t>(point_prompts[static_cast<size_t>(pi)].size());

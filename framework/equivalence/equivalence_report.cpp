@@ -73,6 +73,15 @@ void validate_equivalence_config(const ExperimentConfig& cfg, const std::vector<
                   cfg.source_path, "drafters[" + std::to_string(i) + "].max_speculative_tokens");
   if (prompts.empty())
     throw Error(ErrorKind::kConfig, "expected at least one prompt, found none", cfg.source_path, "prompts");
+  // The checks decode one prompt at a time; a conversation's later turns are built from a run's own
+  // answers, which speclab run does (experiments/app/prompt_render.h).
+  for (const Prompt& p : prompts)
+    if (!p.turns.empty())
+      throw Error(ErrorKind::kConfig,
+                  "expected one-message prompts for speclab check, found prompt '" + p.id + "', a conversation of " +
+                      std::to_string(p.turns.size()) + " user turns (prompts.field names a list); name one turn "
+                      "(field: turns.0), or run the conversation with speclab run",
+                  cfg.source_path, "prompts.field");
   if (!eq.sampling) return;
   if (eq.samples < options.min_samples)
     bad(cfg, "samples",

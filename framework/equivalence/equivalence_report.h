@@ -39,8 +39,10 @@ struct EquivalenceRunOptions {
 // count N·p reaches 5 only for tokens of probability >= 5/N, so nearly every cell of a joint is
 // pooled and the tests compare little more than the top token), contexts <= prompts, and at
 // least one position m >= 2 when negative controls are on (position 1 is sampled from the
-// prefill before any verification, so no faulty rule can change it). Throws Error(kConfig,
-// message, config.source_path, "equivalence.<key>").
+// prefill before any verification, so no faulty rule can change it), and no conversation (a prompt
+// with turns: speclab run answers those, prompt_loader.h). Throws Error(kConfig,
+// message, config.source_path, "equivalence.<key>"), or
+// "prompts.field" for a conversation.
 void validate_equivalence_config(const ExperimentConfig& config, const std::vector<Prompt>& prompts,
                                  const EquivalenceRunOptions& options);
 

@@ -45,8 +45,11 @@ struct RunRecord {
   std::string drafter;   // drafter name ("" for ar)
   int64_t gamma = 0;     // num_speculative_tokens (0 for ar)
   uint8_t greedy = 1;    // sampling temperature == 0
-  int64_t n_prompt_tokens = 0;
-  int64_t n_generated = 0;
+  // A conversation (prompt_loader.h) is one record: every turn's prompt tokens, answers and
+  // seconds added up. Each turn's first token comes from its own prefill.
+  int64_t turns = 1;
+  int64_t n_prompt_tokens = 0;  // over all turns: each turn prefills its whole conversation so far
+  int64_t n_generated = 0;      // over all turns
   int64_t target_forwards = 0;
   int64_t kv_peak_bytes = 0;      // peak KV bytes in use over all pools (shared manager)
   int64_t kv_seq_peak_bytes = 0;  // peak KV bytes referenced by the target's sequence

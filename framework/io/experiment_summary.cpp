@@ -211,8 +211,8 @@ void SummaryBuilder::add(const RunRecord& r) {
     ArRun& ar = ar_[g];
     ar.decode_wall = r.wall_seconds - r.prefill_seconds;
     ar.decode_seconds = r.decode_seconds;
-    ar.forwards = std::max<int64_t>(0, r.target_forwards - 1);
-    ar.decode_tokens = std::max<int64_t>(0, r.n_generated - 1);
+    ar.forwards = std::max<int64_t>(0, r.target_forwards - r.turns);
+    ar.decode_tokens = std::max<int64_t>(0, r.n_generated - r.turns);
     auto it = pending_.find(g);
     if (it != pending_.end()) {
       for (const Pending& p : it->second) pair(p.accs, p.decode_wall, p.decode_tokens, ar);
@@ -229,7 +229,7 @@ void SummaryBuilder::add(const RunRecord& r) {
     accs.push_back(a.get());
   }
   const double decode_wall = r.wall_seconds - r.prefill_seconds;
-  const int64_t decode_tokens = std::max<int64_t>(0, r.n_generated - 1);
+  const int64_t decode_tokens = std::max<int64_t>(0, r.n_generated - r.turns);
   auto ar = ar_.find(g);
   if (ar != ar_.end())
     pair(accs, decode_wall, decode_tokens, ar->second);

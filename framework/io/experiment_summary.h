@@ -19,11 +19,11 @@
 //             steps (SpecResult::mean_accepted_length): what the verification kept, also on a
 //             run's last step when EOS or a stop string cut some of them from the output.
 //   c         cost ratio: (draft seconds / drafted tokens) / (seconds per AR decode forward),
-//             the AR time per token being the ar runs' decode_seconds / (target_forwards - 1).
+//             the AR time per token being the ar runs' decode_seconds / (target_forwards - turns).
 //   speedup   measured, decode phase, per decoded token: [sum of ar (wall - prefill) seconds /
-//             sum of ar (n_generated - 1)] / [the same sums of the speculative runs], over the
-//             (prompt, repeat) pairs that both methods completed (the first token comes from the
-//             prefill). Per token because sampled pairs stop at EOS at different lengths (equal in
+//             sum of ar (n_generated - turns)] / [the same sums of the speculative runs], over the
+//             (prompt, repeat) pairs that both methods completed (each turn's first token comes
+//             from its prefill; one turn but for a conversation, RunRecord::turns). Per token because sampled pairs stop at EOS at different lengths (equal in
 //             expectation, not per pair; until 2026-12-05 a ratio of total times, which counted
 //             the difference as speed). NaN when either side decoded nothing. Prefill is prompt processing: the target's forward over the prompt (the
 //             same in both methods) and, for a draft model, its own prefill of the prompt in the
@@ -104,7 +104,7 @@ struct MethodSummary {
   double tau = 0.0;
   double draft_seconds_per_token = 0.0, ar_seconds_per_token = 0.0, cost_ratio = 0.0;
   double spec_wall_seconds = 0.0, ar_wall_seconds = 0.0;  // over the matched (prompt, repeat) pairs
-  int64_t spec_decode_tokens = 0, ar_decode_tokens = 0;   // the same pairs' n_generated - 1 (decoded after the prefill's)
+  int64_t spec_decode_tokens = 0, ar_decode_tokens = 0;   // the same pairs' n_generated - turns (decoded after the prefills')
   double speedup = 0.0, predicted_speedup = 0.0, efficiency = 0.0;
   // Time breakdown of the speculative runs (sums, seconds).
   double draft_seconds = 0.0, verify_seconds = 0.0, accept_seconds = 0.0, kv_seconds = 0.0, other_seconds = 0.0;
@@ -139,8 +139,8 @@ class SummaryBuilder {
  private:
   struct ArRun {
     double decode_wall = 0.0, decode_seconds = 0.0;  // wall - prefill; decode_seconds
-    int64_t forwards = 0;                            // target_forwards - 1 (>= 0)
-    int64_t decode_tokens = 0;                       // n_generated - 1 (>= 0)
+    int64_t forwards = 0;                            // target_forwards - turns (>= 0)
+    int64_t decode_tokens = 0;                       // n_generated - turns (>= 0)
   };
   struct Pending {  // a speculative run waiting for its ar run
     std::vector<Acc*> accs;

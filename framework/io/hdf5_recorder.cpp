@@ -49,6 +49,7 @@ const Schema kRunsSchema = {
     {"verify_seconds", Col::kF64},  {"accept_seconds", Col::kF64}, {"kv_seconds", Col::kF64},
     {"other_seconds", Col::kF64},   {"stop_reason", Col::kStr},    {"text", Col::kStr},
     {"lossless", Col::kI8},         {"kv_peak_bytes", Col::kI64},  {"kv_seq_peak_bytes", Col::kI64},
+    {"turns", Col::kI64, /*optional=*/true},  // 0 in files written before 2026-12-07: one turn
 };
 const Schema kStepsSchema = {
     {"run_id", Col::kI64},        {"step", Col::kI32},           {"drafted", Col::kI32},
@@ -695,8 +696,10 @@ ExperimentData Hdf5Recorder::Impl::read() const {
     x.stop_reason = r.s("stop_reason")[i];
     x.text = r.s("text")[i];
     x.lossless = static_cast<int8_t>(r.i("lossless")[i]);
-    if (x.n_generated < 0 || r.i("n_steps")[i] < 0)
-      throw Error(ErrorKind::kBadInput, "expected n_generated >= 0 and n_steps >= 0", path, "runs row " + std::to_string(i));
+    x.turns = std::max<int64_t>(1, r.i("turns")[i]);
+    if (x.n_generated < 0 || r.i("n_steps")[i] < 0 || r.i("turns")[i] < 0)
+      throw Error(ErrorKind::kBadInput, "expected n_generated >= 0, n_steps >= 0 and turns >= 0", path,
+                  "runs row " + std::to_string(i));
   }
   std::vector<int64_t> n_steps = r.i("n_steps");
 
@@ -1005,6 +1008,7 @@ void Hdf5Recorder::Impl::stage(RunRecord& run) {
     rr.add("target_forwards", run.target_forwards);
     rr.add("kv_peak_bytes", run.kv_peak_bytes);
     rr.add("kv_seq_peak_bytes", run.kv_seq_peak_bytes);
+    rr.add("turns", run.turns);
     rr.add("n_steps", static_cast<int64_t>(run.steps.size()));
     rr.add_real("wall_seconds", run.wall_seconds);
     rr.add_real("prefill_seconds", run.prefill_seconds);

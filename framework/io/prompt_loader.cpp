@@ -176,7 +176,32 @@ void read_jsonl(const std::string& base, const PromptSource& src, std::vector<Pr
     if (!j.is_object())
       throw Error(ErrorKind::kBadInput, "expected one JSON object per line, found " + json_kind(j), where);
     Prompt p;
-    p.text = json_field(j, src.field, "field", false, where);
+    const nlohmann::json* value = json_at(j, src.field);
+    if (value && value->is_array()) {
+      // A conversation: each element one user turn (MT-bench's "turns").
+      if (value->empty())
+        throw Error(ErrorKind::kBadInput,
+                    "expected a string or a list of user turns (strings) at key " + squote(src.field) +
+                        " (prompts.field), found an empty array",
+                    where, src.field);
+      for (size_t t = 0; t < value->size(); ++t) {
+        const std::string key = src.field + "." + std::to_string(t);
+        std::string turn = json_field(j, key, "field", false, where);
+        if (turn.empty())
+          throw Error(ErrorKind::kBadInput,
+                      "expected non-empty prompt text at key " + squote(key) + " (prompts.field), found an empty string",
+                      where, src.field);
+        p.turns.push_back(std::move(turn));
+      }
+      if (p.turns.size() == 1) {
+        p.text = std::move(p.turns.front());
+        p.turns.clear();
+      } else {
+        p.text = conversation_text(p.turns);
+      }
+    } else {
+      p.text = json_field(j, src.field, "field", false, where);
+    }
     if (p.text.empty())
       throw Error(ErrorKind::kBadInput,
                   "expected non-empty prompt text at key " + squote(src.field) + " (prompts.field), found an empty string",
@@ -194,6 +219,12 @@ void read_jsonl(const std::string& base, const PromptSource& src, std::vector<Pr
 }
 
 }  // namespace
+
+std::string conversation_text(const std::vector<std::string>& turns) {
+  // An answer cut inside a UTF-8 character (max_new_tokens) holds a partial sequence: written as
+  // U+FFFD, as /runs/text writes one (dump() would throw on it).
+  return nlohmann::json(turns).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 std::vector<Prompt> load_prompts(const ExperimentConfig& config) {
   const PromptsOptions& po = config.prompts;

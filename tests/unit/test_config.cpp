@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "framework/core/error.h"
 #include "framework/io/experiment_config.h"
 #include "framework/io/config_util.h"
@@ -257,6 +259,12 @@ TEST_CASE("tiny_stories.yaml and the other shipped configs hold what they say", 
   CHECK(gp[3].config.drafters[1].options.num_speculative_tokens == 8);
   const auto mt = load_prompts(g);
   REQUIRE(mt.size() == 80);  // MT-bench: 80 questions, first turns
+  // Both turns, one question per category: 8 conversations of two user turns.
+  const auto turns = load_prompts(load_experiment_config(kConfigs + "/mt_bench_turns.yaml"));
+  REQUIRE(turns.size() == 8);
+  for (const auto& p : turns) CHECK(p.turns.size() == 2);
+  CHECK(turns[0].id == "81");
+  CHECK(turns[0].turns[1] == "Rewrite your previous response. Start every sentence with the letter A.");
   CHECK(mt[0].id == "81");
   CHECK(mt[0].category == "writing");
   CHECK_THAT(mt[0].text, Contains("travel blog post about a recent trip to Hawaii"));
@@ -889,6 +897,45 @@ TEST_CASE("load_prompts: JSONL, .jsonl.gz, dotted fields, limit after concatenat
       CHECK_THAT(e.what(), Contains(dir + "/missing.jsonl"));
     }
   }
+}
+
+TEST_CASE("load_prompts: a field naming a list of strings is a conversation of user turns", "[config][turns]") {
+  const std::string dir = tmp_dir();
+  write_file(dir + "/mt.jsonl",
+             "{\"id\": 81, \"turns\": [\"Write a poem.\", \"Now in French.\"]}\n"
+             "{\"id\": 82, \"turns\": [\"Only one turn.\"]}\n"
+             "{\"id\": 83, \"turns\": [\"a\", \"b\", \"c \\\"quoted\\\"\"]}\n");
+  ExperimentConfig c = parse_experiment_config(
+      "models: {target: {path: stories260K}}\nprompts: {files: [mt.jsonl], field: turns, id_field: id}\n", dir + "/p.yaml");
+  const auto p = load_prompts(c);
+  REQUIRE(p.size() == 3);
+  CHECK(p[0].turns == std::vector<std::string>{"Write a poem.", "Now in French."});
+  // /prompts records a conversation as a JSON array of its turns.
+  CHECK(p[0].text == "[\"Write a poem.\",\"Now in French.\"]");
+  CHECK(p[0].text == conversation_text(p[0].turns));
+  // A list of one string is a plain prompt.
+  CHECK(p[1].turns.empty());
+  CHECK(p[1].text == "Only one turn.");
+  CHECK(p[2].turns.size() == 3);
+  CHECK(p[2].turns[2] == "c \"quoted\"");
+  CHECK(nlohmann::json::parse(p[2].text).get<std::vector<std::string>>() == p[2].turns);
+  // An answer cut inside a character (max_new_tokens) is recorded with U+FFFD (dump() threw).
+  CHECK(conversation_text({"ok", "caf\xC3"}) == "[\"ok\",\"caf\xEF\xBF\xBD\"]");
+  // One turn of the same file is still read by its index.
+  c.prompts.field = "turns.1";
+  CHECK_THROWS_WITH(load_prompts(c), Contains("mt.jsonl:2: turns.1: expected a string at key 'turns.1'"));
+  SECTION("a turn that is not a string, or empty, names file:line and the turn") {
+    write_file(dir + "/bad.jsonl", "{\"turns\": [\"fine\", 7]}\n");
+    c.prompts.files = {"bad.jsonl"};
+    c.prompts.field = "turns";
+    c.prompts.id_field = "";
+    CHECK_THROWS_WITH(load_prompts(c), Contains("bad.jsonl:1: turns.1: expected a string at key 'turns.1' (prompts.field), found a number"));
+    write_file(dir + "/bad.jsonl", "{\"turns\": [\"fine\", \"\"]}\n");
+    CHECK_THROWS_WITH(load_prompts(c), Contains("bad.jsonl:1: turns: expected non-empty prompt text at key 'turns.1'"));
+    write_file(dir + "/bad.jsonl", "{\"turns\": []}\n");
+    CHECK_THROWS_WITH(load_prompts(c), Contains("found an empty array"));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("load_prompts: an id names one prompt (the same prompt twice is kept)", "[config]") {
