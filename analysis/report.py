@@ -368,6 +368,15 @@ class Report:
                   "Measured speedup = AR / speculative decode-phase wall time per decoded token (prefill excluded); "
                   "predicted from measured α and c.")
 
+    def prompts_cell(self) -> str:
+        """The prompt count; for conversations (/runs/turns > 1), how many turns the runs answered."""
+        n = len(self.exp.prompts.get("id", []))
+        turns = [max(1, int(t)) for t in self.exp.runs["turns"]] if self.exp.n_runs else []
+        if not turns or max(turns) == 1:
+            return str(n)
+        span = str(max(turns)) if min(turns) == max(turns) else f"{min(turns)} to {max(turns)}"
+        return f"{n}, conversations: {span} turns a run, each turn after the run's own answers"
+
     def time_breakdown(self) -> list[tuple[str, dict, int]]:
         runs = self.exp.runs
         out = []
@@ -590,7 +599,7 @@ class Report:
                                                  {str(k) for k in self.exp.point_values.get("key", [])}) + [
                                   ["memory", fmt(float(a.get("memory_bytes", "nan") or "nan") / 2**30, ".1f") + " GiB"],
                                   ["prompt-runs", str(self.exp.n_runs)],
-                                  ["prompts", str(len(self.exp.prompts.get("id", [])))],
+                                  ["prompts", self.prompts_cell()],
                                   ["sweep points", str(len(self.exp.points.get("index", [])))],
                                   ["resumed", a.get("resume_count", "0") + " time(s)"]] + self.shard_rows())]
         if a.get("status") != "complete":

@@ -657,5 +657,12 @@ TEST_CASE("speclab run: a conversation's second turn follows the run's own first
   std::ifstream log(dir + "/cross.out");
   INFO(std::string(std::istreambuf_iterator<char>(log), {}));
   CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  // The report says the prompts were conversations.
+  const std::string rep = "/usr/bin/python3 '" + std::string(SPECLAB_SOURCE_DIR) + "/analysis/report.py' '" + dir +
+                          "/turns.h5' --out '" + dir + "/rep' > '" + dir + "/rep.out' 2>&1";
+  REQUIRE(std::system(rep.c_str()) == 0);
+  std::ifstream md(dir + "/rep/report.md");
+  CHECK_THAT(std::string(std::istreambuf_iterator<char>(md), {}),
+             Catch::Matchers::Contains("| prompts | 1, conversations: 2 turns a run, each turn after the run's own answers |"));
   std::filesystem::remove_all(dir);
 }
