@@ -864,6 +864,14 @@ TrainDraftResult train_draft(const TrainDraftConfig& c, bool resume, const Train
       throw Error(e.kind(), e.message(), e.file(), "data." + e.field());
     }
   }();
+  // A conversation's later turns follow answers; training asks each prompt once, as one message
+  // (and its /prompts text, a JSON array, is not what the evaluation-set check compares).
+  for (const Prompt& p : prompts)
+    if (!p.turns.empty())
+      throw Error(ErrorKind::kConfig,
+                  "expected one-message training prompts, found prompt '" + p.id + "', a conversation of " +
+                      std::to_string(p.turns.size()) + " user turns (the field names a list); name one turn (turns.0)",
+                  c.source_path, "data.prompts.field");
   auto target = [&] {
     try {
       return load_target(c.target);
