@@ -1,10 +1,11 @@
-// Runs the `speclab` binary (SPECLAB_CLI) as a subprocess for the command-line tests
-// (test_cli, test_bad_inputs, test_crash_safety): stdout and stderr captured apart, the exit
+// Runs the `speclab` program (SPECLAB_CLI) as a subprocess for the command-line tests
+// (test_cli, test_bad_inputs, test_crash_safety, test_shards, ...): stdout and stderr captured apart, the exit
 // status or the signal that ended it, a timeout, and two hooks — code to run in the child before
 // exec (resource limits, signal dispositions), and a callback on every chunk of stderr (to signal
 // the process once it reports progress).
 #pragma once
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <sstream>
@@ -142,8 +144,125 @@ inline RunResult run_program(const std::string& cli, const std::vector<std::stri
   return r;
 }
 
-// Runs SPECLAB_CLI with `args`.
+#ifdef SPECLAB_CLI_SERVER
+// The fork server (tests/support/cli_fork_server.cpp), started on first use and ended with the
+// test process: run() sends it one command line and returns what its forked child did.
+class CliForkServer {
+ public:
+  static CliForkServer& get() {
+    static CliForkServer server;
+    return server;
+  }
+
+  RunResult run(const std::vector<std::string>& args, int timeout_s) {
+    RunResult r;
+    r.command = std::string(SPECLAB_CLI);
+    for (const auto& a : args) r.command += " '" + (a.size() > 80 ? a.substr(0, 80) + "...'" : a + "'");
+    std::string req;
+    auto field = [&req](const std::string& f) { req += std::to_string(f.size()) + "\n" + f; };
+    field(std::to_string(timeout_s));
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+    field(cwd);
+    field(out_);
+    field(err_);
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e)
+      if (std::string(*e).rfind("SPECLAB_SHARED_DIR=", 0) != 0) env.push_back(*e);
+    env.push_back(std::string("SPECLAB_SHARED_DIR=") + SPECLAB_SHARED_DIR);  // as run_program sets it
+    field(std::to_string(env.size()));
+    for (const auto& e : env) field(e);
+    field(std::to_string(args.size() + 1));
+    field(SPECLAB_CLI);  // argv[0]: the speclab binary's path, as an exec gives it
+    for (const auto& a : args) field(a);
+    for (size_t done = 0; done < req.size();) {
+      const ssize_t w = ::write(to_, req.data() + done, req.size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      INFO("writing to the fork server " << SPECLAB_CLI_SERVER);
+      REQUIRE(w > 0);
+      done += static_cast<size_t>(w);
+    }
+    std::string line;
+    for (char c = 0; c != '\n';) {
+      const ssize_t got = ::read(from_, &c, 1);
+      if (got < 0 && errno == EINTR) continue;
+      INFO("the fork server " << SPECLAB_CLI_SERVER << " ended without a reply to " << r.command);
+      REQUIRE(got == 1);
+      if (c != '\n') line += c;
+    }
+    r.out = slurp(out_);
+    r.err = slurp(err_);
+    if (line.rfind("exit ", 0) == 0) {
+      r.exited = true;
+      r.exit_code = std::stoi(line.substr(5));
+    } else if (line.rfind("signal ", 0) == 0) {
+      r.signal = std::stoi(line.substr(7));
+    } else if (line == "timeout") {
+      r.timed_out = true;
+      r.signal = SIGKILL;
+    } else {
+      FAIL("the fork server: " << line << " (" << r.command << ")");
+    }
+    return r;
+  }
+
+ private:
+  CliForkServer() {
+    dir_ = std::string(SPECLAB_BINARY_DIR) + "/test_tmp/cli_fork_" + std::to_string(::getpid());
+    REQUIRE(std::system(("mkdir -p '" + dir_ + "'").c_str()) == 0);
+    out_ = dir_ + "/stdout";
+    err_ = dir_ + "/stderr";
+    int to[2], from[2];
+    REQUIRE(::pipe2(to, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(from, O_CLOEXEC) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::dup2(to[0], 0);
+      ::dup2(from[1], 1);
+      const char* argv[] = {SPECLAB_CLI_SERVER, "--serve", nullptr};
+      ::execv(argv[0], const_cast<char**>(argv));
+      _exit(127);
+    }
+    ::close(to[0]);
+    ::close(from[1]);
+    to_ = to[1];
+    from_ = from[0];
+  }
+  ~CliForkServer() {
+    ::close(to_);  // end of input ends the server
+    ::close(from_);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    std::remove(out_.c_str());
+    std::remove(err_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  static std::string slurp(const std::string& path) {
+    std::string s;
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      char buf[8192];
+      for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+      std::fclose(f);
+    }
+    return s;
+  }
+
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  std::string dir_, out_, err_;
+};
+#endif
+
+// Runs SPECLAB_CLI with `args`. Without hooks (in_child, on_stderr) the command line runs in a
+// child of the fork server (SPECLAB_CLI_SERVER: the same program, its start paid once per test
+// process); SPECLAB_TEST_EXEC=1 in the environment executes the binary for every call instead.
 inline RunResult run_cli(const std::vector<std::string>& args, const RunOptions& opt = {}) {
+#ifdef SPECLAB_CLI_SERVER
+  if (!opt.in_child && !opt.on_stderr && !std::getenv("SPECLAB_TEST_EXEC"))
+    return CliForkServer::get().run(args, opt.timeout_s);
+#endif
   return run_program(SPECLAB_CLI, args, opt);
 }
 
