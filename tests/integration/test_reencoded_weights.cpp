@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -288,24 +289,43 @@ int64_t low_bit_downs(LoadedModel& m, int bits, GgmlType type, bool keep_top_bit
 // llama.cpp's IQ4_NL does), each element on the nearest table value. Written as IQ4_NL (f16 d, 16
 // bytes of indices) or as Q8_0 (f16 d, the table's values as int8): the same values d * v.
 // scrambled = true writes IQ4_NL indices xor 1 (a neighbouring level). Returns the blocks written.
+// The levels of a matrix are found once per process (the test encodes the same file's matrices
+// six times: two types and a broken copy, on two activation paths) and kept by tensor name.
 int64_t iq4nl_layers(LoadedModel& m, GgmlType type, bool scrambled) {
   const uint32_t id = static_cast<uint32_t>(type), bytes = ggml_type_traits(id)->type_size;
+  struct Levels {
+    std::vector<uint16_t> d16;  // per 32-element block
+    std::vector<uint8_t> idx;   // per element
+  };
+  static std::map<std::string, Levels> found;
   int64_t blocks = 0;
   for (auto& [name, t] : m.weights) {
     if (name.find("layers.") == std::string::npos || !t.is_packed()) continue;
-    std::vector<float> x(static_cast<size_t>(t.numel()));
-    dequantize(t.storage_type, t.packed.data(), t.packed.size(), x.data(), x.size(), name);
-    std::vector<uint8_t> out(x.size() / 32 * bytes, 0);
-    for (size_t b = 0; b < x.size() / 32; ++b, ++blocks) {
-      const float* xb = x.data() + 32 * b;
-      const uint16_t d16 = fp32_to_fp16(largest(xb, 32) / -127.f);
-      const float d = fp16_to_fp32(d16);
+    Levels& lv = found[name];
+    if (lv.idx.empty()) {
+      std::vector<float> x(static_cast<size_t>(t.numel()));
+      dequantize(t.storage_type, t.packed.data(), t.packed.size(), x.data(), x.size(), name);
+      lv.d16.resize(x.size() / 32);
+      lv.idx.resize(x.size());
+      for (size_t b = 0; b < x.size() / 32; ++b) {
+        const float* xb = x.data() + 32 * b;
+        lv.d16[b] = fp32_to_fp16(largest(xb, 32) / -127.f);
+        const float d = fp16_to_fp32(lv.d16[b]);
+        for (int i = 0; i < 32; ++i) {
+          int idx = 0;
+          for (int k = 1; k < 16; ++k)
+            if (std::fabs(d * kIq4nlValues[k] - xb[i]) < std::fabs(d * kIq4nlValues[idx] - xb[i])) idx = k;
+          lv.idx[32 * b + static_cast<size_t>(i)] = static_cast<uint8_t>(idx);
+        }
+      }
+    }
+    REQUIRE(lv.idx.size() == static_cast<size_t>(t.numel()));
+    std::vector<uint8_t> out(lv.d16.size() * bytes, 0);
+    for (size_t b = 0; b < lv.d16.size(); ++b, ++blocks) {
       uint8_t* dst = out.data() + b * bytes;
-      put_u16(dst, d16);
+      put_u16(dst, lv.d16[b]);
       for (int i = 0; i < 32; ++i) {
-        int idx = 0;
-        for (int k = 1; k < 16; ++k)
-          if (std::fabs(d * kIq4nlValues[k] - xb[i]) < std::fabs(d * kIq4nlValues[idx] - xb[i])) idx = k;
+        const int idx = lv.idx[32 * b + static_cast<size_t>(i)];
         if (type == GgmlType::Q8_0)
           dst[2 + i] = static_cast<uint8_t>(kIq4nlValues[idx]);
         else
@@ -393,18 +413,25 @@ void put_q6k_levels(const Iq4Levels& q, uint8_t* dst) {
 // Every down projection of m (float32 after dequantize; the matrices whose rows are whole
 // 256-element super-blocks) on IQ4_XS's levels table[lo..hi] (iq4_levels), written as IQ4_XS,
 // IQ4_NL (eight blocks per super-block) or Q6_K: the same values. scrambled: put_iq4xs's. Returns
-// the super-blocks written.
+// the super-blocks written. The levels of a matrix are found once per process (by name and table
+// range) and kept: each check encodes the same file's matrices several times.
 int64_t iq4_level_downs(LoadedModel& m, GgmlType type, bool scrambled, int lo, int hi) {
   const uint32_t id = static_cast<uint32_t>(type);
   const int64_t bytes = type == GgmlType::IQ4_NL ? 8 * 18 : ggml_type_traits(id)->type_size;
+  static std::map<std::string, std::vector<Iq4Levels>> found;
   int64_t blocks = 0;
   for (auto& [name, t] : m.weights) {
     if (name.find("down_proj") == std::string::npos || !t.is_packed()) continue;
-    std::vector<float> x(static_cast<size_t>(t.numel()));
-    dequantize(t.storage_type, t.packed.data(), t.packed.size(), x.data(), x.size(), name);
-    std::vector<uint8_t> out(x.size() / 256 * static_cast<size_t>(bytes));
-    for (size_t b = 0; b < x.size() / 256; ++b, ++blocks) {
-      const Iq4Levels q = iq4_levels(x.data() + 256 * b, lo, hi);
+    std::vector<Iq4Levels>& levels = found[name + " " + std::to_string(lo) + ".." + std::to_string(hi)];
+    if (levels.empty()) {
+      std::vector<float> x(static_cast<size_t>(t.numel()));
+      dequantize(t.storage_type, t.packed.data(), t.packed.size(), x.data(), x.size(), name);
+      for (size_t b = 0; b < x.size() / 256; ++b) levels.push_back(iq4_levels(x.data() + 256 * b, lo, hi));
+    }
+    REQUIRE(levels.size() * 256 == static_cast<size_t>(t.numel()));
+    std::vector<uint8_t> out(levels.size() * static_cast<size_t>(bytes));
+    for (size_t b = 0; b < levels.size(); ++b, ++blocks) {
+      const Iq4Levels& q = levels[b];
       uint8_t* dst = out.data() + b * bytes;
       if (type == GgmlType::IQ4_XS) put_iq4xs(q, dst, scrambled);
       else if (type == GgmlType::IQ4_NL) put_iq4nl8(q, dst);

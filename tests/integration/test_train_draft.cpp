@@ -336,6 +336,16 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   train_draft(a, false, {}, 90);  // interrupted after 90 steps
   CHECK_FALSE(fs::exists(a.output.path));
   CHECK(read_train_log(a.output.log).loss.size() == 90);
+  // What the interruption left (training is deterministic: another run stopped there leaves the
+  // same checkpoint and log), put back below wherever a case starts from an interrupted run.
+  const std::string checkpoint_90 = read_bytes(a.output.checkpoint), log_90 = read_bytes(a.output.log);
+  const auto interrupted_at_90 = [&] {
+    for (const auto& [path, bytes] : {std::make_pair(a.output.checkpoint, &checkpoint_90), std::make_pair(a.output.log, &log_90)}) {
+      std::ofstream f(path, std::ios::binary | std::ios::trunc);
+      f << *bytes;
+      REQUIRE(f.good());
+    }
+  };
   // Its report says the run stopped before train.steps (it read as a finished run of 90 steps).
   const fs::path stopped = kDir / "a_stopped_report";
   REQUIRE(std::system((std::string(SPECLAB_CLI) + " report '" + a.output.log + "' --out '" + stopped.string() + "'").c_str()) == 0);
@@ -384,7 +394,7 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   // Resumed from a data cache moved elsewhere (its contents are guarded by the data key; a moved
   // cache was refused as "data.cache_dir: cache vs ..." until 2026-12-06): trains as the
   // uninterrupted run did.
-  train_draft(a, false, {}, 90);
+  interrupted_at_90();
   fs::remove_all(kDir / "cache_moved");
   fs::copy(kDir / "cache", kDir / "cache_moved", fs::copy_options::recursive);
   const TrainDraftConfig moved =
@@ -392,7 +402,7 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
   train_draft(moved, true);
   fs::remove_all(kDir / "cache_moved");
   CHECK(read_train_log(a.output.log).loss == log.loss);
-  train_draft(a, false, {}, 90);  // interrupted again, resumed with the same settings: the same bytes
+  interrupted_at_90();  // interrupted again, resumed with the same settings: the same bytes
   train_draft(a, true);
   CHECK(read_bytes(a.output.path) == first);
   CHECK(read_train_log(a.output.log).loss == log.loss);
@@ -427,7 +437,7 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
                         std::string("expected 'log.agreement' row 0 in [0, 1] or NaN, found 7")),
         std::make_tuple(std::string(""), -1.0f, std::string("holds a negative or non-finite value"))}) {
     INFO(tensor << " = " << value);
-    train_draft(a, false, {}, 90);
+    interrupted_at_90();
     std::string name = tensor;
     if (name.empty()) {  // the first second-moment tensor
       std::ifstream f(a.output.checkpoint, std::ios::binary);
@@ -450,7 +460,7 @@ TEST_CASE("train-draft: the loss falls, a seed gives the same bytes, resume equa
     CHECK_THAT(damaged.message(), Catch::Contains(says) && Catch::Contains("train anew with --overwrite instead of --resume"));
   }
   // A changed data setting: refused naming it (it was "trained on other data", with two hashes).
-  train_draft(a, false, {}, 90);
+  interrupted_at_90();
   const TrainDraftConfig answers = load_train_config(write_config("a", 200).string(), {"data.answer_tokens=20"});
   const Error answer_tokens = test::catch_error([&] { train_draft(answers, true); });
   CHECK(answer_tokens.kind() == ErrorKind::kBadInput);

@@ -20,6 +20,7 @@
 #include <memory>
 
 #include "experiments/app/session_parts.h"
+#include "framework/core/thread_pool.h"
 #include "framework/draft/registry.h"
 #include "framework/equivalence/engine_controls.h"
 #include "framework/equivalence/equivalence_report.h"
@@ -55,7 +56,9 @@ struct Rig {
   PrefillMemo memo{*s.model};
   DrawPlan plan;
   Rig() {
+    // One thread: stories260K's matmuls are too small to split (test_equivalence.cpp's stories()).
     at::set_num_threads(1);
+    set_compute_threads(1);
     o.name = "layer_skip";
     o.draft_layers_first = 3;
     o.num_speculative_tokens = kGamma;

@@ -35,6 +35,7 @@
 
 #include "experiments/app/session_parts.h"
 #include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
 #include "framework/core/rng.h"
 #include "framework/draft/registry.h"
 #include "framework/equivalence/engine_controls.h"
@@ -57,7 +58,13 @@ using testing::Stories;
 
 Stories& stories() {
   static bool once = [] {
-    at::set_num_threads(1);  // a 260K-parameter model: threads only add overhead
+    // A 260K-parameter model: threads only add overhead. SpecLab's kernels run on its own pool
+    // (framework/core/thread_pool.h), whose second thread spun beside this model's
+    // microsecond-long matmuls: the N = 20000 sampling case took 42 s and 83 CPU-seconds on two
+    // threads, 38 s and 38 CPU-seconds on one (2-core AMD EPYC, 2026-12-07), and under CTest's two
+    // jobs the spinning thread took the other job's core.
+    at::set_num_threads(1);
+    set_compute_threads(1);
     return true;
   }();
   (void)once;
