@@ -70,6 +70,16 @@ const struct RemoveDirAtExit {
   }
 } remove_dir_at_exit;
 
+// One compute thread for every case (the TrainingRuntime case sets its own): stories260K's
+// matmuls, and the sgemms of a head trained for it, are too small to split. On two threads
+// OpenBLAS's workers spent a third of the CPU in sched_yield: the distilled-draft case took 29 s
+// and 40 CPU-seconds, on one thread 26 s and 25 (2-core AMD EPYC, 2026-12-07), and under CTest's
+// two jobs the yielding took the other job's core.
+const bool one_compute_thread = [] {
+  set_compute_threads(1);
+  return true;
+}();
+
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
@@ -217,6 +227,7 @@ TEST_CASE("TrainingRuntime: OpenBLAS at the run's threads while training and bot
   CHECK(at::get_num_threads() == 2);
   // train-draft leaves the target's settings behind it (one thread each), whatever it trained with.
   at::set_num_threads(1);
+  set_compute_threads(2);  // trains on two threads (the file's other cases on one)
   fs::remove_all(kDir);
   const TrainDraftConfig c = load_train_config(write_config("rt", 20).string());
   train_draft(c, false, {}, 10);
@@ -227,12 +238,13 @@ TEST_CASE("TrainingRuntime: OpenBLAS at the run's threads while training and bot
   const int threads = compute_threads();
   set_compute_threads(threads + 1);
   const Error other = test::catch_error([&] { train_draft(c, true); });
-  set_compute_threads(0);
+  set_compute_threads(threads);
   CHECK(other.field() == "--threads");
   CHECK_THAT(other.message(), Catch::Contains("expected " + std::to_string(threads) + " threads, as the checkpoint was "
                                               "trained with"));
   train_draft(c, true);  // control: the same threads resume
   CHECK(SafetensorsFile::open(c.output.path).metadata().at("train_threads") == std::to_string(threads));
+  set_compute_threads(1);
 }
 
 TEST_CASE("validation counts the pairs labelled by answer rows, where a drafter drafts", "[train]") {
