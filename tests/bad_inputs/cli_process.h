@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -183,13 +184,13 @@ class CliForkServer {
       done += static_cast<size_t>(w);
     }
     std::string line;
-    for (char c = 0; c != '\n';) {
-      const ssize_t got = ::read(from_, &c, 1);
+    for (char buf[64]; line.empty() || line.back() != '\n';) {  // the reply is one short line
+      const ssize_t got = ::read(from_, buf, sizeof buf);
       if (got < 0 && errno == EINTR) continue;
-      INFO("the fork server " << SPECLAB_CLI_SERVER << " ended without a reply to " << r.command);
-      REQUIRE(got == 1);
-      if (c != '\n') line += c;
+      if (got <= 0) FAIL("the fork server " << SPECLAB_CLI_SERVER << " ended without a reply to " << r.command);
+      line.append(buf, static_cast<size_t>(got));
     }
+    line.pop_back();
     r.out = slurp(out_);
     r.err = slurp(err_);
     if (line.rfind("exit ", 0) == 0) {
@@ -209,7 +210,7 @@ class CliForkServer {
  private:
   CliForkServer() {
     dir_ = std::string(SPECLAB_BINARY_DIR) + "/test_tmp/cli_fork_" + std::to_string(::getpid());
-    REQUIRE(std::system(("mkdir -p '" + dir_ + "'").c_str()) == 0);
+    std::filesystem::create_directories(dir_);
     out_ = dir_ + "/stdout";
     err_ = dir_ + "/stderr";
     int to[2], from[2];
