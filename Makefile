@@ -39,7 +39,11 @@ SLURM_DIR ?= $(abspath $(BUILD))/slurm
 # libtorch sets the variable and executes itself again (framework/core/blas_core.h), which
 # doubles its start (about 0.6 s of libtorch loading). Asked once here, the choice reaches every
 # test process and the speclab processes they start.
+# SPECLAB_QWEN_BACKGROUND: setup downloads the Qwen pair beside the build (scripts/setup.sh); the
+# recipe runs setup again in the foreground, which waits for that download and checks the pair.
+test: export SPECLAB_QWEN_BACKGROUND = 1
 test: build
+	@SPECLAB_QWEN_BACKGROUND=0 bash scripts/setup.sh
 	@core=$$($(SPECLAB) --openblas-coretype); if [ -n "$$core" ]; then export OPENBLAS_CORETYPE=$$core; fi; \
 	if [ "$$(id -u)" = 0 ]; then export SPECLAB_REQUIRE_SLURM=1; fi; \
 	if bash scripts/slurm/start_cluster.sh $(SLURM_DIR) >/dev/null; then \
