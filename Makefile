@@ -39,6 +39,8 @@ SLURM_DIR ?= $(abspath $(BUILD))/slurm
 # libtorch sets the variable and executes itself again (framework/core/blas_core.h), which
 # doubles its start (about 0.6 s of libtorch loading). Asked once here, the choice reaches every
 # test process and the speclab processes they start.
+# ctest_cpus.json (scripts/ctest_resources.sh): one CPU per test process, so that two tests at a
+# time run two compute threads on two cores, not four (tests/support/ctest_cpu_slot.h).
 # SPECLAB_QWEN_BACKGROUND: setup downloads the Qwen pair beside the build (scripts/setup.sh); the
 # recipe runs setup again in the foreground, which waits for that download and checks the pair.
 test: export SPECLAB_QWEN_BACKGROUND = 1
@@ -50,7 +52,8 @@ test: build
 	  export SLURM_CONF=$(SLURM_DIR)/slurm.conf SPECLAB_REQUIRE_SLURM=1; echo "slurm: cluster up, test_slurm required"; \
 	elif [ "$$(id -u)" = 0 ]; then echo "slurm: the cluster did not start; test_slurm will fail"; \
 	else echo "slurm: no cluster (not root), test_slurm skips"; fi; \
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS); rc=$$?; \
+	bash scripts/ctest_resources.sh $(BUILD)/ctest_cpus.json $(JOBS) && \
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --resource-spec-file ctest_cpus.json; rc=$$?; \
 	cd $(CURDIR) && bash scripts/slurm/stop_cluster.sh $(SLURM_DIR); exit $$rc
 
 # The default demo: first the real pair (tracker issue 17), Qwen2.5-Coder-0.5B drafting for the

@@ -43,7 +43,8 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitize/lsan.supp:p
 
 if [ "$SUBSET" = ci ]; then
   cmake --build "$BUILD" -j"$JOBS" --target sanitize_ci_tests
-  (cd "$BUILD" && ctest --output-on-failure -j"$JOBS" -L '^sanitize_ci$')
+  bash scripts/ctest_resources.sh "$BUILD/ctest_cpus.json" "$JOBS"
+  (cd "$BUILD" && ctest --output-on-failure -j"$JOBS" --resource-spec-file ctest_cpus.json -L '^sanitize_ci$')
 else
   cmake --build "$BUILD" -j"$JOBS"
   (cd "$BUILD" && ctest --output-on-failure -j"$JOBS")

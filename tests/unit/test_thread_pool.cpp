@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <string>
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "framework/core/thread_pool.h"
+#include "tests/support/ctest_cpu_slot.h"
 
 using namespace speclab;
 
@@ -146,6 +148,81 @@ TEST_CASE("available_cpus: inside a Slurm job at most SLURM_CPUS_ON_NODE", "[cor
   CHECK(with_env("17", "0") == mask);
   CHECK(with_env(nullptr, nullptr) == mask);
   if (mask < 2) WARN("one CPU in the mask: the SLURM_CPUS_ON_NODE=1 case cannot tell the cap from the mask");
+}
+
+namespace {
+// The CPUs of a mask, in order.
+std::vector<int> mask_cpus(const cpu_set_t& mask) {
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+  return cpus;
+}
+
+// The variables CTest sets for a test given one CPU slot (tests/support/ctest_cpu_slot.h), and
+// the exemption; null unsets one. Each is restored afterwards.
+struct SlotRun {
+  std::vector<int> cpus;  // the thread's mask after pin_to_ctest_cpu_slot()
+  int available = 0;      // available_cpus() on that thread after it
+};
+SlotRun pin_with(const std::array<const char*, 4>& values) {
+  static const char* const kNames[4] = {"CTEST_RESOURCE_GROUP_COUNT", "CTEST_RESOURCE_GROUP_0",
+                                        "CTEST_RESOURCE_GROUP_0_CPUS", "SPECLAB_TEST_ALL_CPUS"};
+  std::array<std::pair<bool, std::string>, 4> old;
+  for (int i = 0; i < 4; ++i) {
+    const char* v = std::getenv(kNames[i]);
+    old[i] = {v != nullptr, v ? v : ""};
+    if (values[i]) ::setenv(kNames[i], values[i], 1);
+    else ::unsetenv(kNames[i]);
+  }
+  SlotRun run;
+  // On a thread of its own: the binding is per thread, and ends with it.
+  std::thread t([&] {
+    speclab::test::pin_to_ctest_cpu_slot();
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    if (::sched_getaffinity(0, sizeof(mask), &mask) == 0) run.cpus = mask_cpus(mask);
+    run.available = available_cpus();
+  });
+  t.join();
+  for (int i = 0; i < 4; ++i) {
+    if (old[i].first) ::setenv(kNames[i], old[i].second.c_str(), 1);
+    else ::unsetenv(kNames[i]);
+  }
+  return run;
+}
+}  // namespace
+
+TEST_CASE("pin_to_ctest_cpu_slot: CTest's slot k binds the process to the k-th CPU of its mask, and nothing else does",
+          "[core][threads]") {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  REQUIRE(::sched_getaffinity(0, sizeof(all), &all) == 0);
+  const std::vector<int> cpus = mask_cpus(all);
+  const int n = static_cast<int>(cpus.size());
+  if (n < 2) WARN("one CPU in the mask: binding to it cannot be told from leaving the mask alone");
+  for (int k : {0, 1, n, n + 1, 7}) {
+    INFO("slot " << k);
+    const std::string id = "id:" + std::to_string(k) + ",slots:1";
+    const SlotRun run = pin_with({"1", "cpus", id.c_str(), nullptr});
+    CHECK(run.cpus == std::vector<int>{cpus[static_cast<size_t>(k % n)]});
+    CHECK(run.available == 1);
+  }
+  // Left alone: no slot, another resource, two groups, a malformed id, and the exemption.
+  for (const auto& env : std::vector<std::array<const char*, 4>>{{nullptr, nullptr, nullptr, nullptr},
+                                                                 {"1", "gpus", "id:1,slots:1", nullptr},
+                                                                 {"2", "cpus", "id:1,slots:1", nullptr},
+                                                                 {"1", "cpus", "id:x,slots:1", nullptr},
+                                                                 {"1", "cpus", "id:-1,slots:1", nullptr},
+                                                                 {"1", "cpus", "1,slots:1", nullptr},
+                                                                 {"1", "cpus", "id:1", nullptr},
+                                                                 {"1", "cpus", "id:1,slots:1", "1"}}) {
+    INFO((env[0] ? env[0] : "-") << " " << (env[1] ? env[1] : "-") << " " << (env[2] ? env[2] : "-") << " "
+                                 << (env[3] ? env[3] : "-"));
+    const SlotRun run = pin_with(env);
+    CHECK(run.cpus == cpus);
+    CHECK(run.available == n);
+  }
 }
 
 TEST_CASE("compute_threads: --threads N sets it, 0 restores the default, available_cpus() (read once)",
