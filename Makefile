@@ -143,10 +143,12 @@ plugins: configure
 # The bad-input catalogue (tests/bad_inputs/cases.txt) and the crash-safety / resource-limit
 # tests (SIGINT, KV budget, file-size limit, read-only output); both are also part of `make test`.
 bad-inputs: build
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -R '^test_bad_inputs:'
+	bash scripts/ctest_resources.sh $(BUILD)/ctest_cpus.json $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --resource-spec-file ctest_cpus.json -R '^test_bad_inputs:'
 
 crash-safety: build
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -R '^test_crash_safety:'
+	bash scripts/ctest_resources.sh $(BUILD)/ctest_cpus.json $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --resource-spec-file ctest_cpus.json -R '^test_crash_safety:'
 
 # SIGKILL `speclab run` at random points, KILLS times (default 20), resuming each time.
 KILLS ?= 20

@@ -44,19 +44,21 @@ inline void pin_to_ctest_cpu_slot() {
   CPU_ZERO(&mask);
   if (::sched_getaffinity(0, sizeof(mask), &mask) != 0) return;
   const int n = CPU_COUNT(&mask);
-  if (n <= 1) return;
-  int want = static_cast<int>(k % n), cpu = -1;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &mask) && want-- == 0) {
-      cpu = c;
-      break;
-    }
-  if (cpu < 0) return;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  if (::sched_setaffinity(0, sizeof(one), &one) != 0) return;
-  // Pools sized when their libraries loaded, before main(): one thread each now.
+  if (n > 1) {
+    int want = static_cast<int>(k % n), cpu = -1;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &mask) && want-- == 0) {
+        cpu = c;
+        break;
+      }
+    if (cpu < 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (::sched_setaffinity(0, sizeof(one), &one) != 0) return;
+  }
+  // Pools sized when their libraries loaded, before main(): one thread each now (also where the
+  // mask held one CPU already, as in a process that executed itself again: blas_core.h).
   using SetThreads = void (*)(int);
   for (const char* name : {"openblas_set_num_threads", "omp_set_num_threads"})
     if (auto* set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, name))) set(1);
