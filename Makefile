@@ -31,6 +31,11 @@ build: configure
 build-cli: configure
 	cmake --build $(BUILD) -j$(JOBS) --target speclab
 
+# CTest with one CPU per test process (scripts/ctest_resources.sh writes the slots): two tests at a
+# time run two compute threads on two cores, not four (tests/support/ctest_cpu_slot.h).
+CTEST = bash scripts/ctest_resources.sh $(BUILD)/ctest_cpus.json $(JOBS) && \
+  cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --resource-spec-file ctest_cpus.json
+
 # The Slurm tests (tests/integration/test_slurm.cpp) run against a one-node cluster started here
 # (scripts/slurm/start_cluster.sh; root only). As root (CI) they are required: a cluster that does
 # not start fails them, naming why. As another user they skip with a warning.
@@ -39,8 +44,6 @@ SLURM_DIR ?= $(abspath $(BUILD))/slurm
 # libtorch sets the variable and executes itself again (framework/core/blas_core.h), which
 # doubles its start (about 0.6 s of libtorch loading). Asked once here, the choice reaches every
 # test process and the speclab processes they start.
-# ctest_cpus.json (scripts/ctest_resources.sh): one CPU per test process, so that two tests at a
-# time run two compute threads on two cores, not four (tests/support/ctest_cpu_slot.h).
 # SPECLAB_QWEN_BACKGROUND: setup downloads the Qwen pair beside the build (scripts/setup.sh); the
 # recipe runs setup again in the foreground, which waits for that download and checks the pair.
 test: export SPECLAB_QWEN_BACKGROUND = 1
@@ -52,8 +55,7 @@ test: build
 	  export SLURM_CONF=$(SLURM_DIR)/slurm.conf SPECLAB_REQUIRE_SLURM=1; echo "slurm: cluster up, test_slurm required"; \
 	elif [ "$$(id -u)" = 0 ]; then echo "slurm: the cluster did not start; test_slurm will fail"; \
 	else echo "slurm: no cluster (not root), test_slurm skips"; fi; \
-	bash scripts/ctest_resources.sh $(BUILD)/ctest_cpus.json $(JOBS) && \
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --resource-spec-file ctest_cpus.json; rc=$$?; \
+	$(CTEST); rc=$$?; \
 	cd $(CURDIR) && bash scripts/slurm/stop_cluster.sh $(SLURM_DIR); exit $$rc
 
 # The default demo: first the real pair (tracker issue 17), Qwen2.5-Coder-0.5B drafting for the
@@ -143,12 +145,10 @@ plugins: configure
 # The bad-input catalogue (tests/bad_inputs/cases.txt) and the crash-safety / resource-limit
 # tests (SIGINT, KV budget, file-size limit, read-only output); both are also part of `make test`.
 bad-inputs: build
-	bash scripts/ctest_resources.sh $(BUILD)/ctest_cpus.json $(JOBS)
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --resource-spec-file ctest_cpus.json -R '^test_bad_inputs:'
+	$(CTEST) -R '^test_bad_inputs:'
 
 crash-safety: build
-	bash scripts/ctest_resources.sh $(BUILD)/ctest_cpus.json $(JOBS)
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --resource-spec-file ctest_cpus.json -R '^test_crash_safety:'
+	$(CTEST) -R '^test_crash_safety:'
 
 # SIGKILL `speclab run` at random points, KILLS times (default 20), resuming each time.
 KILLS ?= 20

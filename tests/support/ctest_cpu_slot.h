@@ -1,7 +1,8 @@
 // pin_to_ctest_cpu_slot() — one CPU per test process when CTest hands out CPUs.
 //
 // `make test` runs CTest with a resource spec of one slot per job (-j; scripts/ctest_resources.sh
-// writes it) and every test asks for one slot (RESOURCE_GROUPS "cpus:1", tests/CMakeLists.txt). CTest then tells each test process which slot it holds, in the environment:
+// writes it) and every test asks for one slot (RESOURCE_GROUPS "cpus:1", tests/CMakeLists.txt).
+// CTest then tells each test process which slot it holds, in the environment:
 //   CTEST_RESOURCE_GROUP_COUNT=1, CTEST_RESOURCE_GROUP_0=cpus, CTEST_RESOURCE_GROUP_0_CPUS=id:<k>,slots:1
 // Called first thing in main(), this binds the process to the k-th CPU of its affinity mask (k
 // modulo the mask's size), and sizes the thread pools that were already sized when the process
@@ -11,8 +12,8 @@
 //
 // Why: two tests at a time, each with a thread per CPU, ran four compute threads on two cores, and
 // the idle workers of each pool spun for a while after every job. Bound, the release suite's CTest
-// took 583 s instead of 648 (2-core AMD EPYC, 2026-12-08; docs/hardening.md, "Cold CI time"). The kernels' results do not
-// depend on the thread count (tests/unit/test_attention_cpu.cpp and test_qgemm.cpp check that at 1
+// took 583 s instead of 648 (2-core AMD EPYC, 2026-12-08; docs/hardening.md, "Cold CI time").
+// The kernels' results do not depend on the thread count (tests/unit/test_attention_cpu.cpp and test_qgemm.cpp check that at 1
 // to 3 threads); tests that need several threads set them.
 //
 // Without those variables (ctest run without the spec, a test executable run by hand) it does
@@ -27,6 +28,8 @@
 
 #include <cstdlib>
 #include <cstring>
+
+#include "framework/core/blas_core.h"
 
 namespace speclab::test {
 
@@ -59,9 +62,9 @@ inline void pin_to_ctest_cpu_slot() {
   }
   // Pools sized when their libraries loaded, before main(): one thread each now (also where the
   // mask held one CPU already, as in a process that executed itself again: blas_core.h).
-  using SetThreads = void (*)(int);
-  for (const char* name : {"openblas_set_num_threads", "omp_set_num_threads"})
-    if (auto* set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, name))) set(1);
+  speclab::set_blas_threads(1);
+  using SetThreads = void (*)(int);  // libgomp's, where libtorch loaded it
+  if (auto* set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) set(1);
 }
 
 }  // namespace speclab::test
